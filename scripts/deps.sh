@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs every Debian package the Worker needs to build, test and run.
+# Idempotent: runs `apt-get update` and `apt-get install` only when something is missing.
+set -euo pipefail
+
+PACKAGES=(
+  # build
+  build-essential cmake pkg-config clang libclang-rt-14-dev
+  # test framework and tools
+  libcmocka-dev valgrind
+  # runtime libraries
+  libgrpc-dev protobuf-c-compiler libprotobuf-c-dev libuv1-dev
+  libcurl4-openssl-dev libjansson-dev
+  # protocol tooling and end-to-end test clients
+  protobuf-compiler protobuf-compiler-grpc python3 python3-grpcio python3-protobuf python3-pytest
+  # servers started by the tests
+  etcd-server
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "deps: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "deps: installing ${missing[*]}"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,121 @@
+#include "lib/wk_heap.h"
+
+#include <assert.h>
+
+void wk_heap_init(wk_heap *h, uint32_t capacity, const wk_allocator *a) {
+  assert(capacity > 0);
+  h->order = wk_xcalloc(a, capacity, sizeof *h->order);
+  h->pos = wk_xcalloc(a, capacity, sizeof *h->pos);
+  h->key = wk_xcalloc(a, capacity, sizeof *h->key);
+  for (uint32_t i = 0; i < capacity; i++) h->pos[i] = WK_HEAP_ABSENT;
+  h->size = 0;
+  h->capacity = capacity;
+}
+
+void wk_heap_free(wk_heap *h, const wk_allocator *a) {
+  wk_xfree(a, h->order, (size_t)h->capacity * sizeof *h->order);
+  wk_xfree(a, h->pos, (size_t)h->capacity * sizeof *h->pos);
+  wk_xfree(a, h->key, (size_t)h->capacity * sizeof *h->key);
+  h->order = h->pos = NULL;
+  h->key = NULL;
+  h->size = h->capacity = 0;
+}
+
+static void place(wk_heap *h, uint32_t i, uint32_t handle) {
+  h->order[i] = handle;
+  h->pos[handle] = i;
+}
+
+static void sift_up(wk_heap *h, uint32_t i) {
+  uint32_t handle = h->order[i];
+  int64_t k = h->key[handle];
+  while (i > 0) {
+    uint32_t parent = (i - 1) / 2;
+    if (h->key[h->order[parent]] <= k) break;
+    place(h, i, h->order[parent]);
+    i = parent;
+  }
+  place(h, i, handle);
+}
+
+static void sift_down(wk_heap *h, uint32_t i) {
+  uint32_t handle = h->order[i];
+  int64_t k = h->key[handle];
+  for (;;) {
+    uint32_t child = 2 * i + 1;
+    if (child >= h->size) break;
+    if (child + 1 < h->size && h->key[h->order[child + 1]] < h->key[h->order[child]]) child++;
+    if (h->key[h->order[child]] >= k) break;
+    place(h, i, h->order[child]);
+    i = child;
+  }
+  place(h, i, handle);
+}
+
+void wk_heap_set(wk_heap *h, uint32_t handle, int64_t key) {
+  assert(handle < h->capacity);
+  uint32_t i = h->pos[handle];
+  if (i == WK_HEAP_ABSENT) {
+    assert(h->size < h->capacity);
+    h->key[handle] = key;
+    place(h, h->size, handle);
+    h->size++;
+    sift_up(h, h->size - 1);
+    return;
+  }
+  int64_t old = h->key[handle];
+  h->key[handle] = key;
+  if (key < old) {
+    sift_up(h, i);
+  } else if (key > old) {
+    sift_down(h, i);
+  }
+}
+
+void wk_heap_remove(wk_heap *h, uint32_t handle) {
+  assert(handle < h->capacity);
+  uint32_t i = h->pos[handle];
+  if (i == WK_HEAP_ABSENT) return;
+  h->pos[handle] = WK_HEAP_ABSENT;
+  h->size--;
+  if (i == h->size) return;
+  place(h, i, h->order[h->size]);
+  /* the moved element may need to go either way */
+  if (i > 0 && h->key[h->order[i]] < h->key[h->order[(i - 1) / 2]]) {
+    sift_up(h, i);
+  } else {
+    sift_down(h, i);
+  }
+}
+
+uint32_t wk_heap_collect_le(const wk_heap *h, int64_t limit, uint32_t *out, uint32_t max) {
+  /* Breadth-first over the subtree of keys <= limit, using `out` as the queue of
+   * heap positions: every node taken has key <= limit, so the cost is O(results). */
+  if (max == 0 || h->size == 0 || h->key[h->order[0]] > limit) return 0;
+  uint32_t n = 0;
+  out[n++] = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    uint32_t p = out[i];
+    for (uint32_t c = 2 * p + 1; c <= 2 * p + 2 && c < h->size && n < max; c++) {
+      if (h->key[h->order[c]] <= limit) out[n++] = c;
+    }
+  }
+  for (uint32_t i = 0; i < n; i++) out[i] = h->order[out[i]];
+  return n;
+}
+
+const char *wk_heap_check(const wk_heap *h) {
+  if (h->size > h->capacity) return "heap: size over capacity";
+  uint32_t present = 0;
+  for (uint32_t handle = 0; handle < h->capacity; handle++) {
+    uint32_t p = h->pos[handle];
+    if (p == WK_HEAP_ABSENT) continue;
+    present++;
+    if (p >= h->size || h->order[p] != handle) return "heap: position index disagrees with order";
+  }
+  if (present != h->size) return "heap: position index counts differ from size";
+  for (uint32_t i = 1; i < h->size; i++) {
+    if (h->key[h->order[(i - 1) / 2]] > h->key[h->order[i]]) return "heap: order property broken";
+  }
+  return NULL;
+}
