@@ -1,5 +1,6 @@
 #include "lib/wk_alloc.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 

@@ -1,0 +1,798 @@
+/* wk_core.c: WorkerCore's entry points: configuration, slots, admission, activation,
+ * phases, watch, abort and convergence. Timer scans live in wk_core_timers.c, the
+ * invariant walk in wk_core_check.c, the id → record table in wk_task_index.c. */
+#include <assert.h>
+#include <string.h>
+
+#include "core/wk_core_int.h"
+
+/* ---- configuration ------------------------------------------------------- */
+
+void wk_core_config_default(wk_core_config *cfg) {
+  memset(cfg, 0, sizeof *cfg);
+  cfg->task_slots = 16;
+  cfg->default_slot_ttl_ms = 30000;
+  cfg->max_slot_ttl_ms = 600000;
+  cfg->default_task_timeout_ms = 600000;
+  cfg->max_task_timeout_ms = 3600000;
+  cfg->watch_disconnect_grace_ms = 10000;
+  cfg->result_retention_ms = 600000;
+  cfg->max_retained_results = 10000;
+  cfg->max_retained_bytes = 256u << 20;
+  cfg->max_failure_message_bytes = 4096;
+}
+
+#define WK_TIME_MAX_MS (INT64_C(1) << 40) /* ~35 years: keeps now + any limit far from overflow */
+
+wk_err wk_core_config_validate(const wk_core_config *cfg, const char **why) {
+  const char *reason = NULL;
+  if (cfg->task_slots < 1 || cfg->task_slots > WK_CORE_SLOTS_MAX) {
+    reason = "task_slots must be between 1 and 1048576";
+  } else if (cfg->default_slot_ttl_ms < 1 || cfg->default_slot_ttl_ms > cfg->max_slot_ttl_ms) {
+    reason = "default_slot_ttl_ms must be at least 1 and at most max_slot_ttl_ms";
+  } else if (cfg->max_slot_ttl_ms > WK_TIME_MAX_MS) {
+    reason = "max_slot_ttl_ms is too large";
+  } else if (cfg->default_task_timeout_ms < 1 ||
+             cfg->default_task_timeout_ms > cfg->max_task_timeout_ms) {
+    reason = "default_task_timeout_ms must be at least 1 and at most max_task_timeout_ms";
+  } else if (cfg->max_task_timeout_ms > WK_TIME_MAX_MS) {
+    reason = "max_task_timeout_ms is too large";
+  } else if (cfg->watch_disconnect_grace_ms < 0 || cfg->watch_disconnect_grace_ms > WK_TIME_MAX_MS) {
+    reason = "watch_disconnect_grace_ms must be between 0 and 2^40";
+  } else if (cfg->result_retention_ms < 0 || cfg->result_retention_ms > WK_TIME_MAX_MS) {
+    reason = "result_retention_ms must be between 0 and 2^40";
+  } else if (cfg->max_retained_results < 1 || cfg->max_retained_results > WK_CORE_RETAINED_MAX) {
+    reason = "max_retained_results must be between 1 and 4194304";
+  } else if (cfg->max_retained_bytes < 1) {
+    reason = "max_retained_bytes must be at least 1";
+  } else if (cfg->max_failure_message_bytes < 16 || cfg->max_failure_message_bytes > (1u << 20)) {
+    reason = "max_failure_message_bytes must be between 16 and 1048576";
+  }
+  if (why) *why = reason;
+  return reason ? WK_ERR_INVALID_ARGUMENT : WK_OK;
+}
+
+/* ---- lifecycle ------------------------------------------------------------- */
+
+wk_core *wk_core_create(const wk_core_config *cfg) {
+  if (wk_core_config_validate(cfg, NULL) != WK_OK) return NULL;
+  const wk_allocator *a = &cfg->allocator;
+  wk_core *core = wk_xcalloc(a, 1, sizeof *core);
+  core->cfg = *cfg;
+  a = &core->cfg.allocator;
+
+  uint32_t n = cfg->task_slots;
+  core->slots = wk_xcalloc(a, n, sizeof *core->slots);
+  for (uint32_t i = 0; i < n; i++) {
+    core->slots[i].state = WK_SLOT_FREE;
+    core->slots[i].task = WK_NONE;
+    core->slots[i].next_free = (i + 1 < n) ? i + 1 : WK_NONE;
+  }
+  core->free_slot_head = 0;
+  core->n_free = n;
+
+  core->task_capacity = n + cfg->max_retained_results;
+  core->tasks = wk_xcalloc(a, core->task_capacity, sizeof *core->tasks);
+  for (uint32_t i = 0; i < core->task_capacity; i++) {
+    core->tasks[i].stage = WK_STAGE_FREE;
+    core->tasks[i].slot = WK_NONE;
+    core->tasks[i].link_prev = WK_NONE;
+    core->tasks[i].link_next = (i + 1 < core->task_capacity) ? i + 1 : WK_NONE;
+  }
+  core->free_task_head = 0;
+
+  wk_task_index_init(&core->index, core->task_capacity, a);
+  wk_heap_init(&core->lease_heap, n, a);
+  wk_heap_init(&core->timeout_heap, core->task_capacity, a);
+  wk_heap_init(&core->watch_heap, core->task_capacity, a);
+  core->retained_head = core->retained_tail = WK_NONE;
+  return core;
+}
+
+static void release_blobs(wk_core *core, wk_task *t) {
+  const wk_allocator *a = &core->cfg.allocator;
+  wk_xfree(a, (void *)(uintptr_t)t->result.outputs.data, t->result.outputs.len);
+  wk_xfree(a, (void *)(uintptr_t)t->result.plugin_results.data, t->result.plugin_results.len);
+  if (t->message_size) wk_xfree(a, (void *)(uintptr_t)t->result.failure_message, t->message_size);
+  t->result.outputs = (wk_bytes){0};
+  t->result.plugin_results = (wk_bytes){0};
+  t->result.failure_message = "";
+  t->message_size = 0;
+}
+
+void wk_core_destroy(wk_core *core) {
+  if (!core) return;
+  wk_allocator a = core->cfg.allocator;
+  for (uint32_t i = 0; i < core->task_capacity; i++) release_blobs(core, &core->tasks[i]);
+  wk_heap_free(&core->lease_heap, &a);
+  wk_heap_free(&core->timeout_heap, &a);
+  wk_heap_free(&core->watch_heap, &a);
+  wk_task_index_free(&core->index, &a);
+  wk_xfree(&a, core->tasks, (size_t)core->task_capacity * sizeof *core->tasks);
+  wk_xfree(&a, core->slots, (size_t)core->cfg.task_slots * sizeof *core->slots);
+  wk_xfree(&a, core, sizeof *core);
+}
+
+void wk_core_set_ready(wk_core *core, bool ready) { core->ready = ready; }
+void wk_core_set_draining(wk_core *core, bool draining) { core->draining = draining; }
+
+const char *wk_cmd_kind_name(wk_cmd_kind k) {
+  switch (k) {
+    case WK_CMD_PREPARE_ACTIVATION: return "PREPARE_ACTIVATION";
+    case WK_CMD_START_BUILDER: return "START_BUILDER";
+    case WK_CMD_START_CALLS: return "START_CALLS";
+    case WK_CMD_START_WRITER: return "START_WRITER";
+    case WK_CMD_CANCEL_TASK: return "CANCEL_TASK";
+    case WK_CMD_CONVERGE: return "CONVERGE";
+  }
+  return "UNKNOWN";
+}
+
+/* ---- helpers: records, slots, commands ------------------------------------- */
+
+static uint32_t find_task(const wk_core *core, const char *id, size_t len) {
+  if (!wk_task_id_valid(id, len)) return WK_NONE;
+  return wk_task_index_find(core, id, len, wk_task_hash(id, len));
+}
+
+static uint64_t slot_id_of(const wk_core *core, uint32_t slot) {
+  return wk_slot_id_make(slot, core->slots[slot].generation);
+}
+
+static wk_cmd *push_cmd(wk_cmds *cmds, wk_cmd_kind kind, const wk_task *t) {
+  assert(cmds->count < WK_CMDS_MAX);
+  wk_cmd *c = &cmds->items[cmds->count++];
+  memset(c, 0, sizeof *c);
+  c->kind = kind;
+  c->task_id = t->id;
+  c->task_id_len = t->id_len;
+  c->slot_id = t->result.slot_id;
+  c->adapter_ctx = t->adapter_ctx;
+  return c;
+}
+
+/* Takes a record off the free list with `id`, indexes it. Never fails: records are
+ * sized for every slot plus every retained result. */
+static uint32_t new_task(wk_core *core, const char *id, size_t len, uint8_t stage) {
+  uint32_t i = core->free_task_head;
+  assert(i != WK_NONE);
+  wk_task *t = &core->tasks[i];
+  core->free_task_head = t->link_next;
+  memset(t, 0, sizeof *t);
+  memcpy(t->id, id, len);
+  t->id[len] = '\0';
+  t->id_len = (uint8_t)len;
+  t->hash = wk_task_hash(id, len);
+  t->stage = stage;
+  t->slot = WK_NONE;
+  t->link_prev = t->link_next = WK_NONE;
+  t->result.task_id = t->id;
+  t->result.task_id_len = len;
+  t->result.failure_message = "";
+  wk_task_index_insert(core, i);
+  return i;
+}
+
+static void free_task(wk_core *core, uint32_t i) {
+  wk_task *t = &core->tasks[i];
+  assert(t->stage != WK_STAGE_FREE);
+  wk_task_index_remove(core, i);
+  release_blobs(core, t);
+  t->stage = WK_STAGE_FREE;
+  t->slot = WK_NONE;
+  t->link_prev = WK_NONE;
+  t->link_next = core->free_task_head;
+  core->free_task_head = i;
+}
+
+static bool can_admit(const wk_core *core, wk_err *err) {
+  if (!core->ready || core->draining) {
+    *err = WK_ERR_UNAVAILABLE;
+    return false;
+  }
+  if (core->free_slot_head == WK_NONE) {
+    *err = WK_ERR_NO_SLOT;
+    return false;
+  }
+  return true;
+}
+
+/* Allocates a FREE slot for record t under a lease: FREE → ALLOCATED, generation bumped. */
+static uint32_t allocate_slot(wk_core *core, uint32_t t, int64_t lease_expires_ms) {
+  uint32_t s = core->free_slot_head;
+  assert(s != WK_NONE);
+  wk_slot *slot = &core->slots[s];
+  assert(slot->state == WK_SLOT_FREE);
+  core->free_slot_head = slot->next_free;
+  slot->next_free = WK_NONE;
+  slot->state = WK_SLOT_ALLOCATED;
+  slot->generation++;
+  if (slot->generation == 0) slot->generation = 1; /* 0 is reserved for "no slot" */
+  slot->task = t;
+  slot->lease_expires_ms = lease_expires_ms;
+  core->n_free--;
+  core->n_allocated++;
+  wk_heap_set(&core->lease_heap, s, lease_expires_ms);
+  core->tasks[t].slot = s;
+  core->tasks[t].result.slot_id = slot_id_of(core, s);
+  return s;
+}
+
+/* ALLOCATED or RUNNING → FREE, detached from its task. */
+static void release_slot(wk_core *core, uint32_t s) {
+  wk_slot *slot = &core->slots[s];
+  assert(slot->state != WK_SLOT_FREE);
+  if (slot->state == WK_SLOT_ALLOCATED) {
+    core->n_allocated--;
+    wk_heap_remove(&core->lease_heap, s);
+  } else {
+    core->n_running--;
+  }
+  core->tasks[slot->task].slot = WK_NONE;
+  slot->state = WK_SLOT_FREE;
+  slot->task = WK_NONE;
+  slot->lease_expires_ms = 0;
+  slot->next_free = core->free_slot_head;
+  core->free_slot_head = s;
+  core->n_free++;
+}
+
+static int64_t clamp_ttl(const wk_core *core, int64_t ttl_ms) {
+  if (ttl_ms == 0) return core->cfg.default_slot_ttl_ms;
+  return ttl_ms > core->cfg.max_slot_ttl_ms ? core->cfg.max_slot_ttl_ms : ttl_ms;
+}
+
+static const void *copy_bytes(wk_core *core, wk_bytes b) {
+  if (!b.data || b.len == 0) return NULL;
+  void *p = wk_xcalloc(&core->cfg.allocator, 1, b.len);
+  memcpy(p, b.data, b.len);
+  return p;
+}
+
+static void set_message(wk_core *core, wk_task *t, const char *msg) {
+  if (t->message_size) {
+    wk_xfree(&core->cfg.allocator, (void *)(uintptr_t)t->result.failure_message, t->message_size);
+    t->message_size = 0;
+  }
+  t->result.failure_message = "";
+  if (!msg || !msg[0]) return;
+  size_t len = 0;
+  while (len < core->cfg.max_failure_message_bytes && msg[len]) len++;
+  char *copy = wk_xcalloc(&core->cfg.allocator, 1, len + 1);
+  memcpy(copy, msg, len);
+  t->result.failure_message = copy;
+  t->message_size = len + 1;
+}
+
+/* ---- retention ------------------------------------------------------------- */
+
+static void fifo_unlink(wk_core *core, uint32_t i) {
+  wk_task *t = &core->tasks[i];
+  if (t->link_prev != WK_NONE) {
+    core->tasks[t->link_prev].link_next = t->link_next;
+  } else {
+    core->retained_head = t->link_next;
+  }
+  if (t->link_next != WK_NONE) {
+    core->tasks[t->link_next].link_prev = t->link_prev;
+  } else {
+    core->retained_tail = t->link_prev;
+  }
+  t->link_prev = t->link_next = WK_NONE;
+}
+
+void wk_core_evict_retained(wk_core *core, uint32_t i) {
+  wk_task *t = &core->tasks[i];
+  assert(t->stage == WK_STAGE_TERMINAL);
+  fifo_unlink(core, i);
+  core->retained_count--;
+  core->retained_bytes -= t->held_bytes;
+  free_task(core, i);
+}
+
+/* Makes record i TERMINAL and retained; evicts the oldest others past the bounds. */
+static void retain(wk_core *core, uint32_t i, int64_t now_ms) {
+  wk_task *t = &core->tasks[i];
+  t->stage = WK_STAGE_TERMINAL;
+  t->retained_until_ms = now_ms + core->cfg.result_retention_ms;
+  t->held_bytes = sizeof *t + t->result.outputs.len + t->result.plugin_results.len + t->message_size;
+  t->link_next = WK_NONE;
+  t->link_prev = core->retained_tail;
+  if (core->retained_tail != WK_NONE) {
+    core->tasks[core->retained_tail].link_next = i;
+  } else {
+    core->retained_head = i;
+  }
+  core->retained_tail = i;
+  core->retained_count++;
+  core->retained_bytes += t->held_bytes;
+  while (core->retained_head != i && (core->retained_count > core->cfg.max_retained_results ||
+                                      core->retained_bytes > core->cfg.max_retained_bytes)) {
+    wk_core_evict_retained(core, core->retained_head);
+  }
+}
+
+/* ---- convergence ----------------------------------------------------------- */
+
+/* The one way an ACTIVE task becomes terminal: slot freed, timers dropped, result
+ * frozen, CONVERGE emitted (after CANCEL_TASK when work may still be in flight). */
+static void converge(wk_core *core, uint32_t i, wk_task_state state, wk_failure_code code,
+                     const char *message, bool cancel_in_flight, int64_t now_ms, wk_cmds *cmds) {
+  wk_task *t = &core->tasks[i];
+  assert(t->stage == WK_STAGE_ACTIVE);
+  assert(wk_task_state_terminal(state));
+  if (cancel_in_flight) push_cmd(cmds, WK_CMD_CANCEL_TASK, t);
+  if (t->slot != WK_NONE) release_slot(core, t->slot);
+  wk_heap_remove(&core->timeout_heap, i);
+  wk_heap_remove(&core->watch_heap, i);
+  core->n_live--;
+  t->result.state = state;
+  t->result.phase = WK_PHASE_DONE;
+  t->result.failure_code = code;
+  set_message(core, t, message);
+  t->result.statistic.finished_ms = now_ms;
+  wk_cmd *c = push_cmd(cmds, WK_CMD_CONVERGE, t);
+  c->u.converge.result = &t->result;
+  t->adapter_ctx = NULL;
+  retain(core, i, now_ms);
+}
+
+/* ---- RequestTaskSlot ------------------------------------------------------- */
+
+/* A reservation whose lease ran out before the timer scan saw it is dropped now, so
+ * that answers never depend on how late the scan runs. */
+static bool reservation_lapsed(wk_core *core, uint32_t i, int64_t now_ms) {
+  wk_task *t = &core->tasks[i];
+  if (t->stage != WK_STAGE_RESERVED) return false;
+  if (now_ms < core->slots[t->slot].lease_expires_ms) return false;
+  release_slot(core, t->slot);
+  free_task(core, i);
+  return true;
+}
+
+void wk_core_handle_request_slot(wk_core *core, const char *task_id, size_t task_id_len,
+                                 int64_t ttl_ms, int64_t now_ms, wk_slot_result *out) {
+  memset(out, 0, sizeof *out);
+  if (!wk_task_id_valid(task_id, task_id_len) || ttl_ms < 0) {
+    out->err = WK_ERR_INVALID_ARGUMENT;
+    return;
+  }
+  uint32_t i = find_task(core, task_id, task_id_len);
+  if (i != WK_NONE && !reservation_lapsed(core, i, now_ms)) {
+    wk_task *t = &core->tasks[i];
+    out->duplicate = true;
+    out->slot_id = t->result.slot_id;
+    if (t->slot != WK_NONE && core->slots[t->slot].state == WK_SLOT_ALLOCATED) {
+      out->lease_expires_ms = core->slots[t->slot].lease_expires_ms;
+    }
+    out->result = (t->stage == WK_STAGE_RESERVED) ? NULL : &t->result;
+    return;
+  }
+  if (!can_admit(core, &out->err)) return;
+  i = new_task(core, task_id, task_id_len, WK_STAGE_RESERVED);
+  int64_t lease = now_ms + clamp_ttl(core, ttl_ms);
+  uint32_t s = allocate_slot(core, i, lease);
+  out->slot_id = slot_id_of(core, s);
+  out->lease_expires_ms = lease;
+}
+
+/* ---- SubmitTask ------------------------------------------------------------ */
+
+static bool submit_args_valid(const wk_core *core, const wk_submit_request *req) {
+  if (!wk_task_id_valid(req->task_id, req->task_id_len)) return false;
+  if (req->timeout_ms < 0 || req->timeout_ms > core->cfg.max_task_timeout_ms) return false;
+  if (req->call_failure_policy != WK_CALL_FAIL_FAST && req->call_failure_policy != WK_CALL_CONTINUE) {
+    return false;
+  }
+  const wk_retry_policy *r = &req->retry;
+  if (r->initial_backoff_ms < 0 || r->max_backoff_ms < 0) return false;
+  if (r->max_backoff_ms && r->max_backoff_ms < r->initial_backoff_ms) return false;
+  return true;
+}
+
+/* Which error a slot id earns when the task id holds no reservation for it. */
+static wk_err foreign_slot_error(const wk_core *core, uint64_t slot_id) {
+  uint32_t s = wk_slot_id_index(slot_id);
+  uint32_t gen = wk_slot_id_generation(slot_id);
+  if (s >= core->cfg.task_slots || gen == 0) return WK_ERR_INVALID_SLOT;
+  const wk_slot *slot = &core->slots[s];
+  if (gen > slot->generation) return WK_ERR_INVALID_SLOT; /* never issued */
+  if (gen < slot->generation) return WK_ERR_SLOT_UNCERTAIN; /* reclaimed since */
+  return slot->state == WK_SLOT_FREE ? WK_ERR_SLOT_UNCERTAIN /* lease lapsed */
+                                     : WK_ERR_INVALID_SLOT;  /* another task's */
+}
+
+static void activate_record(wk_core *core, uint32_t i, const wk_submit_request *req,
+                            void *adapter_ctx, int64_t now_ms, wk_submit_result *out) {
+  wk_task *t = &core->tasks[i];
+  t->stage = WK_STAGE_ACTIVE;
+  t->digest = req->request_digest;
+  t->digest_known = true;
+  t->requested_epoch = req->requested_epoch;
+  t->call_failure_policy = req->call_failure_policy;
+  t->max_failed_calls = req->max_failed_calls;
+  t->retry = req->retry;
+  t->adapter_ctx = adapter_ctx;
+  int64_t timeout = req->timeout_ms ? req->timeout_ms : core->cfg.default_task_timeout_ms;
+  t->deadline_ms = now_ms + timeout;
+  t->result.state = WK_TASK_PREPARING;
+  t->result.phase = WK_PHASE_PREPARING;
+  t->result.statistic.accepted_ms = now_ms;
+  wk_heap_set(&core->timeout_heap, i, t->deadline_ms);
+  core->n_live++;
+
+  out->adapter_ctx_taken = true;
+  out->slot_id = t->result.slot_id;
+  out->accepted_ms = now_ms;
+  out->result = &t->result;
+  wk_cmd *c = push_cmd(&out->cmds, WK_CMD_PREPARE_ACTIVATION, t);
+  c->u.prepare.requested_epoch = t->requested_epoch;
+}
+
+void wk_core_handle_submit(wk_core *core, const wk_submit_request *req, void *adapter_ctx,
+                           int64_t now_ms, wk_submit_result *out) {
+  memset(out, 0, sizeof *out);
+  if (!submit_args_valid(core, req)) {
+    out->err = WK_ERR_INVALID_ARGUMENT;
+    return;
+  }
+  uint32_t i = find_task(core, req->task_id, req->task_id_len);
+  if (i != WK_NONE && core->tasks[i].stage != WK_STAGE_RESERVED) {
+    wk_task *t = &core->tasks[i];
+    if (t->digest_known && t->digest != req->request_digest) {
+      out->err = WK_ERR_CONFLICT;
+      return;
+    }
+    out->duplicate = true;
+    out->slot_id = t->result.slot_id;
+    out->accepted_ms = t->result.statistic.accepted_ms;
+    out->result = &t->result;
+    return;
+  }
+  if (i != WK_NONE) { /* reserved by RequestTaskSlot */
+    wk_task *t = &core->tasks[i];
+    if (req->slot_id != 0 && req->slot_id != t->result.slot_id) {
+      bool same_index = wk_slot_id_index(req->slot_id) == t->slot;
+      out->err = same_index ? WK_ERR_SLOT_UNCERTAIN : WK_ERR_INVALID_SLOT;
+      return;
+    }
+    if (reservation_lapsed(core, i, now_ms)) {
+      out->err = WK_ERR_SLOT_UNCERTAIN;
+      return;
+    }
+    if (!core->ready || core->draining) {
+      out->err = WK_ERR_UNAVAILABLE;
+      return;
+    }
+    activate_record(core, i, req, adapter_ctx, now_ms, out);
+    return;
+  }
+  if (req->slot_id != 0) {
+    out->err = foreign_slot_error(core, req->slot_id);
+    return;
+  }
+  if (!can_admit(core, &out->err)) return;
+  i = new_task(core, req->task_id, req->task_id_len, WK_STAGE_RESERVED);
+  allocate_slot(core, i, now_ms + core->cfg.default_slot_ttl_ms);
+  activate_record(core, i, req, adapter_ctx, now_ms, out);
+}
+
+/* ---- activation ------------------------------------------------------------ */
+
+/* The ACTIVE record for an event expected in `phase`, or an error in out->err. */
+static uint32_t task_in_phase(const wk_core *core, const char *id, size_t len, wk_phase phase,
+                              wk_err *err) {
+  uint32_t i = find_task(core, id, len);
+  if (i == WK_NONE || core->tasks[i].stage == WK_STAGE_RESERVED) {
+    *err = WK_ERR_NOT_FOUND;
+    return WK_NONE;
+  }
+  const wk_task *t = &core->tasks[i];
+  if (t->stage != WK_STAGE_ACTIVE || t->result.phase != phase) {
+    *err = WK_ERR_STALE;
+    return WK_NONE;
+  }
+  *err = WK_OK;
+  return i;
+}
+
+void wk_core_handle_activation_prepared(wk_core *core, const char *task_id, size_t task_id_len,
+                                        uint64_t slot_id, uint64_t code_epoch, int64_t now_ms,
+                                        wk_transition_result *out) {
+  memset(out, 0, sizeof *out);
+  uint32_t i = task_in_phase(core, task_id, task_id_len, WK_PHASE_PREPARING, &out->err);
+  if (i == WK_NONE) return;
+  wk_task *t = &core->tasks[i];
+  if (slot_id != t->result.slot_id) {
+    out->err = WK_ERR_STALE;
+    return;
+  }
+  wk_slot *slot = &core->slots[t->slot];
+  assert(slot->state == WK_SLOT_ALLOCATED);
+  if (now_ms >= slot->lease_expires_ms) {
+    converge(core, i, WK_TASK_FAILED, WK_FAIL_SLOT_LOST,
+             "the slot's lease expired before the task was activated", true, now_ms, &out->cmds);
+    return;
+  }
+  wk_heap_remove(&core->lease_heap, t->slot);
+  slot->state = WK_SLOT_RUNNING;
+  slot->lease_expires_ms = 0;
+  core->n_allocated--;
+  core->n_running++;
+  t->result.state = WK_TASK_RUNNING;
+  t->result.phase = WK_PHASE_BUILDER;
+  t->result.code_epoch = code_epoch;
+  t->result.statistic.activated_ms = now_ms;
+  t->result.statistic.builder_started_ms = now_ms;
+  push_cmd(&out->cmds, WK_CMD_START_BUILDER, t);
+}
+
+void wk_core_handle_activation_failed(wk_core *core, const char *task_id, size_t task_id_len,
+                                      wk_failure_code code, const char *message,
+                                      int64_t now_ms, wk_transition_result *out) {
+  memset(out, 0, sizeof *out);
+  if (code != WK_FAIL_ACTIVATION_FAILED && code != WK_FAIL_IO_SCOPE_FAILED) {
+    out->err = WK_ERR_INVALID_ARGUMENT;
+    return;
+  }
+  uint32_t i = task_in_phase(core, task_id, task_id_len, WK_PHASE_PREPARING, &out->err);
+  if (i == WK_NONE) return;
+  converge(core, i, WK_TASK_FAILED, code, message, false, now_ms, &out->cmds);
+}
+
+/* ---- phases ---------------------------------------------------------------- */
+
+void wk_core_handle_phase_finished(wk_core *core, const char *task_id, size_t task_id_len,
+                                   wk_phase phase, const wk_phase_outcome *outcome,
+                                   int64_t now_ms, wk_transition_result *out) {
+  memset(out, 0, sizeof *out);
+  if (!outcome || (phase != WK_PHASE_BUILDER && phase != WK_PHASE_CALLS && phase != WK_PHASE_WRITER) ||
+      !wk_failure_code_valid((int)outcome->failure_code)) {
+    out->err = WK_ERR_INVALID_ARGUMENT;
+    return;
+  }
+  uint32_t i = task_in_phase(core, task_id, task_id_len, phase, &out->err);
+  if (i == WK_NONE) return;
+  wk_task *t = &core->tasks[i];
+  wk_task_statistic *st = &t->result.statistic;
+  wk_failure_code code = outcome->failure_code;
+  switch (phase) {
+    case WK_PHASE_BUILDER:
+      st->builder_finished_ms = now_ms;
+      if (!outcome->ok) {
+        converge(core, i, WK_TASK_FAILED, code ? code : WK_FAIL_BUILDER_FAILED,
+                 outcome->message ? outcome->message : "the call builder failed", false, now_ms,
+                 &out->cmds);
+        return;
+      }
+      t->result.phase = WK_PHASE_CALLS;
+      st->calls_started_ms = now_ms;
+      wk_cmd *calls = push_cmd(&out->cmds, WK_CMD_START_CALLS, t);
+      calls->u.calls.call_list = outcome->call_list;
+      calls->u.calls.streaming = outcome->streaming;
+      return;
+    case WK_PHASE_CALLS:
+      st->calls_finished_ms = now_ms;
+      st->calls = outcome->stats;
+      t->result.outputs.data = copy_bytes(core, outcome->data);
+      t->result.outputs.len = t->result.outputs.data ? outcome->data.len : 0;
+      if (!outcome->ok) {
+        converge(core, i, WK_TASK_FAILED, code ? code : WK_FAIL_CALL_FAILED,
+                 outcome->message ? outcome->message : "a call failed", false, now_ms, &out->cmds);
+        return;
+      }
+      t->result.phase = WK_PHASE_WRITER;
+      st->writer_started_ms = now_ms;
+      wk_cmd *writer = push_cmd(&out->cmds, WK_CMD_START_WRITER, t);
+      writer->u.writer.outputs = t->result.outputs;
+      return;
+    case WK_PHASE_WRITER:
+      st->writer_finished_ms = now_ms;
+      t->result.plugin_results.data = copy_bytes(core, outcome->data);
+      t->result.plugin_results.len = t->result.plugin_results.data ? outcome->data.len : 0;
+      if (!outcome->ok) {
+        converge(core, i, WK_TASK_FAILED, code ? code : WK_FAIL_PLUGIN_FAILED,
+                 outcome->message ? outcome->message : "the writer plugin failed", false, now_ms,
+                 &out->cmds);
+        return;
+      }
+      converge(core, i, WK_TASK_SUCCEEDED, WK_FAIL_NONE, NULL, false, now_ms, &out->cmds);
+      return;
+    case WK_PHASE_PREPARING:
+    case WK_PHASE_DONE:
+      break;
+  }
+  assert(0 && "phase validated above");
+}
+
+/* ---- timeouts, aborts, watch ---------------------------------------------- */
+
+static uint32_t active_task(const wk_core *core, const char *id, size_t len, wk_err *err) {
+  uint32_t i = find_task(core, id, len);
+  if (i == WK_NONE || core->tasks[i].stage == WK_STAGE_RESERVED) {
+    *err = WK_ERR_NOT_FOUND;
+    return WK_NONE;
+  }
+  *err = WK_OK;
+  return i;
+}
+
+void wk_core_handle_task_timed_out(wk_core *core, const char *task_id, size_t task_id_len,
+                                   int64_t now_ms, wk_transition_result *out) {
+  memset(out, 0, sizeof *out);
+  uint32_t i = active_task(core, task_id, task_id_len, &out->err);
+  if (i == WK_NONE) return;
+  wk_task *t = &core->tasks[i];
+  if (t->stage != WK_STAGE_ACTIVE || now_ms < t->deadline_ms) {
+    out->err = WK_ERR_STALE;
+    return;
+  }
+  converge(core, i, WK_TASK_FAILED, WK_FAIL_TASK_TIMEOUT, "the task exceeded its timeout", true,
+           now_ms, &out->cmds);
+}
+
+void wk_core_handle_abort(wk_core *core, const char *task_id, size_t task_id_len,
+                          wk_failure_code code, const char *message, int64_t now_ms,
+                          wk_transition_result *out) {
+  memset(out, 0, sizeof *out);
+  if (code != WK_FAIL_CANCELLED && code != WK_FAIL_WORKER_SHUTDOWN) {
+    out->err = WK_ERR_INVALID_ARGUMENT;
+    return;
+  }
+  wk_task_state state = code == WK_FAIL_CANCELLED ? WK_TASK_CANCELLED : WK_TASK_FAILED;
+  uint32_t i = find_task(core, task_id, task_id_len);
+  if (i == WK_NONE) {
+    out->err = WK_ERR_NOT_FOUND;
+    return;
+  }
+  wk_task *t = &core->tasks[i];
+  if (t->stage == WK_STAGE_TERMINAL) return;
+  if (t->stage == WK_STAGE_RESERVED) {
+    /* never submitted: nothing runs, nobody watches; keep the answer for the id */
+    release_slot(core, t->slot);
+    t->digest_known = false;
+    t->result.state = state;
+    t->result.phase = WK_PHASE_DONE;
+    t->result.failure_code = code;
+    set_message(core, t, message);
+    t->result.statistic.finished_ms = now_ms;
+    retain(core, i, now_ms);
+    return;
+  }
+  converge(core, i, state, code, message, true, now_ms, &out->cmds);
+}
+
+wk_err wk_core_handle_watch_attached(wk_core *core, const char *task_id, size_t task_id_len,
+                                     int64_t now_ms) {
+  (void)now_ms;
+  wk_err err;
+  uint32_t i = active_task(core, task_id, task_id_len, &err);
+  if (i == WK_NONE || core->tasks[i].stage != WK_STAGE_ACTIVE) return err;
+  wk_task *t = &core->tasks[i];
+  t->watch_attached = true;
+  t->watch_ever_attached = true;
+  t->watch_disconnect_deadline_ms = 0;
+  wk_heap_remove(&core->watch_heap, i);
+  return WK_OK;
+}
+
+wk_err wk_core_handle_watch_detached(wk_core *core, const char *task_id, size_t task_id_len,
+                                     int64_t now_ms) {
+  (void)now_ms;
+  wk_err err;
+  uint32_t i = active_task(core, task_id, task_id_len, &err);
+  if (i == WK_NONE || core->tasks[i].stage != WK_STAGE_ACTIVE) return err;
+  wk_task *t = &core->tasks[i];
+  t->watch_attached = false;
+  t->watch_disconnect_deadline_ms = 0;
+  wk_heap_remove(&core->watch_heap, i);
+  return WK_OK;
+}
+
+wk_err wk_core_handle_watch_disconnected(wk_core *core, const char *task_id,
+                                         size_t task_id_len, int64_t now_ms) {
+  wk_err err;
+  uint32_t i = active_task(core, task_id, task_id_len, &err);
+  if (i == WK_NONE || core->tasks[i].stage != WK_STAGE_ACTIVE) return err;
+  wk_task *t = &core->tasks[i];
+  t->watch_attached = false;
+  t->watch_ever_attached = true;
+  t->watch_disconnect_deadline_ms = now_ms + core->cfg.watch_disconnect_grace_ms;
+  wk_heap_set(&core->watch_heap, i, t->watch_disconnect_deadline_ms);
+  return WK_OK;
+}
+
+void wk_core_handle_watch_grace_expired(wk_core *core, const char *task_id, size_t task_id_len,
+                                        int64_t now_ms, wk_transition_result *out) {
+  memset(out, 0, sizeof *out);
+  uint32_t i = active_task(core, task_id, task_id_len, &out->err);
+  if (i == WK_NONE) return;
+  wk_task *t = &core->tasks[i];
+  if (t->stage != WK_STAGE_ACTIVE || !wk_heap_contains(&core->watch_heap, i) ||
+      now_ms < t->watch_disconnect_deadline_ms) {
+    out->err = WK_ERR_STALE;
+    return;
+  }
+  converge(core, i, WK_TASK_FAILED, WK_FAIL_OWNER_LOST,
+           "every watcher disconnected and none re-attached within the grace period", true, now_ms,
+           &out->cmds);
+}
+
+void wk_core_handle_slot_lease_expired(wk_core *core, uint64_t slot_id, int64_t now_ms,
+                                       wk_transition_result *out) {
+  memset(out, 0, sizeof *out);
+  uint32_t s = wk_slot_id_index(slot_id);
+  if (s >= core->cfg.task_slots || wk_slot_id_generation(slot_id) == 0) {
+    out->err = WK_ERR_INVALID_SLOT;
+    return;
+  }
+  wk_slot *slot = &core->slots[s];
+  if (slot->generation != wk_slot_id_generation(slot_id) || slot->state != WK_SLOT_ALLOCATED ||
+      now_ms < slot->lease_expires_ms) {
+    out->err = WK_ERR_STALE;
+    return;
+  }
+  uint32_t i = slot->task;
+  if (core->tasks[i].stage == WK_STAGE_RESERVED) {
+    release_slot(core, s);
+    free_task(core, i);
+    return;
+  }
+  converge(core, i, WK_TASK_FAILED, WK_FAIL_SLOT_LOST,
+           "the slot's lease expired before the task was activated", true, now_ms, &out->cmds);
+}
+
+/* ---- views ------------------------------------------------------------------ */
+
+wk_err wk_core_get_result(const wk_core *core, const char *task_id, size_t task_id_len,
+                          const wk_task_result **result) {
+  *result = NULL;
+  uint32_t i = find_task(core, task_id, task_id_len);
+  if (i == WK_NONE || core->tasks[i].stage == WK_STAGE_RESERVED) return WK_ERR_NOT_FOUND;
+  *result = &core->tasks[i].result;
+  return WK_OK;
+}
+
+wk_heartbeat wk_core_derive_heartbeat(const wk_core *core, int64_t now_ms) {
+  wk_heartbeat hb = {
+      .task_slots = core->cfg.task_slots,
+      .reserved = core->n_allocated,
+      .running = core->n_running,
+      .free = core->n_free,
+      .ready = core->ready,
+      .draining = core->draining,
+      .now_ms = now_ms,
+  };
+  return hb;
+}
+
+uint32_t wk_core_live_tasks(const wk_core *core) { return core->n_live; }
+
+size_t wk_core_list_live_tasks(const wk_core *core, wk_task_id *out, size_t max) {
+  /* live tasks are exactly those in the timeout heap */
+  size_t n = 0;
+  for (uint32_t k = 0; k < core->timeout_heap.size && n < max; k++) {
+    const wk_task *t = &core->tasks[core->timeout_heap.order[k]];
+    out[n].len = t->id_len;
+    memcpy(out[n].bytes, t->id, (size_t)t->id_len + 1);
+    n++;
+  }
+  return n;
+}
+
+uint32_t wk_core_retained_count(const wk_core *core) { return core->retained_count; }
+uint64_t wk_core_retained_bytes(const wk_core *core) { return core->retained_bytes; }
+
+wk_slot_view wk_core_slot(const wk_core *core, uint32_t index) {
+  wk_slot_view v = {0};
+  assert(index < core->cfg.task_slots);
+  const wk_slot *s = &core->slots[index];
+  v.state = (wk_slot_state)s->state;
+  v.generation = s->generation;
+  v.lease_expires_ms = s->lease_expires_ms;
+  if (s->state != WK_SLOT_FREE) {
+    v.task_id = core->tasks[s->task].id;
+    v.task_id_len = core->tasks[s->task].id_len;
+  }
+  return v;
+}

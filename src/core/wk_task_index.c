@@ -1,0 +1,68 @@
+/* wk_task_index.c: the task index, an open-addressing hash table from task id to
+ * task record. Linear probing keeps lookups in one or two cache lines; deletion
+ * shifts entries back instead of leaving tombstones, so churn never degrades it. */
+#include <assert.h>
+#include <string.h>
+
+#include "core/wk_core_int.h"
+
+void wk_task_index_init(wk_task_index *ix, uint32_t records, const wk_allocator *a) {
+  uint32_t cap = 16;
+  while (cap < records * 2u) cap <<= 1; /* load factor <= 0.5 */
+  ix->entries = wk_xcalloc(a, cap, sizeof *ix->entries);
+  for (uint32_t i = 0; i < cap; i++) ix->entries[i] = WK_NONE;
+  ix->mask = cap - 1;
+  ix->count = 0;
+}
+
+void wk_task_index_free(wk_task_index *ix, const wk_allocator *a) {
+  wk_xfree(a, ix->entries, ((size_t)ix->mask + 1) * sizeof *ix->entries);
+  ix->entries = NULL;
+}
+
+static bool same_id(const wk_task *t, const char *id, size_t len, uint64_t hash) {
+  return t->hash == hash && t->id_len == len && memcmp(t->id, id, len) == 0;
+}
+
+uint32_t wk_task_index_find(const wk_core *core, const char *id, size_t len, uint64_t hash) {
+  const wk_task_index *ix = &core->index;
+  for (uint32_t i = (uint32_t)hash & ix->mask;; i = (i + 1) & ix->mask) {
+    uint32_t t = ix->entries[i];
+    if (t == WK_NONE) return WK_NONE;
+    if (same_id(&core->tasks[t], id, len, hash)) return t;
+  }
+}
+
+void wk_task_index_insert(wk_core *core, uint32_t t) {
+  wk_task_index *ix = &core->index;
+  assert(ix->count < ix->mask); /* never full: capacity is twice the records */
+  uint32_t i = (uint32_t)core->tasks[t].hash & ix->mask;
+  while (ix->entries[i] != WK_NONE) {
+    assert(ix->entries[i] != t);
+    i = (i + 1) & ix->mask;
+  }
+  ix->entries[i] = t;
+  ix->count++;
+}
+
+void wk_task_index_remove(wk_core *core, uint32_t t) {
+  wk_task_index *ix = &core->index;
+  uint32_t i = (uint32_t)core->tasks[t].hash & ix->mask;
+  while (ix->entries[i] != t) {
+    assert(ix->entries[i] != WK_NONE);
+    i = (i + 1) & ix->mask;
+  }
+  /* backward-shift deletion: move later entries of the cluster into the hole when
+   * their home position does not lie cyclically in (hole, j] */
+  uint32_t hole = i;
+  for (uint32_t j = (hole + 1) & ix->mask; ix->entries[j] != WK_NONE; j = (j + 1) & ix->mask) {
+    uint32_t home = (uint32_t)core->tasks[ix->entries[j]].hash & ix->mask;
+    bool home_in_range = (hole <= j) ? (hole < home && home <= j) : (hole < home || home <= j);
+    if (!home_in_range) {
+      ix->entries[hole] = ix->entries[j];
+      hole = j;
+    }
+  }
+  ix->entries[hole] = WK_NONE;
+  ix->count--;
+}
