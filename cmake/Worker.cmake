@@ -1,0 +1,33 @@
+# The worker daemon: adapters (executor pool), app (orchestrator, subscriptions, wiring),
+# plugins (builders), and cmd/worker. Needs wk_core, wk_proto, wk_adapters_frame,
+# wk_grpc_server and wk_code_store.
+find_package(PkgConfig REQUIRED)
+find_package(Threads REQUIRED)
+pkg_check_modules(LIBUV REQUIRED IMPORTED_TARGET libuv)
+pkg_check_modules(JANSSON REQUIRED IMPORTED_TARGET jansson)
+pkg_check_modules(GRPC REQUIRED IMPORTED_TARGET grpc)
+
+add_library(wk_plugins STATIC src/plugins/wk_builders.c)
+target_include_directories(wk_plugins PUBLIC ${CMAKE_SOURCE_DIR}/src)
+target_compile_options(wk_plugins PRIVATE ${WK_WARNINGS})
+
+add_library(wk_app STATIC
+  src/lib/wk_buf.c
+  src/adapters/wk_executor_pool.c
+  src/app/wk_log.c
+  src/app/wk_fs.c
+  src/app/wk_wire.c
+  src/app/wk_task_runtime.c
+  src/app/wk_subscriptions.c
+  src/app/wk_orchestrator.c
+  src/app/wk_app.c)
+target_include_directories(wk_app PUBLIC ${CMAKE_SOURCE_DIR}/src)
+target_compile_definitions(wk_app PRIVATE _GNU_SOURCE WK_PYTHON_DIR="${CMAKE_SOURCE_DIR}/python")
+target_compile_options(wk_app PRIVATE ${WK_WARNINGS})
+target_link_libraries(wk_app PUBLIC wk_core wk_proto wk_adapters_frame wk_grpc_server wk_code_store
+  wk_plugins PkgConfig::LIBUV PkgConfig::JANSSON PkgConfig::GRPC Threads::Threads)
+
+add_executable(worker cmd/worker/main.c)
+target_compile_options(worker PRIVATE ${WK_WARNINGS})
+target_compile_definitions(worker PRIVATE _GNU_SOURCE)
+target_link_libraries(worker PRIVATE wk_app)

@@ -1,0 +1,98 @@
+/* wk_grpc_server.h: the Worker's gRPC server on gRPC core's C API.
+ *
+ * One TCP port serves worker.v1.WorkerService (RequestTaskSlot, SubmitTask,
+ * GetTaskResult, WatchTasks, CancelTask) and grpc.health.v1.Health (Check, Watch).
+ * A single completion-queue thread accepts calls, decodes the request with
+ * protobuf-c and validates every field. Invalid requests are answered on that thread
+ * (INVALID_ARGUMENT, with a message a person can act on) and never reach the
+ * sink; unknown methods are answered UNIMPLEMENTED at once. Valid requests are
+ * handed to the sink (the orchestrator), which answers from any thread.
+ *
+ * Ownership: the server owns every wk_rpc. The sink receives one reference with
+ * on_rpc and gives it back with wk_rpc_release once it will touch the rpc no more
+ * (after wk_rpc_reply/wk_rpc_fail for unary calls; after wk_rpc_finish, or after
+ * on_closed, for streams). The server frees the rpc when gRPC is done with it and
+ * the sink's reference is released. */
+#ifndef WK_GRPC_SERVER_H
+#define WK_GRPC_SERVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <grpc/status.h>
+
+typedef struct wk_grpc_server wk_grpc_server;
+typedef struct wk_rpc wk_rpc;
+
+typedef enum wk_rpc_method {
+  WK_RPC_REQUEST_TASK_SLOT = 0, /* request: Worker__V1__RequestTaskSlotRequest */
+  WK_RPC_SUBMIT_TASK = 1,       /* Worker__V1__SubmitTaskRequest */
+  WK_RPC_GET_TASK_RESULT = 2,   /* Worker__V1__GetTaskResultRequest */
+  WK_RPC_WATCH_TASKS = 3,       /* Worker__V1__WatchTasksRequest (server streaming) */
+  WK_RPC_CANCEL_TASK = 4,       /* Worker__V1__CancelTaskRequest */
+  WK_RPC_HEALTH_CHECK = 5,      /* Grpc__Health__V1__HealthCheckRequest */
+  WK_RPC_HEALTH_WATCH = 6,      /* Grpc__Health__V1__HealthCheckRequest (server streaming) */
+  WK_RPC_METHOD_COUNT = 7,
+} wk_rpc_method;
+
+/** Full gRPC path of a method ("/worker.v1.WorkerService/SubmitTask"). */
+const char *wk_rpc_method_path(wk_rpc_method m);
+/** Short name ("SubmitTask") for logs and metrics. */
+const char *wk_rpc_method_name(wk_rpc_method m);
+
+typedef struct wk_grpc_server_sink {
+  /* A decoded, validated request. Called on the completion-queue thread: must not
+   * block (post to the actor and return). The sink now holds one reference. */
+  void (*on_rpc)(void *ud, wk_rpc *rpc);
+  /* A streaming rpc ended on the client's side: `cancelled` is true when the client
+   * went away or cancelled before the server finished the stream. Called once per
+   * streaming rpc on the completion-queue thread, before the rpc can be freed; the
+   * sink's reference stays valid until it calls wk_rpc_release. */
+  void (*on_closed)(void *ud, wk_rpc *rpc, bool cancelled);
+  void *ud;
+} wk_grpc_server_sink;
+
+typedef struct wk_grpc_server_config {
+  const char *listen_addr;      /* "host:port"; port 0 picks a free one */
+  size_t max_message_bytes;     /* larger requests: RESOURCE_EXHAUSTED from gRPC */
+  uint64_t max_ttl_ms;          /* ttl_ms above this is capped by the core, above 2^40 invalid */
+  uint64_t max_timeout_ms;      /* timeout_ms above this: INVALID_ARGUMENT */
+  uint32_t max_watch_tasks;     /* task_ids per WatchTasks request */
+  uint32_t max_stream_queue;    /* queued messages per stream before wk_rpc_send fails */
+} wk_grpc_server_config;
+
+/** Binds, starts the server and its completion-queue thread. Writes the bound port
+ * to *port. Returns 0, or -1 with a reason in err (e.g. the address is in use). */
+int wk_grpc_server_start(const wk_grpc_server_config *cfg, wk_grpc_server_sink sink,
+                         wk_grpc_server **out, int *port, char *err, size_t err_len);
+
+/** Stops accepting calls, cancels calls still open, waits for the completion-queue
+ * thread and frees the server. The sink must have released every rpc, or will get
+ * no further callbacks; rpcs it still holds stay valid until released. */
+void wk_grpc_server_stop(wk_grpc_server *server);
+
+wk_rpc_method wk_rpc_method_of(const wk_rpc *rpc);
+/** The decoded request (protobuf-c message of the method's type); owned by the rpc. */
+const void *wk_rpc_request(const wk_rpc *rpc);
+/** Value of a request metadata key (e.g. "x-shadow-submit", "traceparent") copied
+ * into buf (NUL-terminated); returns false when absent. */
+bool wk_rpc_metadata(const wk_rpc *rpc, const char *key, char *buf, size_t buf_len);
+/** Peer address as gRPC reports it ("ipv4:127.0.0.1:5555"). */
+const char *wk_rpc_peer(const wk_rpc *rpc);
+
+/** Unary: answers OK with the encoded response message (copied). Thread-safe. */
+void wk_rpc_reply(wk_rpc *rpc, const uint8_t *msg, size_t len);
+/** Unary or stream: answers `code` with `message` (copied). Thread-safe. */
+void wk_rpc_fail(wk_rpc *rpc, grpc_status_code code, const char *message);
+/** Stream: queues one encoded message (copied); messages go out in order, one
+ * SEND_MESSAGE in flight at a time. Returns false (and queues nothing) when the queue
+ * is full or the stream is finished or cancelled. Thread-safe. */
+bool wk_rpc_send(wk_rpc *rpc, const uint8_t *msg, size_t len);
+/** Stream: ends it with `code`/`message` after every queued message is sent.
+ * Thread-safe; later sends fail. */
+void wk_rpc_finish(wk_rpc *rpc, grpc_status_code code, const char *message);
+/** Gives back the sink's reference. */
+void wk_rpc_release(wk_rpc *rpc);
+
+#endif

@@ -1,0 +1,345 @@
+/* wk_app.c: wiring and the start-up / shutdown sequence (DESIGN.md §7):
+ * validate → code store → executor pool → gRPC server bound → ready → serve;
+ * SIGTERM/SIGINT → draining → wait for running tasks up to drain_timeout_ms →
+ * converge the rest WORKER_SHUTDOWN → deliver terminal events → stop gRPC → stop
+ * executors → exit 0. A second signal skips the wait. */
+#include "app/wk_app.h"
+
+#include <errno.h>
+#include <grpc/grpc.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include "adapters/wk_executor_pool.h"
+#include "adapters/wk_grpc_server.h"
+#include "app/wk_fs.h"
+#include "app/wk_log.h"
+#include "app/wk_orchestrator.h"
+
+#ifndef WK_PYTHON_DIR
+#define WK_PYTHON_DIR "python"
+#endif
+
+void wk_app_config_default(wk_app_config *c) {
+  memset(c, 0, sizeof *c);
+  snprintf(c->listen_addr, sizeof c->listen_addr, "127.0.0.1:7070");
+  c->task_slots = 16;
+  snprintf(c->code_root, sizeof c->code_root, "./code");
+  c->executors = 4;
+  snprintf(c->python, sizeof c->python, "/usr/bin/python3");
+  snprintf(c->executor_script, sizeof c->executor_script, "%s/worker_executor.py", WK_PYTHON_DIR);
+  snprintf(c->python_path, sizeof c->python_path, "%s", WK_PYTHON_DIR);
+  c->result_retention_ms = 600000;
+  c->max_retained_results = 10000;
+  c->max_retained_bytes = 256u << 20;
+  c->watch_disconnect_grace_ms = 10000;
+  c->default_slot_ttl_ms = 30000;
+  c->max_slot_ttl_ms = 600000;
+  c->default_task_timeout_ms = 600000;
+  c->max_task_timeout_ms = 3600000;
+  c->drain_timeout_ms = 30000;
+  c->cancel_grace_ms = 2000;
+  c->tick_ms = 500;
+  c->max_message_bytes = 4u << 20;
+  c->max_inline_output_bytes = 4u << 20;
+  c->max_calls_per_task = 1000000;
+  snprintf(c->log_level, sizeof c->log_level, "info");
+}
+
+__attribute__((format(printf, 4, 5))) static void problem(char *err, size_t len, int *n,
+                                                           const char *fmt, ...) {
+  size_t used = strlen(err);
+  va_list ap;
+  va_start(ap, fmt);
+  if (used < len) vsnprintf(err + used, len - used, fmt, ap);
+  va_end(ap);
+  (*n)++;
+}
+
+int wk_app_config_validate(const wk_app_config *c, char *err, size_t len) {
+  int n = 0;
+  err[0] = '\0';
+#define RANGE(field, lo, hi)                                                                      \
+  if ((long long)c->field < (long long)(lo) || (long long)c->field > (long long)(hi))             \
+  problem(err, len, &n, "%s must be between " #lo " and " #hi ", got %lld\n", #field,             \
+          (long long)c->field)
+  RANGE(task_slots, 1, 1048576);
+  RANGE(executors, 1, 1024);
+  RANGE(result_retention_ms, 0, 86400000);
+  RANGE(max_retained_results, 1, 4194304);
+  RANGE(watch_disconnect_grace_ms, 0, 3600000);
+  RANGE(default_slot_ttl_ms, 1, 3600000);
+  RANGE(max_slot_ttl_ms, 1, 86400000);
+  RANGE(default_task_timeout_ms, 1, 86400000);
+  RANGE(max_task_timeout_ms, 1, 604800000);
+  RANGE(drain_timeout_ms, 0, 3600000);
+  RANGE(cancel_grace_ms, 1, 600000);
+  RANGE(tick_ms, 10, 60000);
+  RANGE(max_message_bytes, 1024, 1073741824);
+  RANGE(max_inline_output_bytes, 0, 1073741824);
+  RANGE(max_calls_per_task, 1, 100000000);
+#undef RANGE
+  if (c->default_slot_ttl_ms > c->max_slot_ttl_ms) {
+    problem(err, len, &n, "%s must not exceed max_slot_ttl_ms (%lld)\n", "default_slot_ttl_ms",
+            (long long)c->max_slot_ttl_ms);
+  }
+  if (c->default_task_timeout_ms > c->max_task_timeout_ms) {
+    problem(err, len, &n, "%s must not exceed max_task_timeout_ms (%lld)\n",
+            "default_task_timeout_ms", (long long)c->max_task_timeout_ms);
+  }
+  if (c->max_retained_bytes < 1024) {
+    problem(err, len, &n, "%s must be at least 1024, got %lld\n", "max_retained_bytes",
+            (long long)c->max_retained_bytes);
+  }
+  if (!strchr(c->listen_addr, ':')) {
+    problem(err, len, &n, "listen_addr must be host:port, got '%s'\n", c->listen_addr);
+  }
+  if (wk_log_parse_level(c->log_level) < 0) {
+    problem(err, len, &n, "log_level must be debug, info, warn or error, got '%s'\n", c->log_level);
+  }
+  struct stat st;
+  if (stat(c->code_root, &st) != 0 || !S_ISDIR(st.st_mode)) {
+    problem(err, len, &n, "code_root must be an existing directory, got '%s'\n", c->code_root);
+  }
+  return n;
+}
+
+/* ---- the running app ------------------------------------------------------------ */
+
+typedef enum app_phase { APP_STARTING, APP_SERVING, APP_DRAINING, APP_FLUSHING, APP_STOPPING } app_phase;
+
+typedef struct wk_app {
+  const wk_app_config *cfg;
+  uv_loop_t loop;
+  wk_orch *orch;
+  wk_pool *pool;
+  wk_grpc_server *server;
+  uv_async_t signal_async;
+  uv_timer_t phase_timer;
+  int signals_seen;
+  int signals_handled;
+  pthread_mutex_t mu;
+  app_phase phase;
+  int64_t phase_started_ms;
+  char scratch_root[1024];
+  bool own_scratch_root;
+} wk_app;
+
+static sigset_t stop_signals;
+
+static void *signal_thread(void *arg) {
+  wk_app *app = arg;
+  for (;;) {
+    int sig = 0;
+    if (sigwait(&stop_signals, &sig) != 0) continue;
+    if (sig == SIGUSR2) return NULL; /* our own wake-up at exit */
+    pthread_mutex_lock(&app->mu);
+    app->signals_seen++;
+    pthread_mutex_unlock(&app->mu);
+    uv_async_send(&app->signal_async);
+  }
+}
+
+static int64_t app_now(wk_app *app) {
+  uv_update_time(&app->loop);
+  return (int64_t)uv_now(&app->loop);
+}
+
+static void enter(wk_app *app, app_phase phase) {
+  app->phase = phase;
+  app->phase_started_ms = app_now(app);
+}
+
+static void on_pool_stopped(void *arg) {
+  wk_app *app = arg;
+  app->pool = NULL;
+  uv_close((uv_handle_t *)&app->phase_timer, NULL);
+  uv_close((uv_handle_t *)&app->signal_async, NULL);
+}
+
+static void stop_everything(wk_app *app) {
+  enter(app, APP_STOPPING);
+  wk_log(WK_LOG_INFO, "worker_stopping", "stopping the gRPC server and the executors");
+  wk_grpc_server_stop(app->server);
+  app->server = NULL;
+  wk_orch_close(app->orch);
+  app->orch = NULL;
+  wk_pool_stop(app->pool, on_pool_stopped, app);
+}
+
+static void on_phase_timer(uv_timer_t *t) {
+  wk_app *app = t->data;
+  int64_t now = app_now(app);
+  int64_t in_phase = now - app->phase_started_ms;
+  switch (app->phase) {
+    case APP_STARTING:
+      if (wk_pool_ready_executors(app->pool) >= app->cfg->executors || in_phase > 15000) {
+        wk_orch_set_ready(app->orch, true);
+        enter(app, APP_SERVING);
+        wk_log_json(WK_LOG_INFO, "worker_ready",
+                    json_pack("{s:i,s:i}", "executors_ready", (int)wk_pool_ready_executors(app->pool),
+                              "task_slots", (int)app->cfg->task_slots));
+      }
+      break;
+    case APP_SERVING:
+      break;
+    case APP_DRAINING:
+      if (wk_orch_live_tasks(app->orch) == 0 || in_phase >= app->cfg->drain_timeout_ms ||
+          app->signals_handled > 1) {
+        uint32_t left = wk_orch_live_tasks(app->orch);
+        if (left) wk_log(WK_LOG_WARN, "drain_incomplete", "%u tasks still running: WORKER_SHUTDOWN", left);
+        wk_orch_abort_all(app->orch, "the worker shut down before the task finished");
+        enter(app, APP_FLUSHING);
+      }
+      break;
+    case APP_FLUSHING:
+      /* let watchers receive their terminal events before the server goes */
+      if (wk_orch_open_streams(app->orch) == 0 || in_phase > 2000 || app->signals_handled > 1) {
+        stop_everything(app);
+      }
+      break;
+    case APP_STOPPING:
+      break;
+  }
+}
+
+static void on_signal(uv_async_t *a) {
+  wk_app *app = a->data;
+  pthread_mutex_lock(&app->mu);
+  int seen = app->signals_seen;
+  pthread_mutex_unlock(&app->mu);
+  while (app->signals_handled < seen) {
+    app->signals_handled++;
+    if (app->phase == APP_STOPPING) continue;
+    if (app->signals_handled == 1) {
+      wk_log(WK_LOG_INFO, "worker_draining", "signal received: draining (%u tasks running)",
+             wk_orch_live_tasks(app->orch));
+      wk_orch_set_draining(app->orch);
+      enter(app, APP_DRAINING);
+    } else {
+      wk_log(WK_LOG_INFO, "worker_draining", "second signal: not waiting for running tasks");
+    }
+  }
+  on_phase_timer(&app->phase_timer);
+}
+
+int wk_app_run(const wk_app_config *cfg) {
+  char err[2048];
+  if (wk_app_config_validate(cfg, err, sizeof err) != 0) {
+    fprintf(stderr, "worker: invalid configuration:\n%s", err);
+    return 2;
+  }
+  wk_log_set_level((wk_log_level)wk_log_parse_level(cfg->log_level));
+
+  /* gRPC's threads inherit this mask: only the signal thread sees the stop signals */
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGUSR2);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
+  signal(SIGPIPE, SIG_IGN);
+
+  wk_app app = {.cfg = cfg};
+  pthread_mutex_init(&app.mu, NULL);
+  uv_loop_init(&app.loop);
+  uv_async_init(&app.loop, &app.signal_async, on_signal);
+  app.signal_async.data = &app;
+  uv_timer_init(&app.loop, &app.phase_timer);
+  app.phase_timer.data = &app;
+
+  if (cfg->scratch_root[0]) {
+    snprintf(app.scratch_root, sizeof app.scratch_root, "%s", cfg->scratch_root);
+  } else {
+    const char *tmp = getenv("TMPDIR");
+    snprintf(app.scratch_root, sizeof app.scratch_root, "%s/wk-scratch-XXXXXX", tmp ? tmp : "/tmp");
+    if (!mkdtemp(app.scratch_root)) {
+      fprintf(stderr, "worker: cannot create a scratch directory: %s\n", strerror(errno));
+      return 1;
+    }
+    app.own_scratch_root = true;
+  }
+
+  static wk_builder_registry builders;
+  wk_builder_registry_add(&builders, "single");
+
+  wk_orch_config ocfg = {
+      .code_root = cfg->code_root,
+      .scratch_root = app.scratch_root,
+      .tick_ms = cfg->tick_ms,
+      .max_inline_output_bytes = cfg->max_inline_output_bytes,
+      .max_calls_per_task = cfg->max_calls_per_task,
+      .builders = &builders,
+  };
+  wk_core_config_default(&ocfg.core);
+  ocfg.core.task_slots = cfg->task_slots;
+  ocfg.core.default_slot_ttl_ms = cfg->default_slot_ttl_ms;
+  ocfg.core.max_slot_ttl_ms = cfg->max_slot_ttl_ms;
+  ocfg.core.default_task_timeout_ms = cfg->default_task_timeout_ms;
+  ocfg.core.max_task_timeout_ms = cfg->max_task_timeout_ms;
+  ocfg.core.watch_disconnect_grace_ms = cfg->watch_disconnect_grace_ms;
+  ocfg.core.result_retention_ms = cfg->result_retention_ms;
+  ocfg.core.max_retained_results = cfg->max_retained_results;
+  ocfg.core.max_retained_bytes = cfg->max_retained_bytes;
+  app.orch = wk_orch_create(&app.loop, &ocfg, err, sizeof err);
+  if (!app.orch) {
+    fprintf(stderr, "worker: %s\n", err);
+    return 2;
+  }
+
+  wk_pool_config pcfg = {
+      .python = cfg->python,
+      .executor_script = cfg->executor_script,
+      .python_path = cfg->python_path,
+      .executors = cfg->executors,
+      .max_frame = (uint32_t)(cfg->max_message_bytes + (1u << 20)),
+      .cancel_grace_ms = cfg->cancel_grace_ms,
+      .shutdown_grace_ms = 2000,
+  };
+  app.pool = wk_pool_start(&app.loop, &pcfg, wk_orch_on_call_result, app.orch, err, sizeof err);
+  if (!app.pool) {
+    fprintf(stderr, "worker: %s\n", err);
+    return 1;
+  }
+  wk_orch_set_pool(app.orch, app.pool);
+
+  grpc_init();
+  wk_grpc_server_config scfg = {
+      .listen_addr = cfg->listen_addr,
+      .max_message_bytes = cfg->max_message_bytes,
+      .max_ttl_ms = (uint64_t)cfg->max_slot_ttl_ms,
+      .max_timeout_ms = (uint64_t)cfg->max_task_timeout_ms,
+      .max_watch_tasks = 1024,
+      .max_stream_queue = 4096,
+  };
+  int port = 0;
+  if (wk_grpc_server_start(&scfg, wk_orch_sink(app.orch), &app.server, &port, err, sizeof err) != 0) {
+    fprintf(stderr, "worker: cannot serve on %s: %s\n", cfg->listen_addr, err);
+    return 1;
+  }
+  wk_log_json(WK_LOG_INFO, "worker_listening",
+              json_pack("{s:s,s:i,s:s,s:i}", "listen_addr", cfg->listen_addr, "port", port,
+                        "code_root", cfg->code_root, "executors", (int)cfg->executors));
+
+  pthread_t sig_thread;
+  pthread_create(&sig_thread, NULL, signal_thread, &app);
+  enter(&app, APP_STARTING);
+  uv_timer_start(&app.phase_timer, on_phase_timer, 0, 20);
+
+  uv_run(&app.loop, UV_RUN_DEFAULT);
+
+  pthread_kill(sig_thread, SIGUSR2);
+  pthread_join(sig_thread, NULL);
+  uv_loop_close(&app.loop);
+  grpc_shutdown();
+  if (app.own_scratch_root) wk_fs_remove_tree(app.scratch_root);
+  pthread_mutex_destroy(&app.mu);
+  wk_log(WK_LOG_INFO, "worker_stopped", "clean shutdown");
+  return 0;
+}

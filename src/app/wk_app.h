@@ -1,0 +1,47 @@
+/* wk_app.h: the Worker's configuration and its single wiring and start-up /
+ * shutdown sequence. Entry points (cmd/worker) only parse flags into a config and
+ * call wk_app_run. */
+#ifndef WK_APP_H
+#define WK_APP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct wk_app_config {
+  char listen_addr[256];
+  uint32_t task_slots;
+  char code_root[1024];
+  char scratch_root[1024]; /* "" = a fresh directory under $TMPDIR */
+  uint32_t executors;
+  char python[1024];
+  char executor_script[1024];
+  char python_path[1024];
+  int64_t result_retention_ms;
+  uint32_t max_retained_results;
+  uint64_t max_retained_bytes;
+  int64_t watch_disconnect_grace_ms;
+  int64_t default_slot_ttl_ms;
+  int64_t max_slot_ttl_ms;
+  int64_t default_task_timeout_ms;
+  int64_t max_task_timeout_ms;
+  int64_t drain_timeout_ms;
+  int64_t cancel_grace_ms;
+  int64_t tick_ms;
+  size_t max_message_bytes;
+  size_t max_inline_output_bytes;
+  uint32_t max_calls_per_task;
+  char log_level[16];
+} wk_app_config;
+
+/** Fills every setting with its default (the one place defaults live). */
+void wk_app_config_default(wk_app_config *cfg);
+
+/** Checks every value; writes one line per problem into err (newline separated) and
+ * returns the number of problems (0 = valid). */
+int wk_app_config_validate(const wk_app_config *cfg, char *err, size_t err_len);
+
+/** Runs the worker until SIGINT/SIGTERM: start-up, serve, drain, shutdown. Returns
+ * the process exit code (0 after a clean stop). */
+int wk_app_run(const wk_app_config *cfg);
+
+#endif

@@ -1,0 +1,68 @@
+/* wk_orchestrator.h: the actor that owns WorkerCore and executes what it decides.
+ *
+ * One libuv loop thread runs the orchestrator. The gRPC completion-queue thread hands
+ * it rpcs through the server sink (a locked queue and uv_async_send); the executor
+ * pool, the activation jobs and the timers run on the same loop. The orchestrator
+ * feeds every event to the core with the loop's `now`, executes the commands the
+ * core returns, and keeps no copy of slot or phase truth: task runtimes hold only
+ * what the phases need.
+ *
+ * Timers: a tick every `tick_ms` (lease expiry, task timeouts, watch grace, result
+ * purge) and a wake-up at the core's next deadline. */
+#ifndef WK_ORCHESTRATOR_H
+#define WK_ORCHESTRATOR_H
+
+#include <stdbool.h>
+#include <uv.h>
+
+#include "adapters/wk_executor_pool.h"
+#include "adapters/wk_grpc_server.h"
+#include "core/wk_core.h"
+#include "plugins/wk_builders.h"
+
+typedef struct wk_orch wk_orch;
+
+typedef struct wk_orch_config {
+  wk_core_config core;
+  const char *code_root;
+  const char *scratch_root;   /* parent of the tasks' scratch directories */
+  int64_t tick_ms;            /* timer tick (500) */
+  size_t max_inline_output_bytes; /* outputs kept in the TaskResult without a writer */
+  uint32_t max_calls_per_task;
+  const wk_builder_registry *builders;
+} wk_orch_config;
+
+/** Creates the orchestrator on `loop` with a fresh core (not ready). Returns NULL with
+ * a reason in err when the configuration is invalid. */
+wk_orch *wk_orch_create(uv_loop_t *loop, const wk_orch_config *cfg, char *err, size_t err_len);
+
+/** Attaches the executor pool the calls run on (owned by the caller). */
+void wk_orch_set_pool(wk_orch *orch, wk_pool *pool);
+
+/** The sink to give the gRPC server: its callbacks are safe on any thread. */
+wk_grpc_server_sink wk_orch_sink(wk_orch *orch);
+
+/** The pool's result callback; pass it with `orch` as user data to wk_pool_start. */
+void wk_orch_on_call_result(void *orch, void *call_ctx, const wk_call_outcome *outcome);
+
+/** Marks the worker ready: new tasks are admitted, health says SERVING. */
+void wk_orch_set_ready(wk_orch *orch, bool ready);
+
+/** Starts draining: new slots and submits are UNAVAILABLE, health NOT_SERVING. */
+void wk_orch_set_draining(wk_orch *orch);
+
+/** Tasks submitted and not yet terminal. */
+uint32_t wk_orch_live_tasks(const wk_orch *orch);
+
+/** WatchTasks streams still open (Health.Watch streams are not counted). */
+uint32_t wk_orch_open_streams(const wk_orch *orch);
+
+/** Converges every live task FAILED/WORKER_SHUTDOWN and ends every open stream
+ * (watchers get their terminal events first). */
+void wk_orch_abort_all(wk_orch *orch, const char *reason);
+
+/** Stops the timers and closes the orchestrator's handles; frees it once closed
+ * (run the loop). Rpcs still held are answered UNAVAILABLE and released. */
+void wk_orch_close(wk_orch *orch);
+
+#endif

@@ -1,0 +1,243 @@
+#include "app/wk_subscriptions.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "app/wk_wire.h"
+#include "lib/wk_hash.h"
+#include "worker/v1/worker.pb-c.h"
+
+#define BUCKETS 4096u
+
+typedef struct wk_sub wk_sub;
+
+/* One (stream, task) pair still waiting for its terminal event. */
+typedef struct wk_watch_entry {
+  struct wk_watch_entry *next; /* in the bucket */
+  wk_sub *sub;
+  uint64_t hash;
+  char task_id[WK_TASK_ID_MAX + 1];
+} wk_watch_entry;
+
+struct wk_sub {
+  wk_sub *next, *prev;
+  wk_rpc *rpc;
+  uint32_t remaining; /* tasks without their terminal event yet */
+  bool finished;      /* status sent */
+};
+
+struct wk_subs {
+  wk_core *core;
+  wk_sub *streams;
+  uint32_t n_streams;
+  wk_watch_entry *buckets[BUCKETS];
+};
+
+wk_subs *wk_subs_create(wk_core *core) {
+  wk_subs *s = calloc(1, sizeof *s);
+  if (!s) abort();
+  s->core = core;
+  return s;
+}
+
+static uint64_t id_hash(const char *id) { return wk_hash64(id, strlen(id), 0x5eedu); }
+
+static uint32_t watchers_of(const wk_subs *s, const char *id, uint64_t h) {
+  uint32_t n = 0;
+  for (const wk_watch_entry *e = s->buckets[h % BUCKETS]; e; e = e->next) {
+    if (e->hash == h && strcmp(e->task_id, id) == 0) n++;
+  }
+  return n;
+}
+
+static void encode_event(wk_buf *out, const char *task_id, Worker__V1__TaskEvent__Kind kind,
+                         const wk_task_result *r, int64_t wall_offset_ms) {
+  Worker__V1__TaskEvent ev = WORKER__V1__TASK_EVENT__INIT;
+  ev.task_id = (char *)(uintptr_t)task_id;
+  ev.kind = kind;
+  size_t n = worker__v1__task_event__get_packed_size(&ev);
+  worker__v1__task_event__pack(&ev, wk_buf_reserve(out, n));
+  out->len += n;
+  wk_buf result = {0};
+  wk_wire_append_task_result(&result, r, wall_offset_ms);
+  wk_wire_append_bytes_field(out, 3, result.data, result.len);
+  wk_buf_free(&result);
+}
+
+static void unlink_sub(wk_subs *s, wk_sub *sub) {
+  if (sub->prev) {
+    sub->prev->next = sub->next;
+  } else {
+    s->streams = sub->next;
+  }
+  if (sub->next) sub->next->prev = sub->prev;
+  s->n_streams--;
+}
+
+/* Removes every entry of `sub`; for live tasks left without a watcher, tells the core
+ * the stream broke (disconnected) or left cleanly. */
+static void drop_entries(wk_subs *s, wk_sub *sub, bool disconnected, int64_t now_ms) {
+  for (uint32_t b = 0; b < BUCKETS && sub->remaining; b++) {
+    wk_watch_entry **pp = &s->buckets[b];
+    while (*pp) {
+      wk_watch_entry *e = *pp;
+      if (e->sub != sub) {
+        pp = &e->next;
+        continue;
+      }
+      *pp = e->next;
+      sub->remaining--;
+      if (watchers_of(s, e->task_id, e->hash) == 0) {
+        size_t len = strlen(e->task_id);
+        if (disconnected) {
+          wk_core_handle_watch_disconnected(s->core, e->task_id, len, now_ms);
+        } else {
+          wk_core_handle_watch_detached(s->core, e->task_id, len, now_ms);
+        }
+      }
+      free(e);
+    }
+  }
+}
+
+static void finish(wk_sub *sub, grpc_status_code code, const char *msg) {
+  if (sub->finished) return;
+  sub->finished = true;
+  if (code == GRPC_STATUS_OK) {
+    wk_rpc_finish(sub->rpc, code, msg);
+  } else {
+    wk_rpc_fail(sub->rpc, code, msg);
+  }
+}
+
+void wk_subs_watch(wk_subs *s, wk_rpc *rpc, int64_t now_ms, int64_t wall_offset_ms) {
+  const Worker__V1__WatchTasksRequest *req = wk_rpc_request(rpc);
+  for (size_t i = 0; i < req->n_task_ids; i++) {
+    const wk_task_result *r;
+    if (wk_core_get_result(s->core, req->task_ids[i], strlen(req->task_ids[i]), &r) != WK_OK) {
+      char msg[256];
+      wk_rpc_fail(rpc, GRPC_STATUS_NOT_FOUND,
+                  wk_wire_error_message(WK_ERR_NOT_FOUND, req->task_ids[i], msg, sizeof msg));
+      wk_rpc_release(rpc);
+      return;
+    }
+  }
+  wk_sub *sub = calloc(1, sizeof *sub);
+  if (!sub) abort();
+  sub->rpc = rpc;
+  sub->next = s->streams;
+  if (s->streams) s->streams->prev = sub;
+  s->streams = sub;
+  s->n_streams++;
+
+  wk_buf msg = {0};
+  for (size_t i = 0; i < req->n_task_ids; i++) {
+    const char *id = req->task_ids[i];
+    const wk_task_result *r;
+    wk_core_get_result(s->core, id, strlen(id), &r);
+    bool terminal = wk_task_state_terminal(r->state);
+    wk_buf_clear(&msg);
+    encode_event(&msg, id, WORKER__V1__TASK_EVENT__KIND__KIND_SNAPSHOT, r, wall_offset_ms);
+    bool ok = wk_rpc_send(rpc, msg.data, msg.len);
+    if (ok && terminal) {
+      wk_buf_clear(&msg);
+      encode_event(&msg, id, WORKER__V1__TASK_EVENT__KIND__KIND_TERMINAL, r, wall_offset_ms);
+      ok = wk_rpc_send(rpc, msg.data, msg.len);
+    }
+    if (!ok) {
+      finish(sub, GRPC_STATUS_RESOURCE_EXHAUSTED,
+             "too many events queued for this stream; watch fewer tasks per stream");
+      drop_entries(s, sub, true, now_ms);
+      wk_buf_free(&msg);
+      return;
+    }
+    if (terminal) continue;
+    wk_watch_entry *e = calloc(1, sizeof *e);
+    if (!e) abort();
+    e->sub = sub;
+    e->hash = id_hash(id);
+    snprintf(e->task_id, sizeof e->task_id, "%s", id);
+    bool first = watchers_of(s, id, e->hash) == 0;
+    e->next = s->buckets[e->hash % BUCKETS];
+    s->buckets[e->hash % BUCKETS] = e;
+    sub->remaining++;
+    if (first) wk_core_handle_watch_attached(s->core, id, strlen(id), now_ms);
+  }
+  wk_buf_free(&msg);
+  if (sub->remaining == 0) finish(sub, GRPC_STATUS_OK, "");
+}
+
+static void notify(wk_subs *s, const wk_task_result *r, Worker__V1__TaskEvent__Kind kind,
+                   int64_t wall_offset_ms) {
+  char id[WK_TASK_ID_MAX + 1];
+  memcpy(id, r->task_id, r->task_id_len);
+  id[r->task_id_len] = '\0';
+  uint64_t h = id_hash(id);
+  wk_buf msg = {0};
+  bool terminal = kind == WORKER__V1__TASK_EVENT__KIND__KIND_TERMINAL;
+  wk_watch_entry **pp = &s->buckets[h % BUCKETS];
+  while (*pp) {
+    wk_watch_entry *e = *pp;
+    if (e->hash != h || strcmp(e->task_id, id) != 0) {
+      pp = &e->next;
+      continue;
+    }
+    if (!msg.len) encode_event(&msg, id, kind, r, wall_offset_ms);
+    wk_sub *sub = e->sub;
+    bool ok = !sub->finished && wk_rpc_send(sub->rpc, msg.data, msg.len);
+    if (!ok && !sub->finished) {
+      finish(sub, GRPC_STATUS_RESOURCE_EXHAUSTED,
+             "the watcher is not reading its events fast enough; the stream was ended");
+    }
+    if (terminal) {
+      *pp = e->next;
+      free(e);
+      sub->remaining--;
+      if (sub->remaining == 0) finish(sub, GRPC_STATUS_OK, "");
+    } else {
+      pp = &e->next;
+    }
+  }
+  wk_buf_free(&msg);
+}
+
+void wk_subs_on_phase(wk_subs *s, const wk_task_result *r, int64_t wall_offset_ms) {
+  notify(s, r, WORKER__V1__TASK_EVENT__KIND__KIND_PHASE_CHANGED, wall_offset_ms);
+}
+
+void wk_subs_on_terminal(wk_subs *s, const wk_task_result *r, int64_t wall_offset_ms) {
+  notify(s, r, WORKER__V1__TASK_EVENT__KIND__KIND_TERMINAL, wall_offset_ms);
+}
+
+static wk_sub *find_sub(const wk_subs *s, const wk_rpc *rpc) {
+  for (wk_sub *sub = s->streams; sub; sub = sub->next) {
+    if (sub->rpc == rpc) return sub;
+  }
+  return NULL;
+}
+
+bool wk_subs_owns(const wk_subs *s, const wk_rpc *rpc) { return find_sub(s, rpc) != NULL; }
+
+uint32_t wk_subs_streams(const wk_subs *s) { return s->n_streams; }
+
+void wk_subs_on_closed(wk_subs *s, wk_rpc *rpc, bool cancelled, int64_t now_ms) {
+  wk_sub *sub = find_sub(s, rpc);
+  if (!sub) return;
+  drop_entries(s, sub, cancelled || !sub->finished, now_ms);
+  unlink_sub(s, sub);
+  wk_rpc_release(sub->rpc);
+  free(sub);
+}
+
+void wk_subs_destroy(wk_subs *s) {
+  while (s->streams) {
+    wk_sub *sub = s->streams;
+    finish(sub, GRPC_STATUS_UNAVAILABLE, "the worker is shutting down");
+    drop_entries(s, sub, false, 0);
+    unlink_sub(s, sub);
+    wk_rpc_release(sub->rpc);
+    free(sub);
+  }
+  free(s);
+}

@@ -1,0 +1,37 @@
+/* wk_subscriptions.h: the SubscriptionManager. One subscriber per WatchTasks stream;
+ * many streams may watch one task and one stream may watch many. It translates the
+ * first attach, the last detach and a broken stream into the core's watch events,
+ * sends a SNAPSHOT per task first, then PHASE_CHANGED events, then the TERMINAL
+ * event, and ends the stream OK once every watched task's terminal event is sent.
+ * Runs on the actor thread. */
+#ifndef WK_SUBSCRIPTIONS_H
+#define WK_SUBSCRIPTIONS_H
+
+#include <stdbool.h>
+
+#include "adapters/wk_grpc_server.h"
+#include "core/wk_core.h"
+
+typedef struct wk_subs wk_subs;
+
+/** Creates the manager over `core` (not owned). */
+wk_subs *wk_subs_create(wk_core *core);
+/** Ends every open stream with UNAVAILABLE, releases every rpc, frees the manager. */
+void wk_subs_destroy(wk_subs *subs);
+
+/** Starts a WatchTasks stream (takes the rpc's reference). Unknown task ids end it
+ * NOT_FOUND before anything is attached. */
+void wk_subs_watch(wk_subs *subs, wk_rpc *rpc, int64_t now_ms, int64_t wall_offset_ms);
+/** A task entered a new phase: PHASE_CHANGED to its watchers. */
+void wk_subs_on_phase(wk_subs *subs, const wk_task_result *r, int64_t wall_offset_ms);
+/** A task converged: TERMINAL to its watchers; streams with nothing left end OK. */
+void wk_subs_on_terminal(wk_subs *subs, const wk_task_result *r, int64_t wall_offset_ms);
+/** The client side of a stream closed; `cancelled` when it went away early. Tasks it
+ * still watched lose a watcher (WatchDisconnected when it was the last). */
+void wk_subs_on_closed(wk_subs *subs, wk_rpc *rpc, bool cancelled, int64_t now_ms);
+/** True when `rpc` is one of the manager's streams. */
+bool wk_subs_owns(const wk_subs *subs, const wk_rpc *rpc);
+/** Number of open streams. */
+uint32_t wk_subs_streams(const wk_subs *subs);
+
+#endif

@@ -1,0 +1,156 @@
+#include "app/wk_task_runtime.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "adapters/wk_code_store.h"
+#include "app/wk_fs.h"
+#include "app/wk_wire.h"
+
+static void copy_str(char *dst, size_t cap, const char *src) {
+  snprintf(dst, cap, "%s", src ? src : "");
+}
+
+wk_task_rt *wk_task_rt_create(wk_orch *orch, const Worker__V1__SubmitTaskRequest *req,
+                              const char *traceparent, int64_t now_ms,
+                              int64_t default_timeout_ms) {
+  wk_task_rt *rt = calloc(1, sizeof *rt);
+  if (!rt) abort();
+  rt->orch = orch;
+  rt->refs = 1;
+  copy_str(rt->task_id, sizeof rt->task_id, req->task_id);
+  const Worker__V1__FunctionCallConfig *fn = req->function;
+  copy_str(rt->function, sizeof rt->function, fn->name);
+  copy_str(rt->entrypoint, sizeof rt->entrypoint,
+           (fn->entrypoint && fn->entrypoint[0]) ? fn->entrypoint : "main:handler");
+  copy_str(rt->builder, sizeof rt->builder, (fn->type && fn->type[0]) ? fn->type : "single");
+  copy_str(rt->result_handler, sizeof rt->result_handler,
+           req->result_handler ? req->result_handler->type : "");
+  copy_str(rt->traceparent, sizeof rt->traceparent, traceparent);
+  rt->args_len = fn->args.len;
+  if (rt->args_len) {
+    rt->args = malloc(rt->args_len);
+    if (!rt->args) abort();
+    memcpy(rt->args, fn->args.data, rt->args_len);
+  }
+  rt->args_json = fn->content_type == WORKER__V1__CONTENT_TYPE__CONTENT_TYPE_JSON;
+  rt->slot_id = req->slot_id;
+  rt->requested_epoch = fn->epoch;
+  if (req->call_failure_policy) {
+    rt->failure_policy = (wk_call_failure_policy)req->call_failure_policy->mode;
+    rt->max_failed_calls = req->call_failure_policy->max_failed_calls;
+  }
+  int64_t timeout = req->timeout_ms ? (int64_t)req->timeout_ms : default_timeout_ms;
+  rt->deadline_ms = now_ms + timeout;
+  return rt;
+}
+
+void wk_task_rt_ref(wk_task_rt *rt) { rt->refs++; }
+
+void wk_task_rt_unref(wk_task_rt *rt) {
+  if (--rt->refs > 0) return;
+  if (rt->scratch_created) wk_fs_remove_tree(rt->scratch_dir);
+  for (uint32_t i = 0; rt->rt_calls && i < rt->calls.count; i++) wk_buf_free(&rt->rt_calls[i].encoded);
+  free(rt->rt_calls);
+  wk_call_list_free(&rt->calls);
+  free(rt->args);
+  free(rt);
+}
+
+void wk_task_rt_activate(wk_task_rt *rt, const char *code_root, const char *scratch_root) {
+  rt->activation_rc = -1;
+  if (wk_code_store_resolve(code_root, rt->function, rt->requested_epoch, &rt->epoch, rt->code_dir,
+                            sizeof rt->code_dir, rt->activation_error,
+                            sizeof rt->activation_error) != 0) {
+    rt->activation_code = WK_FAIL_ACTIVATION_FAILED;
+    return;
+  }
+  /* the task id is printable ASCII but may hold '/': keep the directory name safe */
+  char safe[WK_TASK_ID_MAX + 1];
+  size_t n = strlen(rt->task_id);
+  for (size_t i = 0; i <= n; i++) safe[i] = rt->task_id[i] == '/' ? '_' : rt->task_id[i];
+  int len = snprintf(rt->scratch_dir, sizeof rt->scratch_dir, "%s/%s.%llx", scratch_root, safe,
+                     (unsigned long long)rt->slot_id);
+  if (len < 0 || (size_t)len >= sizeof rt->scratch_dir || mkdir(rt->scratch_dir, 0700) != 0) {
+    rt->activation_code = WK_FAIL_IO_SCOPE_FAILED;
+    snprintf(rt->activation_error, sizeof rt->activation_error,
+             "cannot create the task's scratch directory under %s: %s", scratch_root,
+             strerror(errno));
+    return;
+  }
+  rt->scratch_created = true;
+  rt->activation_rc = 0;
+}
+
+void wk_task_rt_record_call(wk_rt_call *call, const wk_call_outcome *o) {
+  wk_task_rt *rt = call->rt;
+  Worker__V1__CallOutput out = WORKER__V1__CALL_OUTPUT__INIT;
+  Worker__V1__CallError error = WORKER__V1__CALL_ERROR__INIT;
+  out.index = call->index;
+  out.content_type = (Worker__V1__ContentType)o->content_type;
+  out.stdout = (ProtobufCBinaryData){o->stdout_bytes.len, (uint8_t *)(uintptr_t)o->stdout_bytes.ptr};
+  out.stderr = (ProtobufCBinaryData){o->stderr_bytes.len, (uint8_t *)(uintptr_t)o->stderr_bytes.ptr};
+  char *type = NULL, *message = NULL, *traceback = NULL;
+  if (o->status == WK_CALL_OK) {
+    out.outcome_case = WORKER__V1__CALL_OUTPUT__OUTCOME_VALUE;
+    out.value = (ProtobufCBinaryData){o->output.len, (uint8_t *)(uintptr_t)o->output.ptr};
+  } else {
+    type = strndup((const char *)o->error_type.ptr, o->error_type.len);
+    message = strndup((const char *)o->error_message.ptr, o->error_message.len);
+    traceback = strndup((const char *)o->traceback.ptr, o->traceback.len);
+    if (!type || !message || !traceback) abort();
+    error.type = type;
+    error.message = message;
+    error.traceback = traceback;
+    error.retryable = o->status == WK_CALL_RETRYABLE || o->status == WK_CALL_EXECUTOR_LOST;
+    out.outcome_case = WORKER__V1__CALL_OUTPUT__OUTCOME_ERROR;
+    out.error = &error;
+    if (!rt->first_failure[0]) {
+      snprintf(rt->first_failure, sizeof rt->first_failure, "call %u failed: %s: %s", call->index,
+               type, message);
+    }
+  }
+  size_t n = worker__v1__call_output__get_packed_size(&out);
+  uint8_t *tmp = malloc(n ? n : 1);
+  if (!tmp) abort();
+  worker__v1__call_output__pack(&out, tmp);
+  wk_wire_append_bytes_field(&call->encoded, 7, tmp, n);
+  free(tmp);
+  free(type);
+  free(message);
+  free(traceback);
+
+  call->done = true;
+  call->handle = NULL;
+  call->failed = o->status != WK_CALL_OK;
+  rt->calls_done++;
+  rt->stats.calls_total++;
+  rt->stats.bytes_in += o->bytes_in;
+  rt->stats.bytes_out += o->output.len;
+  rt->stats.executor_cpu_us += o->cpu_us;
+  if (call->failed) {
+    rt->calls_failed++;
+    rt->stats.calls_failed++;
+  } else {
+    rt->stats.calls_succeeded++;
+  }
+}
+
+void wk_task_rt_collect_outputs(const wk_task_rt *rt, wk_buf *out) {
+  for (uint32_t i = 0; i < rt->calls.count; i++) {
+    wk_buf_append(out, rt->rt_calls[i].encoded.data, rt->rt_calls[i].encoded.len);
+  }
+}
+
+void wk_task_rt_cancel_calls(wk_task_rt *rt, wk_pool *pool) {
+  for (uint32_t i = 0; rt->rt_calls && i < rt->calls.count; i++) {
+    wk_rt_call *c = &rt->rt_calls[i];
+    if (c->handle) {
+      wk_pool_cancel(pool, c->handle);
+      c->handle = NULL;
+    }
+  }
+}

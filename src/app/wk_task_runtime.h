@@ -1,0 +1,100 @@
+/* wk_task_runtime.h: the adapter-side record of one task (the seed's taskRuntime).
+ *
+ * It holds what the adapter needs to run the task's phases: a copy of the request
+ * fields, the pinned epoch and code directory, the scratch directory (the task's IO
+ * scope), the call list and the calls' outputs. It holds no phase or slot truth:
+ * that is WorkerCore's. Owned by the orchestrator through a reference count: one
+ * reference while the core holds it as adapter_ctx (until CONVERGE), one per job in
+ * flight (activation, a deferred phase step). */
+#ifndef WK_TASK_RUNTIME_H
+#define WK_TASK_RUNTIME_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "adapters/wk_executor_pool.h"
+#include "core/wk_core.h"
+#include "lib/wk_buf.h"
+#include "plugins/wk_builders.h"
+#include "worker/v1/worker.pb-c.h"
+
+typedef struct wk_orch wk_orch;
+typedef struct wk_task_rt wk_task_rt;
+
+/* One call of the task and where it stands. */
+typedef struct wk_rt_call {
+  wk_task_rt *rt;
+  uint32_t index;
+  wk_pool_call *handle; /* while queued or running in the pool */
+  bool done;
+  bool failed;
+  wk_buf encoded; /* this call's CallOutput as a TaskResult field-7 record */
+} wk_rt_call;
+
+struct wk_task_rt {
+  wk_orch *orch;
+  uint32_t refs;
+  bool converged; /* the core handed the context back: no more core events */
+
+  char task_id[WK_TASK_ID_MAX + 1];
+  char function[129];
+  char entrypoint[257];
+  char builder[33];
+  char result_handler[33];
+  char traceparent[64];
+  uint8_t *args;
+  size_t args_len;
+  bool args_json;
+  uint64_t slot_id;
+  uint64_t requested_epoch;
+  wk_call_failure_policy failure_policy;
+  uint32_t max_failed_calls;
+  int64_t deadline_ms; /* monotonic */
+
+  /* activation (filled by the activation job) */
+  uv_work_t activation;
+  uint64_t epoch;
+  char code_dir[PATH_MAX];
+  char scratch_dir[PATH_MAX];
+  bool scratch_created;
+  int activation_rc;
+  wk_failure_code activation_code;
+  char activation_error[512];
+
+  /* calls */
+  wk_call_list calls;
+  wk_rt_call *rt_calls;
+  uint32_t calls_done, calls_failed;
+  bool calls_reported;
+  wk_call_stats stats;
+  char first_failure[512];
+};
+
+/** Creates a runtime from a validated SubmitTaskRequest (copies what it needs);
+ * refs = 1. `traceparent` may be NULL. */
+wk_task_rt *wk_task_rt_create(wk_orch *orch, const Worker__V1__SubmitTaskRequest *req,
+                              const char *traceparent, int64_t now_ms,
+                              int64_t default_timeout_ms);
+
+/** Takes / drops a reference; the last drop frees the runtime (removing its
+ * scratch directory). */
+void wk_task_rt_ref(wk_task_rt *rt);
+void wk_task_rt_unref(wk_task_rt *rt);
+
+/** Activation, run on a threadpool thread: resolves and pins the epoch in
+ * `code_root`, creates the scratch directory under `scratch_root`. Sets
+ * activation_rc 0, or -1 with activation_code and activation_error. */
+void wk_task_rt_activate(wk_task_rt *rt, const char *code_root, const char *scratch_root);
+
+/** Records a finished call's outcome as its encoded CallOutput and counts it. */
+void wk_task_rt_record_call(wk_rt_call *call, const wk_call_outcome *o);
+
+/** Concatenates the calls' encoded outputs in call order into `out`. */
+void wk_task_rt_collect_outputs(const wk_task_rt *rt, wk_buf *out);
+
+/** Cancels every call still in the pool. */
+void wk_task_rt_cancel_calls(wk_task_rt *rt, wk_pool *pool);
+
+#endif

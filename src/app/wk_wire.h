@@ -1,0 +1,38 @@
+/* wk_wire.h: conversions between WorkerCore's types and worker.v1 messages, and the
+ * mapping of core errors to gRPC status codes (the seed's workerErrToStatus).
+ *
+ * Encoded TaskResults are built without re-encoding outputs: the core keeps a task's
+ * outputs as the encoded bytes of TaskResult's repeated `outputs` field (field 7
+ * records), which protobuf lets us append to the rest of the message as they are. */
+#ifndef WK_WIRE_H
+#define WK_WIRE_H
+
+#include <grpc/status.h>
+
+#include "core/wk_core.h"
+#include "lib/wk_buf.h"
+
+/** gRPC status for a core error (InvalidArgument → INVALID_ARGUMENT, NoSlot →
+ * RESOURCE_EXHAUSTED, Unavailable → UNAVAILABLE, InvalidSlot → FAILED_PRECONDITION,
+ * NotFound → NOT_FOUND, SlotUncertain → ABORTED, Conflict → ALREADY_EXISTS). */
+grpc_status_code wk_wire_status(wk_err err);
+
+/** A message a person can act on for a core error met by `rpc` on `task_id`; written
+ * into buf. Returns buf. */
+const char *wk_wire_error_message(wk_err err, const char *task_id, char *buf, size_t len);
+
+/** Wire enum values (see the numbering contract in worker.proto). */
+static inline int wk_wire_task_state(wk_task_state s) { return (int)s + 1; }
+static inline int wk_wire_phase(wk_phase p) { return (int)p + 1; }
+
+/** Appends the encoded TaskResult for `r` to `out`. `wall_offset_ms` turns the core's
+ * monotonic times into unix ms. */
+void wk_wire_append_task_result(wk_buf *out, const wk_task_result *r, int64_t wall_offset_ms);
+
+/** Appends a length-delimited field (tag `field`, wire type 2) holding `len` bytes. */
+void wk_wire_append_bytes_field(wk_buf *out, uint32_t field, const void *data, size_t len);
+
+/** Appends a varint field (wire type 0). Zero values are still written. */
+void wk_wire_append_varint_field(wk_buf *out, uint32_t field, uint64_t v);
+
+#endif

@@ -1,0 +1,39 @@
+#include "lib/wk_buf.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+uint8_t *wk_buf_reserve(wk_buf *b, size_t n) {
+  if (b->cap - b->len < n) {
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap - b->len < n) cap *= 2;
+    uint8_t *p = realloc(b->data, cap);
+    if (!p) abort();
+    b->data = p;
+    b->cap = cap;
+  }
+  return b->data + b->len;
+}
+
+void wk_buf_append(wk_buf *b, const void *p, size_t n) {
+  if (n == 0) return;
+  memcpy(wk_buf_reserve(b, n), p, n);
+  b->len += n;
+}
+
+void wk_buf_append_varint(wk_buf *b, uint64_t v) {
+  uint8_t *p = wk_buf_reserve(b, 10);
+  size_t n = 0;
+  while (v >= 0x80) {
+    p[n++] = (uint8_t)(v | 0x80);
+    v >>= 7;
+  }
+  p[n++] = (uint8_t)v;
+  b->len += n;
+}
+
+void wk_buf_free(wk_buf *b) {
+  free(b->data);
+  b->data = NULL;
+  b->len = b->cap = 0;
+}

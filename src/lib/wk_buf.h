@@ -1,0 +1,25 @@
+/* wk_buf.h: a growable byte buffer for building messages. Out of memory aborts. */
+#ifndef WK_BUF_H
+#define WK_BUF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct wk_buf {
+  uint8_t *data;
+  size_t len;
+  size_t cap;
+} wk_buf;
+
+/** Makes room for `n` more bytes; returns where they go (len unchanged). */
+uint8_t *wk_buf_reserve(wk_buf *b, size_t n);
+/** Appends `n` bytes. */
+void wk_buf_append(wk_buf *b, const void *p, size_t n);
+/** Appends a base-128 varint. */
+void wk_buf_append_varint(wk_buf *b, uint64_t v);
+/** Empties the buffer, keeping its memory. */
+static inline void wk_buf_clear(wk_buf *b) { b->len = 0; }
+/** Frees the memory; the buffer is empty and reusable afterwards. */
+void wk_buf_free(wk_buf *b);
+
+#endif

@@ -1,0 +1,64 @@
+/* wk_builders.h: call builders, turning a task's args into its calls, and the
+ * registry of those a Profile enables. A builder not in the registry is
+ * BUILDER_NOT_FOUND. Builders are pure functions of their input. */
+#ifndef WK_BUILDERS_H
+#define WK_BUILDERS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* One call's args: a view into the task's args or into the list's own storage. */
+typedef struct wk_call_item {
+  const uint8_t *args;
+  size_t len;
+} wk_call_item;
+
+/* The calls a builder produced. Owned by the caller; free with wk_call_list_free. */
+typedef struct wk_call_list {
+  uint32_t count;
+  wk_call_item *items;
+  uint8_t *storage; /* bytes the items point into, when not the task's args */
+} wk_call_list;
+
+void wk_call_list_free(wk_call_list *list);
+
+typedef struct wk_builder_input {
+  const uint8_t *args;
+  size_t args_len;
+  bool json; /* content type of args */
+  uint32_t max_calls;
+} wk_builder_input;
+
+/* Builds the call list. Returns 0, or -1 with a message saying what was wrong and
+ * where (BUILDER_FAILED). */
+typedef int (*wk_builder_fn)(const wk_builder_input *in, wk_call_list *out, char *err,
+                             size_t err_len);
+
+typedef struct wk_builder {
+  const char *name;
+  wk_builder_fn build;
+} wk_builder;
+
+/** The builder named `name` among those compiled in ("single"), or NULL. */
+const wk_builder *wk_builder_find_builtin(const char *name);
+
+#define WK_BUILDERS_MAX 16
+
+/* The builders a Profile enables. */
+typedef struct wk_builder_registry {
+  const wk_builder *items[WK_BUILDERS_MAX];
+  uint32_t count;
+} wk_builder_registry;
+
+/** Adds the builtin builder `name`. Returns 0, or -1 when no such builder exists or
+ * the registry is full. */
+int wk_builder_registry_add(wk_builder_registry *reg, const char *name);
+
+/** The enabled builder called `name` ("" means "single"), or NULL. */
+const wk_builder *wk_builder_registry_find(const wk_builder_registry *reg, const char *name);
+
+/** Comma-separated names of the enabled builders, into buf (for error messages). */
+const char *wk_builder_registry_names(const wk_builder_registry *reg, char *buf, size_t len);
+
+#endif
