@@ -135,7 +135,8 @@ static void conn_close(wk_conn *c) {
   if (c->exec) {
     if (c->exec->conn == c) c->exec->conn = NULL;
     if (c->pool->n_ready && c->exec->running) c->pool->n_ready--;
-    kill_executor(c->exec, "its connection closed");
+    /* while stopping, executors hang up on their way out; the stop timer kills stragglers */
+    if (!c->pool->stopping) kill_executor(c->exec, "its connection closed");
     c->exec = NULL;
   }
   uv_read_stop((uv_stream_t *)&c->pipe);

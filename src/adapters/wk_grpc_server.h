@@ -48,7 +48,12 @@ typedef struct wk_grpc_server_sink {
   /* A streaming rpc ended on the client's side: `cancelled` is true when the client
    * went away or cancelled before the server finished the stream. Called once per
    * streaming rpc on the completion-queue thread, before the rpc can be freed; the
-   * sink's reference stays valid until it calls wk_rpc_release. */
+   * sink's reference stays valid until it calls wk_rpc_release.
+   * It comes after a normal wk_rpc_finish too (cancelled false, once the status is
+   * out), and also while the server stops (cancelled true). If the sink has already
+   * released the rpc, the rpc is valid only during this call: a sink that hands the
+   * rpc to another thread from here should release streams only after on_closed.
+   * May be NULL. */
   void (*on_closed)(void *ud, wk_rpc *rpc, bool cancelled);
   void *ud;
 } wk_grpc_server_sink;
@@ -61,6 +66,11 @@ typedef struct wk_grpc_server_config {
   uint32_t max_watch_tasks;     /* task_ids per WatchTasks request */
   uint32_t max_stream_queue;    /* queued messages per stream before wk_rpc_send fails */
 } wk_grpc_server_config;
+/* A zero limit above selects its default: */
+#define WK_GRPC_DEFAULT_MAX_MESSAGE_BYTES ((size_t)4 << 20)
+#define WK_GRPC_DEFAULT_MAX_TIMEOUT_MS ((uint64_t)24 * 3600 * 1000)
+#define WK_GRPC_DEFAULT_MAX_WATCH_TASKS 1024u
+#define WK_GRPC_DEFAULT_MAX_STREAM_QUEUE 256u
 
 /** Binds, starts the server and its completion-queue thread. Writes the bound port
  * to *port. Returns 0, or -1 with a reason in err (e.g. the address is in use). */
@@ -69,21 +79,28 @@ int wk_grpc_server_start(const wk_grpc_server_config *cfg, wk_grpc_server_sink s
 
 /** Stops accepting calls, cancels calls still open, waits for the completion-queue
  * thread and frees the server. The sink must have released every rpc, or will get
- * no further callbacks; rpcs it still holds stay valid until released. */
+ * no further callbacks; rpcs it still holds stay valid until released. on_closed
+ * may still be called (cancelled true) for open streams while stop runs, and
+ * answers that race with stop are dropped. Call from any thread but the
+ * completion-queue thread (not from a sink callback). NULL is a no-op. */
 void wk_grpc_server_stop(wk_grpc_server *server);
 
 wk_rpc_method wk_rpc_method_of(const wk_rpc *rpc);
 /** The decoded request (protobuf-c message of the method's type); owned by the rpc. */
 const void *wk_rpc_request(const wk_rpc *rpc);
 /** Value of a request metadata key (e.g. "x-shadow-submit", "traceparent") copied
- * into buf (NUL-terminated); returns false when absent. */
+ * into buf (NUL-terminated, cut to buf_len - 1 bytes); returns false when absent.
+ * Keys match case-insensitively. */
 bool wk_rpc_metadata(const wk_rpc *rpc, const char *key, char *buf, size_t buf_len);
 /** Peer address as gRPC reports it ("ipv4:127.0.0.1:5555"). */
 const char *wk_rpc_peer(const wk_rpc *rpc);
 
-/** Unary: answers OK with the encoded response message (copied). Thread-safe. */
+/** Unary: answers OK with the encoded response message (copied). Only the first of
+ * reply / fail / finish counts; later ones, and answers after the client went away,
+ * are ignored. Thread-safe. */
 void wk_rpc_reply(wk_rpc *rpc, const uint8_t *msg, size_t len);
-/** Unary or stream: answers `code` with `message` (copied). Thread-safe. */
+/** Unary or stream: answers `code` with `message` (copied). On a stream, messages
+ * queued and not yet started are dropped. Thread-safe. */
 void wk_rpc_fail(wk_rpc *rpc, grpc_status_code code, const char *message);
 /** Stream: queues one encoded message (copied); messages go out in order, one
  * SEND_MESSAGE in flight at a time. Returns false (and queues nothing) when the queue

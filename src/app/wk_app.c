@@ -6,6 +6,7 @@
 #include "app/wk_app.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <grpc/grpc.h>
 #include <pthread.h>
 #include <signal.h>
@@ -269,8 +270,19 @@ int wk_app_run(const wk_app_config *cfg) {
   static wk_builder_registry builders;
   wk_builder_registry_add(&builders, "single");
 
+  /* executors load code by absolute path */
+  char code_root[PATH_MAX];
+  if (!realpath(cfg->code_root, code_root)) {
+    fprintf(stderr, "worker: code_root %s: %s\n", cfg->code_root, strerror(errno));
+    return 2;
+  }
+  char scratch_abs[PATH_MAX];
+  if (realpath(app.scratch_root, scratch_abs) && strlen(scratch_abs) < sizeof app.scratch_root) {
+    memcpy(app.scratch_root, scratch_abs, strlen(scratch_abs) + 1);
+  }
+
   wk_orch_config ocfg = {
-      .code_root = cfg->code_root,
+      .code_root = code_root,
       .scratch_root = app.scratch_root,
       .tick_ms = cfg->tick_ms,
       .max_inline_output_bytes = cfg->max_inline_output_bytes,
@@ -325,7 +337,7 @@ int wk_app_run(const wk_app_config *cfg) {
   }
   wk_log_json(WK_LOG_INFO, "worker_listening",
               json_pack("{s:s,s:i,s:s,s:i}", "listen_addr", cfg->listen_addr, "port", port,
-                        "code_root", cfg->code_root, "executors", (int)cfg->executors));
+                        "code_root", code_root, "executors", (int)cfg->executors));
 
   pthread_t sig_thread;
   pthread_create(&sig_thread, NULL, signal_thread, &app);

@@ -1,0 +1,417 @@
+/* bench_core.c: WorkerCore throughput and memory figures (a benchmark, not a test).
+ *
+ * 1. Events per second for whole task lifecycles with the slot table kept nearly
+ *    full (15/16 of the slots hold live tasks), at task_slots 16, 1024 and 100000:
+ *    request_slot, submit, activation_prepared, watch_attached, builder finished,
+ *    calls finished (16 B outputs), writer finished, watch_detached, get_result, and
+ *    every 256 lifecycles the adapter's timer scans and purge (one ms later).
+ *    Every core call counts as one event.
+ * 2. Bytes held per retained result: the core's own accounting
+ *    (wk_core_retained_bytes) and the heap as seen by a counting wk_allocator.
+ *
+ * Targets: >= 5 million events/s on one core; ns/event at 100000 slots within 1.5x
+ * of 16 slots. Usage: bench_core [--quick] [--slots N] */
+#define _POSIX_C_SOURCE 200809L
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/wk_core.h"
+
+#define LIFECYCLE_EVENTS 9u
+#define TICK_EVERY 256u
+#define TARGET_EVENTS_PER_S 5e6
+#define TARGET_RATIO 1.5
+
+/* ---- counting allocator ------------------------------------------------------- */
+
+typedef struct counting_alloc {
+  uint64_t live_bytes, peak_bytes;
+  uint64_t live_blocks, allocs;
+} counting_alloc;
+
+static void *count_alloc(void *ud, size_t size) {
+  counting_alloc *a = ud;
+  void *p = malloc(size);
+  if (!p) return NULL;
+  a->live_bytes += size;
+  a->live_blocks++;
+  a->allocs++;
+  if (a->live_bytes > a->peak_bytes) a->peak_bytes = a->live_bytes;
+  return p;
+}
+
+static void count_free(void *ud, void *ptr, size_t size) {
+  counting_alloc *a = ud;
+  a->live_bytes -= size;
+  a->live_blocks--;
+  free(ptr);
+}
+
+/* ---- helpers -------------------------------------------------------------------- */
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+__attribute__((noreturn)) static void die(const char *what, wk_err err) {
+  fprintf(stderr, "bench_core: %s failed: %s\n", what, wk_err_name(err));
+  exit(1);
+}
+
+#define ID_LEN 17u
+
+typedef struct bench_task {
+  char id[ID_LEN + 1];
+  uint64_t slot_id;
+} bench_task;
+
+/* "task-" + 12 hex digits: unique per lifecycle, cheap to make. */
+static void make_id(bench_task *t, uint64_t n) {
+  static const char hex[] = "0123456789abcdef";
+  memcpy(t->id, "task-", 5);
+  for (int k = 0; k < 12; k++) t->id[5 + k] = hex[(n >> (4 * (11 - k))) & 15u];
+  t->id[ID_LEN] = '\0';
+}
+
+typedef struct bench {
+  wk_core *core;
+  counting_alloc alloc;
+  int64_t now;
+  uint64_t next_id;
+  uint64_t events;
+  uint8_t outputs[16];
+  void *ctx;
+} bench;
+
+/* Starts a task: reserve, submit, activate, watch, finish the builder. Leaves it in
+ * the calls phase, holding a RUNNING slot. */
+static void start_task(bench *b, bench_task *t) {
+  make_id(t, b->next_id++);
+  wk_slot_result sr;
+  wk_core_handle_request_slot(b->core, t->id, ID_LEN, 0, b->now, &sr);
+  if (sr.err) die("request_slot", sr.err);
+  t->slot_id = sr.slot_id;
+
+  wk_submit_request req;
+  memset(&req, 0, sizeof req);
+  req.task_id = t->id;
+  req.task_id_len = ID_LEN;
+  req.slot_id = sr.slot_id;
+  req.request_digest = b->next_id * UINT64_C(0x9E3779B97F4A7C15);
+  req.retry.max_attempts = 1;
+  wk_submit_result sub;
+  wk_core_handle_submit(b->core, &req, b->ctx, b->now, &sub);
+  if (sub.err) die("submit", sub.err);
+
+  wk_transition_result tr;
+  wk_core_handle_activation_prepared(b->core, t->id, ID_LEN, t->slot_id, 7, b->now, &tr);
+  if (tr.err || tr.cmds.count != 1) die("activation_prepared", tr.err);
+
+  wk_err err = wk_core_handle_watch_attached(b->core, t->id, ID_LEN, b->now);
+  if (err) die("watch_attached", err);
+
+  wk_phase_outcome o;
+  memset(&o, 0, sizeof o);
+  o.ok = true;
+  o.call_list = b->ctx;
+  wk_core_handle_phase_finished(b->core, t->id, ID_LEN, WK_PHASE_BUILDER, &o, b->now, &tr);
+  if (tr.err || tr.cmds.count != 1) die("builder finished", tr.err);
+  b->events += 5;
+}
+
+/* Finishes a task started by start_task: calls, writer, watch detach, get_result. */
+static void finish_task(bench *b, const bench_task *t) {
+  wk_phase_outcome o;
+  memset(&o, 0, sizeof o);
+  o.ok = true;
+  o.data.data = b->outputs;
+  o.data.len = sizeof b->outputs;
+  o.stats.calls_total = 1;
+  o.stats.calls_succeeded = 1;
+  wk_transition_result tr;
+  wk_core_handle_phase_finished(b->core, t->id, ID_LEN, WK_PHASE_CALLS, &o, b->now, &tr);
+  if (tr.err || tr.cmds.count != 1) die("calls finished", tr.err);
+
+  memset(&o, 0, sizeof o);
+  o.ok = true;
+  wk_core_handle_phase_finished(b->core, t->id, ID_LEN, WK_PHASE_WRITER, &o, b->now, &tr);
+  if (tr.err || tr.cmds.count != 1 || tr.cmds.items[0].kind != WK_CMD_CONVERGE) {
+    die("writer finished", tr.err);
+  }
+
+  wk_err err = wk_core_handle_watch_detached(b->core, t->id, ID_LEN, b->now);
+  if (err) die("watch_detached", err);
+
+  const wk_task_result *r = NULL;
+  err = wk_core_get_result(b->core, t->id, ID_LEN, &r);
+  if (err || r->state != WK_TASK_SUCCEEDED) die("get_result", err);
+  b->events += 4;
+}
+
+/* One adapter tick: the three scans (fed back, though nothing is due) and the purge. */
+static void tick(bench *b) {
+  uint64_t slots[64];
+  wk_task_id ids[16];
+  b->now += 1;
+  size_t n = wk_core_expired_slots(b->core, b->now, slots, 64);
+  for (size_t k = 0; k < n; k++) {
+    wk_transition_result tr;
+    wk_core_handle_slot_lease_expired(b->core, slots[k], b->now, &tr);
+  }
+  size_t m = wk_core_timed_out_tasks(b->core, b->now, ids, 16);
+  for (size_t k = 0; k < m; k++) {
+    wk_transition_result tr;
+    wk_core_handle_task_timed_out(b->core, ids[k].bytes, ids[k].len, b->now, &tr);
+  }
+  size_t w = wk_core_watch_disconnected_tasks(b->core, b->now, ids, 16);
+  for (size_t k = 0; k < w; k++) {
+    wk_transition_result tr;
+    wk_core_handle_watch_grace_expired(b->core, ids[k].bytes, ids[k].len, b->now, &tr);
+  }
+  (void)wk_core_purge_expired_results(b->core, b->now);
+  b->events += 4 + n + m + w;
+}
+
+static wk_core *make_core(bench *b, uint32_t slots, uint32_t retained) {
+  wk_core_config cfg;
+  wk_core_config_default(&cfg);
+  cfg.task_slots = slots;
+  cfg.max_retained_results = retained;
+  cfg.allocator.alloc = count_alloc;
+  cfg.allocator.free = count_free;
+  cfg.allocator.ud = &b->alloc;
+  wk_core *core = wk_core_create(&cfg);
+  if (!core) {
+    fprintf(stderr, "bench_core: wk_core_create(%u slots) failed\n", slots);
+    exit(1);
+  }
+  wk_core_set_ready(core, true);
+  return core;
+}
+
+/* ---- 1. lifecycle throughput ----------------------------------------------------- */
+
+typedef struct lifecycle_figures {
+  uint32_t slots, in_flight;
+  uint64_t events;
+  double seconds;
+  double events_per_s, ns_per_event; /* median of the repetitions */
+  double best_ns_per_event;          /* fastest repetition: less exposed to a busy machine */
+} lifecycle_figures;
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static lifecycle_figures run_lifecycles(uint32_t slots, uint64_t lifecycles_per_rep, int reps) {
+  bench *b = calloc(1, sizeof *b);
+  if (!b) exit(1);
+  b->ctx = b;
+  b->now = 1000;
+  for (size_t k = 0; k < sizeof b->outputs; k++) b->outputs[k] = (uint8_t)k;
+  b->core = make_core(b, slots, 10000);
+  uint32_t in_flight = slots - slots / 16;
+  if (in_flight == 0) in_flight = 1;
+  bench_task *ring = calloc(in_flight, sizeof *ring);
+  if (!ring) exit(1);
+
+  /* fill, then go once round the ring so retention reaches steady state */
+  for (uint32_t i = 0; i < in_flight; i++) start_task(b, &ring[i]);
+  uint64_t warm = in_flight > 20000 ? in_flight : 20000;
+  uint64_t pos = 0;
+  for (uint64_t i = 0; i < warm; i++, pos++) {
+    bench_task *t = &ring[pos % in_flight];
+    finish_task(b, t);
+    start_task(b, t);
+    if ((i % TICK_EVERY) == 0) tick(b);
+  }
+
+  double ns[16];
+  uint64_t events_total = 0;
+  double seconds_total = 0;
+  if (reps > 16) reps = 16;
+  for (int rep = 0; rep < reps; rep++) {
+    uint64_t e0 = b->events;
+    double t0 = now_s();
+    for (uint64_t i = 0; i < lifecycles_per_rep; i++, pos++) {
+      bench_task *t = &ring[pos % in_flight];
+      finish_task(b, t);
+      start_task(b, t);
+      if ((i % TICK_EVERY) == 0) tick(b);
+    }
+    double dt = now_s() - t0;
+    uint64_t de = b->events - e0;
+    ns[rep] = dt * 1e9 / (double)de;
+    events_total += de;
+    seconds_total += dt;
+  }
+  const char *why = wk_core_check_invariants(b->core);
+  if (why) {
+    fprintf(stderr, "bench_core: invariants broken after the run: %s\n", why);
+    exit(1);
+  }
+  wk_heartbeat hb = wk_core_derive_heartbeat(b->core, b->now);
+  if (hb.running != in_flight) {
+    fprintf(stderr, "bench_core: expected %u running slots, heartbeat says %u\n", in_flight, hb.running);
+    exit(1);
+  }
+  qsort(ns, (size_t)reps, sizeof ns[0], cmp_double);
+  lifecycle_figures f = {
+      .slots = slots,
+      .in_flight = in_flight,
+      .events = events_total,
+      .seconds = seconds_total,
+      .ns_per_event = ns[reps / 2],
+      .best_ns_per_event = ns[0],
+  };
+  f.events_per_s = 1e9 / f.ns_per_event;
+  wk_core_destroy(b->core);
+  if (b->alloc.live_bytes != 0) {
+    fprintf(stderr, "bench_core: %" PRIu64 " bytes not freed by wk_core_destroy\n", b->alloc.live_bytes);
+    exit(1);
+  }
+  free(ring);
+  free(b);
+  return f;
+}
+
+/* ---- 2. memory per retained result ------------------------------------------------- */
+
+typedef struct memory_figures {
+  uint64_t core_bytes_per_result;  /* wk_core_retained_bytes / count */
+  uint64_t prealloc_per_record;    /* heap bytes per record the core preallocates */
+  uint64_t blob_bytes_per_result;  /* heap bytes allocated per retained result */
+} memory_figures;
+
+/* Heap after create, for a core able to retain `retained` results. */
+static uint64_t create_bytes(uint32_t slots, uint32_t retained) {
+  bench b;
+  memset(&b, 0, sizeof b);
+  b.core = make_core(&b, slots, retained);
+  uint64_t bytes = b.alloc.live_bytes;
+  wk_core_destroy(b.core);
+  return bytes;
+}
+
+/* Retains `n` results of the given kind and measures. */
+static memory_figures measure_retained(uint32_t n, bool failed, size_t outputs_len) {
+  memory_figures m;
+  memset(&m, 0, sizeof m);
+  uint32_t slots = 16;
+  m.prealloc_per_record = (create_bytes(slots, 2 * n) - create_bytes(slots, n)) / n;
+
+  bench *b = calloc(1, sizeof *b);
+  if (!b) exit(1);
+  b->ctx = b;
+  b->now = 1000;
+  b->core = make_core(b, slots, n);
+  uint64_t base = b->alloc.live_bytes;
+  uint8_t outputs[256];
+  memset(outputs, 0x5a, sizeof outputs);
+  static const char message[] = "the writer plugin could not reach its backend (connection refused)";
+  for (uint32_t i = 0; i < n; i++) {
+    bench_task t;
+    start_task(b, &t);
+    wk_phase_outcome o;
+    memset(&o, 0, sizeof o);
+    o.ok = true;
+    o.data.data = outputs;
+    o.data.len = outputs_len;
+    wk_transition_result tr;
+    wk_core_handle_phase_finished(b->core, t.id, ID_LEN, WK_PHASE_CALLS, &o, b->now, &tr);
+    memset(&o, 0, sizeof o);
+    o.ok = !failed;
+    o.message = failed ? message : NULL;
+    wk_core_handle_phase_finished(b->core, t.id, ID_LEN, WK_PHASE_WRITER, &o, b->now, &tr);
+    if (tr.err) die("writer finished", tr.err);
+  }
+  uint32_t count = wk_core_retained_count(b->core);
+  if (count != n) {
+    fprintf(stderr, "bench_core: %u results retained, expected %u\n", count, n);
+    exit(1);
+  }
+  m.core_bytes_per_result = wk_core_retained_bytes(b->core) / count;
+  m.blob_bytes_per_result = (b->alloc.live_bytes - base) / count;
+  wk_core_destroy(b->core);
+  free(b);
+  return m;
+}
+
+/* ---- main ------------------------------------------------------------------------- */
+
+int main(int argc, char **argv) {
+  bool quick = false;
+  uint32_t only_slots = 0;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--quick")) {
+      quick = true;
+    } else if (!strcmp(argv[i], "--slots") && i + 1 < argc) {
+      only_slots = (uint32_t)strtoul(argv[++i], NULL, 10);
+    } else {
+      fprintf(stderr, "usage: bench_core [--quick] [--slots N]\n"
+                      "  --slots N: only the lifecycle run at N slots (for profiling)\n");
+      return 2;
+    }
+  }
+  static const uint32_t sizes[] = {16, 1024, 100000};
+  const uint64_t per_rep = quick ? 50000 : 400000;
+  const int reps = quick ? 3 : 5;
+  if (only_slots) {
+    lifecycle_figures one = run_lifecycles(only_slots, per_rep, reps);
+    printf("bench_core: %u slots: %.2f M events/s, %.1f ns/event\n", one.slots,
+           one.events_per_s / 1e6, one.ns_per_event);
+    return 0;
+  }
+
+  printf("bench_core: WorkerCore events, whole task lifecycles, slot table 15/16 full\n");
+  printf("  lifecycle = request_slot, submit, activation_prepared, watch_attached, builder,\n"
+         "  calls (16 B outputs), writer, watch_detached, get_result (%u events); every %u\n"
+         "  lifecycles a tick: expired_slots, timed_out_tasks, watch_disconnected_tasks, purge.\n"
+         "  10000 results retained (oldest evicted per convergence). Median of %d runs of %" PRIu64
+         " lifecycles.\n\n",
+         LIFECYCLE_EVENTS, TICK_EVERY, reps, per_rep);
+  printf("  %11s %10s %12s %14s %10s %10s   %s\n", "task_slots", "in flight", "events", "events/s",
+         "ns/event", "best ns", "target >= 5.0 M/s");
+  lifecycle_figures f[3];
+  for (int k = 0; k < 3; k++) {
+    f[k] = run_lifecycles(sizes[k], per_rep, reps);
+    bool pass = f[k].events_per_s >= TARGET_EVENTS_PER_S;
+    printf("  %11u %10u %12" PRIu64 " %12.2f M %10.1f %10.1f   %s\n", f[k].slots, f[k].in_flight,
+           f[k].events, f[k].events_per_s / 1e6, f[k].ns_per_event, f[k].best_ns_per_event,
+           pass ? "PASS" : "MISS");
+    fflush(stdout);
+  }
+  double ratio = f[2].ns_per_event / f[0].ns_per_event;
+  double best_ratio = f[2].best_ns_per_event / f[0].best_ns_per_event;
+  printf("\n  ns/event at 100000 slots / at 16 slots: %.2f (best runs: %.2f)   (target <= %.1f) %s\n",
+         ratio, best_ratio, TARGET_RATIO, ratio <= TARGET_RATIO ? "PASS" : "MISS");
+
+  printf("\nbench_core: bytes held per retained result (task_slots 16, 10000 results)\n");
+  printf("  %-38s %14s %16s %16s %14s\n", "result", "core account", "heap: record", "heap: blobs",
+         "heap total");
+  struct {
+    const char *what;
+    bool failed;
+    size_t outputs;
+  } kinds[] = {
+      {"SUCCEEDED, 16 B outputs", false, 16},
+      {"SUCCEEDED, 200 B outputs", false, 200},
+      {"FAILED, 16 B outputs, 66 B message", true, 16},
+  };
+  for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+    memory_figures m = measure_retained(10000, kinds[k].failed, kinds[k].outputs);
+    printf("  %-38s %12" PRIu64 " B %14" PRIu64 " B %14" PRIu64 " B %12" PRIu64 " B\n", kinds[k].what,
+           m.core_bytes_per_result, m.prealloc_per_record, m.blob_bytes_per_result,
+           m.prealloc_per_record + m.blob_bytes_per_result);
+  }
+  printf("  (record: preallocated per task record, all records incl. index and heaps; blobs:\n"
+         "   outputs, plugin results and message copies; malloc's own overhead not counted)\n");
+  return 0;
+}

@@ -1,0 +1,148 @@
+/* workerctl.h: shared declarations of the workerctl client CLI.
+ *
+ * main.c parses the command line (workerctl_args.c holds the flag table and the
+ * parser), workerctl_cmds.c runs the commands over wk_grpc_client, and
+ * workerctl_format.c prints responses readably or as JSON lines. */
+#ifndef WORKERCTL_H
+#define WORKERCTL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <jansson.h>
+
+#include "worker/v1/worker.pb-c.h"
+
+/* ---- exit codes (documented in `workerctl --help`) ------------------------------ */
+
+enum {
+  CTL_EXIT_OK = 0,          /* success; the task SUCCEEDED or is still running */
+  CTL_EXIT_TASK_FAILED = 1, /* the task ended FAILED or CANCELLED; health not SERVING;
+                               a local operation (deploy) failed */
+  CTL_EXIT_USAGE = 2,       /* bad command line, bad ARGS JSON */
+  CTL_EXIT_STATUS = 3,      /* the worker answered an error status */
+  CTL_EXIT_UNREACHABLE = 4, /* the worker could not be reached, or the deadline passed */
+};
+
+#define CTL_DEFAULT_ADDR "127.0.0.1:7070"
+#define CTL_DEFAULT_DEADLINE_MS 10000
+#define CTL_MAX_POSITIONAL 256u /* positional arguments (task ids of a watch) */
+#define CTL_MAX_KV 128u         /* --label / --option / --result-option pairs each */
+#define CTL_TASK_ID_MAX 128u
+
+/* ---- command line ------------------------------------------------------------------ */
+
+typedef enum ctl_flag_id {
+  F_ADDR,
+  F_JSON,
+  F_DEADLINE_MS,
+  F_HELP,
+  F_TTL_MS,
+  F_TASK_ID,
+  F_SLOT_ID,
+  F_BUILDER,
+  F_EPOCH,
+  F_ENTRYPOINT,
+  F_BYTES,
+  F_ARGS_FILE,
+  F_TIMEOUT_MS,
+  F_CONTINUE,
+  F_RETRIES,
+  F_LABEL,
+  F_OPTION,
+  F_RESULT_HANDLER,
+  F_RESULT_OPTION,
+  F_WATCH,
+  F_REASON,
+  F_SERVICE,
+  F_CODE_ROOT,
+  F_COUNT
+} ctl_flag_id;
+
+typedef struct ctl_kv {
+  char *key; /* owned */
+  const char *value;
+} ctl_kv;
+
+typedef struct ctl_kvs {
+  ctl_kv items[CTL_MAX_KV];
+  size_t n;
+} ctl_kvs;
+
+typedef struct ctl_command ctl_command;
+
+typedef struct ctl_args {
+  const ctl_command *cmd;
+  char *pos[CTL_MAX_POSITIONAL]; /* positional arguments after the command (argv) */
+  size_t npos;
+  bool set[F_COUNT];
+  const char *val[F_COUNT]; /* last value of each flag that takes one */
+  ctl_kvs labels, options, result_options;
+  /* resolved globals */
+  const char *addr;
+  bool json;
+  int64_t deadline_ms;
+} ctl_args;
+
+struct ctl_command {
+  const char *name;
+  const char *synopsis; /* after "workerctl [GLOBAL] " */
+  const char *help;     /* the command's own options, one per line */
+  uint64_t flags;       /* bit set of ctl_flag_id the command accepts, besides globals */
+  size_t min_pos, max_pos;
+  int (*run)(ctl_args *a);
+};
+
+/* workerctl_args.c */
+extern const ctl_command ctl_commands[];
+extern const size_t ctl_command_count;
+/** Parses argv into a; returns -1 after printing a usage error, 1 when help was
+ * printed, 0 to run a->cmd. */
+int ctl_parse(int argc, char **argv, ctl_args *a);
+void ctl_args_free(ctl_args *a);
+void ctl_print_help(FILE *f);
+void ctl_print_command_help(FILE *f, const ctl_command *c);
+/** Prints "workerctl: <cmd>: <msg>" and a hint, returns CTL_EXIT_USAGE. */
+__attribute__((format(printf, 2, 3))) int ctl_usage_error(const ctl_args *a, const char *fmt, ...);
+/** Strict decimal uint64 in [min, max]; false otherwise. */
+bool ctl_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out);
+
+/* workerctl_cmds.c */
+int ctl_cmd_slot(ctl_args *a);
+int ctl_cmd_submit(ctl_args *a);
+int ctl_cmd_get(ctl_args *a);
+int ctl_cmd_watch(ctl_args *a);
+int ctl_cmd_cancel(ctl_args *a);
+int ctl_cmd_health(ctl_args *a);
+int ctl_cmd_deploy(ctl_args *a);
+int ctl_cmd_epochs(ctl_args *a);
+
+/* ---- output (workerctl_format.c) ---------------------------------------------------- */
+
+/** Enum value name without its prefix ("SUCCEEDED" for TASK_STATE_SUCCEEDED); the
+ * number as text when the value is unknown (buf holds it). */
+const char *ctl_enum_name(const ProtobufCEnumDescriptor *d, int value, char *buf, size_t len);
+bool ctl_state_terminal(Worker__V1__TaskState s);
+/** Exit code a task state implies: 1 for FAILED or CANCELLED, else 0. */
+int ctl_state_exit(Worker__V1__TaskState s);
+
+json_t *ctl_json_u64(uint64_t v);
+/** Prints one JSON value on one line and releases it. */
+void ctl_json_print(FILE *f, json_t *v);
+
+void ctl_print_result(FILE *f, const Worker__V1__TaskResult *r);
+json_t *ctl_result_json(const Worker__V1__TaskResult *r);
+void ctl_print_event(FILE *f, const Worker__V1__TaskEvent *e);
+json_t *ctl_event_json(const Worker__V1__TaskEvent *e);
+void ctl_print_submit(FILE *f, const Worker__V1__SubmitTaskResponse *r);
+json_t *ctl_submit_json(const Worker__V1__SubmitTaskResponse *r);
+void ctl_print_slot(FILE *f, const char *task_id, const Worker__V1__RequestTaskSlotResponse *r,
+                    int64_t now_unix_ms);
+json_t *ctl_slot_json(const Worker__V1__RequestTaskSlotResponse *r);
+/** Escaped preview of bytes: printable ASCII as is, the rest as \xNN; at most `max`
+ * input bytes, then "..." */
+void ctl_print_escaped(FILE *f, const uint8_t *p, size_t len, size_t max);
+
+#endif

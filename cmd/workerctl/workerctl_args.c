@@ -1,0 +1,322 @@
+/* workerctl_args.c: the command table, the flag parser and the help text. */
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "workerctl.h"
+
+/* ---- flags ------------------------------------------------------------------------ */
+
+typedef struct ctl_flag {
+  const char *name; /* without the leading "--" */
+  bool takes_value;
+  bool repeatable; /* K=V pairs collected in a ctl_kvs */
+} ctl_flag;
+
+static const ctl_flag flags[F_COUNT] = {
+    [F_ADDR] = {"addr", true, false},
+    [F_JSON] = {"json", false, false},
+    [F_DEADLINE_MS] = {"deadline-ms", true, false},
+    [F_HELP] = {"help", false, false},
+    [F_TTL_MS] = {"ttl-ms", true, false},
+    [F_TASK_ID] = {"task-id", true, false},
+    [F_SLOT_ID] = {"slot-id", true, false},
+    [F_BUILDER] = {"builder", true, false},
+    [F_EPOCH] = {"epoch", true, false},
+    [F_ENTRYPOINT] = {"entrypoint", true, false},
+    [F_BYTES] = {"bytes", false, false},
+    [F_ARGS_FILE] = {"args-file", true, false},
+    [F_TIMEOUT_MS] = {"timeout-ms", true, false},
+    [F_CONTINUE] = {"continue", true, false},
+    [F_RETRIES] = {"retries", true, false},
+    [F_LABEL] = {"label", true, true},
+    [F_OPTION] = {"option", true, true},
+    [F_RESULT_HANDLER] = {"result-handler", true, false},
+    [F_RESULT_OPTION] = {"result-option", true, true},
+    [F_WATCH] = {"watch", false, false},
+    [F_REASON] = {"reason", true, false},
+    [F_SERVICE] = {"service", true, false},
+    [F_CODE_ROOT] = {"code-root", true, false},
+};
+
+#define BIT(f) ((uint64_t)1 << (f))
+#define GLOBAL_FLAGS (BIT(F_ADDR) | BIT(F_JSON) | BIT(F_DEADLINE_MS) | BIT(F_HELP))
+
+/* ---- commands ----------------------------------------------------------------------- */
+
+const ctl_command ctl_commands[] = {
+    {"slot", "slot TASK_ID [--ttl-ms N]",
+     "Reserves a slot for TASK_ID (RequestTaskSlot) and prints its id and lease.\n"
+     "  --ttl-ms N          lease in ms (0 or absent: the worker's default)\n",
+     BIT(F_TTL_MS), 1, 1, ctl_cmd_slot},
+    {"submit",
+     "submit FUNCTION [ARGS] [--task-id ID] [--slot-id N] [--builder NAME] [--epoch N]\n"
+     "       [--entrypoint MOD:ATTR] [--bytes] [--args-file PATH] [--timeout-ms N]\n"
+     "       [--continue MAX_FAILED] [--retries N] [--label K=V]... [--option K=V]...\n"
+     "       [--result-handler TYPE] [--result-option K=V]... [--watch]",
+     "Submits a task running FUNCTION (SubmitTask). ARGS is JSON text (default: null),\n"
+     "checked locally; it goes to the builder as is.\n"
+     "  --task-id ID        task id (default: generated, t-<unix ms hex>-<random hex>)\n"
+     "  --slot-id N         slot from `workerctl slot` (default: allocate inline)\n"
+     "  --builder NAME      call builder: single (default), map, range\n"
+     "  --epoch N           pin code epoch N (default: the function's CURRENT)\n"
+     "  --entrypoint M:A    module:attribute to call (default: main:handler)\n"
+     "  --bytes             ARGS (or the file) are raw bytes, not JSON\n"
+     "  --args-file PATH    read ARGS from PATH ('-' for standard input)\n"
+     "  --timeout-ms N      task timeout (default: the worker's)\n"
+     "  --continue N        tolerate up to N failed calls (default: fail fast)\n"
+     "  --retries N         retry a failed call up to N times (retryable errors, lost\n"
+     "                      executors), backoff 100 ms doubling up to 10 s\n"
+     "  --label K=V         task label (repeatable)\n"
+     "  --option K=V        builder option (repeatable)\n"
+     "  --result-handler T  writer plugin (file, redis, postgres; default: outputs inline)\n"
+     "  --result-option K=V writer plugin option (repeatable)\n"
+     "  --watch             wait for the task and print its result (exit 1 if it failed)\n",
+     BIT(F_TASK_ID) | BIT(F_SLOT_ID) | BIT(F_BUILDER) | BIT(F_EPOCH) | BIT(F_ENTRYPOINT) |
+         BIT(F_BYTES) | BIT(F_ARGS_FILE) | BIT(F_TIMEOUT_MS) | BIT(F_CONTINUE) |
+         BIT(F_RETRIES) | BIT(F_LABEL) | BIT(F_OPTION) | BIT(F_RESULT_HANDLER) |
+         BIT(F_RESULT_OPTION) | BIT(F_WATCH),
+     1, 2, ctl_cmd_submit},
+    {"get", "get TASK_ID",
+     "Prints the task's current snapshot or its retained result (GetTaskResult).\n", 0, 1, 1,
+     ctl_cmd_get},
+    {"watch", "watch TASK_ID...",
+     "Prints each event of the tasks as it arrives (WatchTasks) until all have ended.\n", 0,
+     1, CTL_MAX_POSITIONAL, ctl_cmd_watch},
+    {"cancel", "cancel TASK_ID [--reason TEXT]",
+     "Requests cancellation (CancelTask) and prints the task's snapshot.\n"
+     "  --reason TEXT       recorded in the task's failure_message\n",
+     BIT(F_REASON), 1, 1, ctl_cmd_cancel},
+    {"health", "health [--service NAME]",
+     "Asks grpc.health.v1.Health/Check; exit 0 when SERVING, 1 otherwise.\n"
+     "  --service NAME      service to ask about (default: the whole server)\n",
+     BIT(F_SERVICE), 0, 0, ctl_cmd_health},
+    {"deploy", "deploy [--code-root DIR] FUNCTION SRC_DIR",
+     "Publishes SRC_DIR as the next code epoch of FUNCTION in the local code store and\n"
+     "makes it CURRENT; prints the epoch. No worker is contacted.\n"
+     "  --code-root DIR     the worker's code root (default: $WORKER_CODE_ROOT)\n",
+     BIT(F_CODE_ROOT), 2, 2, ctl_cmd_deploy},
+    {"epochs", "epochs [--code-root DIR] FUNCTION",
+     "Lists the published epochs of FUNCTION in the local code store, marking CURRENT.\n"
+     "  --code-root DIR     the worker's code root (default: $WORKER_CODE_ROOT)\n",
+     BIT(F_CODE_ROOT), 1, 1, ctl_cmd_epochs},
+};
+const size_t ctl_command_count = sizeof ctl_commands / sizeof ctl_commands[0];
+
+/* ---- help ----------------------------------------------------------------------- */
+
+void ctl_print_help(FILE *f) {
+  fprintf(f,
+          "usage: workerctl [--addr HOST:PORT] [--json] [--deadline-ms N] COMMAND ...\n"
+          "\n"
+          "A client of the Worker's gRPC API, and the tool that deploys function code.\n"
+          "\n"
+          "Commands:\n");
+  for (size_t i = 0; i < ctl_command_count; i++) {
+    fprintf(f, "  %s\n", ctl_commands[i].synopsis);
+  }
+  fprintf(f,
+          "\n"
+          "Global options (also accepted after the command):\n"
+          "  --addr HOST:PORT    the worker (default: $WORKERCTL_ADDR, else %s)\n"
+          "  --json              print one JSON object per line per result or event:\n"
+          "                      proto field names, enums by name (\"SUCCEEDED\"), 64-bit\n"
+          "                      numbers as JSON numbers, JSON outputs embedded as JSON,\n"
+          "                      bytes as base64; an error as {\"error\":{\"code\",\"message\"}}\n"
+          "  --deadline-ms N     deadline of each unary call (default: %d); a watch has\n"
+          "                      none unless given\n"
+          "  --help              this text; `workerctl COMMAND --help` for a command\n"
+          "\n"
+          "Exit codes:\n"
+          "  0  success; for submit --watch, get and watch: the task SUCCEEDED or is still\n"
+          "     running\n"
+          "  1  the task ended FAILED or CANCELLED (any of them, for watch); health is not\n"
+          "     SERVING; deploy failed\n"
+          "  2  usage error: bad command, option, number or ARGS JSON\n"
+          "  3  the worker answered an error status (NOT_FOUND, INVALID_ARGUMENT,\n"
+          "     RESOURCE_EXHAUSTED, ...), printed as \"workerctl: CODE: message\"\n"
+          "  4  the worker could not be reached (connection failed, or the deadline passed)\n",
+          CTL_DEFAULT_ADDR, CTL_DEFAULT_DEADLINE_MS);
+}
+
+void ctl_print_command_help(FILE *f, const ctl_command *c) {
+  fprintf(f, "usage: workerctl [GLOBAL OPTIONS] %s ...\n  %s\n\n%s", c->name, c->synopsis,
+          c->help);
+  fprintf(f, "\nGlobal options and exit codes: workerctl --help\n");
+}
+
+int ctl_usage_error(const ctl_args *a, const char *fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (a && a->cmd) {
+    fprintf(stderr, "workerctl %s: %s\n(see workerctl %s --help)\n", a->cmd->name, msg,
+            a->cmd->name);
+  } else {
+    fprintf(stderr, "workerctl: %s\n(see workerctl --help)\n", msg);
+  }
+  return CTL_EXIT_USAGE;
+}
+
+/* ---- parsing ------------------------------------------------------------------------ */
+
+bool ctl_parse_u64(const char *s, uint64_t min, uint64_t max, uint64_t *out) {
+  if (!s || !*s) return false;
+  uint64_t v = 0;
+  for (const char *p = s; *p; p++) {
+    if (*p < '0' || *p > '9') return false;
+    uint64_t d = (uint64_t)(*p - '0');
+    if (v > (UINT64_MAX - d) / 10u) return false;
+    v = v * 10u + d;
+  }
+  if (v < min || v > max) return false;
+  *out = v;
+  return true;
+}
+
+static const ctl_command *find_command(const char *name) {
+  for (size_t i = 0; i < ctl_command_count; i++) {
+    if (strcmp(ctl_commands[i].name, name) == 0) return &ctl_commands[i];
+  }
+  return NULL;
+}
+
+static int find_flag(const char *name, size_t len) {
+  for (int i = 0; i < F_COUNT; i++) {
+    if (strlen(flags[i].name) == len && strncmp(flags[i].name, name, len) == 0) return i;
+  }
+  return -1;
+}
+
+static int add_kv(ctl_args *a, ctl_kvs *kvs, const char *flag, const char *text) {
+  const char *eq = strchr(text, '=');
+  if (!eq || eq == text) {
+    return ctl_usage_error(a, "--%s takes KEY=VALUE with a non-empty key, got '%s'", flag,
+                           text);
+  }
+  if (kvs->n == CTL_MAX_KV) return ctl_usage_error(a, "more than %u --%s", CTL_MAX_KV, flag);
+  size_t klen = (size_t)(eq - text);
+  char *key = malloc(klen + 1);
+  if (!key) abort();
+  memcpy(key, text, klen);
+  key[klen] = '\0';
+  for (size_t i = 0; i < kvs->n; i++) {
+    if (strcmp(kvs->items[i].key, key) == 0) {
+      free(key);
+      return ctl_usage_error(a, "--%s key '%.*s' given twice", flag, (int)klen, text);
+    }
+  }
+  kvs->items[kvs->n].key = key;
+  kvs->items[kvs->n].value = eq + 1;
+  kvs->n++;
+  return 0;
+}
+
+void ctl_args_free(ctl_args *a) {
+  ctl_kvs *all[] = {&a->labels, &a->options, &a->result_options};
+  for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) {
+    for (size_t i = 0; i < all[k]->n; i++) free(all[k]->items[i].key);
+    all[k]->n = 0;
+  }
+}
+
+int ctl_parse(int argc, char **argv, ctl_args *a) {
+  memset(a, 0, sizeof *a);
+  bool only_positional = false;
+  for (int i = 1; i < argc; i++) {
+    const char *arg = argv[i];
+    bool is_flag = !only_positional && arg[0] == '-' && arg[1] != '\0';
+    if (is_flag && strcmp(arg, "--") == 0) {
+      only_positional = true;
+      continue;
+    }
+    if (is_flag && strcmp(arg, "-h") == 0) arg = "--help";
+    if (is_flag && arg[1] != '-') is_flag = false; /* "-5" is a value, e.g. JSON ARGS */
+    if (!is_flag) {
+      if (!a->cmd) {
+        a->cmd = find_command(arg);
+        if (!a->cmd) {
+          ctl_usage_error(a, "unknown command '%s'", arg);
+          return -1;
+        }
+        continue;
+      }
+      if (a->npos == CTL_MAX_POSITIONAL) {
+        ctl_usage_error(a, "more than %u arguments", CTL_MAX_POSITIONAL);
+        return -1;
+      }
+      a->pos[a->npos++] = argv[i];
+      continue;
+    }
+    const char *name = arg + 2;
+    const char *eq = strchr(name, '=');
+    size_t nlen = eq ? (size_t)(eq - name) : strlen(name);
+    int f = find_flag(name, nlen);
+    uint64_t allowed = GLOBAL_FLAGS | (a->cmd ? a->cmd->flags : 0);
+    if (f < 0 || !(allowed & BIT(f))) {
+      ctl_usage_error(a, "unknown option --%.*s", (int)nlen, name);
+      return -1;
+    }
+    const char *value = NULL;
+    if (flags[f].takes_value) {
+      if (eq) {
+        value = eq + 1;
+      } else if (i + 1 < argc) {
+        value = argv[++i];
+      } else {
+        ctl_usage_error(a, "option --%s needs a value", flags[f].name);
+        return -1;
+      }
+    } else if (eq) {
+      ctl_usage_error(a, "option --%s takes no value", flags[f].name);
+      return -1;
+    }
+    a->set[f] = true;
+    a->val[f] = value;
+    int rc = 0;
+    if (f == F_LABEL) rc = add_kv(a, &a->labels, "label", value);
+    if (f == F_OPTION) rc = add_kv(a, &a->options, "option", value);
+    if (f == F_RESULT_OPTION) rc = add_kv(a, &a->result_options, "result-option", value);
+    if (rc != 0) return -1;
+  }
+
+  if (a->set[F_HELP]) {
+    if (a->cmd) {
+      ctl_print_command_help(stdout, a->cmd);
+    } else {
+      ctl_print_help(stdout);
+    }
+    return 1;
+  }
+  if (!a->cmd) {
+    ctl_print_help(stderr);
+    return -1;
+  }
+  if (a->npos < a->cmd->min_pos || a->npos > a->cmd->max_pos) {
+    size_t first_line = strcspn(a->cmd->synopsis, "\n");
+    ctl_usage_error(a, "wrong number of arguments; usage: workerctl %.*s%s", (int)first_line,
+                    a->cmd->synopsis, a->cmd->synopsis[first_line] ? " ..." : "");
+    return -1;
+  }
+
+  const char *env = getenv("WORKERCTL_ADDR");
+  a->addr = a->set[F_ADDR] ? a->val[F_ADDR] : (env && *env ? env : CTL_DEFAULT_ADDR);
+  if (!*a->addr) {
+    ctl_usage_error(a, "--addr is empty");
+    return -1;
+  }
+  a->json = a->set[F_JSON];
+  a->deadline_ms = CTL_DEFAULT_DEADLINE_MS;
+  if (a->set[F_DEADLINE_MS]) {
+    uint64_t d;
+    if (!ctl_parse_u64(a->val[F_DEADLINE_MS], 1, 86400000u, &d)) {
+      ctl_usage_error(a, "--deadline-ms takes a number of ms in 1..86400000, got '%s'",
+                      a->val[F_DEADLINE_MS]);
+      return -1;
+    }
+    a->deadline_ms = (int64_t)d;
+  }
+  return 0;
+}

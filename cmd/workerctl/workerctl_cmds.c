@@ -1,0 +1,632 @@
+/* workerctl_cmds.c: the commands: RPCs to a worker, and the local code store. */
+#define _GNU_SOURCE /* getrandom, clock_gettime */
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "adapters/wk_code_store.h"
+#include "adapters/wk_grpc_client.h"
+#include "grpc/health/v1/health.pb-c.h"
+#include "workerctl.h"
+
+#define M_SLOT "/worker.v1.WorkerService/RequestTaskSlot"
+#define M_SUBMIT "/worker.v1.WorkerService/SubmitTask"
+#define M_GET "/worker.v1.WorkerService/GetTaskResult"
+#define M_WATCH "/worker.v1.WorkerService/WatchTasks"
+#define M_CANCEL "/worker.v1.WorkerService/CancelTask"
+#define M_HEALTH "/grpc.health.v1.Health/Check"
+
+#define ARGS_MAX_BYTES (64u << 20) /* the client's receive limit; the worker's is its own */
+#define USER_AGENT "workerctl/0.1"
+
+/* ---- plumbing ------------------------------------------------------------------------ */
+
+static int64_t now_unix_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int open_client(const ctl_args *a, wk_grpc_client **c) {
+  char err[256];
+  wk_grpc_client_options opts = {.max_recv_message_bytes = 0, .user_agent = USER_AGENT};
+  if (wk_grpc_client_open(a->addr, &opts, c, err, sizeof err) != 0) {
+    fprintf(stderr, "workerctl: %s\n", err);
+    return CTL_EXIT_UNREACHABLE;
+  }
+  return CTL_EXIT_OK;
+}
+
+/* Reports a failed call; returns 3 (the worker answered) or 4 (not reached). */
+static int report_status(const ctl_args *a, const wk_grpc_status *st) {
+  const char *code = wk_grpc_status_name(st->code);
+  bool unreachable = !st->reached_server;
+  if (st->code == GRPC_STATUS_DEADLINE_EXCEEDED) {
+    fprintf(stderr,
+            "workerctl: %s: no complete answer from the worker at %s within the deadline "
+            "(--deadline-ms): %s\n",
+            code, a->addr, st->message);
+  } else if (unreachable) {
+    fprintf(stderr, "workerctl: cannot reach the worker at %s: %s: %s\n", a->addr, code,
+            st->message);
+  } else {
+    fprintf(stderr, "workerctl: %s: %s\n", code, st->message);
+  }
+  if (a->json) {
+    json_t *e = json_object();
+    json_object_set_new(e, "code", json_string(code));
+    json_t *m = json_string(st->message);
+    json_object_set_new(e, "message", m ? m : json_string(""));
+    json_object_set_new(e, "unreachable", json_boolean(unreachable));
+    json_t *j = json_object();
+    json_object_set_new(j, "error", e);
+    ctl_json_print(stdout, j);
+  }
+  return unreachable ? CTL_EXIT_UNREACHABLE : CTL_EXIT_STATUS;
+}
+
+static int report_decode_error(const ctl_args *a, const char *what) {
+  wk_grpc_status st = {.code = GRPC_STATUS_INTERNAL, .reached_server = true, .message = ""};
+  snprintf(st.message, sizeof st.message, "cannot decode the worker's %s", what);
+  return report_status(a, &st);
+}
+
+static uint8_t *pack(const ProtobufCMessage *m, size_t *len) {
+  *len = protobuf_c_message_get_packed_size(m);
+  uint8_t *buf = malloc(*len ? *len : 1);
+  if (!buf) abort();
+  protobuf_c_message_pack(m, buf);
+  return buf;
+}
+
+/* One unary call: 0 with *resp filled, else the exit code (error reported). */
+static int call(const ctl_args *a, wk_grpc_client *c, const char *method,
+                const ProtobufCMessage *req, wk_grpc_buf *resp) {
+  size_t len;
+  uint8_t *buf = pack(req, &len);
+  wk_grpc_status st;
+  grpc_status_code code =
+      wk_grpc_client_unary(c, method, buf, len, NULL, 0, a->deadline_ms, resp, &st);
+  free(buf);
+  if (code != GRPC_STATUS_OK) return report_status(a, &st);
+  return 0;
+}
+
+/* Connects, calls, and hands back the response bytes: 0 or an exit code. */
+static int call_once(const ctl_args *a, const char *method, const ProtobufCMessage *req,
+                     wk_grpc_buf *resp) {
+  wk_grpc_client *c;
+  int rc = open_client(a, &c);
+  if (rc != 0) return rc;
+  rc = call(a, c, method, req, resp);
+  wk_grpc_client_close(c);
+  return rc;
+}
+
+/* Prints a TaskResult and returns the exit code its state implies. */
+static int print_result(const ctl_args *a, const Worker__V1__TaskResult *r) {
+  if (a->json) {
+    ctl_json_print(stdout, ctl_result_json(r));
+  } else {
+    ctl_print_result(stdout, r);
+  }
+  return ctl_state_exit(r->state);
+}
+
+/* ---- watch --------------------------------------------------------------------------- */
+
+/* Watches `ids` (n distinct ids). Every event is printed, or with terminal_only only
+ * each task's first terminal result. Reads until every task's TERMINAL event (or the
+ * end of the stream). Returns the worst task exit code, or 3/4 when the stream failed
+ * before every task was seen terminal. */
+static int watch_tasks(const ctl_args *a, wk_grpc_client *c, char **ids, size_t n,
+                       bool terminal_only) {
+  Worker__V1__WatchTasksRequest req;
+  worker__v1__watch_tasks_request__init(&req);
+  req.n_task_ids = n;
+  req.task_ids = ids;
+  size_t len;
+  uint8_t *buf = pack(&req.base, &len);
+  int64_t deadline = a->set[F_DEADLINE_MS] ? a->deadline_ms : 0;
+  wk_grpc_stream *s;
+  wk_grpc_status st;
+  int rc = wk_grpc_stream_open(c, M_WATCH, buf, len, NULL, 0, deadline, &s, &st);
+  free(buf);
+  if (rc != 0) return report_status(a, &st);
+
+  bool terminal_seen[CTL_MAX_POSITIONAL] = {false}; /* a result in a terminal state */
+  bool done[CTL_MAX_POSITIONAL] = {false};          /* its TERMINAL event */
+  size_t n_terminal = 0, n_done = 0;
+  int worst = CTL_EXIT_OK;
+  bool decode_failed = false;
+  wk_grpc_buf msg;
+  while (n_done < n && wk_grpc_stream_next(s, &msg) == 1) {
+    Worker__V1__TaskEvent *ev = worker__v1__task_event__unpack(NULL, msg.len, msg.data);
+    wk_grpc_buf_free(&msg);
+    if (!ev) {
+      decode_failed = true;
+      break;
+    }
+    size_t idx = n;
+    for (size_t i = 0; i < n && idx == n; i++) {
+      if (strcmp(ids[i], ev->task_id) == 0) idx = i;
+    }
+    bool is_terminal_event = ev->kind == WORKER__V1__TASK_EVENT__KIND__KIND_TERMINAL;
+    bool terminal = ev->result && (is_terminal_event || ctl_state_terminal(ev->result->state));
+    bool first_terminal = terminal && idx < n && !terminal_seen[idx];
+    if (!terminal_only) {
+      if (a->json) {
+        ctl_json_print(stdout, ctl_event_json(ev));
+      } else {
+        ctl_print_event(stdout, ev);
+      }
+    } else if (first_terminal) {
+      (void)print_result(a, ev->result);
+    }
+    if (first_terminal) {
+      terminal_seen[idx] = true;
+      n_terminal++;
+      int e = ctl_state_exit(ev->result->state);
+      if (e > worst) worst = e;
+    }
+    if (is_terminal_event && idx < n && !done[idx]) {
+      done[idx] = true;
+      n_done++;
+    }
+    worker__v1__task_event__free_unpacked(ev, NULL);
+  }
+  grpc_status_code code = wk_grpc_stream_finish(s, &st);
+  if (decode_failed) return report_decode_error(a, "TaskEvent");
+  if (n_terminal == n) return worst; /* every task ended: how the stream ended is moot */
+  if (code != GRPC_STATUS_OK) return report_status(a, &st);
+  if (terminal_only) {
+    fprintf(stderr, "workerctl: the watch of %s ended before the task finished\n", ids[0]);
+  }
+  return worst;
+}
+
+/* ---- slot, get, cancel, health ----------------------------------------------------------- */
+
+int ctl_cmd_slot(ctl_args *a) {
+  Worker__V1__RequestTaskSlotRequest req;
+  worker__v1__request_task_slot_request__init(&req);
+  req.task_id = a->pos[0];
+  if (a->set[F_TTL_MS] && !ctl_parse_u64(a->val[F_TTL_MS], 0, UINT64_MAX, &req.ttl_ms)) {
+    return ctl_usage_error(a, "--ttl-ms takes a number of ms, got '%s'", a->val[F_TTL_MS]);
+  }
+  wk_grpc_buf resp;
+  int rc = call_once(a, M_SLOT, &req.base, &resp);
+  if (rc != 0) return rc;
+  Worker__V1__RequestTaskSlotResponse *r =
+      worker__v1__request_task_slot_response__unpack(NULL, resp.len, resp.data);
+  wk_grpc_buf_free(&resp);
+  if (!r) return report_decode_error(a, "RequestTaskSlotResponse");
+  if (a->json) {
+    ctl_json_print(stdout, ctl_slot_json(r));
+  } else {
+    ctl_print_slot(stdout, a->pos[0], r, now_unix_ms());
+  }
+  worker__v1__request_task_slot_response__free_unpacked(r, NULL);
+  return CTL_EXIT_OK;
+}
+
+static int result_call(ctl_args *a, const char *method, const ProtobufCMessage *req) {
+  wk_grpc_buf resp;
+  int rc = call_once(a, method, req, &resp);
+  if (rc != 0) return rc;
+  Worker__V1__TaskResult *r = worker__v1__task_result__unpack(NULL, resp.len, resp.data);
+  wk_grpc_buf_free(&resp);
+  if (!r) return report_decode_error(a, "TaskResult");
+  rc = print_result(a, r);
+  worker__v1__task_result__free_unpacked(r, NULL);
+  return rc;
+}
+
+int ctl_cmd_get(ctl_args *a) {
+  Worker__V1__GetTaskResultRequest req;
+  worker__v1__get_task_result_request__init(&req);
+  req.task_id = a->pos[0];
+  return result_call(a, M_GET, &req.base);
+}
+
+int ctl_cmd_cancel(ctl_args *a) {
+  Worker__V1__CancelTaskRequest req;
+  worker__v1__cancel_task_request__init(&req);
+  req.task_id = a->pos[0];
+  if (a->set[F_REASON]) req.reason = (char *)(uintptr_t)a->val[F_REASON];
+  /* The snapshot at the time of the request: the cancellation itself succeeded. */
+  int rc = result_call(a, M_CANCEL, &req.base);
+  return rc == CTL_EXIT_TASK_FAILED ? CTL_EXIT_OK : rc;
+}
+
+int ctl_cmd_health(ctl_args *a) {
+  Grpc__Health__V1__HealthCheckRequest req;
+  grpc__health__v1__health_check_request__init(&req);
+  if (a->set[F_SERVICE]) req.service = (char *)(uintptr_t)a->val[F_SERVICE];
+  wk_grpc_buf resp;
+  int rc = call_once(a, M_HEALTH, &req.base, &resp);
+  if (rc != 0) return rc;
+  Grpc__Health__V1__HealthCheckResponse *r =
+      grpc__health__v1__health_check_response__unpack(NULL, resp.len, resp.data);
+  wk_grpc_buf_free(&resp);
+  if (!r) return report_decode_error(a, "HealthCheckResponse");
+  char b[32];
+  const char *name = ctl_enum_name(&grpc__health__v1__health_check_response__serving_status__descriptor,
+                                   (int)r->status, b, sizeof b);
+  if (a->json) {
+    json_t *j = json_object();
+    json_object_set_new(j, "status", json_string(name));
+    ctl_json_print(stdout, j);
+  } else {
+    printf("%s\n", name);
+  }
+  rc = r->status == GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
+           ? CTL_EXIT_OK
+           : CTL_EXIT_TASK_FAILED;
+  grpc__health__v1__health_check_response__free_unpacked(r, NULL);
+  return rc;
+}
+
+/* ---- watch ------------------------------------------------------------------------------ */
+
+int ctl_cmd_watch(ctl_args *a) {
+  char *ids[CTL_MAX_POSITIONAL];
+  size_t n = 0;
+  for (size_t i = 0; i < a->npos; i++) {
+    bool dup = false;
+    for (size_t k = 0; k < n; k++) dup = dup || strcmp(ids[k], a->pos[i]) == 0;
+    if (!dup) ids[n++] = a->pos[i];
+  }
+  wk_grpc_client *c;
+  int rc = open_client(a, &c);
+  if (rc != 0) return rc;
+  rc = watch_tasks(a, c, ids, n, false);
+  wk_grpc_client_close(c);
+  return rc;
+}
+
+/* ---- submit ------------------------------------------------------------------------------ */
+
+static void gen_task_id(char *buf, size_t len) {
+  uint32_t r = 0;
+  int64_t now = now_unix_ms();
+  if (getrandom(&r, sizeof r, 0) != (ssize_t)sizeof r) {
+    r = (uint32_t)getpid() * 2654435761u ^ (uint32_t)now;
+  }
+  snprintf(buf, len, "t-%" PRIx64 "-%08" PRIx32, (uint64_t)now, r);
+}
+
+/* Reads a whole file ('-' = standard input) into *out (malloc'd). 0 or -1 (errno). */
+static int read_file(const char *path, uint8_t **out, size_t *len) {
+  FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
+  if (!f) return -1;
+  size_t cap = 4096, n = 0;
+  uint8_t *buf = malloc(cap);
+  if (!buf) abort();
+  for (;;) {
+    if (n == cap) {
+      if (cap >= ARGS_MAX_BYTES) {
+        free(buf);
+        if (f != stdin) fclose(f);
+        errno = EFBIG;
+        return -1;
+      }
+      cap *= 2;
+      uint8_t *nb = realloc(buf, cap);
+      if (!nb) abort();
+      buf = nb;
+    }
+    size_t r = fread(buf + n, 1, cap - n, f);
+    n += r;
+    if (r == 0) break;
+  }
+  int err = ferror(f);
+  if (f != stdin) fclose(f);
+  if (err) {
+    free(buf);
+    errno = EIO;
+    return -1;
+  }
+  *out = buf;
+  *len = n;
+  return 0;
+}
+
+/* Map entries of a ctl_kvs in the shape protobuf-c wants for any string map. */
+typedef struct kv_entries {
+  Worker__V1__SubmitTaskRequest__LabelsEntry labels[CTL_MAX_KV];
+  Worker__V1__SubmitTaskRequest__LabelsEntry *label_ptrs[CTL_MAX_KV];
+  Worker__V1__FunctionCallConfig__OptionsEntry options[CTL_MAX_KV];
+  Worker__V1__FunctionCallConfig__OptionsEntry *option_ptrs[CTL_MAX_KV];
+  Worker__V1__ResultHandler__OptionsEntry rh_options[CTL_MAX_KV];
+  Worker__V1__ResultHandler__OptionsEntry *rh_option_ptrs[CTL_MAX_KV];
+} kv_entries;
+
+/* protobuf-c messages hold `char *`; packing only reads them. */
+static char *mutable_str(const char *s) { return (char *)(uintptr_t)s; }
+
+int ctl_cmd_submit(ctl_args *a) {
+  const char *function = a->pos[0];
+  if (!wk_code_store_valid_function_name(function)) {
+    return ctl_usage_error(a,
+                           "invalid function name '%s': use 1..%u characters of "
+                           "[A-Za-z0-9_.-], not starting with '.'",
+                           function, WK_CODE_STORE_NAME_MAX);
+  }
+  bool raw = a->set[F_BYTES];
+  if (a->npos == 2 && a->set[F_ARGS_FILE]) {
+    return ctl_usage_error(a, "give ARGS or --args-file, not both");
+  }
+
+  /* ---- arguments of the function, checked before anything is sent */
+  uint8_t *args = NULL;
+  size_t args_len = 0;
+  if (a->set[F_ARGS_FILE]) {
+    if (read_file(a->val[F_ARGS_FILE], &args, &args_len) != 0) {
+      return ctl_usage_error(a, "cannot read --args-file %s: %s", a->val[F_ARGS_FILE],
+                             strerror(errno));
+    }
+  } else {
+    const char *text = a->npos == 2 ? a->pos[1] : (raw ? "" : "null");
+    args_len = strlen(text);
+    args = malloc(args_len ? args_len : 1);
+    if (!args) abort();
+    memcpy(args, text, args_len);
+  }
+  int rc = CTL_EXIT_OK;
+  if (!raw) {
+    json_error_t jerr;
+    json_t *v = json_loadb((const char *)args, args_len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
+    if (!v) {
+      rc = ctl_usage_error(a,
+                           "ARGS is not valid JSON (%s, line %d column %d); quote it for the "
+                           "shell, e.g. '{\"n\": 3}', or pass --bytes for raw bytes",
+                           jerr.text, jerr.line, jerr.column);
+      free(args);
+      return rc;
+    }
+    json_decref(v);
+  }
+
+  /* ---- the request */
+  Worker__V1__SubmitTaskRequest req;
+  worker__v1__submit_task_request__init(&req);
+  Worker__V1__FunctionCallConfig fn;
+  worker__v1__function_call_config__init(&fn);
+  Worker__V1__CallFailurePolicy fail;
+  worker__v1__call_failure_policy__init(&fail);
+  Worker__V1__CallRetryPolicy retry;
+  worker__v1__call_retry_policy__init(&retry);
+  Worker__V1__ResultHandler rh;
+  worker__v1__result_handler__init(&rh);
+  char task_id[CTL_TASK_ID_MAX + 1];
+  if (a->set[F_TASK_ID]) {
+    snprintf(task_id, sizeof task_id, "%s", a->val[F_TASK_ID]);
+    if (strlen(a->val[F_TASK_ID]) > CTL_TASK_ID_MAX) {
+      free(args);
+      return ctl_usage_error(a, "--task-id is longer than %u bytes", CTL_TASK_ID_MAX);
+    }
+  } else {
+    gen_task_id(task_id, sizeof task_id);
+  }
+  req.task_id = task_id;
+  req.function = &fn;
+  fn.name = mutable_str(function);
+  fn.type = mutable_str(a->set[F_BUILDER] ? a->val[F_BUILDER] : "single");
+  fn.args.data = args;
+  fn.args.len = args_len;
+  fn.content_type = raw ? WORKER__V1__CONTENT_TYPE__CONTENT_TYPE_BYTES
+                        : WORKER__V1__CONTENT_TYPE__CONTENT_TYPE_JSON;
+  if (a->set[F_BUILDER] && !*a->val[F_BUILDER]) {
+    rc = ctl_usage_error(a, "--builder is empty (single, map or range)");
+  }
+  if (a->set[F_ENTRYPOINT]) {
+    const char *ep = a->val[F_ENTRYPOINT];
+    const char *colon = strchr(ep, ':');
+    if (!colon || colon == ep || colon[1] == '\0') {
+      rc = ctl_usage_error(a, "--entrypoint takes MODULE:ATTRIBUTE (e.g. main:handler), got '%s'",
+                           ep);
+    }
+    fn.entrypoint = mutable_str(ep);
+  }
+  if (rc == 0 && a->set[F_EPOCH] &&
+      !ctl_parse_u64(a->val[F_EPOCH], 0, UINT64_MAX, &fn.epoch)) {
+    rc = ctl_usage_error(a, "--epoch takes an epoch number, got '%s'", a->val[F_EPOCH]);
+  }
+  if (rc == 0 && a->set[F_SLOT_ID] &&
+      !ctl_parse_u64(a->val[F_SLOT_ID], 0, UINT64_MAX, &req.slot_id)) {
+    rc = ctl_usage_error(a, "--slot-id takes a slot id from `workerctl slot`, got '%s'",
+                         a->val[F_SLOT_ID]);
+  }
+  if (rc == 0 && a->set[F_TIMEOUT_MS] &&
+      !ctl_parse_u64(a->val[F_TIMEOUT_MS], 0, UINT64_MAX, &req.timeout_ms)) {
+    rc = ctl_usage_error(a, "--timeout-ms takes a number of ms, got '%s'", a->val[F_TIMEOUT_MS]);
+  }
+  if (rc == 0 && a->set[F_CONTINUE]) {
+    uint64_t m = 0;
+    if (!ctl_parse_u64(a->val[F_CONTINUE], 0, UINT32_MAX, &m)) {
+      rc = ctl_usage_error(a, "--continue takes the number of failed calls to tolerate, got '%s'",
+                           a->val[F_CONTINUE]);
+    }
+    fail.mode = WORKER__V1__CALL_FAILURE_MODE__CALL_FAILURE_MODE_CONTINUE;
+    fail.max_failed_calls = (uint32_t)m;
+    req.call_failure_policy = &fail;
+  }
+  if (rc == 0 && a->set[F_RETRIES]) {
+    uint64_t r = 0;
+    if (!ctl_parse_u64(a->val[F_RETRIES], 0, 1000, &r)) {
+      rc = ctl_usage_error(a, "--retries takes a number in 0..1000, got '%s'", a->val[F_RETRIES]);
+    }
+    retry.max_attempts = (uint32_t)r + 1u;
+    retry.initial_backoff_ms = 100;
+    retry.max_backoff_ms = 10000;
+    retry.backoff_multiplier = 2.0;
+    retry.retry_on_executor_lost = true;
+    req.call_retry_policy = &retry;
+  }
+  if (rc == 0 && (a->set[F_RESULT_HANDLER] || a->result_options.n)) {
+    if (!a->set[F_RESULT_HANDLER] || !*a->val[F_RESULT_HANDLER]) {
+      rc = ctl_usage_error(a, "--result-option needs --result-handler TYPE");
+    }
+    rh.type = mutable_str(a->val[F_RESULT_HANDLER]);
+    req.result_handler = &rh;
+  }
+  if (rc != 0) {
+    free(args);
+    return rc;
+  }
+
+  kv_entries *kv = calloc(1, sizeof *kv);
+  if (!kv) abort();
+  for (size_t i = 0; i < a->labels.n; i++) {
+    Worker__V1__SubmitTaskRequest__LabelsEntry e;
+    worker__v1__submit_task_request__labels_entry__init(&e);
+    e.key = a->labels.items[i].key;
+    e.value = mutable_str(a->labels.items[i].value);
+    kv->labels[i] = e;
+    kv->label_ptrs[i] = &kv->labels[i];
+  }
+  req.n_labels = a->labels.n;
+  req.labels = kv->label_ptrs;
+  for (size_t i = 0; i < a->options.n; i++) {
+    Worker__V1__FunctionCallConfig__OptionsEntry e;
+    worker__v1__function_call_config__options_entry__init(&e);
+    e.key = a->options.items[i].key;
+    e.value = mutable_str(a->options.items[i].value);
+    kv->options[i] = e;
+    kv->option_ptrs[i] = &kv->options[i];
+  }
+  fn.n_options = a->options.n;
+  fn.options = kv->option_ptrs;
+  for (size_t i = 0; i < a->result_options.n; i++) {
+    Worker__V1__ResultHandler__OptionsEntry e;
+    worker__v1__result_handler__options_entry__init(&e);
+    e.key = a->result_options.items[i].key;
+    e.value = mutable_str(a->result_options.items[i].value);
+    kv->rh_options[i] = e;
+    kv->rh_option_ptrs[i] = &kv->rh_options[i];
+  }
+  rh.n_options = a->result_options.n;
+  rh.options = kv->rh_option_ptrs;
+
+  /* ---- send, then maybe watch */
+  wk_grpc_client *c = NULL;
+  rc = open_client(a, &c);
+  wk_grpc_buf resp = {NULL, 0};
+  if (rc == 0) rc = call(a, c, M_SUBMIT, &req.base, &resp);
+  free(kv);
+  free(args);
+  if (rc != 0) {
+    wk_grpc_client_close(c);
+    return rc;
+  }
+  Worker__V1__SubmitTaskResponse *r =
+      worker__v1__submit_task_response__unpack(NULL, resp.len, resp.data);
+  wk_grpc_buf_free(&resp);
+  if (!r) {
+    wk_grpc_client_close(c);
+    return report_decode_error(a, "SubmitTaskResponse");
+  }
+  if (!a->set[F_WATCH]) {
+    if (a->json) {
+      ctl_json_print(stdout, ctl_submit_json(r));
+    } else {
+      ctl_print_submit(stdout, r);
+    }
+  } else {
+    if (!a->json) ctl_print_submit(stdout, r);
+    char *ids[1] = {task_id};
+    rc = watch_tasks(a, c, ids, 1, true);
+  }
+  worker__v1__submit_task_response__free_unpacked(r, NULL);
+  wk_grpc_client_close(c);
+  return rc;
+}
+
+/* ---- local code store ---------------------------------------------------------------- */
+
+static const char *code_root(ctl_args *a) {
+  if (a->set[F_CODE_ROOT]) return a->val[F_CODE_ROOT];
+  const char *env = getenv("WORKER_CODE_ROOT");
+  return env && *env ? env : NULL;
+}
+
+int ctl_cmd_deploy(ctl_args *a) {
+  const char *root = code_root(a);
+  if (!root) return ctl_usage_error(a, "no code root: pass --code-root DIR or set WORKER_CODE_ROOT");
+  const char *function = a->pos[0];
+  if (!wk_code_store_valid_function_name(function)) {
+    return ctl_usage_error(a,
+                           "invalid function name '%s': use 1..%u characters of "
+                           "[A-Za-z0-9_.-], not starting with '.'",
+                           function, WK_CODE_STORE_NAME_MAX);
+  }
+  uint64_t epoch = 0;
+  char err[1024];
+  if (wk_code_store_deploy(root, function, a->pos[1], &epoch, err, sizeof err) != 0) {
+    fprintf(stderr, "workerctl deploy: %s\n", err);
+    return CTL_EXIT_TASK_FAILED;
+  }
+  char path[4096];
+  uint64_t got = 0;
+  if (wk_code_store_resolve(root, function, epoch, &got, path, sizeof path, err, sizeof err) != 0) {
+    snprintf(path, sizeof path, "%s/%s/%" PRIu64, root, function, epoch);
+  }
+  if (a->json) {
+    json_t *j = json_object();
+    json_object_set_new(j, "function", json_string(function));
+    json_object_set_new(j, "epoch", ctl_json_u64(epoch));
+    json_t *p = json_string(path);
+    json_object_set_new(j, "path", p ? p : json_null());
+    ctl_json_print(stdout, j);
+  } else {
+    /* The epoch alone on stdout, for epoch=$(workerctl deploy ...); context on stderr. */
+    printf("%" PRIu64 "\n", epoch);
+    fprintf(stderr, "deployed %s epoch %" PRIu64 " at %s (now CURRENT)\n", function, epoch, path);
+  }
+  return CTL_EXIT_OK;
+}
+
+int ctl_cmd_epochs(ctl_args *a) {
+  const char *root = code_root(a);
+  if (!root) return ctl_usage_error(a, "no code root: pass --code-root DIR or set WORKER_CODE_ROOT");
+  const char *function = a->pos[0];
+  size_t count = 0;
+  uint64_t current = 0;
+  char err[1024];
+  if (wk_code_store_list(root, function, NULL, 0, &count, &current, err, sizeof err) != 0) {
+    fprintf(stderr, "workerctl epochs: %s\n", err);
+    return CTL_EXIT_TASK_FAILED;
+  }
+  uint64_t *epochs = calloc(count ? count : 1, sizeof *epochs);
+  if (!epochs) abort();
+  size_t got = 0;
+  if (wk_code_store_list(root, function, epochs, count, &got, &current, err, sizeof err) != 0) {
+    free(epochs);
+    fprintf(stderr, "workerctl epochs: %s\n", err);
+    return CTL_EXIT_TASK_FAILED;
+  }
+  if (got > count) got = count; /* a deploy in between: show what we have room for */
+  if (a->json) {
+    json_t *j = json_object();
+    json_object_set_new(j, "function", json_string(function));
+    json_t *arr = json_array();
+    for (size_t i = 0; i < got; i++) json_array_append_new(arr, ctl_json_u64(epochs[i]));
+    json_object_set_new(j, "epochs", arr);
+    json_object_set_new(j, "current", ctl_json_u64(current));
+    ctl_json_print(stdout, j);
+  } else if (got == 0) {
+    printf("%s: no epoch deployed under %s\n", function, root);
+  } else {
+    for (size_t i = 0; i < got; i++) {
+      printf("%s %" PRIu64 "%s\n", function, epochs[i], epochs[i] == current ? " CURRENT" : "");
+    }
+  }
+  free(epochs);
+  return CTL_EXIT_OK;
+}

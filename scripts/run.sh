@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The main job, from nothing: installs what is missing, builds, starts a worker on
+# the example function in examples/hello, deploys it with workerctl, submits a task,
+# prints its result and stops the worker.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+bash scripts/deps.sh
+cmake -S . -B build/release -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build/release -j "$(nproc)" --target worker workerctl
+
+bin="$root/build/release"
+work=$(mktemp -d)
+trap 'kill -TERM $worker_pid 2>/dev/null || true; wait $worker_pid 2>/dev/null || true; rm -rf "$work"' EXIT
+mkdir -p "$work/code"
+port=${WORKER_PORT:-7070}
+
+"$bin/worker" --listen "127.0.0.1:$port" --code-root "$work/code" --executors 2 2>"$work/worker.log" &
+worker_pid=$!
+export WORKERCTL_ADDR="127.0.0.1:$port"
+
+echo "== deploying examples/hello"
+"$bin/workerctl" deploy --code-root "$work/code" hello "$root/examples/hello"
+for _ in $(seq 1 100); do
+  "$bin/workerctl" health >/dev/null 2>&1 && break
+  sleep 0.1
+done
+echo "== submitting a task and watching it"
+"$bin/workerctl" submit hello '{"name": "Ada"}' --watch
+echo "== the worker's task_finished log line"
+grep '"task_finished"' "$work/worker.log" || true
+kill -TERM $worker_pid
+wait $worker_pid
+echo "== worker stopped cleanly"

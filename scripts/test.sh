@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The whole test suite: installs what is missing, then builds and runs every layer
+# twice — a Release build, and an ASan+UBSan build — and fails when any test fails.
+#   unit         cmocka tests of the cores and containers
+#   sim          the deterministic simulation (>= 2 million steps over many seeds)
+#   integration  adapters with real peers (frame codec, Python executor, gRPC server)
+#   e2e          the real worker binary, real executors, real gRPC clients
+#   fuzz         each libFuzzer target briefly (clang builds only)
+# Usage: scripts/test.sh [ctest -L label regex]   (e.g. scripts/test.sh unit)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+bash scripts/deps.sh
+jobs=$(nproc)
+label=${1:-}
+
+run_build() { # name, cmake args...
+  local dir="build/$1"; shift
+  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+  cmake --build "$dir" -j "$jobs"
+  echo "== ctest in $dir"
+  WK_BUILD_DIR="$root/$dir" ctest --test-dir "$dir" --output-on-failure -j "$jobs" ${label:+-L "$label"}
+}
+
+run_build release
+WK_SIM_STEPS=${WK_SIM_STEPS_ASAN:-500000} run_build asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWK_SANITIZE=ON
+echo "all tests passed"

@@ -1,0 +1,750 @@
+/* wk_code_store.c: the function code store (see wk_code_store.h). */
+#define _GNU_SOURCE /* renameat2, RENAME_NOREPLACE, nftw, flock */
+
+#include "adapters/wk_code_store.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#define CS_PATH_MAX 4096u               /* bytes of any path we build */
+#define CS_EPOCH_MAX 1000000000000000000ull /* 10^18: 18 digits, far from overflow */
+#define CS_CURRENT_MAX 32u              /* bytes of a well-formed CURRENT, generously */
+#define CS_COPY_BUF (64u * 1024u)
+#define CS_CURRENT "CURRENT"
+#define CS_LOCK ".deploy.lock"
+
+/* ---- errors ------------------------------------------------------------------ */
+
+__attribute__((format(printf, 3, 4))) static void set_err(char *err, size_t err_len,
+                                                          const char *fmt, ...) {
+  if (!err || err_len == 0) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, err_len, fmt, ap);
+  va_end(ap);
+}
+
+/* "a/b" into out; false when it does not fit. */
+static bool join(char *out, size_t out_len, const char *a, const char *b) {
+  int n = snprintf(out, out_len, "%s/%s", a, b);
+  return n >= 0 && (size_t)n < out_len;
+}
+
+/* ---- names and epochs ------------------------------------------------------------ */
+
+bool wk_code_store_valid_function_name(const char *name) {
+  if (!name || name[0] == '\0' || name[0] == '.') return false;
+  size_t n = 0;
+  for (const char *p = name; *p; p++, n++) {
+    char c = *p;
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '.' || c == '-';
+    if (!ok || n >= WK_CODE_STORE_NAME_MAX) return false;
+  }
+  return n >= 1 && n <= WK_CODE_STORE_NAME_MAX;
+}
+
+static void name_err(const char *function, char *err, size_t err_len) {
+  if (!function) {
+    set_err(err, err_len, "no function name given");
+    return;
+  }
+  size_t n = strlen(function);
+  if (n > WK_CODE_STORE_NAME_MAX) {
+    set_err(err, err_len,
+            "invalid function name (%zu bytes): use 1..%u characters of [A-Za-z0-9_.-]", n,
+            WK_CODE_STORE_NAME_MAX);
+    return;
+  }
+  set_err(err, err_len,
+          "invalid function name '%s': use 1..%u characters of [A-Za-z0-9_.-], not "
+          "starting with '.'",
+          function, WK_CODE_STORE_NAME_MAX);
+}
+
+/* A canonical epoch: decimal digits, no leading zero, 1..10^18. */
+static bool parse_epoch(const char *s, size_t n, uint64_t *out) {
+  if (n == 0 || n > 19 || s[0] == '0') return false;
+  uint64_t v = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (s[i] < '0' || s[i] > '9') return false;
+    v = v * 10u + (uint64_t)(s[i] - '0');
+    if (v > CS_EPOCH_MAX) return false;
+  }
+  *out = v;
+  return true;
+}
+
+/* Printable rendering of up to `n` bytes (for error messages). */
+static void escape_preview(const char *s, size_t n, char *out, size_t out_len) {
+  size_t o = 0;
+  for (size_t i = 0; i < n && o + 5 < out_len; i++) {
+    unsigned char c = (unsigned char)s[i];
+    if (c == '\n') {
+      out[o++] = '\\';
+      out[o++] = 'n';
+    } else if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') {
+      out[o++] = (char)c;
+    } else {
+      int w = snprintf(out + o, out_len - o, "\\x%02x", c);
+      if (w < 0) break;
+      o += (size_t)w;
+    }
+  }
+  if (out_len > 0) out[o < out_len ? o : out_len - 1] = '\0';
+}
+
+enum { CUR_OK = 0, CUR_MISSING = 1, CUR_MALFORMED = 2, CUR_IO = 3 };
+
+/* Reads fn_dir/CURRENT. Writes a description of what is wrong to err unless CUR_OK. */
+static int read_current(const char *fn_dir, const char *function, uint64_t *epoch, char *err,
+                        size_t err_len) {
+  char path[CS_PATH_MAX];
+  if (!join(path, sizeof path, fn_dir, CS_CURRENT)) {
+    set_err(err, err_len, "path too long: %s/%s", fn_dir, CS_CURRENT);
+    return CUR_IO;
+  }
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) {
+      set_err(err, err_len,
+              "function '%s' has no CURRENT epoch (%s is missing): deploy it with workerctl "
+              "deploy",
+              function, path);
+      return CUR_MISSING;
+    }
+    set_err(err, err_len, "cannot read %s: %s", path, strerror(errno));
+    return CUR_IO;
+  }
+  char buf[CS_CURRENT_MAX + 1];
+  size_t len = 0;
+  for (;;) {
+    ssize_t r = read(fd, buf + len, sizeof buf - len);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      int e = errno;
+      close(fd);
+      set_err(err, err_len, "cannot read %s: %s", path, strerror(e));
+      return CUR_IO;
+    }
+    if (r == 0) break;
+    len += (size_t)r;
+    if (len == sizeof buf) break;
+  }
+  close(fd);
+  size_t digits = len;
+  if (digits > 0 && buf[digits - 1] == '\n') digits--;
+  if (len <= CS_CURRENT_MAX && parse_epoch(buf, digits, epoch)) return CUR_OK;
+  char shown[4 * CS_CURRENT_MAX + 8];
+  escape_preview(buf, len > CS_CURRENT_MAX ? CS_CURRENT_MAX : len, shown, sizeof shown);
+  set_err(err, err_len,
+          "function '%s' has a malformed CURRENT (%s holds \"%s\"%s; expected a positive "
+          "decimal epoch and a newline): deploy again with workerctl deploy, or write the "
+          "epoch to use into it",
+          function, path, shown, len > CS_CURRENT_MAX ? "..." : "");
+  return CUR_MALFORMED;
+}
+
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* Published epochs under fn_dir: the highest to *highest, and all of them (sorted,
+ * malloc'd) to *list when list is not NULL. A missing fn_dir has none. */
+static int scan_epochs(const char *fn_dir, uint64_t *highest, uint64_t **list, size_t *count,
+                       char *err, size_t err_len) {
+  *highest = 0;
+  *count = 0;
+  if (list) *list = NULL;
+  DIR *d = opendir(fn_dir);
+  if (!d) {
+    if (errno == ENOENT) return 0;
+    set_err(err, err_len, "cannot list %s: %s", fn_dir, strerror(errno));
+    return -1;
+  }
+  uint64_t *arr = NULL;
+  size_t cap = 0;
+  struct dirent *de;
+  errno = 0;
+  while ((de = readdir(d)) != NULL) {
+    uint64_t e;
+    if (!parse_epoch(de->d_name, strlen(de->d_name), &e)) continue;
+    if (de->d_type != DT_DIR) {
+      char p[CS_PATH_MAX];
+      struct stat st;
+      if (de->d_type != DT_UNKNOWN || !join(p, sizeof p, fn_dir, de->d_name) ||
+          stat(p, &st) != 0 || !S_ISDIR(st.st_mode))
+        continue;
+    }
+    if (e > *highest) *highest = e;
+    if (list) {
+      if (*count == cap) {
+        size_t ncap = cap ? cap * 2 : 16;
+        uint64_t *n = realloc(arr, ncap * sizeof *arr);
+        if (!n) abort();
+        arr = n;
+        cap = ncap;
+      }
+      arr[*count] = e;
+    }
+    (*count)++;
+  }
+  int rerr = errno;
+  closedir(d);
+  if (rerr != 0) {
+    free(arr);
+    set_err(err, err_len, "cannot list %s: %s", fn_dir, strerror(rerr));
+    return -1;
+  }
+  if (list) {
+    if (arr) qsort(arr, *count, sizeof *arr, cmp_u64);
+    *list = arr;
+  }
+  return 0;
+}
+
+/* ---- resolve ----------------------------------------------------------------------- */
+
+static bool is_dir(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+int wk_code_store_resolve(const char *root, const char *function, uint64_t requested_epoch,
+                          uint64_t *epoch, char *path, size_t path_len, char *err,
+                          size_t err_len) {
+  if (!wk_code_store_valid_function_name(function)) {
+    name_err(function, err, err_len);
+    return -1;
+  }
+  if (!root || !*root) {
+    set_err(err, err_len, "no code root configured");
+    return -1;
+  }
+  char fn_dir[CS_PATH_MAX];
+  if (!join(fn_dir, sizeof fn_dir, root, function)) {
+    set_err(err, err_len, "code root path too long: %s", root);
+    return -1;
+  }
+  struct stat st;
+  if (stat(fn_dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+    if (!is_dir(root)) {
+      set_err(err, err_len, "code root %s does not exist or is not a directory", root);
+    } else {
+      set_err(err, err_len,
+              "function '%s' is not deployed (no directory %s): deploy it with workerctl "
+              "deploy --code-root %s %s DIR",
+              function, fn_dir, root, function);
+    }
+    return -1;
+  }
+
+  uint64_t e = requested_epoch;
+  bool from_current = (requested_epoch == 0);
+  if (from_current && read_current(fn_dir, function, &e, err, err_len) != CUR_OK) return -1;
+
+  char num[24];
+  snprintf(num, sizeof num, "%" PRIu64, e);
+  char dir[CS_PATH_MAX];
+  if (!join(dir, sizeof dir, fn_dir, num)) {
+    set_err(err, err_len, "code root path too long: %s", root);
+    return -1;
+  }
+  if (!is_dir(dir)) {
+    uint64_t highest = 0;
+    size_t n = 0;
+    char scan_err[8];
+    (void)scan_epochs(fn_dir, &highest, NULL, &n, scan_err, sizeof scan_err);
+    if (from_current) {
+      set_err(err, err_len,
+              "CURRENT of '%s' names epoch %" PRIu64 " but %s does not exist: deploy again "
+              "with workerctl deploy, or write an existing epoch into %s/%s",
+              function, e, dir, fn_dir, CS_CURRENT);
+    } else if (highest > 0) {
+      set_err(err, err_len,
+              "epoch %" PRIu64 " of '%s' does not exist (the highest published epoch is "
+              "%" PRIu64 ")",
+              e, function, highest);
+    } else {
+      set_err(err, err_len, "epoch %" PRIu64 " of '%s' does not exist (no epoch is published)",
+              e, function);
+    }
+    return -1;
+  }
+  int w = snprintf(path, path_len, "%s", dir);
+  if (w < 0 || (size_t)w >= path_len) {
+    set_err(err, err_len, "code path %s is longer than the %zu bytes available", dir,
+            path_len);
+    return -1;
+  }
+  *epoch = e;
+  return 0;
+}
+
+/* ---- list -------------------------------------------------------------------------- */
+
+int wk_code_store_list(const char *root, const char *function, uint64_t *epochs, size_t cap,
+                       size_t *count, uint64_t *current, char *err, size_t err_len) {
+  *count = 0;
+  if (current) *current = 0;
+  if (!wk_code_store_valid_function_name(function)) {
+    name_err(function, err, err_len);
+    return -1;
+  }
+  char fn_dir[CS_PATH_MAX];
+  if (!root || !join(fn_dir, sizeof fn_dir, root, function)) {
+    set_err(err, err_len, "code root missing or path too long");
+    return -1;
+  }
+  uint64_t highest = 0, *all = NULL;
+  if (scan_epochs(fn_dir, &highest, &all, count, err, err_len) != 0) return -1;
+  for (size_t i = 0; i < *count && i < cap; i++) epochs[i] = all[i];
+  free(all);
+  if (current) {
+    uint64_t c = 0;
+    char ignored[8];
+    if (read_current(fn_dir, function, &c, ignored, sizeof ignored) == CUR_OK) *current = c;
+  }
+  return 0;
+}
+
+/* ---- deploy: copying --------------------------------------------------------------- */
+
+typedef struct copy_ctx {
+  const char *src_root; /* realpath of the source directory */
+  size_t src_root_len;
+  size_t entries;       /* files and directories copied so far */
+  char *buf;            /* CS_COPY_BUF bytes */
+  char *err;
+  size_t err_len;
+} copy_ctx;
+
+/* Path of `p` relative to the source root, for messages. */
+static const char *rel(const copy_ctx *cx, const char *p) {
+  if (strncmp(p, cx->src_root, cx->src_root_len) == 0 && p[cx->src_root_len] == '/')
+    return p + cx->src_root_len + 1;
+  return p;
+}
+
+static int fsync_path(const char *path, int flags) {
+  int fd = open(path, flags | O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  int rc = fsync(fd);
+  int e = errno;
+  close(fd);
+  errno = e;
+  return rc;
+}
+
+static int write_all(int fd, const char *p, size_t n) {
+  while (n > 0) {
+    ssize_t w = write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) return -1;
+    p += w;
+    n -= (size_t)w;
+  }
+  return 0;
+}
+
+static int copy_file(copy_ctx *cx, const char *src, const char *dst) {
+  int in = open(src, O_RDONLY | O_CLOEXEC);
+  if (in < 0) {
+    set_err(cx->err, cx->err_len, "cannot read '%s': %s", rel(cx, src), strerror(errno));
+    return -1;
+  }
+  struct stat st;
+  if (fstat(in, &st) != 0 || !S_ISREG(st.st_mode)) {
+    close(in);
+    set_err(cx->err, cx->err_len, "'%s' changed while being copied", rel(cx, src));
+    return -1;
+  }
+  int out = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (out < 0) {
+    int e = errno;
+    close(in);
+    set_err(cx->err, cx->err_len, "cannot create %s: %s", dst, strerror(e));
+    return -1;
+  }
+  int rc = 0;
+  for (;;) {
+    ssize_t r = read(in, cx->buf, CS_COPY_BUF);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0) {
+      set_err(cx->err, cx->err_len, "cannot read '%s': %s", rel(cx, src), strerror(errno));
+      rc = -1;
+      break;
+    }
+    if (r == 0) break;
+    if (write_all(out, cx->buf, (size_t)r) != 0) {
+      set_err(cx->err, cx->err_len, "cannot write %s: %s", dst, strerror(errno));
+      rc = -1;
+      break;
+    }
+  }
+  /* Read-only copies: an epoch is never modified once published. */
+  mode_t mode = (st.st_mode & 0555) | 0444;
+  if (rc == 0 && (fchmod(out, mode) != 0 || fsync(out) != 0)) {
+    set_err(cx->err, cx->err_len, "cannot sync %s: %s", dst, strerror(errno));
+    rc = -1;
+  }
+  close(in);
+  if (close(out) != 0 && rc == 0) {
+    set_err(cx->err, cx->err_len, "cannot write %s: %s", dst, strerror(errno));
+    rc = -1;
+  }
+  return rc;
+}
+
+/* Copies the contents of directory src into the existing directory dst. */
+static int copy_tree(copy_ctx *cx, const char *src, const char *dst, unsigned depth) {
+  DIR *d = opendir(src);
+  if (!d) {
+    set_err(cx->err, cx->err_len, "cannot read directory '%s': %s", rel(cx, src),
+            strerror(errno));
+    return -1;
+  }
+  int rc = 0;
+  struct dirent *de;
+  for (errno = 0; rc == 0 && (de = readdir(d)) != NULL; errno = 0) {
+    const char *name = de->d_name;
+    if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0) continue;
+    char sp[CS_PATH_MAX], dp[CS_PATH_MAX];
+    if (!join(sp, sizeof sp, src, name) || !join(dp, sizeof dp, dst, name)) {
+      set_err(cx->err, cx->err_len, "path too long under '%s'", rel(cx, src));
+      rc = -1;
+      break;
+    }
+    struct stat st;
+    if (lstat(sp, &st) != 0) {
+      set_err(cx->err, cx->err_len, "cannot stat '%s': %s", rel(cx, sp), strerror(errno));
+      rc = -1;
+      break;
+    }
+    if (S_ISLNK(st.st_mode)) {
+      char target[PATH_MAX];
+      if (!realpath(sp, target)) {
+        set_err(cx->err, cx->err_len, "symlink '%s' cannot be followed (%s): refusing to deploy",
+                rel(cx, sp), strerror(errno));
+        rc = -1;
+        break;
+      }
+      bool inside = strncmp(target, cx->src_root, cx->src_root_len) == 0 &&
+                    (target[cx->src_root_len] == '/' || target[cx->src_root_len] == '\0');
+      if (!inside) {
+        set_err(cx->err, cx->err_len,
+                "symlink '%s' points outside the source directory (to %s): refusing to deploy",
+                rel(cx, sp), target);
+        rc = -1;
+        break;
+      }
+      if (stat(sp, &st) != 0) {
+        set_err(cx->err, cx->err_len, "cannot stat '%s': %s", rel(cx, sp), strerror(errno));
+        rc = -1;
+        break;
+      }
+    }
+    if (S_ISDIR(st.st_mode) && strcmp(name, "__pycache__") == 0) continue;
+    if (++cx->entries > WK_CODE_STORE_MAX_FILES) {
+      set_err(cx->err, cx->err_len, "source holds more than %u files and directories",
+              WK_CODE_STORE_MAX_FILES);
+      rc = -1;
+      break;
+    }
+    if (S_ISDIR(st.st_mode)) {
+      if (depth + 1 > WK_CODE_STORE_MAX_DEPTH) {
+        set_err(cx->err, cx->err_len,
+                "'%s' is nested more than %u directories deep (a symlink loop?)", rel(cx, sp),
+                WK_CODE_STORE_MAX_DEPTH);
+        rc = -1;
+        break;
+      }
+      if (mkdir(dp, 0755) != 0) {
+        set_err(cx->err, cx->err_len, "cannot create %s: %s", dp, strerror(errno));
+        rc = -1;
+        break;
+      }
+      rc = copy_tree(cx, sp, dp, depth + 1);
+    } else if (S_ISREG(st.st_mode)) {
+      rc = copy_file(cx, sp, dp);
+    } else {
+      set_err(cx->err, cx->err_len,
+              "'%s' is not a regular file or directory (fifo, socket or device): refusing "
+              "to deploy",
+              rel(cx, sp));
+      rc = -1;
+    }
+  }
+  if (rc == 0 && errno != 0) {
+    set_err(cx->err, cx->err_len, "cannot read directory '%s': %s", rel(cx, src),
+            strerror(errno));
+    rc = -1;
+  }
+  closedir(d);
+  if (rc == 0 && fsync_path(dst, O_DIRECTORY) != 0) {
+    set_err(cx->err, cx->err_len, "cannot sync %s: %s", dst, strerror(errno));
+    rc = -1;
+  }
+  return rc;
+}
+
+static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+  (void)st;
+  (void)flag;
+  (void)ftw;
+  (void)remove(path);
+  return 0;
+}
+
+/* Removes a tree (best effort; never follows symlinks). */
+static void rm_tree(const char *path) {
+  (void)nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* mkdir -p for the code root. */
+static int mkdir_p(const char *path, char *err, size_t err_len) {
+  char p[CS_PATH_MAX];
+  int n = snprintf(p, sizeof p, "%s", path);
+  if (n < 0 || (size_t)n >= sizeof p) {
+    set_err(err, err_len, "code root path too long: %s", path);
+    return -1;
+  }
+  for (char *s = p + 1; *s; s++) {
+    if (*s != '/') continue;
+    *s = '\0';
+    if (mkdir(p, 0755) != 0 && errno != EEXIST) {
+      set_err(err, err_len, "cannot create %s: %s", p, strerror(errno));
+      return -1;
+    }
+    *s = '/';
+  }
+  if (mkdir(p, 0755) != 0 && errno != EEXIST) {
+    set_err(err, err_len, "cannot create code root %s: %s", p, strerror(errno));
+    return -1;
+  }
+  if (!is_dir(p)) {
+    set_err(err, err_len, "code root %s is not a directory", p);
+    return -1;
+  }
+  return 0;
+}
+
+/* ---- deploy: publishing ------------------------------------------------------------ */
+
+/* Moves staging to fn_dir/<epoch>, trying the next epochs when one is taken. */
+static int publish(const char *staging, const char *fn_dir, const char *function,
+                   uint64_t *epoch, char *err, size_t err_len) {
+  for (unsigned attempt = 0; attempt < WK_CODE_STORE_DEPLOY_RETRIES; attempt++) {
+    char num[24], target[CS_PATH_MAX];
+    snprintf(num, sizeof num, "%" PRIu64, *epoch);
+    if (!join(target, sizeof target, fn_dir, num)) {
+      set_err(err, err_len, "code root path too long: %s", fn_dir);
+      return -1;
+    }
+    int rc = renameat2(AT_FDCWD, staging, AT_FDCWD, target, RENAME_NOREPLACE);
+    if (rc != 0 && (errno == EINVAL || errno == ENOSYS)) {
+      /* No RENAME_NOREPLACE on this file system. Check, then rename(), which refuses a
+       * non-empty target; epochs are published under the deploy lock, so only a
+       * deployer ignoring the lock could race between the two. */
+      if (is_dir(target)) {
+        errno = EEXIST;
+      } else {
+        rc = rename(staging, target);
+      }
+    }
+    if (rc == 0) {
+      if (fsync_path(fn_dir, O_DIRECTORY) != 0) {
+        set_err(err, err_len, "epoch %" PRIu64 " of '%s' published but %s cannot be synced: %s",
+                *epoch, function, fn_dir, strerror(errno));
+        return -1;
+      }
+      return 0;
+    }
+    if (errno != EEXIST && errno != ENOTEMPTY) {
+      set_err(err, err_len, "cannot publish %s as %s: %s", staging, target, strerror(errno));
+      return -1;
+    }
+    (*epoch)++; /* another deploy took this epoch */
+  }
+  set_err(err, err_len,
+          "could not publish '%s': %u epochs in a row were taken by other deploys; retry",
+          function, WK_CODE_STORE_DEPLOY_RETRIES);
+  return -1;
+}
+
+/* Writes CURRENT.tmp-<pid> and renames it over CURRENT. */
+static int switch_current(const char *fn_dir, const char *function, uint64_t epoch, char *err,
+                          size_t err_len) {
+  char tmp[CS_PATH_MAX], cur[CS_PATH_MAX], name[48], text[24];
+  snprintf(name, sizeof name, "%s.tmp-%ld", CS_CURRENT, (long)getpid());
+  if (!join(tmp, sizeof tmp, fn_dir, name) || !join(cur, sizeof cur, fn_dir, CS_CURRENT)) {
+    set_err(err, err_len, "code root path too long: %s", fn_dir);
+    return -1;
+  }
+  int n = snprintf(text, sizeof text, "%" PRIu64 "\n", epoch);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) goto fail;
+  if (write_all(fd, text, (size_t)n) != 0 || fsync(fd) != 0) {
+    int e = errno;
+    close(fd);
+    errno = e;
+    goto fail;
+  }
+  if (close(fd) != 0 || rename(tmp, cur) != 0) goto fail;
+  if (fsync_path(fn_dir, O_DIRECTORY) != 0) goto fail;
+  return 0;
+fail:;
+  int e = errno;
+  (void)unlink(tmp);
+  set_err(err, err_len,
+          "epoch %" PRIu64 " of '%s' was published but CURRENT could not be switched to it "
+          "(%s: %s); it can still be pinned by epoch",
+          epoch, function, cur, strerror(e));
+  return -1;
+}
+
+int wk_code_store_deploy(const char *root, const char *function, const char *src_dir,
+                         uint64_t *epoch, char *err, size_t err_len) {
+  if (!wk_code_store_valid_function_name(function)) {
+    name_err(function, err, err_len);
+    return -1;
+  }
+  if (!root || !*root) {
+    set_err(err, err_len, "no code root given");
+    return -1;
+  }
+  if (!src_dir || !*src_dir) {
+    set_err(err, err_len, "no source directory given");
+    return -1;
+  }
+  /* Check the source first: a deploy of a missing directory changes nothing at all. */
+  struct stat st;
+  if (stat(src_dir, &st) != 0) {
+    set_err(err, err_len, "source directory %s: %s", src_dir, strerror(errno));
+    return -1;
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    set_err(err, err_len, "source %s is not a directory", src_dir);
+    return -1;
+  }
+  char src_real[PATH_MAX];
+  if (!realpath(src_dir, src_real)) {
+    set_err(err, err_len, "source directory %s: %s", src_dir, strerror(errno));
+    return -1;
+  }
+  if (access(src_real, R_OK | X_OK) != 0) {
+    set_err(err, err_len, "source directory %s is not readable: %s", src_dir, strerror(errno));
+    return -1;
+  }
+
+  char fn_dir[CS_PATH_MAX], lock_path[CS_PATH_MAX];
+  if (!join(fn_dir, sizeof fn_dir, root, function) ||
+      !join(lock_path, sizeof lock_path, fn_dir, CS_LOCK)) {
+    set_err(err, err_len, "code root path too long: %s", root);
+    return -1;
+  }
+  if (mkdir_p(root, err, err_len) != 0) return -1;
+  bool created_fn = false;
+  if (mkdir(fn_dir, 0755) == 0) {
+    created_fn = true;
+  } else if (errno != EEXIST || !is_dir(fn_dir)) {
+    set_err(err, err_len, "cannot create %s: %s", fn_dir,
+            errno == EEXIST ? "exists and is not a directory" : strerror(errno));
+    return -1;
+  }
+
+  int rc = -1;
+  char staging[CS_PATH_MAX] = "";
+  char *buf = NULL;
+  int lock_fd = -1;
+  /* The staging directory must not land inside the tree being copied. */
+  char fn_real[PATH_MAX];
+  size_t src_len = strlen(src_real);
+  if (!realpath(fn_dir, fn_real)) {
+    set_err(err, err_len, "cannot resolve %s: %s", fn_dir, strerror(errno));
+    goto out;
+  }
+  if (strncmp(fn_real, src_real, src_len) == 0 &&
+      (fn_real[src_len] == '/' || fn_real[src_len] == '\0' || src_len == 1)) {
+    set_err(err, err_len,
+            "source directory %s contains the code store's directory %s: deploy from a "
+            "directory outside the code root",
+            src_dir, fn_dir);
+    goto out;
+  }
+  lock_fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock_fd < 0) {
+    set_err(err, err_len, "cannot open %s: %s", lock_path, strerror(errno));
+    goto out;
+  }
+  while (flock(lock_fd, LOCK_EX) != 0) {
+    if (errno != EINTR) {
+      set_err(err, err_len, "cannot lock %s: %s", lock_path, strerror(errno));
+      goto out;
+    }
+  }
+
+  /* Under the lock: the next epoch is above every published one and above CURRENT. */
+  uint64_t highest = 0, cur = 0;
+  size_t n = 0;
+  if (scan_epochs(fn_dir, &highest, NULL, &n, err, err_len) != 0) goto out;
+  char ignored[8];
+  if (read_current(fn_dir, function, &cur, ignored, sizeof ignored) == CUR_OK && cur > highest)
+    highest = cur;
+  if (highest >= CS_EPOCH_MAX) {
+    set_err(err, err_len, "function '%s' has run out of epochs", function);
+    goto out;
+  }
+  uint64_t e = highest + 1;
+
+  char sname[64];
+  snprintf(sname, sizeof sname, ".staging-%" PRIu64 "-%ld", e, (long)getpid());
+  if (!join(staging, sizeof staging, fn_dir, sname)) {
+    set_err(err, err_len, "code root path too long: %s", root);
+    staging[0] = '\0';
+    goto out;
+  }
+  rm_tree(staging); /* left over by a crashed deploy of a process with our pid */
+  if (mkdir(staging, 0755) != 0) {
+    set_err(err, err_len, "cannot create %s: %s", staging, strerror(errno));
+    staging[0] = '\0';
+    goto out;
+  }
+  buf = malloc(CS_COPY_BUF);
+  if (!buf) abort();
+  copy_ctx cx = {.src_root = src_real,
+                 .src_root_len = strlen(src_real),
+                 .entries = 0,
+                 .buf = buf,
+                 .err = err,
+                 .err_len = err_len};
+  if (copy_tree(&cx, src_real, staging, 0) != 0) goto out;
+  if (publish(staging, fn_dir, function, &e, err, err_len) != 0) goto out;
+  staging[0] = '\0'; /* it is the epoch now */
+  created_fn = false; /* the function holds a published epoch: never remove it */
+  if (switch_current(fn_dir, function, e, err, err_len) != 0) goto out;
+  *epoch = e;
+  rc = 0;
+out:
+  free(buf);
+  if (staging[0]) rm_tree(staging);
+  if (rc != 0 && created_fn) {
+    (void)unlink(lock_path);
+    (void)rmdir(fn_dir);
+  }
+  if (lock_fd >= 0) close(lock_fd); /* releases the flock */
+  return rc;
+}

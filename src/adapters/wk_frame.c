@@ -1,0 +1,418 @@
+/* wk_frame.c: encoder, decoder and buffer of the executor wire protocol.
+ * See wk_frame.h and docs/executor-protocol.md. */
+#include "adapters/wk_frame.h"
+
+#include <assert.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Frame sizes (prefix + up to UINT32_MAX bytes) are held in size_t without checks. */
+_Static_assert(SIZE_MAX > UINT32_MAX, "wk_frame needs a 64-bit size_t");
+
+/* ---- names -------------------------------------------------------------------- */
+
+const char *wk_frame_rc_name(wk_frame_rc rc) {
+  switch (rc) {
+    case WK_FRAME_OK: return "OK";
+    case WK_FRAME_NEED_MORE: return "NEED_MORE";
+    case WK_FRAME_E_TOO_LARGE: return "E_TOO_LARGE";
+    case WK_FRAME_E_EMPTY: return "E_EMPTY";
+    case WK_FRAME_E_TYPE: return "E_TYPE";
+    case WK_FRAME_E_TRUNCATED: return "E_TRUNCATED";
+    case WK_FRAME_E_TRAILING: return "E_TRAILING";
+    case WK_FRAME_E_VALUE: return "E_VALUE";
+  }
+  return "UNKNOWN";
+}
+
+const char *wk_frame_rc_describe(wk_frame_rc rc) {
+  switch (rc) {
+    case WK_FRAME_OK: return "ok";
+    case WK_FRAME_NEED_MORE: return "incomplete frame, more bytes needed";
+    case WK_FRAME_E_TOO_LARGE: return "frame length above the maximum frame size";
+    case WK_FRAME_E_EMPTY: return "frame length 0 (no type byte)";
+    case WK_FRAME_E_TYPE: return "unknown frame type";
+    case WK_FRAME_E_TRUNCATED: return "a field runs past the end of its frame";
+    case WK_FRAME_E_TRAILING: return "bytes left in the frame after its last field";
+    case WK_FRAME_E_VALUE: return "a field value out of range (status or content_type)";
+  }
+  return "unknown return code";
+}
+
+const char *wk_frame_type_name(wk_frame_type t) {
+  switch (t) {
+    case WK_FRAME_HELLO: return "HELLO";
+    case WK_FRAME_CALL: return "CALL";
+    case WK_FRAME_RESULT: return "RESULT";
+    case WK_FRAME_CANCEL: return "CANCEL";
+    case WK_FRAME_PING: return "PING";
+    case WK_FRAME_PONG: return "PONG";
+    case WK_FRAME_SHUTDOWN: return "SHUTDOWN";
+  }
+  return "UNKNOWN";
+}
+
+static bool type_known(unsigned t) {
+  return t >= (unsigned)WK_FRAME_HELLO && t <= (unsigned)WK_FRAME_SHUTDOWN;
+}
+
+static bool content_valid(unsigned c) { return c <= (unsigned)WK_FRAME_CONTENT_BYTES; }
+
+static bool status_valid(unsigned s) { return s <= (unsigned)WK_FRAME_STATUS_RETRYABLE; }
+
+/* ---- byte views --------------------------------------------------------------- */
+
+wk_frame_bytes wk_frame_bytes_cstr(const char *s) {
+  wk_frame_bytes b = {NULL, 0};
+  if (!s) return b;
+  size_t n = strlen(s);
+  assert(n <= UINT32_MAX);
+  b.ptr = (const uint8_t *)s;
+  b.len = (uint32_t)n;
+  return b;
+}
+
+bool wk_frame_bytes_eq_cstr(wk_frame_bytes b, const char *s) {
+  assert(s != NULL);
+  size_t n = strlen(s);
+  if (n != b.len) return false;
+  return n == 0 || memcmp(b.ptr, s, n) == 0;
+}
+
+/* ---- buffer ------------------------------------------------------------------- */
+
+#define BUF_MIN_CAP 256u
+
+void wk_frame_buf_init(wk_frame_buf *b, const wk_allocator *a) {
+  assert(b != NULL);
+  memset(b, 0, sizeof *b);
+  if (a) b->alloc = *a;
+}
+
+void wk_frame_buf_free(wk_frame_buf *b) {
+  assert(b != NULL);
+  assert(b->start <= b->end && b->end <= b->cap);
+  wk_xfree(&b->alloc, b->data, b->cap);
+  b->data = NULL;
+  b->start = b->end = b->cap = 0;
+}
+
+uint8_t *wk_frame_buf_reserve(wk_frame_buf *b, size_t n) {
+  assert(b != NULL);
+  assert(b->start <= b->end && b->end <= b->cap);
+  if (b->data && b->cap - b->end >= n) return b->data + b->end;
+  size_t held = b->end - b->start;
+  if (n > SIZE_MAX - held) abort(); /* no buffer can be that large */
+  size_t need = held + n;
+  if (b->data && need <= b->cap) {
+    /* fits once the consumed prefix is reclaimed; start > 0 here, so this happens at
+     * most once between two consumes */
+    memmove(b->data, b->data + b->start, held);
+  } else {
+    size_t cap = b->cap > BUF_MIN_CAP ? b->cap : BUF_MIN_CAP;
+    while (cap < need) {
+      if (cap > SIZE_MAX / 2) abort();
+      cap *= 2;
+    }
+    uint8_t *data = wk_xcalloc(&b->alloc, cap, 1);
+    if (held) memcpy(data, b->data + b->start, held);
+    wk_xfree(&b->alloc, b->data, b->cap);
+    b->data = data;
+    b->cap = cap;
+  }
+  b->start = 0;
+  b->end = held;
+  assert(b->cap - b->end >= n);
+  return b->data + b->end;
+}
+
+void wk_frame_buf_commit(wk_frame_buf *b, size_t n) {
+  assert(b != NULL);
+  assert(n <= b->cap - b->end);
+  b->end += n;
+  assert(b->end <= b->cap);
+}
+
+void wk_frame_buf_append(wk_frame_buf *b, const void *p, size_t n) {
+  assert(b != NULL);
+  if (n == 0) return;
+  assert(p != NULL);
+  uint8_t *dst = wk_frame_buf_reserve(b, n);
+  memcpy(dst, p, n);
+  wk_frame_buf_commit(b, n);
+}
+
+void wk_frame_buf_consume(wk_frame_buf *b, size_t n) {
+  assert(b != NULL);
+  assert(n <= b->end - b->start);
+  b->start += n;
+  if (b->start == b->end) b->start = b->end = 0; /* empty: next write starts at the front */
+}
+
+void wk_frame_buf_clear(wk_frame_buf *b) {
+  assert(b != NULL);
+  b->start = b->end = 0;
+}
+
+/* ---- encoder ------------------------------------------------------------------ */
+
+/* Body sizes (after the type byte). Byte strings cost 4 + len. */
+#define STR_SIZE(b) (4u + (uint64_t)(b).len)
+
+static uint64_t body_size(const wk_frame *f) {
+  switch (f->type) {
+    case WK_FRAME_HELLO: return 4u + 4u;
+    case WK_FRAME_CALL: {
+      const wk_frame_call *c = &f->call;
+      return 8u + STR_SIZE(c->task_id) + STR_SIZE(c->function) + 8u + STR_SIZE(c->code_dir) +
+             STR_SIZE(c->entrypoint) + 1u + 4u + 4u + STR_SIZE(c->scratch_dir) +
+             STR_SIZE(c->traceparent) + STR_SIZE(c->args);
+    }
+    case WK_FRAME_RESULT: {
+      const wk_frame_result *r = &f->result;
+      return 8u + 1u + 1u + STR_SIZE(r->output) + STR_SIZE(r->error_type) +
+             STR_SIZE(r->error_message) + STR_SIZE(r->traceback) + 8u + 8u +
+             STR_SIZE(r->stdout_bytes) + STR_SIZE(r->stderr_bytes);
+    }
+    case WK_FRAME_CANCEL: return 8u;
+    case WK_FRAME_PING:
+    case WK_FRAME_PONG: return 8u;
+    case WK_FRAME_SHUTDOWN: return 0u;
+  }
+  return UINT64_MAX;
+}
+
+uint64_t wk_frame_encoded_size(const wk_frame *f) {
+  assert(f != NULL);
+  if (!type_known((unsigned)f->type)) return 0;
+  return WK_FRAME_PREFIX_SIZE + 1u + body_size(f);
+}
+
+static uint8_t *put_u8(uint8_t *p, unsigned v) {
+  assert(v <= UINT8_MAX);
+  *p = (uint8_t)v;
+  return p + 1;
+}
+
+static uint8_t *put_u32(uint8_t *p, uint32_t v) {
+  p[0] = (uint8_t)v;
+  p[1] = (uint8_t)(v >> 8);
+  p[2] = (uint8_t)(v >> 16);
+  p[3] = (uint8_t)(v >> 24);
+  return p + 4;
+}
+
+static uint8_t *put_u64(uint8_t *p, uint64_t v) {
+  p = put_u32(p, (uint32_t)v);
+  return put_u32(p, (uint32_t)(v >> 32));
+}
+
+static uint8_t *put_bytes(uint8_t *p, wk_frame_bytes b) {
+  p = put_u32(p, b.len);
+  if (b.len) {
+    assert(b.ptr != NULL);
+    memcpy(p, b.ptr, b.len);
+  }
+  return p + b.len;
+}
+
+static uint8_t *put_body(uint8_t *p, const wk_frame *f) {
+  switch (f->type) {
+    case WK_FRAME_HELLO:
+      p = put_u32(p, f->hello.version);
+      return put_u32(p, f->hello.pid);
+    case WK_FRAME_CALL: {
+      const wk_frame_call *c = &f->call;
+      p = put_u64(p, c->call_id);
+      p = put_bytes(p, c->task_id);
+      p = put_bytes(p, c->function);
+      p = put_u64(p, c->epoch);
+      p = put_bytes(p, c->code_dir);
+      p = put_bytes(p, c->entrypoint);
+      p = put_u8(p, (unsigned)c->content_type);
+      p = put_u32(p, c->call_index);
+      p = put_u32(p, c->deadline_ms);
+      p = put_bytes(p, c->scratch_dir);
+      p = put_bytes(p, c->traceparent);
+      return put_bytes(p, c->args);
+    }
+    case WK_FRAME_RESULT: {
+      const wk_frame_result *r = &f->result;
+      p = put_u64(p, r->call_id);
+      p = put_u8(p, (unsigned)r->status);
+      p = put_u8(p, (unsigned)r->content_type);
+      p = put_bytes(p, r->output);
+      p = put_bytes(p, r->error_type);
+      p = put_bytes(p, r->error_message);
+      p = put_bytes(p, r->traceback);
+      p = put_u64(p, r->cpu_us);
+      p = put_u64(p, r->max_rss_kb);
+      p = put_bytes(p, r->stdout_bytes);
+      return put_bytes(p, r->stderr_bytes);
+    }
+    case WK_FRAME_CANCEL: return put_u64(p, f->cancel.call_id);
+    case WK_FRAME_PING:
+    case WK_FRAME_PONG: return put_u64(p, f->ping.nonce);
+    case WK_FRAME_SHUTDOWN: return p;
+  }
+  return p;
+}
+
+wk_frame_rc wk_frame_encode(wk_frame_buf *b, const wk_frame *f, uint32_t max_frame) {
+  assert(b != NULL);
+  assert(f != NULL);
+  if (!type_known((unsigned)f->type)) return WK_FRAME_E_TYPE;
+  if (f->type == WK_FRAME_CALL && !content_valid((unsigned)f->call.content_type))
+    return WK_FRAME_E_VALUE;
+  if (f->type == WK_FRAME_RESULT && (!status_valid((unsigned)f->result.status) ||
+                                     !content_valid((unsigned)f->result.content_type)))
+    return WK_FRAME_E_VALUE;
+  uint64_t len = 1u + body_size(f); /* the prefix's value: type + body */
+  if (len > max_frame) return WK_FRAME_E_TOO_LARGE;
+  size_t total = (size_t)(WK_FRAME_PREFIX_SIZE + len);
+  uint8_t *start = wk_frame_buf_reserve(b, total);
+  uint8_t *p = put_u32(start, (uint32_t)len);
+  p = put_u8(p, (unsigned)f->type);
+  p = put_body(p, f);
+  assert((size_t)(p - start) == total); /* the size computed is the size written */
+  wk_frame_buf_commit(b, total);
+  return WK_FRAME_OK;
+}
+
+/* ---- decoder ------------------------------------------------------------------ */
+
+/* A cursor over one frame's body; `bad` latches on the first read past its end. */
+typedef struct cursor {
+  const uint8_t *p;
+  size_t left;
+  bool bad;
+} cursor;
+
+static uint32_t rd_u32_at(const uint8_t *p) {
+  return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static bool take(cursor *c, size_t n) {
+  if (c->bad || c->left < n) {
+    c->bad = true;
+    return false;
+  }
+  return true;
+}
+
+static unsigned get_u8(cursor *c) {
+  if (!take(c, 1)) return 0;
+  unsigned v = c->p[0];
+  c->p += 1;
+  c->left -= 1;
+  return v;
+}
+
+static uint32_t get_u32(cursor *c) {
+  if (!take(c, 4)) return 0;
+  uint32_t v = rd_u32_at(c->p);
+  c->p += 4;
+  c->left -= 4;
+  return v;
+}
+
+static uint64_t get_u64(cursor *c) {
+  uint64_t lo = get_u32(c);
+  uint64_t hi = get_u32(c);
+  return lo | hi << 32;
+}
+
+static wk_frame_bytes get_bytes(cursor *c) {
+  wk_frame_bytes b = {NULL, 0};
+  uint32_t n = get_u32(c);
+  if (!take(c, n)) return b;
+  b.ptr = c->p;
+  b.len = n;
+  c->p += n;
+  c->left -= n;
+  return b;
+}
+
+static wk_frame_rc get_body(cursor *c, wk_frame *f) {
+  unsigned content = 0;
+  unsigned status = 0;
+  switch (f->type) {
+    case WK_FRAME_HELLO:
+      f->hello.version = get_u32(c);
+      f->hello.pid = get_u32(c);
+      break;
+    case WK_FRAME_CALL: {
+      wk_frame_call *k = &f->call;
+      k->call_id = get_u64(c);
+      k->task_id = get_bytes(c);
+      k->function = get_bytes(c);
+      k->epoch = get_u64(c);
+      k->code_dir = get_bytes(c);
+      k->entrypoint = get_bytes(c);
+      content = get_u8(c);
+      k->call_index = get_u32(c);
+      k->deadline_ms = get_u32(c);
+      k->scratch_dir = get_bytes(c);
+      k->traceparent = get_bytes(c);
+      k->args = get_bytes(c);
+      if (!c->bad && !content_valid(content)) return WK_FRAME_E_VALUE;
+      k->content_type = (wk_frame_content)content;
+      break;
+    }
+    case WK_FRAME_RESULT: {
+      wk_frame_result *r = &f->result;
+      r->call_id = get_u64(c);
+      status = get_u8(c);
+      content = get_u8(c);
+      r->output = get_bytes(c);
+      r->error_type = get_bytes(c);
+      r->error_message = get_bytes(c);
+      r->traceback = get_bytes(c);
+      r->cpu_us = get_u64(c);
+      r->max_rss_kb = get_u64(c);
+      r->stdout_bytes = get_bytes(c);
+      r->stderr_bytes = get_bytes(c);
+      if (!c->bad && (!status_valid(status) || !content_valid(content))) return WK_FRAME_E_VALUE;
+      r->status = (wk_frame_status)status;
+      r->content_type = (wk_frame_content)content;
+      break;
+    }
+    case WK_FRAME_CANCEL: f->cancel.call_id = get_u64(c); break;
+    case WK_FRAME_PING:
+    case WK_FRAME_PONG: f->ping.nonce = get_u64(c); break;
+    case WK_FRAME_SHUTDOWN: break;
+  }
+  if (c->bad) return WK_FRAME_E_TRUNCATED;
+  if (c->left != 0) return WK_FRAME_E_TRAILING;
+  return WK_FRAME_OK;
+}
+
+wk_frame_rc wk_frame_decode(const uint8_t *in, size_t in_len, uint32_t max_frame, wk_frame *out,
+                            size_t *size) {
+  assert(out != NULL);
+  assert(size != NULL);
+  assert(in != NULL || in_len == 0);
+  memset(out, 0, sizeof *out);
+  *size = 0;
+  if (in_len < WK_FRAME_PREFIX_SIZE) {
+    *size = WK_FRAME_PREFIX_SIZE;
+    return WK_FRAME_NEED_MORE;
+  }
+  uint32_t len = rd_u32_at(in);
+  if (len > max_frame) return WK_FRAME_E_TOO_LARGE;
+  if (len == 0) return WK_FRAME_E_EMPTY;
+  size_t total = (size_t)WK_FRAME_PREFIX_SIZE + len;
+  if (in_len < total) {
+    *size = total;
+    return WK_FRAME_NEED_MORE;
+  }
+  unsigned type = in[WK_FRAME_PREFIX_SIZE];
+  if (!type_known(type)) return WK_FRAME_E_TYPE;
+  out->type = (wk_frame_type)type;
+  cursor c = {in + WK_FRAME_PREFIX_SIZE + 1, (size_t)len - 1u, false};
+  wk_frame_rc rc = get_body(&c, out);
+  if (rc != WK_FRAME_OK) return rc;
+  assert(c.p == in + total); /* the frame's bytes, exactly, were read */
+  *size = total;
+  return WK_FRAME_OK;
+}

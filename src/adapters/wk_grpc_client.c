@@ -1,0 +1,427 @@
+/* wk_grpc_client.c: a small synchronous gRPC client on gRPC core (see wk_grpc_client.h).
+ *
+ * Every call gets its own pluck completion queue; ops are started in batches and the
+ * caller's thread plucks the batch it waits for. A stream keeps three batches apart:
+ * the send batch (initial metadata, the request, half-close, the server's initial
+ * metadata), the status batch (started at once, completes when the call ends), and one
+ * receive batch at a time. Every batch started is plucked before the queue goes. */
+#define _POSIX_C_SOURCE 200809L /* strdup */
+
+#include "adapters/wk_grpc_client.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <grpc/byte_buffer.h>
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
+#include <grpc/slice.h>
+#include <grpc/support/alloc.h>
+#include <grpc/support/time.h>
+
+struct wk_grpc_client {
+  grpc_channel *channel;
+  char *target;
+};
+
+struct wk_grpc_stream {
+  wk_grpc_client *client;
+  grpc_completion_queue *cq;
+  grpc_call *call;
+  grpc_byte_buffer *send_bb;
+  grpc_metadata *md;
+  size_t md_count;
+  grpc_metadata_array initial_md;
+  grpc_metadata_array trailing_md;
+  grpc_status_code code;
+  grpc_slice details;
+  const char *error_string;
+  grpc_byte_buffer *recv_bb;
+  bool send_plucked;
+  bool ended;
+  /* their addresses are the batch tags */
+  char tag_send;
+  char tag_status;
+  char tag_recv;
+};
+
+/* ---- helpers ------------------------------------------------------------------- */
+
+static void copy_msg(char *dst, size_t dst_len, const char *src, size_t n) {
+  if (dst_len == 0) return;
+  if (n >= dst_len) n = dst_len - 1;
+  if (n > 0) memcpy(dst, src, n);
+  dst[n] = '\0';
+}
+
+static void local_status(wk_grpc_status *st, grpc_status_code code, const char *msg) {
+  if (!st) return;
+  st->code = code;
+  st->reached_server = false;
+  copy_msg(st->message, sizeof st->message, msg, strlen(msg));
+}
+
+static gpr_timespec deadline_of(int64_t ms) {
+  if (ms <= 0) return gpr_inf_future(GPR_CLOCK_MONOTONIC);
+  return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(ms, GPR_TIMESPAN));
+}
+
+/* Plucks `tag`; returns the batch's success flag. */
+static bool pluck(grpc_completion_queue *cq, void *tag) {
+  grpc_event ev = grpc_completion_queue_pluck(cq, tag, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+  return ev.type == GRPC_OP_COMPLETE && ev.success != 0;
+}
+
+static void destroy_cq(grpc_completion_queue *cq) {
+  grpc_completion_queue_shutdown(cq);
+  grpc_completion_queue_destroy(cq);
+}
+
+static grpc_metadata *make_md(const wk_grpc_md *md, size_t n) {
+  if (n == 0) return NULL;
+  grpc_metadata *out = calloc(n, sizeof *out);
+  if (!out) abort();
+  for (size_t i = 0; i < n; i++) {
+    out[i].key = grpc_slice_from_copied_string(md[i].key);
+    out[i].value = grpc_slice_from_copied_string(md[i].value ? md[i].value : "");
+  }
+  return out;
+}
+
+static void free_md(grpc_metadata *md, size_t n) {
+  if (!md) return;
+  for (size_t i = 0; i < n; i++) {
+    grpc_slice_unref(md[i].key);
+    grpc_slice_unref(md[i].value);
+  }
+  free(md);
+}
+
+static grpc_byte_buffer *make_bb(const uint8_t *data, size_t len) {
+  grpc_slice s = grpc_slice_from_copied_buffer((const char *)data, len);
+  grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&s, 1);
+  grpc_slice_unref(s);
+  return bb;
+}
+
+/* Copies the whole byte buffer into out (malloc'd; never NULL data). */
+static bool take_bb(grpc_byte_buffer *bb, wk_grpc_buf *out) {
+  grpc_byte_buffer_reader r;
+  if (!grpc_byte_buffer_reader_init(&r, bb)) return false;
+  grpc_slice s = grpc_byte_buffer_reader_readall(&r);
+  grpc_byte_buffer_reader_destroy(&r);
+  size_t n = GRPC_SLICE_LENGTH(s);
+  out->data = malloc(n ? n : 1);
+  if (!out->data) abort();
+  if (n) memcpy(out->data, GRPC_SLICE_START_PTR(s), n);
+  out->len = n;
+  grpc_slice_unref(s);
+  return true;
+}
+
+static void fill_status(const wk_grpc_client *c, grpc_status_code code, grpc_slice details,
+                        const char *error_string, wk_grpc_status *st) {
+  if (!st) return;
+  st->code = code;
+  size_t n = GRPC_SLICE_LENGTH(details);
+  if (n > 0) {
+    copy_msg(st->message, sizeof st->message, (const char *)GRPC_SLICE_START_PTR(details), n);
+  } else if (code != GRPC_STATUS_OK && error_string) {
+    copy_msg(st->message, sizeof st->message, error_string, strlen(error_string));
+  } else {
+    st->message[0] = '\0';
+  }
+  if (code == GRPC_STATUS_DEADLINE_EXCEEDED) {
+    st->reached_server = false;
+  } else if (code == GRPC_STATUS_UNAVAILABLE) {
+    /* The server says UNAVAILABLE over a live connection (not ready, draining); the
+     * transport says it when there is no connection to speak of. */
+    st->reached_server =
+        grpc_channel_check_connectivity_state(c->channel, 0) == GRPC_CHANNEL_READY;
+  } else {
+    st->reached_server = true;
+  }
+}
+
+void wk_grpc_buf_free(wk_grpc_buf *b) {
+  if (!b) return;
+  free(b->data);
+  b->data = NULL;
+  b->len = 0;
+}
+
+const char *wk_grpc_status_name(grpc_status_code code) {
+  static const char *const names[] = {
+      "OK",           "CANCELLED",          "UNKNOWN",          "INVALID_ARGUMENT",
+      "DEADLINE_EXCEEDED", "NOT_FOUND",     "ALREADY_EXISTS",   "PERMISSION_DENIED",
+      "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED",   "OUT_OF_RANGE",
+      "UNIMPLEMENTED", "INTERNAL",          "UNAVAILABLE",      "DATA_LOSS",
+      "UNAUTHENTICATED"};
+  int i = (int)code;
+  if (i < 0 || (size_t)i >= sizeof names / sizeof names[0]) return "UNKNOWN_CODE";
+  return names[i];
+}
+
+/* ---- client ---------------------------------------------------------------------- */
+
+int wk_grpc_client_open(const char *target, const wk_grpc_client_options *opts,
+                        wk_grpc_client **out, char *err, size_t err_len) {
+  *out = NULL;
+  if (!target || !*target) {
+    if (err && err_len) snprintf(err, err_len, "no server address given");
+    return -1;
+  }
+  wk_grpc_client *c = calloc(1, sizeof *c);
+  if (!c) abort();
+  c->target = strdup(target);
+  if (!c->target) abort();
+
+  size_t max_recv = opts && opts->max_recv_message_bytes ? opts->max_recv_message_bytes
+                                                         : WK_GRPC_DEFAULT_MAX_RECV;
+  char key_recv[] = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
+  char key_ua[] = GRPC_ARG_PRIMARY_USER_AGENT_STRING;
+  grpc_arg args[2];
+  size_t nargs = 0;
+  args[nargs].type = GRPC_ARG_INTEGER;
+  args[nargs].key = key_recv;
+  args[nargs].value.integer = max_recv > (size_t)INT_MAX ? INT_MAX : (int)max_recv;
+  nargs++;
+  char *ua = NULL;
+  if (opts && opts->user_agent) {
+    ua = strdup(opts->user_agent);
+    if (!ua) abort();
+    args[nargs].type = GRPC_ARG_STRING;
+    args[nargs].key = key_ua;
+    args[nargs].value.string = ua;
+    nargs++;
+  }
+  grpc_channel_args chargs = {.num_args = nargs, .args = args};
+
+  grpc_init();
+  grpc_channel_credentials *creds = grpc_insecure_credentials_create();
+  c->channel = grpc_channel_create(target, creds, &chargs);
+  grpc_channel_credentials_release(creds);
+  free(ua);
+  if (!c->channel) {
+    grpc_shutdown();
+    free(c->target);
+    free(c);
+    if (err && err_len) snprintf(err, err_len, "cannot create a channel to %s", target);
+    return -1;
+  }
+  *out = c;
+  return 0;
+}
+
+void wk_grpc_client_close(wk_grpc_client *c) {
+  if (!c) return;
+  grpc_channel_destroy(c->channel);
+  free(c->target);
+  free(c);
+  grpc_shutdown();
+}
+
+const char *wk_grpc_client_target(const wk_grpc_client *c) { return c->target; }
+
+/* ---- unary ------------------------------------------------------------------------- */
+
+grpc_status_code wk_grpc_client_unary(wk_grpc_client *c, const char *method, const uint8_t *req,
+                                      size_t req_len, const wk_grpc_md *md, size_t md_count,
+                                      int64_t deadline_ms, wk_grpc_buf *resp,
+                                      wk_grpc_status *st) {
+  resp->data = NULL;
+  resp->len = 0;
+  grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
+  grpc_slice method_slice = grpc_slice_from_copied_string(method);
+  grpc_call *call = grpc_channel_create_call(c->channel, NULL, GRPC_PROPAGATE_DEFAULTS, cq,
+                                             method_slice, NULL, deadline_of(deadline_ms), NULL);
+  grpc_slice_unref(method_slice);
+
+  grpc_metadata *gmd = make_md(md, md_count);
+  grpc_byte_buffer *req_bb = make_bb(req, req_len);
+  grpc_byte_buffer *resp_bb = NULL;
+  grpc_metadata_array initial_md, trailing_md;
+  grpc_metadata_array_init(&initial_md);
+  grpc_metadata_array_init(&trailing_md);
+  grpc_status_code code = GRPC_STATUS_UNKNOWN;
+  grpc_slice details = grpc_empty_slice();
+  const char *error_string = NULL;
+
+  grpc_op ops[6];
+  memset(ops, 0, sizeof ops);
+  ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+  ops[0].data.send_initial_metadata.count = md_count;
+  ops[0].data.send_initial_metadata.metadata = gmd;
+  ops[1].op = GRPC_OP_SEND_MESSAGE;
+  ops[1].data.send_message.send_message = req_bb;
+  ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+  ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
+  ops[3].data.recv_initial_metadata.recv_initial_metadata = &initial_md;
+  ops[4].op = GRPC_OP_RECV_MESSAGE;
+  ops[4].data.recv_message.recv_message = &resp_bb;
+  ops[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+  ops[5].data.recv_status_on_client.trailing_metadata = &trailing_md;
+  ops[5].data.recv_status_on_client.status = &code;
+  ops[5].data.recv_status_on_client.status_details = &details;
+  ops[5].data.recv_status_on_client.error_string = &error_string;
+
+  char tag;
+  grpc_call_error ce = grpc_call_start_batch(call, ops, 6, &tag, NULL);
+  if (ce != GRPC_CALL_OK) {
+    char m[128];
+    snprintf(m, sizeof m, "cannot start the call (grpc_call_error %d%s)", (int)ce,
+             ce == GRPC_CALL_ERROR_INVALID_METADATA ? ": invalid metadata" : "");
+    local_status(st, GRPC_STATUS_INTERNAL, m);
+    code = GRPC_STATUS_INTERNAL;
+  } else {
+    (void)pluck(cq, &tag); /* the status is in `code` whatever the batch's flag */
+    fill_status(c, code, details, error_string, st);
+    if (code == GRPC_STATUS_OK) {
+      if (!resp_bb || !take_bb(resp_bb, resp)) {
+        code = GRPC_STATUS_INTERNAL;
+        local_status(st, code, "the server answered OK without a response message");
+        if (st) st->reached_server = true;
+      }
+    }
+  }
+
+  if (resp_bb) grpc_byte_buffer_destroy(resp_bb);
+  grpc_byte_buffer_destroy(req_bb);
+  free_md(gmd, md_count);
+  grpc_metadata_array_destroy(&initial_md);
+  grpc_metadata_array_destroy(&trailing_md);
+  grpc_slice_unref(details);
+  gpr_free((void *)(uintptr_t)error_string);
+  grpc_call_unref(call);
+  destroy_cq(cq);
+  return code;
+}
+
+/* ---- server streaming ---------------------------------------------------------------- */
+
+static void stream_free(wk_grpc_stream *s) {
+  if (s->recv_bb) grpc_byte_buffer_destroy(s->recv_bb);
+  if (s->send_bb) grpc_byte_buffer_destroy(s->send_bb);
+  free_md(s->md, s->md_count);
+  grpc_metadata_array_destroy(&s->initial_md);
+  grpc_metadata_array_destroy(&s->trailing_md);
+  grpc_slice_unref(s->details);
+  gpr_free((void *)(uintptr_t)s->error_string);
+  if (s->call) grpc_call_unref(s->call);
+  destroy_cq(s->cq);
+  free(s);
+}
+
+int wk_grpc_stream_open(wk_grpc_client *c, const char *method, const uint8_t *req,
+                        size_t req_len, const wk_grpc_md *md, size_t md_count,
+                        int64_t deadline_ms, wk_grpc_stream **out, wk_grpc_status *st) {
+  *out = NULL;
+  wk_grpc_stream *s = calloc(1, sizeof *s);
+  if (!s) abort();
+  s->client = c;
+  s->cq = grpc_completion_queue_create_for_pluck(NULL);
+  grpc_slice method_slice = grpc_slice_from_copied_string(method);
+  s->call = grpc_channel_create_call(c->channel, NULL, GRPC_PROPAGATE_DEFAULTS, s->cq,
+                                     method_slice, NULL, deadline_of(deadline_ms), NULL);
+  grpc_slice_unref(method_slice);
+  s->md = make_md(md, md_count);
+  s->md_count = md_count;
+  s->send_bb = make_bb(req, req_len);
+  grpc_metadata_array_init(&s->initial_md);
+  grpc_metadata_array_init(&s->trailing_md);
+  s->code = GRPC_STATUS_UNKNOWN;
+  s->details = grpc_empty_slice();
+
+  grpc_op ops[4];
+  memset(ops, 0, sizeof ops);
+  ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+  ops[0].data.send_initial_metadata.count = md_count;
+  ops[0].data.send_initial_metadata.metadata = s->md;
+  ops[1].op = GRPC_OP_SEND_MESSAGE;
+  ops[1].data.send_message.send_message = s->send_bb;
+  ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+  ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
+  ops[3].data.recv_initial_metadata.recv_initial_metadata = &s->initial_md;
+  grpc_call_error ce = grpc_call_start_batch(s->call, ops, 4, &s->tag_send, NULL);
+  if (ce != GRPC_CALL_OK) {
+    char m[128];
+    snprintf(m, sizeof m, "cannot start the call (grpc_call_error %d%s)", (int)ce,
+             ce == GRPC_CALL_ERROR_INVALID_METADATA ? ": invalid metadata" : "");
+    local_status(st, GRPC_STATUS_INTERNAL, m);
+    stream_free(s); /* nothing was started: nothing to pluck */
+    return -1;
+  }
+  s->send_plucked = false;
+
+  grpc_op sop;
+  memset(&sop, 0, sizeof sop);
+  sop.op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+  sop.data.recv_status_on_client.trailing_metadata = &s->trailing_md;
+  sop.data.recv_status_on_client.status = &s->code;
+  sop.data.recv_status_on_client.status_details = &s->details;
+  sop.data.recv_status_on_client.error_string = &s->error_string;
+  ce = grpc_call_start_batch(s->call, &sop, 1, &s->tag_status, NULL);
+  if (ce != GRPC_CALL_OK) {
+    /* Cannot happen for a fresh call; end it cleanly anyway. */
+    grpc_call_cancel(s->call, NULL);
+    (void)pluck(s->cq, &s->tag_send);
+    local_status(st, GRPC_STATUS_INTERNAL, "cannot start the call's status batch");
+    stream_free(s);
+    return -1;
+  }
+  *out = s;
+  return 0;
+}
+
+int wk_grpc_stream_next(wk_grpc_stream *s, wk_grpc_buf *msg) {
+  msg->data = NULL;
+  msg->len = 0;
+  if (s->ended) return 0;
+  grpc_op op;
+  memset(&op, 0, sizeof op);
+  op.op = GRPC_OP_RECV_MESSAGE;
+  op.data.recv_message.recv_message = &s->recv_bb;
+  if (grpc_call_start_batch(s->call, &op, 1, &s->tag_recv, NULL) != GRPC_CALL_OK) {
+    s->ended = true;
+    return 0;
+  }
+  bool ok = pluck(s->cq, &s->tag_recv);
+  if (!s->send_plucked) {
+    /* The server's initial metadata precedes its first message or its status. */
+    (void)pluck(s->cq, &s->tag_send);
+    s->send_plucked = true;
+  }
+  if (!ok || !s->recv_bb) {
+    if (s->recv_bb) grpc_byte_buffer_destroy(s->recv_bb);
+    s->recv_bb = NULL;
+    s->ended = true;
+    return 0;
+  }
+  bool took = take_bb(s->recv_bb, msg);
+  grpc_byte_buffer_destroy(s->recv_bb);
+  s->recv_bb = NULL;
+  if (!took) {
+    grpc_call_cancel_with_status(s->call, GRPC_STATUS_INTERNAL, "undecodable message", NULL);
+    s->ended = true;
+    return 0;
+  }
+  return 1;
+}
+
+void wk_grpc_stream_cancel(wk_grpc_stream *s) { grpc_call_cancel(s->call, NULL); }
+
+grpc_status_code wk_grpc_stream_finish(wk_grpc_stream *s, wk_grpc_status *st) {
+  if (!s->ended) grpc_call_cancel(s->call, NULL);
+  if (!s->send_plucked) {
+    (void)pluck(s->cq, &s->tag_send);
+    s->send_plucked = true;
+  }
+  (void)pluck(s->cq, &s->tag_status);
+  grpc_status_code code = s->code;
+  fill_status(s->client, code, s->details, s->error_string, st);
+  stream_free(s);
+  return code;
+}

@@ -1,0 +1,1042 @@
+/* wk_grpc_server.c: the Worker's gRPC server on gRPC core's C API. See
+ * wk_grpc_server.h for the contract and DESIGN.md §3, §11.
+ *
+ * Threads. One completion-queue (CQ) thread runs grpc_completion_queue_next and owns
+ * accepting, decoding, validating, answering invalid or unknown calls, and the
+ * completions of every batch. The sink answers from any thread: wk_rpc_reply / _fail /
+ * _send / _finish take the rpc's mutex and call grpc_call_start_batch themselves, so a
+ * reply from the actor costs no hop back to the CQ thread.
+ *
+ * Sends. An rpc has at most one send batch in flight. Messages the sink queues while
+ * one is in flight wait in a bounded FIFO; when the batch completes, the CQ thread
+ * starts the next one. The first batch carries SEND_INITIAL_METADATA; the status goes
+ * out with the last queued message (a unary reply is one batch: metadata, message,
+ * status). Every accepted call also has a RECV_CLOSE_ON_SERVER batch, which completes
+ * when the call is over and says whether it was cancelled.
+ *
+ * Lifetime. An rpc is reference-counted: one reference per batch in flight, one for
+ * the sink (from on_rpc to wk_rpc_release), and one the CQ thread holds while it
+ * accepts the call. The last one frees it, and unrefs the grpc_call.
+ *
+ * Shutdown (the "gate"). Every operation that will post to the CQ (a batch, a
+ * request for a call, the shutdown notification) first enters the gate, which counts
+ * it as outstanding; the CQ thread leaves the gate for each event. Stopping closes the
+ * gate, waits for the count to reach zero, and only then shuts the CQ down: nothing
+ * can post to a CQ that is shut down, whichever thread the sink answers from.
+ *
+ * Locks, always taken in this order: rpc->mu, then server->mu (the gate). The live
+ * list (server->list_mu) is never held together with either. */
+#define _GNU_SOURCE /* pthread_setname_np */
+#include "adapters/wk_grpc_server.h"
+
+#include <assert.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <grpc/byte_buffer.h>
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
+#include <grpc/slice.h>
+#include <grpc/support/alloc.h>
+#include <grpc/support/time.h>
+
+#include "adapters/wk_validate.h"
+
+/* ---- constants ---------------------------------------------------------------- */
+
+enum {
+  SLOTS_PER_METHOD = 8,   /* calls requested ahead per registered method */
+  GENERIC_SLOTS = 2,      /* calls requested ahead for unknown methods */
+  STATUS_MESSAGE_MAX = 4096, /* bytes of a status message sent */
+  UNKNOWN_PATH_MAX = 200, /* bytes of an unknown method's path echoed back */
+};
+
+typedef struct method_info {
+  const char *path;
+  const char *name;
+  bool streaming;
+} method_info;
+
+static const method_info k_methods[WK_RPC_METHOD_COUNT] = {
+    [WK_RPC_REQUEST_TASK_SLOT] = {"/worker.v1.WorkerService/RequestTaskSlot",
+                                  "RequestTaskSlot", false},
+    [WK_RPC_SUBMIT_TASK] = {"/worker.v1.WorkerService/SubmitTask", "SubmitTask", false},
+    [WK_RPC_GET_TASK_RESULT] = {"/worker.v1.WorkerService/GetTaskResult", "GetTaskResult",
+                                false},
+    [WK_RPC_WATCH_TASKS] = {"/worker.v1.WorkerService/WatchTasks", "WatchTasks", true},
+    [WK_RPC_CANCEL_TASK] = {"/worker.v1.WorkerService/CancelTask", "CancelTask", false},
+    [WK_RPC_HEALTH_CHECK] = {"/grpc.health.v1.Health/Check", "Health.Check", false},
+    [WK_RPC_HEALTH_WATCH] = {"/grpc.health.v1.Health/Watch", "Health.Watch", true},
+};
+
+/* ---- types -------------------------------------------------------------------- */
+
+/* What a CQ event's tag points at; embedded in the owning struct. */
+typedef enum tag_kind {
+  TAG_REQUEST,       /* request_slot: a registered method's call arrived */
+  TAG_GENERIC,       /* generic_slot: a call for an unknown method arrived */
+  TAG_UNIMPLEMENTED, /* unimplemented_call: its answer batch is done */
+  TAG_CLOSE,         /* wk_rpc: RECV_CLOSE_ON_SERVER is done */
+  TAG_SEND,          /* wk_rpc: a send batch is done */
+  TAG_SHUTDOWN,      /* the server has shut down */
+} tag_kind;
+
+typedef struct wk_tag {
+  tag_kind kind;
+} wk_tag;
+
+#define CONTAINER_OF(ptr, type, member) \
+  ((type *)(void *)((char *)(ptr) - offsetof(type, member)))
+
+typedef struct request_slot {
+  wk_tag tag;
+  wk_grpc_server *server;
+  wk_rpc_method method;
+  grpc_call *call;
+  gpr_timespec deadline;
+  grpc_metadata_array md;
+  grpc_byte_buffer *payload;
+} request_slot;
+
+typedef struct generic_slot {
+  wk_tag tag;
+  wk_grpc_server *server;
+  grpc_call *call;
+  grpc_call_details details;
+  grpc_metadata_array md;
+} generic_slot;
+
+typedef struct unimplemented_call {
+  wk_tag tag;
+  grpc_call *call;
+  grpc_slice details;
+  int cancelled;
+} unimplemented_call;
+
+typedef struct msg_node {
+  struct msg_node *next;
+  grpc_byte_buffer *bb;
+} msg_node;
+
+typedef struct md_entry {
+  const char *key;
+  size_t key_len;
+  const char *value;
+  size_t value_len;
+} md_entry;
+
+struct wk_rpc {
+  wk_grpc_server *server; /* holds a server reference */
+  atomic_uint refs;
+  wk_rpc_method method;
+  bool streaming;
+  bool to_sink; /* handed to the sink; CQ thread only */
+
+  /* live list, under server->list_mu */
+  wk_rpc *prev;
+  wk_rpc *next;
+  bool in_list;
+
+  grpc_call *call; /* NULL once stop has detached the rpc (then closed is true) */
+  ProtobufCMessage *request;
+  char *peer; /* gpr_malloc'ed by gRPC */
+  md_entry *md;
+  size_t md_count;
+  char *md_blob;
+
+  wk_tag close_tag;
+  int cancelled; /* written by RECV_CLOSE_ON_SERVER */
+  wk_tag send_tag;
+
+  pthread_mutex_t mu;
+  /* ---- under mu ---- */
+  bool closed;           /* no batch may start: call over, failed, or server stopping */
+  bool initial_md_sent;  /* a batch with SEND_INITIAL_METADATA has started */
+  bool send_in_flight;   /* a send batch is started and not completed */
+  bool finish_requested; /* reply / fail / finish was called */
+  bool status_sent;      /* the batch with the status has started */
+  grpc_byte_buffer *inflight_msg;
+  grpc_slice inflight_details;
+  bool inflight_has_details;
+  msg_node *q_head;
+  msg_node *q_tail;
+  uint32_t q_len;
+  grpc_status_code finish_code;
+  char *finish_message;
+};
+
+struct wk_grpc_server {
+  wk_grpc_server_config cfg;
+  char *listen_addr;
+  wk_validate_limits limits;
+  wk_grpc_server_sink sink;
+  atomic_uint refs; /* the owner's (until stop) plus one per rpc */
+
+  grpc_server *server;
+  grpc_completion_queue *cq;
+  void *registered[WK_RPC_METHOD_COUNT];
+  request_slot slots[WK_RPC_METHOD_COUNT][SLOTS_PER_METHOD];
+  generic_slot generic[GENERIC_SLOTS];
+  wk_tag shutdown_tag;
+  pthread_t thread;
+
+  pthread_mutex_t mu; /* the gate */
+  pthread_cond_t cv;
+  bool gate_closed;
+  size_t outstanding; /* operations that will post one CQ event */
+
+  pthread_mutex_t list_mu; /* the live list */
+  pthread_cond_t list_cv;
+  wk_rpc *live;
+};
+
+/* ---- small helpers ------------------------------------------------------------ */
+
+__attribute__((format(printf, 1, 2))) static void log_error(const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  (void)vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  /* msg comes from our own format strings: no quotes or control characters */
+  fprintf(stderr, "{\"level\":\"error\",\"component\":\"grpc_server\",\"msg\":\"%s\"}\n",
+          msg);
+}
+
+static void *xcalloc(size_t n, size_t size) {
+  void *p = calloc(n, size);
+  if (p == NULL) abort();
+  return p;
+}
+
+static char *xstrndup(const char *s, size_t max) {
+  size_t n = 0;
+  if (s != NULL) {
+    while (n < max && s[n] != '\0') n++;
+  }
+  char *c = xcalloc(n + 1, 1);
+  if (n > 0) memcpy(c, s, n);
+  return c;
+}
+
+static void lock(pthread_mutex_t *m) {
+  int rc = pthread_mutex_lock(m);
+  if (rc != 0) abort();
+}
+
+static void unlock(pthread_mutex_t *m) {
+  int rc = pthread_mutex_unlock(m);
+  if (rc != 0) abort();
+}
+
+static grpc_byte_buffer *make_message(const uint8_t *msg, size_t len) {
+  grpc_slice s = grpc_slice_from_copied_buffer(len > 0 ? (const char *)msg : "", len);
+  grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&s, 1);
+  grpc_slice_unref(s);
+  return bb;
+}
+
+/* ---- names -------------------------------------------------------------------- */
+
+const char *wk_rpc_method_path(wk_rpc_method m) {
+  return (unsigned)m < (unsigned)WK_RPC_METHOD_COUNT ? k_methods[m].path : "";
+}
+
+const char *wk_rpc_method_name(wk_rpc_method m) {
+  return (unsigned)m < (unsigned)WK_RPC_METHOD_COUNT ? k_methods[m].name : "unknown";
+}
+
+/* ---- the gate ----------------------------------------------------------------- */
+
+/* Counts one operation that will post a CQ event; false once stopping. */
+static bool gate_enter(wk_grpc_server *s) {
+  lock(&s->mu);
+  bool ok = !s->gate_closed;
+  if (ok) s->outstanding++;
+  unlock(&s->mu);
+  return ok;
+}
+
+/* One counted operation posted its event (or failed to start). */
+static void gate_leave(wk_grpc_server *s) {
+  lock(&s->mu);
+  assert(s->outstanding > 0);
+  s->outstanding--;
+  if (s->outstanding == 0 && s->gate_closed) pthread_cond_broadcast(&s->cv);
+  unlock(&s->mu);
+}
+
+/* ---- server and rpc lifetime -------------------------------------------------- */
+
+static void server_free(wk_grpc_server *s) {
+  assert(s->live == NULL);
+  pthread_mutex_destroy(&s->mu);
+  pthread_cond_destroy(&s->cv);
+  pthread_mutex_destroy(&s->list_mu);
+  pthread_cond_destroy(&s->list_cv);
+  free(s->listen_addr);
+  free(s);
+}
+
+static void server_unref(wk_grpc_server *s) {
+  unsigned before = atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel);
+  assert(before > 0);
+  if (before == 1) server_free(s);
+}
+
+static void drop_queue_locked(wk_rpc *r) {
+  msg_node *n = r->q_head;
+  while (n != NULL) {
+    msg_node *next = n->next;
+    grpc_byte_buffer_destroy(n->bb);
+    free(n);
+    n = next;
+  }
+  r->q_head = NULL;
+  r->q_tail = NULL;
+  r->q_len = 0;
+}
+
+static void rpc_free(wk_rpc *r) {
+  wk_grpc_server *s = r->server;
+  assert(!r->send_in_flight);
+  /* Unlink and unref the call under list_mu: stop() waits on list_cv for frees that
+   * race with it, so no grpc_call outlives the server's teardown. */
+  lock(&s->list_mu);
+  if (r->in_list) {
+    if (r->prev != NULL) r->prev->next = r->next;
+    else s->live = r->next;
+    if (r->next != NULL) r->next->prev = r->prev;
+    r->in_list = false;
+  }
+  if (r->call != NULL) {
+    grpc_call_unref(r->call);
+    r->call = NULL;
+  }
+  pthread_cond_broadcast(&s->list_cv);
+  unlock(&s->list_mu);
+
+  drop_queue_locked(r); /* no other reference: no lock needed */
+  free(r->finish_message);
+  if (r->request != NULL) protobuf_c_message_free_unpacked(r->request, NULL);
+  if (r->peer != NULL) gpr_free(r->peer);
+  free(r->md);
+  free(r->md_blob);
+  pthread_mutex_destroy(&r->mu);
+  free(r);
+  server_unref(s);
+}
+
+static void rpc_ref(wk_rpc *r) {
+  unsigned before = atomic_fetch_add_explicit(&r->refs, 1, memory_order_relaxed);
+  assert(before > 0);
+  (void)before;
+}
+
+static void rpc_unref(wk_rpc *r) {
+  unsigned before = atomic_fetch_sub_explicit(&r->refs, 1, memory_order_acq_rel);
+  assert(before > 0);
+  if (before == 1) rpc_free(r);
+}
+
+/* Drops a reference known not to be the last (the caller holds another). */
+static void rpc_unref_not_last(wk_rpc *r) {
+  unsigned before = atomic_fetch_sub_explicit(&r->refs, 1, memory_order_acq_rel);
+  assert(before > 1);
+  (void)before;
+}
+
+/* Takes a reference unless the count already reached zero (a free is under way). */
+static bool rpc_try_ref(wk_rpc *r) {
+  unsigned cur = atomic_load_explicit(&r->refs, memory_order_relaxed);
+  while (cur > 0) {
+    if (atomic_compare_exchange_weak_explicit(&r->refs, &cur, cur + 1,
+                                              memory_order_acq_rel,
+                                              memory_order_relaxed)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+static void copy_metadata(wk_rpc *r, const grpc_metadata_array *md) {
+  if (md->count == 0) return;
+  size_t total = 0;
+  for (size_t i = 0; i < md->count; i++) {
+    total += GRPC_SLICE_LENGTH(md->metadata[i].key) + 1;
+    total += GRPC_SLICE_LENGTH(md->metadata[i].value) + 1;
+  }
+  r->md = xcalloc(md->count, sizeof *r->md);
+  r->md_blob = xcalloc(total, 1);
+  char *p = r->md_blob;
+  for (size_t i = 0; i < md->count; i++) {
+    const grpc_slice *k = &md->metadata[i].key;
+    const grpc_slice *v = &md->metadata[i].value;
+    md_entry *e = &r->md[i];
+    e->key_len = GRPC_SLICE_LENGTH(*k);
+    memcpy(p, GRPC_SLICE_START_PTR(*k), e->key_len);
+    e->key = p;
+    p += e->key_len + 1;
+    e->value_len = GRPC_SLICE_LENGTH(*v);
+    memcpy(p, GRPC_SLICE_START_PTR(*v), e->value_len);
+    e->value = p;
+    p += e->value_len + 1;
+  }
+  r->md_count = md->count;
+  assert(p == r->md_blob + total);
+}
+
+/* A new rpc for an accepted call, holding the CQ thread's (accept) reference, on the
+ * live list. Takes ownership of call. */
+static wk_rpc *rpc_new(wk_grpc_server *s, wk_rpc_method m, grpc_call *call,
+                       const grpc_metadata_array *md) {
+  wk_rpc *r = xcalloc(1, sizeof *r);
+  atomic_init(&r->refs, 1);
+  r->server = s;
+  r->method = m;
+  r->streaming = k_methods[m].streaming;
+  r->call = call;
+  r->close_tag.kind = TAG_CLOSE;
+  r->send_tag.kind = TAG_SEND;
+  r->finish_code = GRPC_STATUS_OK;
+  if (pthread_mutex_init(&r->mu, NULL) != 0) abort();
+  copy_metadata(r, md);
+  r->peer = grpc_call_get_peer(call);
+  atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed);
+
+  lock(&s->list_mu);
+  r->next = s->live;
+  if (s->live != NULL) s->live->prev = r;
+  s->live = r;
+  r->in_list = true;
+  unlock(&s->list_mu);
+  return r;
+}
+
+/* ---- sending ------------------------------------------------------------------ */
+
+/* Starts the next send batch when one is due: queued messages first, the status
+ * with (or after) the last of them. Caller holds r->mu and a reference. */
+static void start_send_locked(wk_rpc *r) {
+  assert(!r->send_in_flight);
+  if (r->closed || r->status_sent) return;
+  bool want_msg = r->q_head != NULL;
+  bool want_status = r->finish_requested && (r->q_head == NULL || r->q_head->next == NULL);
+  if (!want_msg && !want_status) return;
+  if (!gate_enter(r->server)) {
+    r->closed = true;
+    drop_queue_locked(r);
+    return;
+  }
+
+  grpc_op ops[3];
+  memset(ops, 0, sizeof ops);
+  size_t n = 0;
+  if (!r->initial_md_sent) {
+    ops[n].op = GRPC_OP_SEND_INITIAL_METADATA;
+    n++;
+  }
+  grpc_byte_buffer *bb = NULL;
+  if (want_msg) {
+    msg_node *node = r->q_head;
+    r->q_head = node->next;
+    if (r->q_head == NULL) r->q_tail = NULL;
+    r->q_len--;
+    bb = node->bb;
+    free(node);
+    ops[n].op = GRPC_OP_SEND_MESSAGE;
+    ops[n].data.send_message.send_message = bb;
+    n++;
+  }
+  grpc_slice details = grpc_empty_slice();
+  bool has_details = false;
+  if (want_status) {
+    ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+    ops[n].data.send_status_from_server.status = r->finish_code;
+    if (r->finish_message != NULL && r->finish_message[0] != '\0') {
+      details = grpc_slice_from_copied_string(r->finish_message);
+      has_details = true;
+      ops[n].data.send_status_from_server.status_details = &details;
+    }
+    n++;
+  }
+  assert(n > 0 && n <= 3);
+
+  rpc_ref(r); /* the batch's */
+  grpc_call_error e = grpc_call_start_batch(r->call, ops, n, &r->send_tag, NULL);
+  if (e != GRPC_CALL_OK) {
+    log_error("%s: send batch refused: %s", k_methods[r->method].name,
+              grpc_call_error_to_string(e));
+    if (bb != NULL) grpc_byte_buffer_destroy(bb);
+    if (has_details) grpc_slice_unref(details);
+    r->closed = true;
+    drop_queue_locked(r);
+    gate_leave(r->server);
+    rpc_unref_not_last(r);
+    return;
+  }
+  r->send_in_flight = true;
+  r->initial_md_sent = true;
+  r->inflight_msg = bb;
+  r->inflight_details = details;
+  r->inflight_has_details = has_details;
+  if (want_status) r->status_sent = true;
+}
+
+/* CQ thread: a send batch completed; start the next one if any is due. */
+static void on_send_done(wk_rpc *r, bool ok) {
+  lock(&r->mu);
+  assert(r->send_in_flight);
+  r->send_in_flight = false;
+  if (r->inflight_msg != NULL) {
+    grpc_byte_buffer_destroy(r->inflight_msg);
+    r->inflight_msg = NULL;
+  }
+  if (r->inflight_has_details) {
+    grpc_slice_unref(r->inflight_details);
+    r->inflight_has_details = false;
+  }
+  if (!ok) {
+    r->closed = true; /* the call is broken or cancelled */
+    drop_queue_locked(r);
+  } else {
+    start_send_locked(r);
+  }
+  unlock(&r->mu);
+  rpc_unref(r);
+}
+
+/* CQ thread: the call is over (finished or cancelled). */
+static void on_close_done(wk_rpc *r) {
+  wk_grpc_server *s = r->server;
+  lock(&r->mu);
+  r->closed = true;
+  drop_queue_locked(r);
+  bool cancelled = r->cancelled != 0;
+  unlock(&r->mu);
+  if (r->streaming && r->to_sink && s->sink.on_closed != NULL) {
+    s->sink.on_closed(s->sink.ud, r, cancelled);
+  }
+  rpc_unref(r);
+}
+
+/* Ends the call with code/message after what is queued (drop_queued: discard queued
+ * messages first). Takes ownership of message. */
+static void finish_with(wk_rpc *r, grpc_status_code code, char *message, bool drop_queued) {
+  lock(&r->mu);
+  if (!r->closed && !r->finish_requested) {
+    if (drop_queued) drop_queue_locked(r);
+    r->finish_requested = true;
+    r->finish_code = code;
+    r->finish_message = message;
+    message = NULL;
+    if (!r->send_in_flight) start_send_locked(r);
+  }
+  unlock(&r->mu);
+  free(message);
+}
+
+/* ---- accepting calls ---------------------------------------------------------- */
+
+static void post_request(wk_grpc_server *s, request_slot *slot) {
+  if (!gate_enter(s)) return;
+  grpc_call_error e = grpc_server_request_registered_call(
+      s->server, s->registered[slot->method], &slot->call, &slot->deadline, &slot->md,
+      &slot->payload, s->cq, s->cq, &slot->tag);
+  if (e != GRPC_CALL_OK) {
+    log_error("%s: request_registered_call failed: %s", k_methods[slot->method].name,
+              grpc_call_error_to_string(e));
+    gate_leave(s);
+  }
+}
+
+static void post_generic(wk_grpc_server *s, generic_slot *g) {
+  if (!gate_enter(s)) return;
+  grpc_call_error e =
+      grpc_server_request_call(s->server, &g->call, &g->details, &g->md, s->cq, s->cq,
+                               &g->tag);
+  if (e != GRPC_CALL_OK) {
+    log_error("request_call failed: %s", grpc_call_error_to_string(e));
+    gate_leave(s);
+  }
+}
+
+/* Decodes and validates the request; answers INVALID_ARGUMENT itself or hands the
+ * rpc to the sink. Consumes payload. */
+static void dispatch_request(wk_grpc_server *s, wk_rpc *r, grpc_byte_buffer *payload) {
+  char err[WK_VALIDATE_ERR_LEN];
+  ProtobufCMessage *msg = NULL;
+  if (payload == NULL) {
+    (void)snprintf(err, sizeof err, "request message is missing: %s expects one %s",
+                   k_methods[r->method].name, wk_validate_descriptor(r->method)->name);
+  } else {
+    grpc_byte_buffer_reader rd;
+    if (!grpc_byte_buffer_reader_init(&rd, payload)) {
+      (void)snprintf(err, sizeof err, "request is not a valid %s (undecompressable)",
+                     wk_validate_descriptor(r->method)->name);
+    } else {
+      grpc_slice bytes = grpc_byte_buffer_reader_readall(&rd);
+      grpc_byte_buffer_reader_destroy(&rd);
+      msg = wk_validate_decode(r->method, GRPC_SLICE_START_PTR(bytes),
+                               GRPC_SLICE_LENGTH(bytes), &s->limits, err, sizeof err);
+      grpc_slice_unref(bytes);
+    }
+    grpc_byte_buffer_destroy(payload);
+  }
+  if (msg == NULL) {
+    finish_with(r, GRPC_STATUS_INVALID_ARGUMENT, xstrndup(err, sizeof err), true);
+    return;
+  }
+  r->request = msg;
+  r->to_sink = true;
+  rpc_ref(r); /* the sink's */
+  s->sink.on_rpc(s->sink.ud, r);
+}
+
+static void on_request(request_slot *slot, bool ok) {
+  wk_grpc_server *s = slot->server;
+  if (!ok) return; /* the server is shutting down: no call, do not ask again */
+  grpc_call *call = slot->call;
+  grpc_byte_buffer *payload = slot->payload;
+  slot->call = NULL;
+  slot->payload = NULL;
+  assert(call != NULL);
+  wk_rpc *r = rpc_new(s, slot->method, call, &slot->md);
+  grpc_metadata_array_destroy(&slot->md);
+  grpc_metadata_array_init(&slot->md);
+  post_request(s, slot);
+
+  /* RECV_CLOSE_ON_SERVER first, so cancellation is seen whatever happens next. */
+  bool close_started = false;
+  if (gate_enter(s)) {
+    grpc_op op;
+    memset(&op, 0, sizeof op);
+    op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    op.data.recv_close_on_server.cancelled = &r->cancelled;
+    rpc_ref(r); /* the close batch's */
+    grpc_call_error e = grpc_call_start_batch(r->call, &op, 1, &r->close_tag, NULL);
+    if (e == GRPC_CALL_OK) {
+      close_started = true;
+    } else {
+      log_error("%s: recv_close batch refused: %s", k_methods[r->method].name,
+                grpc_call_error_to_string(e));
+      gate_leave(s);
+      rpc_unref_not_last(r);
+    }
+  }
+  if (close_started) {
+    dispatch_request(s, r, payload);
+  } else {
+    /* stopping (or a broken call): drop it; the final unref cancels the call */
+    if (payload != NULL) grpc_byte_buffer_destroy(payload);
+    lock(&r->mu);
+    r->closed = true;
+    unlock(&r->mu);
+  }
+  rpc_unref(r); /* the accept reference */
+}
+
+static void answer_unimplemented(wk_grpc_server *s, grpc_call *call, const char *message) {
+  if (!gate_enter(s)) {
+    grpc_call_unref(call);
+    return;
+  }
+  unimplemented_call *u = xcalloc(1, sizeof *u);
+  u->tag.kind = TAG_UNIMPLEMENTED;
+  u->call = call;
+  u->details = grpc_slice_from_copied_string(message);
+  grpc_op ops[3];
+  memset(ops, 0, sizeof ops);
+  ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+  ops[1].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+  ops[1].data.send_status_from_server.status = GRPC_STATUS_UNIMPLEMENTED;
+  ops[1].data.send_status_from_server.status_details = &u->details;
+  ops[2].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+  ops[2].data.recv_close_on_server.cancelled = &u->cancelled;
+  grpc_call_error e = grpc_call_start_batch(call, ops, 3, &u->tag, NULL);
+  if (e != GRPC_CALL_OK) {
+    log_error("unimplemented answer refused: %s", grpc_call_error_to_string(e));
+    gate_leave(s);
+    grpc_call_unref(call);
+    grpc_slice_unref(u->details);
+    free(u);
+  }
+}
+
+static void on_unimplemented_done(unimplemented_call *u) {
+  grpc_call_unref(u->call);
+  grpc_slice_unref(u->details);
+  free(u);
+}
+
+static void on_generic(generic_slot *g, bool ok) {
+  wk_grpc_server *s = g->server;
+  if (!ok) return;
+  grpc_call *call = g->call;
+  g->call = NULL;
+  char message[UNKNOWN_PATH_MAX + 64];
+  size_t n = GRPC_SLICE_LENGTH(g->details.method);
+  const uint8_t *p = GRPC_SLICE_START_PTR(g->details.method);
+  size_t keep = n > UNKNOWN_PATH_MAX ? UNKNOWN_PATH_MAX : n;
+  int off = snprintf(message, sizeof message, "unknown method ");
+  assert(off > 0);
+  size_t at = (size_t)off;
+  for (size_t i = 0; i < keep; i++) {
+    message[at++] = (p[i] >= 0x20 && p[i] <= 0x7e) ? (char)p[i] : '?';
+  }
+  if (keep < n) {
+    memcpy(message + at, "...", 3);
+    at += 3;
+  }
+  assert(at < sizeof message);
+  message[at] = '\0';
+  grpc_call_details_destroy(&g->details);
+  grpc_call_details_init(&g->details);
+  grpc_metadata_array_destroy(&g->md);
+  grpc_metadata_array_init(&g->md);
+  post_generic(s, g);
+  answer_unimplemented(s, call, message);
+}
+
+/* ---- the completion-queue thread ---------------------------------------------- */
+
+static void dispatch_event(wk_tag *tag, bool ok) {
+  switch (tag->kind) {
+    case TAG_REQUEST: on_request(CONTAINER_OF(tag, request_slot, tag), ok); break;
+    case TAG_GENERIC: on_generic(CONTAINER_OF(tag, generic_slot, tag), ok); break;
+    case TAG_UNIMPLEMENTED:
+      on_unimplemented_done(CONTAINER_OF(tag, unimplemented_call, tag));
+      break;
+    case TAG_CLOSE: on_close_done(CONTAINER_OF(tag, wk_rpc, close_tag)); break;
+    case TAG_SEND: on_send_done(CONTAINER_OF(tag, wk_rpc, send_tag), ok); break;
+    case TAG_SHUTDOWN: break;
+  }
+}
+
+static void *cq_thread_main(void *arg) {
+  wk_grpc_server *s = arg;
+  (void)pthread_setname_np(pthread_self(), "wk-grpc-cq");
+  for (;;) {
+    grpc_event ev =
+        grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
+    if (ev.type != GRPC_OP_COMPLETE) continue;
+    dispatch_event(ev.tag, ev.success != 0);
+    gate_leave(s);
+  }
+  return NULL;
+}
+
+/* ---- start and stop ----------------------------------------------------------- */
+
+/* Tears down a server that never started its thread (start failed). */
+static void abandon_server(wk_grpc_server *s) {
+  if (s->server != NULL) {
+    grpc_server_shutdown_and_notify(s->server, s->cq, &s->shutdown_tag);
+    for (;;) {
+      grpc_event ev = grpc_completion_queue_next(
+          s->cq, gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_seconds(5, GPR_TIMESPAN)),
+          NULL);
+      if (ev.type != GRPC_OP_COMPLETE || ev.tag == &s->shutdown_tag) break;
+    }
+    grpc_server_destroy(s->server);
+  }
+  if (s->cq != NULL) {
+    grpc_completion_queue_shutdown(s->cq);
+    for (;;) {
+      grpc_event ev =
+          grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+      if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
+    }
+    grpc_completion_queue_destroy(s->cq);
+  }
+  server_unref(s);
+  grpc_shutdown();
+}
+
+int wk_grpc_server_start(const wk_grpc_server_config *cfg, wk_grpc_server_sink sink,
+                         wk_grpc_server **out, int *port, char *err, size_t err_len) {
+  if (err != NULL && err_len > 0) err[0] = '\0';
+  if (cfg == NULL || out == NULL || cfg->listen_addr == NULL || cfg->listen_addr[0] == '\0') {
+    if (err != NULL) (void)snprintf(err, err_len, "grpc server: listen_addr is required");
+    return -1;
+  }
+  if (sink.on_rpc == NULL) {
+    if (err != NULL) (void)snprintf(err, err_len, "grpc server: sink.on_rpc is required");
+    return -1;
+  }
+  *out = NULL;
+  grpc_init();
+
+  wk_grpc_server *s = xcalloc(1, sizeof *s);
+  atomic_init(&s->refs, 1);
+  s->cfg = *cfg;
+  s->listen_addr = xstrndup(cfg->listen_addr, 1024);
+  s->cfg.listen_addr = s->listen_addr;
+  if (s->cfg.max_message_bytes == 0) s->cfg.max_message_bytes = WK_GRPC_DEFAULT_MAX_MESSAGE_BYTES;
+  if (s->cfg.max_message_bytes > INT_MAX) s->cfg.max_message_bytes = INT_MAX;
+  if (s->cfg.max_timeout_ms == 0) s->cfg.max_timeout_ms = WK_GRPC_DEFAULT_MAX_TIMEOUT_MS;
+  if (s->cfg.max_watch_tasks == 0) s->cfg.max_watch_tasks = WK_GRPC_DEFAULT_MAX_WATCH_TASKS;
+  if (s->cfg.max_stream_queue == 0) s->cfg.max_stream_queue = WK_GRPC_DEFAULT_MAX_STREAM_QUEUE;
+  s->limits.max_timeout_ms = s->cfg.max_timeout_ms;
+  s->limits.max_watch_tasks = s->cfg.max_watch_tasks;
+  s->sink = sink;
+  s->shutdown_tag.kind = TAG_SHUTDOWN;
+  if (pthread_mutex_init(&s->mu, NULL) != 0 || pthread_cond_init(&s->cv, NULL) != 0 ||
+      pthread_mutex_init(&s->list_mu, NULL) != 0 ||
+      pthread_cond_init(&s->list_cv, NULL) != 0) {
+    abort();
+  }
+
+  grpc_arg args[2];
+  memset(args, 0, sizeof args);
+  args[0].type = GRPC_ARG_INTEGER;
+  args[0].key = (char *)(uintptr_t)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
+  args[0].value.integer = (int)s->cfg.max_message_bytes;
+  args[1].type = GRPC_ARG_INTEGER;
+  args[1].key = (char *)(uintptr_t)GRPC_ARG_ALLOW_REUSEPORT; /* so "in use" is an error */
+  args[1].value.integer = 0;
+  grpc_channel_args chargs = {.num_args = 2, .args = args};
+
+  s->server = grpc_server_create(&chargs, NULL);
+  s->cq = grpc_completion_queue_create_for_next(NULL);
+  grpc_server_register_completion_queue(s->server, s->cq, NULL);
+  for (int m = 0; m < (int)WK_RPC_METHOD_COUNT; m++) {
+    s->registered[m] = grpc_server_register_method(s->server, k_methods[m].path, NULL,
+                                                   GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
+    if (s->registered[m] == NULL) {
+      if (err != NULL) {
+        (void)snprintf(err, err_len, "grpc server: cannot register %s", k_methods[m].path);
+      }
+      abandon_server(s);
+      return -1;
+    }
+  }
+  grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
+  int bound = grpc_server_add_http2_port(s->server, s->listen_addr, creds);
+  grpc_server_credentials_release(creds);
+  if (bound <= 0) {
+    if (err != NULL) {
+      (void)snprintf(err, err_len,
+                     "grpc server: cannot listen on %s (address in use, not local, or not "
+                     "host:port)",
+                     s->listen_addr);
+    }
+    abandon_server(s);
+    return -1;
+  }
+  grpc_server_start(s->server);
+
+  for (int m = 0; m < (int)WK_RPC_METHOD_COUNT; m++) {
+    for (int i = 0; i < SLOTS_PER_METHOD; i++) {
+      request_slot *slot = &s->slots[m][i];
+      slot->tag.kind = TAG_REQUEST;
+      slot->server = s;
+      slot->method = (wk_rpc_method)m;
+      grpc_metadata_array_init(&slot->md);
+      post_request(s, slot);
+    }
+  }
+  for (int i = 0; i < GENERIC_SLOTS; i++) {
+    generic_slot *g = &s->generic[i];
+    g->tag.kind = TAG_GENERIC;
+    g->server = s;
+    grpc_call_details_init(&g->details);
+    grpc_metadata_array_init(&g->md);
+    post_generic(s, g);
+  }
+  if (pthread_create(&s->thread, NULL, cq_thread_main, s) != 0) abort();
+  if (port != NULL) *port = bound;
+  *out = s;
+  return 0;
+}
+
+void wk_grpc_server_stop(wk_grpc_server *s) {
+  if (s == NULL) return;
+  /* 1. No new calls; cancel the open ones so every pending batch completes. */
+  lock(&s->mu);
+  s->outstanding++; /* the shutdown notification */
+  unlock(&s->mu);
+  grpc_server_shutdown_and_notify(s->server, s->cq, &s->shutdown_tag);
+  grpc_server_cancel_all_calls(s->server);
+
+  /* 2. Close the gate and wait for every counted operation to post its event. */
+  lock(&s->mu);
+  s->gate_closed = true;
+  while (s->outstanding > 0) pthread_cond_wait(&s->cv, &s->mu);
+  unlock(&s->mu);
+
+  /* 3. Nothing can post any more: stop the CQ thread. */
+  grpc_completion_queue_shutdown(s->cq);
+  if (pthread_join(s->thread, NULL) != 0) abort();
+  grpc_server_destroy(s->server);
+  s->server = NULL;
+
+  /* 4. Detach the rpcs the sink still holds: they stay valid, but their calls go. */
+  wk_rpc *detached = NULL;
+  lock(&s->list_mu);
+  for (;;) {
+    wk_rpc *r = s->live;
+    while (r != NULL) {
+      wk_rpc *next = r->next;
+      if (rpc_try_ref(r)) {
+        if (r->prev != NULL) r->prev->next = r->next;
+        else s->live = r->next;
+        if (r->next != NULL) r->next->prev = r->prev;
+        r->in_list = false;
+        r->prev = NULL;
+        r->next = detached;
+        detached = r;
+      }
+      r = next;
+    }
+    if (s->live == NULL) break;
+    pthread_cond_wait(&s->list_cv, &s->list_mu); /* frees under way: let them finish */
+  }
+  unlock(&s->list_mu);
+  while (detached != NULL) {
+    wk_rpc *r = detached;
+    detached = r->next;
+    r->next = NULL;
+    lock(&r->mu);
+    assert(!r->send_in_flight);
+    r->closed = true;
+    drop_queue_locked(r);
+    grpc_call *call = r->call;
+    r->call = NULL;
+    unlock(&r->mu);
+    if (call != NULL) grpc_call_unref(call);
+    rpc_unref(r);
+  }
+
+  for (int m = 0; m < (int)WK_RPC_METHOD_COUNT; m++) {
+    for (int i = 0; i < SLOTS_PER_METHOD; i++) {
+      assert(s->slots[m][i].payload == NULL);
+      grpc_metadata_array_destroy(&s->slots[m][i].md);
+    }
+  }
+  for (int i = 0; i < GENERIC_SLOTS; i++) {
+    grpc_call_details_destroy(&s->generic[i].details);
+    grpc_metadata_array_destroy(&s->generic[i].md);
+  }
+  grpc_completion_queue_destroy(s->cq);
+  s->cq = NULL;
+  server_unref(s);
+  grpc_shutdown();
+}
+
+/* ---- the rpc API -------------------------------------------------------------- */
+
+wk_rpc_method wk_rpc_method_of(const wk_rpc *rpc) {
+  assert(rpc != NULL);
+  return rpc->method;
+}
+
+const void *wk_rpc_request(const wk_rpc *rpc) {
+  assert(rpc != NULL);
+  return rpc->request;
+}
+
+static bool key_equal(const char *a, size_t a_len, const char *b, size_t b_len) {
+  if (a_len != b_len) return false;
+  for (size_t i = 0; i < a_len; i++) {
+    unsigned char x = (unsigned char)a[i];
+    unsigned char y = (unsigned char)b[i];
+    if (x >= 'A' && x <= 'Z') x = (unsigned char)(x - 'A' + 'a');
+    if (y >= 'A' && y <= 'Z') y = (unsigned char)(y - 'A' + 'a');
+    if (x != y) return false;
+  }
+  return true;
+}
+
+bool wk_rpc_metadata(const wk_rpc *rpc, const char *key, char *buf, size_t buf_len) {
+  assert(rpc != NULL);
+  if (key == NULL) return false;
+  size_t key_len = strlen(key);
+  for (size_t i = 0; i < rpc->md_count; i++) {
+    const md_entry *e = &rpc->md[i];
+    if (!key_equal(e->key, e->key_len, key, key_len)) continue;
+    if (buf != NULL && buf_len > 0) {
+      size_t n = e->value_len < buf_len - 1 ? e->value_len : buf_len - 1;
+      memcpy(buf, e->value, n);
+      buf[n] = '\0';
+    }
+    return true;
+  }
+  return false;
+}
+
+const char *wk_rpc_peer(const wk_rpc *rpc) {
+  assert(rpc != NULL);
+  return rpc->peer != NULL ? rpc->peer : "";
+}
+
+void wk_rpc_reply(wk_rpc *rpc, const uint8_t *msg, size_t len) {
+  assert(rpc != NULL);
+  grpc_byte_buffer *bb = make_message(msg, len);
+  msg_node *node = xcalloc(1, sizeof *node);
+  node->bb = bb;
+  lock(&rpc->mu);
+  if (!rpc->closed && !rpc->finish_requested) {
+    if (rpc->q_tail != NULL) rpc->q_tail->next = node;
+    else rpc->q_head = node;
+    rpc->q_tail = node;
+    rpc->q_len++;
+    node = NULL;
+    rpc->finish_requested = true;
+    rpc->finish_code = GRPC_STATUS_OK;
+    if (!rpc->send_in_flight) start_send_locked(rpc);
+  }
+  unlock(&rpc->mu);
+  if (node != NULL) {
+    grpc_byte_buffer_destroy(node->bb);
+    free(node);
+  }
+}
+
+void wk_rpc_fail(wk_rpc *rpc, grpc_status_code code, const char *message) {
+  assert(rpc != NULL);
+  finish_with(rpc, code, xstrndup(message, STATUS_MESSAGE_MAX), true);
+}
+
+bool wk_rpc_send(wk_rpc *rpc, const uint8_t *msg, size_t len) {
+  assert(rpc != NULL);
+  if (!rpc->streaming) return false;
+  msg_node *node = xcalloc(1, sizeof *node);
+  node->bb = make_message(msg, len);
+  bool ok = false;
+  lock(&rpc->mu);
+  if (!rpc->closed && !rpc->finish_requested &&
+      (!rpc->send_in_flight || rpc->q_len < rpc->server->cfg.max_stream_queue)) {
+    if (rpc->q_tail != NULL) rpc->q_tail->next = node;
+    else rpc->q_head = node;
+    rpc->q_tail = node;
+    rpc->q_len++;
+    node = NULL;
+    if (!rpc->send_in_flight) start_send_locked(rpc);
+    ok = !rpc->closed;
+  }
+  unlock(&rpc->mu);
+  if (node != NULL) {
+    grpc_byte_buffer_destroy(node->bb);
+    free(node);
+  }
+  return ok;
+}
+
+void wk_rpc_finish(wk_rpc *rpc, grpc_status_code code, const char *message) {
+  assert(rpc != NULL);
+  finish_with(rpc, code, message != NULL ? xstrndup(message, STATUS_MESSAGE_MAX) : NULL,
+              false);
+}
+
+void wk_rpc_release(wk_rpc *rpc) {
+  if (rpc == NULL) return;
+  rpc_unref(rpc);
+}

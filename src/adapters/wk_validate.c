@@ -1,0 +1,593 @@
+/* wk_validate.c: decoding and validation of the gRPC requests. See wk_validate.h. */
+#include "adapters/wk_validate.h"
+
+#include <assert.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TASK_ID_RULE "must be 1 to 128 printable ASCII characters (0x21-0x7e)"
+#define NAME_RULE "must be 1 to 128 characters of [A-Za-z0-9_.-] not starting with '.'"
+#define TYPE_RULE "must be empty or 1 to 32 characters of [a-z0-9_]"
+#define ENTRYPOINT_RULE                                                                \
+  "must be empty or \"module:attr\" (dotted Python identifiers, at most 256 bytes)"
+
+_Static_assert(WK_TASK_ID_MAX == 128u, "TASK_ID_RULE spells out the limit");
+_Static_assert(WK_FUNCTION_NAME_MAX == 128u, "NAME_RULE spells out the limit");
+_Static_assert(WK_PLUGIN_TYPE_MAX == 32u, "TYPE_RULE spells out the limit");
+_Static_assert(WK_ENTRYPOINT_MAX == 256u, "ENTRYPOINT_RULE spells out the limit");
+
+/* ---- helpers ------------------------------------------------------------------ */
+
+__attribute__((format(printf, 3, 4))) static bool failf(char *err, size_t err_len,
+                                                        const char *fmt, ...) {
+  if (err != NULL && err_len > 0) {
+    va_list ap;
+    va_start(ap, fmt);
+    (void)vsnprintf(err, err_len, fmt, ap);
+    va_end(ap);
+  }
+  return false;
+}
+
+static size_t str_len(const char *s) { return s == NULL ? 0 : strlen(s); }
+
+/* A short, printable excerpt of s for messages: at most 40 bytes, anything outside
+ * 0x20-0x7e (and the quote) as '?', "..." when cut. out holds 48 bytes. */
+enum { EXCERPT_LEN = 48, EXCERPT_KEEP = 40 };
+static const char *excerpt(const char *s, char out[EXCERPT_LEN]) {
+  size_t n = str_len(s);
+  size_t keep = n > EXCERPT_KEEP ? EXCERPT_KEEP : n;
+  for (size_t i = 0; i < keep; i++) {
+    unsigned char c = (unsigned char)s[i];
+    out[i] = (c >= 0x20 && c <= 0x7e && c != '"') ? (char)c : '?';
+  }
+  size_t end = keep;
+  if (n > keep) {
+    memcpy(out + end, "...", 3);
+    end += 3;
+  }
+  assert(end < EXCERPT_LEN);
+  out[end] = '\0';
+  return out;
+}
+
+static bool is_lower_digit_us(unsigned char c) {
+  return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+}
+
+static bool is_ident_start(unsigned char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+}
+
+static bool is_ident_char(unsigned char c) {
+  return is_ident_start(c) || (c >= '0' && c <= '9');
+}
+
+/* ident(.ident)* over s[0..n). */
+static bool dotted_identifiers(const char *s, size_t n) {
+  bool at_start = true; /* expecting the first character of an identifier */
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)s[i];
+    if (at_start) {
+      if (!is_ident_start(c)) return false;
+      at_start = false;
+    } else if (c == '.') {
+      at_start = true;
+    } else if (!is_ident_char(c)) {
+      return false;
+    }
+  }
+  return n > 0 && !at_start;
+}
+
+/* Plugin and builder type names: empty, or [a-z0-9_]{1,32}. */
+static bool type_name_ok(const char *s) {
+  size_t n = str_len(s);
+  if (n > WK_PLUGIN_TYPE_MAX) return false;
+  for (size_t i = 0; i < n; i++) {
+    if (!is_lower_digit_us((unsigned char)s[i])) return false;
+  }
+  return true;
+}
+
+/* ---- fields ------------------------------------------------------------------- */
+
+bool wk_validate_task_id(const char *field, const char *id, char *err, size_t err_len) {
+  assert(field != NULL);
+  size_t n = str_len(id);
+  if (n == 0 || n > WK_TASK_ID_MAX) {
+    return failf(err, err_len, "%s " TASK_ID_RULE ", got %zu bytes", field, n);
+  }
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)id[i];
+    if (c < 0x21 || c > 0x7e) {
+      return failf(err, err_len, "%s " TASK_ID_RULE ", got byte 0x%02x at offset %zu",
+                   field, (unsigned)c, i);
+    }
+  }
+  return true;
+}
+
+static bool validate_function_name(const char *name, char *err, size_t err_len) {
+  size_t n = str_len(name);
+  char ex[EXCERPT_LEN];
+  if (n == 0 || n > WK_FUNCTION_NAME_MAX) {
+    return failf(err, err_len, "function.name " NAME_RULE ", got %zu bytes", n);
+  }
+  if (name[0] == '.') {
+    return failf(err, err_len, "function.name " NAME_RULE ", got \"%s\"",
+                 excerpt(name, ex));
+  }
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)name[i];
+    if (!(is_ident_char(c) || c == '.' || c == '-')) {
+      return failf(err, err_len,
+                   "function.name " NAME_RULE ", got byte 0x%02x at offset %zu",
+                   (unsigned)c, i);
+    }
+  }
+  return true;
+}
+
+static bool validate_entrypoint(const char *ep, char *err, size_t err_len) {
+  size_t n = str_len(ep);
+  if (n == 0) return true;
+  char ex[EXCERPT_LEN];
+  const char *colon = memchr(ep, ':', n);
+  bool ok = n <= WK_ENTRYPOINT_MAX && colon != NULL;
+  if (ok) {
+    size_t mod_len = (size_t)(colon - ep);
+    ok = dotted_identifiers(ep, mod_len) &&
+         dotted_identifiers(colon + 1, n - mod_len - 1);
+  }
+  if (!ok) {
+    return failf(err, err_len, "function.entrypoint " ENTRYPOINT_RULE ", got \"%s\"",
+                 excerpt(ep, ex));
+  }
+  return true;
+}
+
+/* protobuf-c map fields are repeated entry messages with char *key, char *value. */
+static bool validate_map_count(const char *field, size_t n, size_t max, char *err,
+                               size_t err_len) {
+  if (n > max) {
+    return failf(err, err_len, "%s may hold at most %zu entries, got %zu", field, max, n);
+  }
+  return true;
+}
+
+static bool validate_labels(const Worker__V1__SubmitTaskRequest *req, char *err,
+                            size_t err_len) {
+  if (!validate_map_count("labels", req->n_labels, WK_LABELS_MAX, err, err_len)) {
+    return false;
+  }
+  char ex[EXCERPT_LEN];
+  for (size_t i = 0; i < req->n_labels; i++) {
+    const Worker__V1__SubmitTaskRequest__LabelsEntry *e = req->labels[i];
+    if (e == NULL) continue;
+    size_t kn = str_len(e->key);
+    size_t vn = str_len(e->value);
+    if (kn > WK_LABEL_BYTES_MAX) {
+      return failf(err, err_len, "labels key \"%s\" must be at most %u bytes, got %zu",
+                   excerpt(e->key, ex), WK_LABEL_BYTES_MAX, kn);
+    }
+    if (vn > WK_LABEL_BYTES_MAX) {
+      return failf(err, err_len,
+                   "labels value for key \"%s\" must be at most %u bytes, got %zu",
+                   excerpt(e->key, ex), WK_LABEL_BYTES_MAX, vn);
+    }
+  }
+  return true;
+}
+
+static bool validate_function(const Worker__V1__FunctionCallConfig *fn, char *err,
+                              size_t err_len) {
+  char ex[EXCERPT_LEN];
+  if (fn == NULL) {
+    return failf(err, err_len, "function is required (a FunctionCallConfig with a name)");
+  }
+  if (!validate_function_name(fn->name, err, err_len)) return false;
+  if (!type_name_ok(fn->type)) {
+    return failf(err, err_len, "function.type " TYPE_RULE ", got \"%s\"",
+                 excerpt(fn->type, ex));
+  }
+  if (!validate_entrypoint(fn->entrypoint, err, err_len)) return false;
+  int ct = (int)fn->content_type;
+  if (ct != (int)WORKER__V1__CONTENT_TYPE__CONTENT_TYPE_JSON &&
+      ct != (int)WORKER__V1__CONTENT_TYPE__CONTENT_TYPE_BYTES) {
+    return failf(err, err_len,
+                 "function.content_type %d is not a known ContentType "
+                 "(0 CONTENT_TYPE_JSON, 1 CONTENT_TYPE_BYTES)",
+                 ct);
+  }
+  return validate_map_count("function.options", fn->n_options, WK_OPTIONS_MAX, err,
+                            err_len);
+}
+
+static bool validate_retry(const Worker__V1__CallRetryPolicy *rp, char *err,
+                           size_t err_len) {
+  if (rp == NULL) return true;
+  if (rp->max_attempts > WK_RETRY_ATTEMPTS_MAX) {
+    return failf(err, err_len, "call_retry_policy.max_attempts must be at most %u, got %u",
+                 WK_RETRY_ATTEMPTS_MAX, (unsigned)rp->max_attempts);
+  }
+  double m = rp->backoff_multiplier;
+  if (isnan(m) || (m != 0.0 && (m < 1.0 || m > WK_BACKOFF_MULTIPLIER_MAX))) {
+    return failf(err, err_len,
+                 "call_retry_policy.backoff_multiplier must be 0 (the default) or "
+                 "between 1 and 100, got %g",
+                 m);
+  }
+  if (rp->initial_backoff_ms > WK_BACKOFF_MS_MAX) {
+    return failf(err, err_len,
+                 "call_retry_policy.initial_backoff_ms must be at most %llu (one hour), "
+                 "got %llu",
+                 (unsigned long long)WK_BACKOFF_MS_MAX,
+                 (unsigned long long)rp->initial_backoff_ms);
+  }
+  if (rp->max_backoff_ms > WK_BACKOFF_MS_MAX) {
+    return failf(err, err_len,
+                 "call_retry_policy.max_backoff_ms must be at most %llu (one hour), "
+                 "got %llu",
+                 (unsigned long long)WK_BACKOFF_MS_MAX,
+                 (unsigned long long)rp->max_backoff_ms);
+  }
+  if (rp->initial_backoff_ms != 0 && rp->max_backoff_ms != 0 &&
+      rp->max_backoff_ms < rp->initial_backoff_ms) {
+    return failf(err, err_len,
+                 "call_retry_policy.max_backoff_ms (%llu) must not be below "
+                 "initial_backoff_ms (%llu)",
+                 (unsigned long long)rp->max_backoff_ms,
+                 (unsigned long long)rp->initial_backoff_ms);
+  }
+  return true;
+}
+
+/* ---- decoded requests --------------------------------------------------------- */
+
+bool wk_validate_request_task_slot(const Worker__V1__RequestTaskSlotRequest *req,
+                                   char *err, size_t err_len) {
+  assert(req != NULL);
+  if (!wk_validate_task_id("task_id", req->task_id, err, err_len)) return false;
+  if (req->ttl_ms > WK_TTL_MS_MAX) {
+    return failf(err, err_len, "ttl_ms must be at most %llu (2^40), got %llu",
+                 (unsigned long long)WK_TTL_MS_MAX, (unsigned long long)req->ttl_ms);
+  }
+  return true;
+}
+
+bool wk_validate_submit_task(const Worker__V1__SubmitTaskRequest *req,
+                             const wk_validate_limits *lim, char *err, size_t err_len) {
+  assert(req != NULL);
+  assert(lim != NULL);
+  char ex[EXCERPT_LEN];
+  if (!wk_validate_task_id("task_id", req->task_id, err, err_len)) return false;
+  if (!validate_function(req->function, err, err_len)) return false;
+  if (req->timeout_ms > lim->max_timeout_ms) {
+    return failf(err, err_len, "timeout_ms must be at most %llu, got %llu",
+                 (unsigned long long)lim->max_timeout_ms,
+                 (unsigned long long)req->timeout_ms);
+  }
+  const Worker__V1__CallFailurePolicy *fp = req->call_failure_policy;
+  if (fp != NULL) {
+    int mode = (int)fp->mode;
+    if (mode != (int)WORKER__V1__CALL_FAILURE_MODE__CALL_FAILURE_MODE_FAIL_FAST &&
+        mode != (int)WORKER__V1__CALL_FAILURE_MODE__CALL_FAILURE_MODE_CONTINUE) {
+      return failf(err, err_len,
+                   "call_failure_policy.mode %d is not a known CallFailureMode "
+                   "(0 CALL_FAILURE_MODE_FAIL_FAST, 1 CALL_FAILURE_MODE_CONTINUE)",
+                   mode);
+    }
+  }
+  if (!validate_retry(req->call_retry_policy, err, err_len)) return false;
+  if (!validate_labels(req, err, err_len)) return false;
+  const Worker__V1__ResultHandler *rh = req->result_handler;
+  if (rh != NULL) {
+    if (!type_name_ok(rh->type)) {
+      return failf(err, err_len, "result_handler.type " TYPE_RULE ", got \"%s\"",
+                   excerpt(rh->type, ex));
+    }
+    if (!validate_map_count("result_handler.options", rh->n_options, WK_OPTIONS_MAX,
+                            err, err_len)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool wk_validate_get_task_result(const Worker__V1__GetTaskResultRequest *req, char *err,
+                                 size_t err_len) {
+  assert(req != NULL);
+  return wk_validate_task_id("task_id", req->task_id, err, err_len);
+}
+
+typedef struct id_ref {
+  const char *id;
+  size_t index;
+} id_ref;
+
+static int id_ref_cmp(const void *a, const void *b) {
+  const id_ref *x = a;
+  const id_ref *y = b;
+  int c = strcmp(x->id, y->id);
+  if (c != 0) return c;
+  return x->index < y->index ? -1 : (x->index > y->index ? 1 : 0);
+}
+
+bool wk_validate_watch_tasks(const Worker__V1__WatchTasksRequest *req,
+                             const wk_validate_limits *lim, char *err, size_t err_len) {
+  assert(req != NULL);
+  assert(lim != NULL);
+  size_t n = req->n_task_ids;
+  if (n == 0 || n > lim->max_watch_tasks) {
+    return failf(err, err_len, "task_ids must hold 1 to %u task ids, got %zu",
+                 (unsigned)lim->max_watch_tasks, n);
+  }
+  char field[32];
+  for (size_t i = 0; i < n; i++) {
+    (void)snprintf(field, sizeof field, "task_ids[%zu]", i);
+    if (!wk_validate_task_id(field, req->task_ids[i], err, err_len)) return false;
+  }
+  if (n == 1) return true;
+  id_ref *refs = calloc(n, sizeof *refs);
+  if (refs == NULL) abort();
+  for (size_t i = 0; i < n; i++) {
+    refs[i].id = req->task_ids[i];
+    refs[i].index = i;
+  }
+  qsort(refs, n, sizeof *refs, id_ref_cmp);
+  /* Report the earliest second occurrence, and the first occurrence it repeats. */
+  size_t dup = SIZE_MAX;
+  size_t first = 0;
+  size_t run_first = refs[0].index;
+  for (size_t i = 1; i < n; i++) {
+    if (strcmp(refs[i].id, refs[i - 1].id) != 0) {
+      run_first = refs[i].index;
+    } else if (refs[i].index < dup) {
+      dup = refs[i].index;
+      first = run_first;
+    }
+  }
+  free(refs);
+  if (dup != SIZE_MAX) {
+    return failf(err, err_len, "task_ids[%zu] duplicates task_ids[%zu]; list each task once",
+                 dup, first);
+  }
+  return true;
+}
+
+bool wk_validate_cancel_task(const Worker__V1__CancelTaskRequest *req, char *err,
+                             size_t err_len) {
+  assert(req != NULL);
+  if (!wk_validate_task_id("task_id", req->task_id, err, err_len)) return false;
+  size_t n = str_len(req->reason);
+  if (n > WK_CANCEL_REASON_MAX) {
+    return failf(err, err_len, "reason must be at most %u bytes, got %zu",
+                 WK_CANCEL_REASON_MAX, n);
+  }
+  return true;
+}
+
+bool wk_validate_health(const Grpc__Health__V1__HealthCheckRequest *req, char *err,
+                        size_t err_len) {
+  assert(req != NULL);
+  size_t n = str_len(req->service);
+  if (n > WK_HEALTH_SERVICE_MAX) {
+    return failf(err, err_len, "service must be at most %u bytes, got %zu",
+                 WK_HEALTH_SERVICE_MAX, n);
+  }
+  return true;
+}
+
+/* ---- wire scan of string fields ----------------------------------------------- */
+
+enum { SCAN_DEPTH_MAX = 8, SCAN_PATH_LEN = 96, SCAN_FIELDS_MAX = 32 };
+
+static bool read_varint(const uint8_t *buf, size_t len, size_t *pos, uint64_t *out) {
+  uint64_t v = 0;
+  for (unsigned shift = 0; shift < 64; shift += 7) {
+    if (*pos >= len) return false;
+    uint8_t b = buf[(*pos)++];
+    v |= (uint64_t)(b & 0x7fu) << shift;
+    if ((b & 0x80u) == 0) {
+      *out = v;
+      return true;
+    }
+  }
+  return false;
+}
+
+/* Returns the offset of the first byte that breaks UTF-8 (or is NUL), or len. */
+static size_t utf8_bad_offset(const uint8_t *s, size_t len, bool *is_nul) {
+  size_t i = 0;
+  *is_nul = false;
+  while (i < len) {
+    uint8_t c = s[i];
+    if (c == 0) {
+      *is_nul = true;
+      return i;
+    }
+    if (c < 0x80) {
+      i++;
+      continue;
+    }
+    size_t need;
+    uint32_t min;
+    uint32_t cp;
+    if (c >= 0xc2 && c <= 0xdf) {
+      need = 1;
+      min = 0x80;
+      cp = c & 0x1fu;
+    } else if (c >= 0xe0 && c <= 0xef) {
+      need = 2;
+      min = 0x800;
+      cp = c & 0x0fu;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+      need = 3;
+      min = 0x10000;
+      cp = c & 0x07u;
+    } else {
+      return i;
+    }
+    if (len - i <= need) return i;
+    for (size_t k = 1; k <= need; k++) {
+      uint8_t cc = s[i + k];
+      if ((cc & 0xc0u) != 0x80u) return i;
+      cp = (cp << 6) | (cc & 0x3fu);
+    }
+    if (cp < min || cp > 0x10ffffu || (cp >= 0xd800u && cp <= 0xdfffu)) return i;
+    i += need + 1;
+  }
+  return len;
+}
+
+static bool scan_message(const ProtobufCMessageDescriptor *d, const uint8_t *buf,
+                         size_t len, const char *prefix, unsigned depth, char *err,
+                         size_t err_len) {
+  if (depth > SCAN_DEPTH_MAX) {
+    return failf(err, err_len, "request nests messages deeper than %d levels",
+                 SCAN_DEPTH_MAX);
+  }
+  unsigned seen[SCAN_FIELDS_MAX] = {0};
+  size_t pos = 0;
+  while (pos < len) {
+    uint64_t key;
+    if (!read_varint(buf, len, &pos, &key)) goto malformed;
+    unsigned wire = (unsigned)(key & 7u);
+    uint64_t number = key >> 3;
+    uint64_t skip;
+    switch (wire) {
+      case 0:
+        if (!read_varint(buf, len, &pos, &skip)) goto malformed;
+        continue;
+      case 1: skip = 8; break;
+      case 5: skip = 4; break;
+      case 2:
+        if (!read_varint(buf, len, &pos, &skip)) goto malformed;
+        break;
+      default: goto malformed; /* groups: no Worker message has them */
+    }
+    if (skip > len - pos) goto malformed;
+    size_t n = (size_t)skip;
+    const ProtobufCFieldDescriptor *f =
+        number <= UINT32_MAX ? protobuf_c_message_descriptor_get_field(d, (unsigned)number)
+                             : NULL;
+    if (wire == 2 && f != NULL &&
+        (f->type == PROTOBUF_C_TYPE_STRING || f->type == PROTOBUF_C_TYPE_MESSAGE)) {
+      char path[SCAN_PATH_LEN];
+      size_t fi = (size_t)(f - d->fields);
+      if (f->label == PROTOBUF_C_LABEL_REPEATED && fi < SCAN_FIELDS_MAX) {
+        (void)snprintf(path, sizeof path, "%s%s%s[%u]", prefix, prefix[0] ? "." : "",
+                       f->name, seen[fi]);
+        seen[fi]++;
+      } else {
+        (void)snprintf(path, sizeof path, "%s%s%s", prefix, prefix[0] ? "." : "",
+                       f->name);
+      }
+      if (f->type == PROTOBUF_C_TYPE_STRING) {
+        bool is_nul;
+        size_t bad = utf8_bad_offset(buf + pos, n, &is_nul);
+        if (bad < n) {
+          if (is_nul) {
+            return failf(err, err_len, "%s must not contain NUL bytes (one at offset %zu)",
+                         path, bad);
+          }
+          return failf(err, err_len, "%s must be valid UTF-8 (bad byte 0x%02x at offset %zu)",
+                       path, (unsigned)buf[pos + bad], bad);
+        }
+      } else if (f->descriptor != NULL &&
+                 !scan_message(f->descriptor, buf + pos, n, path, depth + 1, err,
+                               err_len)) {
+        return false;
+      }
+    }
+    pos += n;
+  }
+  return true;
+malformed:
+  return failf(err, err_len, "request is not a valid %s", d->name);
+}
+
+bool wk_validate_wire_strings(const ProtobufCMessageDescriptor *d, const uint8_t *buf,
+                              size_t len, char *err, size_t err_len) {
+  assert(d != NULL);
+  if (len == 0) return true;
+  assert(buf != NULL);
+  return scan_message(d, buf, len, "", 0, err, err_len);
+}
+
+/* ---- whole requests ----------------------------------------------------------- */
+
+const ProtobufCMessageDescriptor *wk_validate_descriptor(wk_rpc_method m) {
+  switch (m) {
+    case WK_RPC_REQUEST_TASK_SLOT: return &worker__v1__request_task_slot_request__descriptor;
+    case WK_RPC_SUBMIT_TASK: return &worker__v1__submit_task_request__descriptor;
+    case WK_RPC_GET_TASK_RESULT: return &worker__v1__get_task_result_request__descriptor;
+    case WK_RPC_WATCH_TASKS: return &worker__v1__watch_tasks_request__descriptor;
+    case WK_RPC_CANCEL_TASK: return &worker__v1__cancel_task_request__descriptor;
+    case WK_RPC_HEALTH_CHECK:
+    case WK_RPC_HEALTH_WATCH: return &grpc__health__v1__health_check_request__descriptor;
+    case WK_RPC_METHOD_COUNT: break;
+  }
+  return NULL;
+}
+
+static bool validate_message(wk_rpc_method m, const ProtobufCMessage *msg,
+                             const wk_validate_limits *lim, char *err, size_t err_len) {
+  switch (m) {
+    case WK_RPC_REQUEST_TASK_SLOT:
+      return wk_validate_request_task_slot((const Worker__V1__RequestTaskSlotRequest *)msg,
+                                           err, err_len);
+    case WK_RPC_SUBMIT_TASK:
+      return wk_validate_submit_task((const Worker__V1__SubmitTaskRequest *)msg, lim, err,
+                                     err_len);
+    case WK_RPC_GET_TASK_RESULT:
+      return wk_validate_get_task_result((const Worker__V1__GetTaskResultRequest *)msg,
+                                         err, err_len);
+    case WK_RPC_WATCH_TASKS:
+      return wk_validate_watch_tasks((const Worker__V1__WatchTasksRequest *)msg, lim, err,
+                                     err_len);
+    case WK_RPC_CANCEL_TASK:
+      return wk_validate_cancel_task((const Worker__V1__CancelTaskRequest *)msg, err,
+                                     err_len);
+    case WK_RPC_HEALTH_CHECK:
+    case WK_RPC_HEALTH_WATCH:
+      return wk_validate_health((const Grpc__Health__V1__HealthCheckRequest *)msg, err,
+                                err_len);
+    case WK_RPC_METHOD_COUNT: break;
+  }
+  return failf(err, err_len, "unknown method %d", (int)m);
+}
+
+ProtobufCMessage *wk_validate_decode(wk_rpc_method m, const uint8_t *buf, size_t len,
+                                     const wk_validate_limits *lim, char *err,
+                                     size_t err_len) {
+  assert(lim != NULL);
+  static const uint8_t empty[1] = {0};
+  const ProtobufCMessageDescriptor *d = wk_validate_descriptor(m);
+  if (d == NULL) {
+    (void)failf(err, err_len, "unknown method %d", (int)m);
+    return NULL;
+  }
+  if (buf == NULL) {
+    if (len != 0) {
+      (void)failf(err, err_len, "request is not a valid %s", d->name);
+      return NULL;
+    }
+    buf = empty;
+  }
+  ProtobufCMessage *msg = protobuf_c_message_unpack(d, NULL, len, buf);
+  if (msg == NULL) {
+    (void)failf(err, err_len, "request is not a valid %s", d->name);
+    return NULL;
+  }
+  if (!wk_validate_wire_strings(d, buf, len, err, err_len) ||
+      !validate_message(m, msg, lim, err, err_len)) {
+    protobuf_c_message_free_unpacked(msg, NULL);
+    return NULL;
+  }
+  return msg;
+}

@@ -1,0 +1,214 @@
+"""Fixtures for the end-to-end tests: a real `worker` process with real Python
+executors, driven by a real gRPC client (Debian's python3-grpcio).
+
+Environment: WK_BUILD_DIR names the build directory holding `worker` and `workerctl`
+(the test command sets it)."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import grpc
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BUILD = os.environ.get("WK_BUILD_DIR", os.path.join(ROOT, "build"))
+WORKER = os.path.join(BUILD, "worker")
+WORKERCTL = os.path.join(BUILD, "workerctl")
+
+
+def _generate_stubs():
+    out = tempfile.mkdtemp(prefix="wk-stubs-")
+    subprocess.run(
+        ["protoc", "--python_out=" + out, "--grpc_python_out=" + out,
+         "--plugin=protoc-gen-grpc_python=/usr/bin/grpc_python_plugin",
+         "-I", os.path.join(ROOT, "proto"),
+         os.path.join(ROOT, "proto/worker/v1/worker.proto"),
+         os.path.join(ROOT, "proto/grpc/health/v1/health.proto")],
+        check=True)
+    sys.path.insert(0, out)
+    return out
+
+
+def _load_by_path(name, path):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+STUBS = _generate_stubs()
+from worker.v1 import worker_pb2 as pb  # noqa: E402
+from worker.v1 import worker_pb2_grpc as pb_grpc  # noqa: E402
+# grpc.health.v1 would collide with the grpc package itself: load it under another name
+health_pb2 = _load_by_path("wk_health_pb2", os.path.join(STUBS, "grpc/health/v1/health_pb2.py"))
+
+
+class HealthStub(object):
+    def __init__(self, channel):
+        self.Check = channel.unary_unary(
+            "/grpc.health.v1.Health/Check",
+            request_serializer=health_pb2.HealthCheckRequest.SerializeToString,
+            response_deserializer=health_pb2.HealthCheckResponse.FromString)
+        self.Watch = channel.unary_stream(
+            "/grpc.health.v1.Health/Watch",
+            request_serializer=health_pb2.HealthCheckRequest.SerializeToString,
+            response_deserializer=health_pb2.HealthCheckResponse.FromString)
+
+FUNCTIONS = {
+    "echo": "def handler(args, ctx):\n    return {'echo': args, 'index': ctx.call_index, 'epoch': ctx.epoch}\n",
+    "boom": ("def handler(args, ctx):\n"
+             "    raise ValueError('boom: ' + str(args))\n"),
+    "sleepy": ("import time\n"
+               "def handler(args, ctx):\n"
+               "    time.sleep(args.get('seconds', 1))\n"
+               "    return {'slept': args.get('seconds', 1), 'epoch': ctx.epoch}\n"),
+    "counter": ("import os\n"
+                "def handler(args, ctx):\n"
+                "    with open(args['path'], 'a') as f:\n"
+                "        f.write(ctx.task_id + '\\n')\n"
+                "    return {'ok': True}\n"),
+    "noop": "def handler(args, ctx):\n    return None\n",
+    "printer": ("import sys\n"
+                "def handler(args, ctx):\n"
+                "    print('to stdout', args)\n"
+                "    print('to stderr', file=sys.stderr)\n"
+                "    return 'printed'\n"),
+}
+
+
+class Worker(object):
+    """A running worker process."""
+
+    def __init__(self, tmp, extra_args=(), executors=2, python="/usr/bin/python3", env=None):
+        self.tmp = tmp
+        self.code_root = os.path.join(tmp, "code")
+        os.makedirs(self.code_root, exist_ok=True)
+        self.logs = []
+        self.lock = threading.Lock()
+        args = [WORKER, "--listen", "127.0.0.1:0", "--code-root", self.code_root,
+                "--executors", str(executors), "--python", python] + list(extra_args)
+        self.proc = subprocess.Popen(args, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                     env=env)
+        self.port = None
+        self.listening = threading.Event()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+        if not self.listening.wait(20):
+            self.kill()
+            raise RuntimeError("worker did not start listening: %s" % self.logs)
+        self.addr = "127.0.0.1:%d" % self.port
+        self.channel = grpc.insecure_channel(self.addr)
+        self.stub = pb_grpc.WorkerServiceStub(self.channel)
+        self.health = HealthStub(self.channel)
+
+    def _read(self):
+        for raw in self.proc.stderr:
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                rec = {"event": "raw", "line": line}
+            with self.lock:
+                self.logs.append(rec)
+            if rec.get("event") == "worker_listening":
+                self.port = rec["port"]
+                self.listening.set()
+
+    def events(self, name):
+        with self.lock:
+            return [r for r in self.logs if r.get("event") == name]
+
+    def wait_serving(self, timeout=20):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            try:
+                r = self.health.Check(health_pb2.HealthCheckRequest(), timeout=2)
+                if r.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.RpcError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError("worker never became SERVING")
+
+    def deploy(self, name, source=None, files=None):
+        src = os.path.join(self.tmp, "src-%s-%d" % (name, time.time_ns()))
+        os.makedirs(src)
+        files = files or {"main.py": source if source is not None else FUNCTIONS[name]}
+        for rel, text in files.items():
+            with open(os.path.join(src, rel), "w") as f:
+                f.write(text)
+        out = subprocess.run([WORKERCTL, "deploy", "--code-root", self.code_root, name, src],
+                             check=True, capture_output=True, text=True)
+        return out.stdout
+
+    def submit(self, task_id, function, args=None, raw_args=None, **kw):
+        fn = pb.FunctionCallConfig(name=function, type=kw.pop("builder", ""),
+                                   args=raw_args if raw_args is not None
+                                   else json.dumps(args if args is not None else {}).encode())
+        if "epoch" in kw:
+            fn.epoch = kw.pop("epoch")
+        req = pb.SubmitTaskRequest(task_id=task_id, function=fn, **kw)
+        return self.stub.SubmitTask(req, timeout=10)
+
+    def wait_terminal(self, task_id, timeout=30):
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            r = self.stub.GetTaskResult(pb.GetTaskResultRequest(task_id=task_id), timeout=5)
+            if r.state in (pb.TASK_STATE_SUCCEEDED, pb.TASK_STATE_FAILED, pb.TASK_STATE_CANCELLED):
+                return r
+            time.sleep(0.02)
+        raise AssertionError("task %s did not finish" % task_id)
+
+    def stop(self, sig=signal.SIGTERM, timeout=30):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            rc = self.proc.wait(timeout)
+        finally:
+            self.channel.close()
+        self.reader.join(5)
+        return rc
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@pytest.fixture
+def worker_factory(tmp_path):
+    started = []
+
+    def make(*extra, **kw):
+        w = Worker(str(tmp_path / ("w%d" % len(started))), extra_args=extra, **kw)
+        started.append(w)
+        return w
+
+    yield make
+    for w in started:
+        if w.proc.poll() is None:
+            rc = w.stop()
+            assert rc == 0, "worker exited %s; logs: %s" % (rc, w.logs[-20:])
+
+
+@pytest.fixture
+def worker(worker_factory):
+    w = worker_factory()
+    w.wait_serving()
+    for name in FUNCTIONS:
+        w.deploy(name)
+    return w
+
+
+def output_json(result, i=0):
+    out = result.outputs[i]
+    assert out.WhichOneof("outcome") == "value", out
+    return json.loads(out.value)

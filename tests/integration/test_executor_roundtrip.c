@@ -1,0 +1,658 @@
+/* test_executor_roundtrip.c: the real Python executor (python/worker_executor.py)
+ * against the C frame codec over a Unix-domain socket.
+ *
+ * Each test gets its own temporary 0700 directory, listening socket and executor
+ * process (spawned with posix_spawn), and plays the Worker's side by hand: every
+ * read and write is bounded by poll() with a timeout, so a broken executor fails the
+ * test instead of hanging it.
+ *
+ * The interpreter is /usr/bin/python3 unless WK_TEST_PYTHON names another. */
+#define _XOPEN_SOURCE 700
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <errno.h>
+#include <ftw.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "adapters/wk_frame.h"
+
+#ifndef WK_SOURCE_DIR
+#error "WK_SOURCE_DIR must name the repository root"
+#endif
+
+extern char **environ;
+
+#define IO_TIMEOUT_MS 10000
+#define MAX_FRAME WK_FRAME_MAX_DEFAULT
+#define BATCH 100
+
+typedef struct fixture {
+  char dir[64];        /* mkdtemp, 0700 */
+  char sock_path[128]; /* dir/exec.sock */
+  char fn_root[128];   /* dir/fn: function code, fn_root/<name>/<epoch>/main.py */
+  char scratch[128];   /* dir/scratch */
+  int listen_fd;
+  int fd; /* the executor's connection */
+  pid_t pid;
+  bool reaped;
+  int exit_status; /* waitpid status once reaped */
+  wk_frame_buf rbuf;
+  wk_frame_buf wbuf;
+  uint64_t next_call_id;
+} fixture;
+
+/* ---- small helpers ---------------------------------------------------------------- */
+
+static int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int remaining_ms(int64_t deadline) {
+  int64_t left = deadline - now_ms();
+  return left < 0 ? 0 : (int)left;
+}
+
+static void write_file(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  assert_int_equal(fputs(text, f) >= 0, 1);
+  assert_int_equal(fclose(f), 0);
+}
+
+static void mkdir_p(const char *path) {
+  char tmp[256];
+  size_t n = strlen(path);
+  assert_true(n < sizeof tmp);
+  memcpy(tmp, path, n + 1);
+  for (char *p = tmp + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = '\0';
+    if (mkdir(tmp, 0700) != 0) assert_int_equal(errno, EEXIST);
+    *p = '/';
+  }
+  if (mkdir(tmp, 0700) != 0) assert_int_equal(errno, EEXIST);
+}
+
+/* Writes fn_root/<name>/<epoch>/<file> with `text`. */
+static void write_function(const fixture *fx, const char *name, unsigned epoch, const char *file,
+                           const char *text) {
+  char dir[256];
+  char path[320];
+  snprintf(dir, sizeof dir, "%s/%s/%u", fx->fn_root, name, epoch);
+  mkdir_p(dir);
+  snprintf(path, sizeof path, "%s/%s", dir, file);
+  write_file(path, text);
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+  (void)st;
+  (void)ftw;
+  return flag == FTW_DP ? rmdir(path) : unlink(path);
+}
+
+/* ---- the executor process ------------------------------------------------------------ */
+
+static const char *python_path(void) {
+  const char *p = getenv("WK_TEST_PYTHON");
+  return (p && *p) ? p : "/usr/bin/python3";
+}
+
+/* Waits up to `timeout_ms` for the child to exit; true when it did. */
+static bool wait_child(fixture *fx, int timeout_ms) {
+  if (fx->reaped) return true;
+  int64_t deadline = now_ms() + timeout_ms;
+  for (;;) {
+    int st = 0;
+    pid_t r = waitpid(fx->pid, &st, WNOHANG);
+    if (r == fx->pid) {
+      fx->reaped = true;
+      fx->exit_status = st;
+      return true;
+    }
+    assert_int_equal(r, 0);
+    if (now_ms() >= deadline) return false;
+    struct timespec ts = {0, 5 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+}
+
+static void write_all(fixture *fx, const uint8_t *p, size_t n) {
+  int64_t deadline = now_ms() + IO_TIMEOUT_MS;
+  while (n > 0) {
+    struct pollfd pfd = {fx->fd, POLLOUT, 0};
+    int pr = poll(&pfd, 1, remaining_ms(deadline));
+    if (pr < 0 && errno == EINTR) continue;
+    assert_true(pr == 1); /* else: timed out writing to the executor */
+    ssize_t w = send(fx->fd, p, n, MSG_NOSIGNAL);
+    if (w < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    assert_true(w > 0);
+    p += w;
+    n -= (size_t)w;
+  }
+}
+
+/* Sends (and clears) what was encoded into wbuf, in one write where the kernel allows. */
+static void flush(fixture *fx) {
+  write_all(fx, wk_frame_buf_bytes(&fx->wbuf), wk_frame_buf_size(&fx->wbuf));
+  wk_frame_buf_clear(&fx->wbuf);
+}
+
+static void queue_frame(fixture *fx, const wk_frame *f) {
+  assert_int_equal(wk_frame_encode(&fx->wbuf, f, MAX_FRAME), WK_FRAME_OK);
+}
+
+/* Receives the next frame. Its views point into rbuf and stay valid until the next
+ * recv_frame (which may reserve, moving the buffer). */
+static void recv_frame(fixture *fx, wk_frame *f) {
+  int64_t deadline = now_ms() + IO_TIMEOUT_MS;
+  for (;;) {
+    size_t size = 0;
+    wk_frame_rc rc = wk_frame_decode(wk_frame_buf_bytes(&fx->rbuf), wk_frame_buf_size(&fx->rbuf),
+                                     MAX_FRAME, f, &size);
+    if (rc == WK_FRAME_OK) {
+      wk_frame_buf_consume(&fx->rbuf, size);
+      return;
+    }
+    if (rc != WK_FRAME_NEED_MORE) fail_msg("bad frame from the executor: %s", wk_frame_rc_name(rc));
+    struct pollfd pfd = {fx->fd, POLLIN, 0};
+    int pr = poll(&pfd, 1, remaining_ms(deadline));
+    if (pr < 0 && errno == EINTR) continue;
+    if (pr == 0) fail_msg("timed out after %d ms waiting for a frame", IO_TIMEOUT_MS);
+    assert_int_equal(pr, 1);
+    size_t want = size > wk_frame_buf_size(&fx->rbuf) ? size - wk_frame_buf_size(&fx->rbuf) : 0;
+    if (want < 65536) want = 65536;
+    uint8_t *dst = wk_frame_buf_reserve(&fx->rbuf, want);
+    ssize_t r = recv(fx->fd, dst, want, 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r == 0) fail_msg("executor closed the socket while a frame was expected");
+    assert_true(r > 0);
+    wk_frame_buf_commit(&fx->rbuf, (size_t)r);
+  }
+}
+
+/* True when the executor closes its side within the timeout, with no bytes first. */
+static bool expect_eof(fixture *fx, int timeout_ms) {
+  int64_t deadline = now_ms() + timeout_ms;
+  for (;;) {
+    struct pollfd pfd = {fx->fd, POLLIN, 0};
+    int pr = poll(&pfd, 1, remaining_ms(deadline));
+    if (pr == 0) return false;
+    if (pr < 0 && errno == EINTR) continue;
+    uint8_t b[64];
+    ssize_t r = recv(fx->fd, b, sizeof b, 0);
+    if (r < 0 && errno == EINTR) continue;
+    return r <= 0;
+  }
+}
+
+static int setup(void **state) {
+  fixture *fx = calloc(1, sizeof *fx);
+  assert_non_null(fx);
+  fx->fd = fx->listen_fd = -1;
+  fx->next_call_id = 1;
+  wk_frame_buf_init(&fx->rbuf, NULL);
+  wk_frame_buf_init(&fx->wbuf, NULL);
+
+  snprintf(fx->dir, sizeof fx->dir, "/tmp/wk-exec-XXXXXX");
+  assert_non_null(mkdtemp(fx->dir)); /* mode 0700 */
+  struct stat st;
+  assert_int_equal(stat(fx->dir, &st), 0);
+  assert_int_equal(st.st_mode & 0777, 0700);
+  snprintf(fx->sock_path, sizeof fx->sock_path, "%s/exec.sock", fx->dir);
+  snprintf(fx->fn_root, sizeof fx->fn_root, "%s/fn", fx->dir);
+  snprintf(fx->scratch, sizeof fx->scratch, "%s/scratch", fx->dir);
+  mkdir_p(fx->fn_root);
+  mkdir_p(fx->scratch);
+
+  fx->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  assert_true(fx->listen_fd >= 0);
+  struct sockaddr_un addr;
+  memset(&addr, 0, sizeof addr);
+  addr.sun_family = AF_UNIX;
+  assert_true(strlen(fx->sock_path) < sizeof addr.sun_path);
+  memcpy(addr.sun_path, fx->sock_path, strlen(fx->sock_path) + 1);
+  assert_int_equal(bind(fx->listen_fd, (const struct sockaddr *)&addr, sizeof addr), 0);
+  assert_int_equal(listen(fx->listen_fd, 4), 0);
+
+  char script[256];
+  snprintf(script, sizeof script, "%s/python/worker_executor.py", WK_SOURCE_DIR);
+  char *argv[] = {(char *)(uintptr_t)python_path(), script, (char *)(uintptr_t)"--socket",
+                  fx->sock_path, NULL};
+  int err = posix_spawn(&fx->pid, argv[0], NULL, NULL, argv, environ);
+  if (err != 0) fail_msg("posix_spawn %s: %s", argv[0], strerror(err));
+
+  struct pollfd pfd = {fx->listen_fd, POLLIN, 0};
+  if (poll(&pfd, 1, IO_TIMEOUT_MS) != 1) fail_msg("executor did not connect within %d ms", IO_TIMEOUT_MS);
+  fx->fd = accept(fx->listen_fd, NULL, NULL);
+  assert_true(fx->fd >= 0);
+
+  wk_frame f;
+  recv_frame(fx, &f);
+  assert_int_equal(f.type, WK_FRAME_HELLO);
+  assert_int_equal(f.hello.version, WK_FRAME_VERSION);
+  assert_int_equal(f.hello.pid, (uint32_t)fx->pid);
+  *state = fx;
+  return 0;
+}
+
+static int teardown(void **state) {
+  fixture *fx = *state;
+  if (!fx) return 0;
+  if (!fx->reaped) {
+    if (fx->fd >= 0) {
+      static const uint8_t shutdown_frame[] = {1, 0, 0, 0, WK_FRAME_SHUTDOWN};
+      (void)send(fx->fd, shutdown_frame, sizeof shutdown_frame, MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
+    if (!wait_child(fx, 3000)) {
+      kill(fx->pid, SIGKILL);
+      (void)wait_child(fx, 3000);
+    }
+  }
+  if (fx->fd >= 0) close(fx->fd);
+  if (fx->listen_fd >= 0) close(fx->listen_fd);
+  (void)nftw(fx->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+  wk_frame_buf_free(&fx->rbuf);
+  wk_frame_buf_free(&fx->wbuf);
+  free(fx);
+  *state = NULL;
+  return 0;
+}
+
+/* ---- building calls ---------------------------------------------------------------- */
+
+typedef struct call_spec {
+  const char *function;
+  unsigned epoch;
+  const char *entrypoint; /* NULL: empty (the executor's default main:handler) */
+  wk_frame_content content_type;
+  const uint8_t *args;
+  size_t args_len;
+  uint32_t call_index;
+  uint32_t deadline_ms;
+} call_spec;
+
+/* Encodes a CALL into wbuf (not sent yet); returns its call_id. */
+static uint64_t queue_call(fixture *fx, const call_spec *cs) {
+  char code_dir[256];
+  snprintf(code_dir, sizeof code_dir, "%s/%s/%u", fx->fn_root, cs->function, cs->epoch);
+  wk_frame f;
+  memset(&f, 0, sizeof f);
+  f.type = WK_FRAME_CALL;
+  f.call.call_id = fx->next_call_id++;
+  f.call.task_id = wk_frame_bytes_cstr("task-it");
+  f.call.function = wk_frame_bytes_cstr(cs->function);
+  f.call.epoch = cs->epoch;
+  f.call.code_dir = wk_frame_bytes_cstr(code_dir);
+  f.call.entrypoint = wk_frame_bytes_cstr(cs->entrypoint);
+  f.call.content_type = cs->content_type;
+  f.call.call_index = cs->call_index;
+  f.call.deadline_ms = cs->deadline_ms;
+  f.call.scratch_dir = wk_frame_bytes_cstr(fx->scratch);
+  f.call.traceparent = wk_frame_bytes_cstr("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+  f.call.args.ptr = cs->args;
+  f.call.args.len = (uint32_t)cs->args_len;
+  queue_frame(fx, &f);
+  return f.call.call_id;
+}
+
+static uint64_t queue_json_call(fixture *fx, const char *function, const char *json, uint32_t index) {
+  call_spec cs = {function, 1, NULL, WK_FRAME_CONTENT_JSON, (const uint8_t *)json, strlen(json),
+                  index, 30000};
+  return queue_call(fx, &cs);
+}
+
+static void queue_u64_frame(fixture *fx, wk_frame_type type, uint64_t v) {
+  wk_frame f;
+  memset(&f, 0, sizeof f);
+  f.type = type;
+  if (type == WK_FRAME_CANCEL) {
+    f.cancel.call_id = v;
+  } else {
+    f.ping.nonce = v;
+  }
+  queue_frame(fx, &f);
+}
+
+static void recv_result(fixture *fx, uint64_t call_id, wk_frame *f) {
+  recv_frame(fx, f);
+  assert_int_equal(f->type, WK_FRAME_RESULT);
+  assert_true(f->result.call_id == call_id);
+}
+
+static bool bytes_contain(wk_frame_bytes b, const char *needle) {
+  size_t n = strlen(needle);
+  if (n > b.len) return false;
+  for (size_t i = 0; i + n <= b.len; i++) {
+    if (memcmp(b.ptr + i, needle, n) == 0) return true;
+  }
+  return false;
+}
+
+static void assert_bytes_str(wk_frame_bytes b, const char *s) {
+  if (!wk_frame_bytes_eq_cstr(b, s)) {
+    fail_msg("got \"%.*s\", want \"%s\"", (int)b.len, (const char *)b.ptr, s);
+  }
+}
+
+/* ---- tests ------------------------------------------------------------------------- */
+
+static const char ECHO_PY[] =
+    "def handler(args, ctx):\n"
+    "    return {\"echo\": args, \"idx\": ctx.call_index}\n";
+
+static void test_batch_of_100_calls_in_one_write(void **state) {
+  fixture *fx = *state;
+  write_function(fx, "echo", 1, "main.py", ECHO_PY);
+  uint64_t ids[BATCH];
+  char args[BATCH][32];
+  for (uint32_t i = 0; i < BATCH; i++) {
+    snprintf(args[i], sizeof args[i], "[%u,\"x\"]", i);
+    ids[i] = queue_json_call(fx, "echo", args[i], i);
+  }
+  size_t batch_bytes = wk_frame_buf_size(&fx->wbuf);
+  assert_true(batch_bytes > BATCH * 50);
+  flush(fx);
+  for (uint32_t i = 0; i < BATCH; i++) {
+    wk_frame f;
+    recv_result(fx, ids[i], &f); /* one executor runs them in order */
+    assert_int_equal(f.result.status, WK_FRAME_STATUS_OK);
+    assert_int_equal(f.result.content_type, WK_FRAME_CONTENT_JSON);
+    char want[96];
+    snprintf(want, sizeof want, "{\"echo\":[%u,\"x\"],\"idx\":%u}", i, i);
+    assert_bytes_str(f.result.output, want);
+    assert_int_equal(f.result.error_type.len, 0);
+    assert_int_equal(f.result.traceback.len, 0);
+    assert_true(f.result.cpu_us < 10u * 1000 * 1000);
+    assert_true(f.result.max_rss_kb > 1000); /* an interpreter is megabytes */
+    assert_int_equal(f.result.stdout_bytes.len, 0);
+    assert_int_equal(f.result.stderr_bytes.len, 0);
+  }
+}
+
+static void test_raising_handler(void **state) {
+  fixture *fx = *state;
+  write_function(fx, "boom", 1, "main.py",
+                 "def helper(n):\n"
+                 "    raise ValueError('bad input %d' % n)\n"
+                 "def handler(args, ctx):\n"
+                 "    print('about to fail')\n"
+                 "    ctx.logger.warning('failing now')\n"
+                 "    helper(args['n'])\n");
+  uint64_t id = queue_json_call(fx, "boom", "{\"n\":7}", 0);
+  flush(fx);
+  wk_frame f;
+  recv_result(fx, id, &f);
+  assert_int_equal(f.result.status, WK_FRAME_STATUS_ERROR);
+  assert_bytes_str(f.result.error_type, "ValueError");
+  assert_bytes_str(f.result.error_message, "bad input 7");
+  assert_int_equal(f.result.output.len, 0);
+  assert_true(bytes_contain(f.result.traceback, "Traceback (most recent call last)"));
+  assert_true(bytes_contain(f.result.traceback, "main.py"));
+  assert_true(bytes_contain(f.result.traceback, "in helper"));
+  assert_true(bytes_contain(f.result.traceback, "ValueError: bad input 7"));
+  assert_false(bytes_contain(f.result.traceback, "worker_executor.py")); /* executor frames trimmed */
+  assert_bytes_str(f.result.stdout_bytes, "about to fail\n");
+  assert_true(bytes_contain(f.result.stderr_bytes, "WARNING worker.fn.boom: failing now"));
+}
+
+static void test_retryable(void **state) {
+  fixture *fx = *state;
+  write_function(fx, "flaky", 1, "main.py",
+                 "import worker\n"
+                 "def handler(args, ctx):\n"
+                 "    raise worker.Retryable('backend busy, try again')\n");
+  uint64_t id = queue_json_call(fx, "flaky", "null", 0);
+  flush(fx);
+  wk_frame f;
+  recv_result(fx, id, &f);
+  assert_int_equal(f.result.status, WK_FRAME_STATUS_RETRYABLE);
+  assert_bytes_str(f.result.error_type, "Retryable");
+  assert_bytes_str(f.result.error_message, "backend busy, try again");
+  assert_true(bytes_contain(f.result.traceback, "Retryable: backend busy"));
+}
+
+static void test_bytes_content(void **state) {
+  fixture *fx = *state;
+  write_function(fx, "rev", 1, "main.py",
+                 "def handler(args, ctx):\n"
+                 "    assert isinstance(args, bytes), type(args)\n"
+                 "    return bytes(reversed(args))\n");
+  const uint8_t in[] = {0x00, 0x01, 0xfe, 0xff, 0x00, 'a'};
+  call_spec cs = {"rev", 1, "main:handler", WK_FRAME_CONTENT_BYTES, in, sizeof in, 0, 0};
+  uint64_t id = queue_call(fx, &cs);
+  flush(fx);
+  wk_frame f;
+  recv_result(fx, id, &f);
+  assert_int_equal(f.result.status, WK_FRAME_STATUS_OK);
+  assert_int_equal(f.result.content_type, WK_FRAME_CONTENT_BYTES);
+  const uint8_t want[] = {'a', 0x00, 0xff, 0xfe, 0x01, 0x00};
+  assert_int_equal(f.result.output.len, sizeof want);
+  assert_memory_equal(f.result.output.ptr, want, sizeof want);
+}
+
+static void test_ping_pong(void **state) {
+  fixture *fx = *state;
+  queue_u64_frame(fx, WK_FRAME_PING, 0x1122334455667788u);
+  queue_u64_frame(fx, WK_FRAME_PING, 0);
+  flush(fx);
+  wk_frame f;
+  recv_frame(fx, &f);
+  assert_int_equal(f.type, WK_FRAME_PONG);
+  assert_true(f.ping.nonce == 0x1122334455667788u);
+  recv_frame(fx, &f);
+  assert_int_equal(f.type, WK_FRAME_PONG);
+  assert_true(f.ping.nonce == 0);
+}
+
+static const char SLOW_PY[] =
+    "import time, worker\n"
+    "def handler(args, ctx):\n"
+    "    end = time.monotonic() + 5\n"
+    "    while time.monotonic() < end:\n"
+    "        ctx.check_cancelled()\n"
+    "        time.sleep(0.005)\n"
+    "    return 'not cancelled'\n";
+
+/* PING is answered and a queued call can be cancelled while another call runs; the
+ * running call sees its CANCEL cooperatively. */
+static void test_cancel_queued_and_running(void **state) {
+  fixture *fx = *state;
+  write_function(fx, "slow", 1, "main.py", SLOW_PY);
+  write_function(fx, "echo", 1, "main.py", ECHO_PY);
+  uint64_t slow = queue_json_call(fx, "slow", "null", 0);
+  uint64_t queued = queue_json_call(fx, "echo", "1", 1);
+  queue_u64_frame(fx, WK_FRAME_CANCEL, queued);
+  queue_u64_frame(fx, WK_FRAME_PING, 5);
+  flush(fx);
+  int64_t t0 = now_ms();
+
+  wk_frame f;
+  recv_result(fx, queued, &f); /* answered before the running call ends */
+  assert_int_equal(f.result.status, WK_FRAME_STATUS_ERROR);
+  assert_bytes_str(f.result.error_type, "Cancelled");
+  recv_frame(fx, &f);
+  assert_int_equal(f.type, WK_FRAME_PONG);
+  assert_true(f.ping.nonce == 5);
+  assert_true(now_ms() - t0 < 4000);
+
+  queue_u64_frame(fx, WK_FRAME_CANCEL, slow);
+  queue_u64_frame(fx, WK_FRAME_CANCEL, 987654); /* unknown: ignored */
+  flush(fx);
+  recv_result(fx, slow, &f);
+  assert_int_equal(f.result.status, WK_FRAME_STATUS_ERROR);
+  assert_bytes_str(f.result.error_type, "Cancelled");
+  assert_true(now_ms() - t0 < 4000);
+
+  /* the executor is still healthy */
+  uint64_t id = queue_json_call(fx, "echo", "2", 2);
+  flush(fx);
+  recv_result(fx, id, &f);
+  assert_bytes_str(f.result.output, "{\"echo\":2,\"idx\":2}");
+}
+
+static void test_output_capture_is_bounded(void **state) {
+  fixture *fx = *state;
+  write_function(fx, "chatty", 1, "main.py",
+                 "import sys\n"
+                 "def handler(args, ctx):\n"
+                 "    for i in range(4000):\n"
+                 "        print('line %05d ' % i + 'x' * 40)\n"
+                 "    sys.stderr.write('err\\n')\n"
+                 "    sys.stdout.buffer.write(b'raw')\n"
+                 "    return len(args)\n");
+  uint64_t id = queue_json_call(fx, "chatty", "[1,2,3]", 0);
+  flush(fx);
+  wk_frame f;
+  recv_result(fx, id, &f);
+  assert_int_equal(f.result.status, WK_FRAME_STATUS_OK);
+  assert_bytes_str(f.result.output, "3");
+  assert_true(f.result.stdout_bytes.len <= WK_FRAME_CAPTURE_MAX);
+  assert_true(f.result.stdout_bytes.len > WK_FRAME_CAPTURE_MAX - 100);
+  assert_memory_equal(f.result.stdout_bytes.ptr, "line 00000 ", 11);
+  assert_true(bytes_contain(f.result.stdout_bytes, "output truncated"));
+  assert_bytes_str(f.result.stderr_bytes, "err\n");
+}
+
+/* Two epochs of one function, each with a sibling module of the same name: each is
+ * imported in its own namespace. */
+static void test_epochs_are_isolated(void **state) {
+  fixture *fx = *state;
+  for (unsigned e = 1; e <= 2; e++) {
+    char helper[64];
+    snprintf(helper, sizeof helper, "VERSION = %u\n", e * 10);
+    write_function(fx, "ver", e, "helper.py", helper);
+    write_function(fx, "ver", e, "main.py",
+                   "import helper\n"
+                   "from . import helper as rel\n"
+                   "def handler(args, ctx):\n"
+                   "    return [helper.VERSION, rel.VERSION, ctx.epoch, __name__.startswith('_wk_code_')]\n");
+  }
+  uint64_t ids[4];
+  for (unsigned i = 0; i < 4; i++) {
+    call_spec cs = {"ver", 1 + i % 2, NULL, WK_FRAME_CONTENT_JSON, (const uint8_t *)"{}", 2, i, 0};
+    ids[i] = queue_call(fx, &cs);
+  }
+  flush(fx);
+  for (unsigned i = 0; i < 4; i++) {
+    wk_frame f;
+    recv_result(fx, ids[i], &f);
+    assert_int_equal(f.result.status, WK_FRAME_STATUS_OK);
+    assert_bytes_str(f.result.output, i % 2 ? "[20,20,2,true]" : "[10,10,1,true]");
+  }
+  /* no bytecode is written into the code store */
+  char pycache[256];
+  snprintf(pycache, sizeof pycache, "%s/ver/1/__pycache__", fx->fn_root);
+  struct stat st;
+  assert_int_equal(stat(pycache, &st), -1);
+  assert_int_equal(errno, ENOENT);
+}
+
+static void test_load_and_encode_errors(void **state) {
+  fixture *fx = *state;
+  write_function(fx, "echo", 1, "main.py", ECHO_PY);
+  write_function(fx, "odd", 1, "main.py",
+                 "def handler(args, ctx):\n"
+                 "    return {1, 2}\n"
+                 "def sub(args, ctx):\n"
+                 "    return ctx.call('echo', 1)\n");
+  call_spec missing = {"echo", 1, "main:nope", WK_FRAME_CONTENT_JSON, (const uint8_t *)"1", 1, 0, 0};
+  call_spec nodir = {"absent", 9, NULL, WK_FRAME_CONTENT_JSON, (const uint8_t *)"1", 1, 0, 0};
+  call_spec badjson = {"echo", 1, NULL, WK_FRAME_CONTENT_JSON, (const uint8_t *)"{nope", 5, 0, 0};
+  call_spec unjson = {"odd", 1, NULL, WK_FRAME_CONTENT_JSON, (const uint8_t *)"1", 1, 0, 0};
+  call_spec subcall = {"odd", 1, "main:sub", WK_FRAME_CONTENT_JSON, (const uint8_t *)"1", 1, 0, 0};
+  uint64_t a = queue_call(fx, &missing);
+  uint64_t b = queue_call(fx, &nodir);
+  uint64_t c = queue_call(fx, &badjson);
+  uint64_t d = queue_call(fx, &unjson);
+  uint64_t e = queue_call(fx, &subcall);
+  flush(fx);
+  wk_frame f;
+  recv_result(fx, a, &f);
+  assert_int_equal(f.result.status, WK_FRAME_STATUS_ERROR);
+  assert_bytes_str(f.result.error_type, "FunctionLoadError");
+  assert_true(bytes_contain(f.result.error_message, "nope"));
+  recv_result(fx, b, &f);
+  assert_bytes_str(f.result.error_type, "FunctionLoadError");
+  recv_result(fx, c, &f);
+  assert_bytes_str(f.result.error_type, "ArgsDecodeError");
+  recv_result(fx, d, &f);
+  assert_bytes_str(f.result.error_type, "OutputEncodeError");
+  recv_result(fx, e, &f);
+  assert_int_equal(f.result.status, WK_FRAME_STATUS_ERROR);
+  assert_bytes_str(f.result.error_type, "NotImplementedError");
+  assert_bytes_str(f.result.error_message, "subcalls arrive in a later version");
+}
+
+static void test_shutdown_exits_zero(void **state) {
+  fixture *fx = *state;
+  write_function(fx, "echo", 1, "main.py", ECHO_PY);
+  uint64_t id = queue_json_call(fx, "echo", "\"last\"", 3);
+  queue_frame(fx, &(wk_frame){.type = WK_FRAME_SHUTDOWN});
+  flush(fx);
+  wk_frame f;
+  recv_result(fx, id, &f); /* calls sent before SHUTDOWN still run */
+  assert_bytes_str(f.result.output, "{\"echo\":\"last\",\"idx\":3}");
+  assert_true(expect_eof(fx, IO_TIMEOUT_MS));
+  assert_true(wait_child(fx, IO_TIMEOUT_MS));
+  assert_true(WIFEXITED(fx->exit_status));
+  assert_int_equal(WEXITSTATUS(fx->exit_status), 0);
+}
+
+static void test_eof_exits_zero(void **state) {
+  fixture *fx = *state;
+  assert_int_equal(close(fx->fd), 0);
+  fx->fd = -1;
+  assert_true(wait_child(fx, IO_TIMEOUT_MS));
+  assert_true(WIFEXITED(fx->exit_status));
+  assert_int_equal(WEXITSTATUS(fx->exit_status), 0);
+}
+
+static void test_protocol_error_exits_nonzero(void **state) {
+  fixture *fx = *state;
+  static const uint8_t bogus[] = {1, 0, 0, 0, 0x42}; /* unknown frame type */
+  write_all(fx, bogus, sizeof bogus);
+  assert_true(expect_eof(fx, IO_TIMEOUT_MS));
+  assert_true(wait_child(fx, IO_TIMEOUT_MS));
+  assert_true(WIFEXITED(fx->exit_status));
+  assert_int_equal(WEXITSTATUS(fx->exit_status), 2);
+}
+
+int main(void) {
+  signal(SIGPIPE, SIG_IGN);
+#define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
+  const struct CMUnitTest tests[] = {
+      T(test_batch_of_100_calls_in_one_write),
+      T(test_raising_handler),
+      T(test_retryable),
+      T(test_bytes_content),
+      T(test_ping_pong),
+      T(test_cancel_queued_and_running),
+      T(test_output_capture_is_bounded),
+      T(test_epochs_are_isolated),
+      T(test_load_and_encode_errors),
+      T(test_shutdown_exits_zero),
+      T(test_eof_exits_zero),
+      T(test_protocol_error_exits_nonzero),
+  };
+#undef T
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
