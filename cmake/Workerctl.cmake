@@ -10,20 +10,20 @@ if(NOT TARGET PkgConfig::JANSSON)
   pkg_check_modules(JANSSON REQUIRED IMPORTED_TARGET jansson)
 endif()
 
-add_library(wk_grpc_client STATIC src/adapters/wk_grpc_client.c)
+add_library(wk_grpc_client STATIC ${CMAKE_SOURCE_DIR}/src/adapters/wk_grpc_client.c)
 target_include_directories(wk_grpc_client PUBLIC ${CMAKE_SOURCE_DIR}/src)
 target_link_libraries(wk_grpc_client PUBLIC PkgConfig::GRPC)
 target_compile_options(wk_grpc_client PRIVATE ${WK_WARNINGS})
 
-add_library(wk_code_store STATIC src/adapters/wk_code_store.c)
+add_library(wk_code_store STATIC ${CMAKE_SOURCE_DIR}/src/adapters/wk_code_store.c)
 target_include_directories(wk_code_store PUBLIC ${CMAKE_SOURCE_DIR}/src)
 target_compile_options(wk_code_store PRIVATE ${WK_WARNINGS})
 
 add_executable(workerctl
-  cmd/workerctl/main.c
-  cmd/workerctl/workerctl_args.c
-  cmd/workerctl/workerctl_cmds.c
-  cmd/workerctl/workerctl_format.c)
+  ${CMAKE_SOURCE_DIR}/cmd/workerctl/main.c
+  ${CMAKE_SOURCE_DIR}/cmd/workerctl/workerctl_args.c
+  ${CMAKE_SOURCE_DIR}/cmd/workerctl/workerctl_cmds.c
+  ${CMAKE_SOURCE_DIR}/cmd/workerctl/workerctl_format.c)
 target_include_directories(workerctl PRIVATE ${CMAKE_SOURCE_DIR}/src ${CMAKE_SOURCE_DIR}/cmd/workerctl)
 target_link_libraries(workerctl PRIVATE wk_grpc_client wk_code_store wk_proto PkgConfig::JANSSON)
 target_compile_options(workerctl PRIVATE ${WK_WARNINGS})

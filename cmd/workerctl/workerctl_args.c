@@ -93,7 +93,9 @@ const ctl_command ctl_commands[] = {
      BIT(F_SERVICE), 0, 0, ctl_cmd_health},
     {"deploy", "deploy [--code-root DIR] FUNCTION SRC_DIR",
      "Publishes SRC_DIR as the next code epoch of FUNCTION in the local code store and\n"
-     "makes it CURRENT; prints the epoch. No worker is contacted.\n"
+     "makes it CURRENT; prints the epoch alone on stdout. No worker is contacted.\n"
+     "Copies regular files and directories (not __pycache__); follows symlinks that\n"
+     "stay inside SRC_DIR and refuses others. Published epochs are never modified.\n"
      "  --code-root DIR     the worker's code root (default: $WORKER_CODE_ROOT)\n",
      BIT(F_CODE_ROOT), 2, 2, ctl_cmd_deploy},
     {"epochs", "epochs [--code-root DIR] FUNCTION",

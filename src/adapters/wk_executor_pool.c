@@ -54,7 +54,7 @@ struct wk_pool {
   uv_loop_t *loop;
   wk_pool_config cfg;
   char *python, *script, *python_path;
-  wk_pool_result_cb cb;
+  wk_exec_result_cb cb;
   void *ud;
   char dir[64];
   char sock_path[128];
@@ -520,7 +520,7 @@ uint64_t wk_pool_spawned_total(const wk_pool *pool) { return pool->spawned_total
 
 /* ---- start and stop --------------------------------------------------------- */
 
-wk_pool *wk_pool_start(uv_loop_t *loop, const wk_pool_config *cfg, wk_pool_result_cb cb,
+wk_pool *wk_pool_start(uv_loop_t *loop, const wk_pool_config *cfg, wk_exec_result_cb cb,
                        void *ud, char *err, size_t err_len) {
   if (access(cfg->python, X_OK) != 0) {
     snprintf(err, err_len, "python interpreter %s is not executable: %s", cfg->python,
@@ -644,4 +644,14 @@ void wk_pool_stop(wk_pool *pool, void (*done)(void *arg), void *arg) {
   }
   uv_timer_start(&pool->stop_timer, on_stop_timer, (uint64_t)pool->cfg.shutdown_grace_ms, 0);
   maybe_finish_stop(pool);
+}
+
+static void *adapter_submit(void *impl, const wk_call_spec *spec, void *call_ctx) {
+  return wk_pool_submit(impl, spec, call_ctx);
+}
+
+static void adapter_cancel(void *impl, void *handle) { wk_pool_cancel(impl, handle); }
+
+wk_exec_adapter wk_pool_adapter(wk_pool *pool) {
+  return (wk_exec_adapter){.impl = pool, .submit = adapter_submit, .cancel = adapter_cancel};
 }

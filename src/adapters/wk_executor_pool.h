@@ -18,6 +18,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "adapters/wk_exec_adapter.h"
 #include "adapters/wk_frame.h"
 
 typedef struct wk_pool wk_pool;
@@ -33,45 +34,9 @@ typedef struct wk_pool_config {
   int64_t shutdown_grace_ms;   /* SHUTDOWN, then SIGKILL after this */
 } wk_pool_config;
 
-/* What to run; the pool copies everything it needs before wk_pool_submit returns. */
-typedef struct wk_call_spec {
-  const char *task_id;
-  const char *function;
-  uint64_t epoch;
-  const char *code_dir;
-  const char *entrypoint;
-  wk_frame_content content_type;
-  uint32_t call_index;
-  uint32_t deadline_ms; /* relative; 0 = none */
-  const char *scratch_dir;
-  const char *traceparent;
-  wk_frame_bytes args;
-} wk_call_spec;
-
-typedef enum wk_call_status {
-  WK_CALL_OK = 0,
-  WK_CALL_ERROR = 1,         /* the function raised */
-  WK_CALL_RETRYABLE = 2,     /* the function raised worker.Retryable */
-  WK_CALL_EXECUTOR_LOST = 3, /* the executor died or broke the protocol mid-call */
-} wk_call_status;
-
-/* A finished call. Views are valid only during the callback. */
-typedef struct wk_call_outcome {
-  wk_call_status status;
-  wk_frame_content content_type;
-  wk_frame_bytes output;
-  wk_frame_bytes error_type, error_message, traceback;
-  wk_frame_bytes stdout_bytes, stderr_bytes;
-  uint64_t cpu_us;
-  uint64_t bytes_in; /* args bytes sent */
-} wk_call_outcome;
-
-/* Called on the loop thread once per call that was not cancelled. */
-typedef void (*wk_pool_result_cb)(void *ud, void *call_ctx, const wk_call_outcome *outcome);
-
 /** Creates the socket directory, listens, and spawns the executors. Returns NULL with
  * a reason in `err` (e.g. the interpreter does not exist). */
-wk_pool *wk_pool_start(uv_loop_t *loop, const wk_pool_config *cfg, wk_pool_result_cb cb,
+wk_pool *wk_pool_start(uv_loop_t *loop, const wk_pool_config *cfg, wk_exec_result_cb cb,
                        void *ud, char *err, size_t err_len);
 
 /** Queues a call; `call_ctx` comes back in the result callback. Returns a handle valid
@@ -82,6 +47,9 @@ wk_pool_call *wk_pool_submit(wk_pool *pool, const wk_call_spec *spec, void *call
  * and its executor is killed if it is still busy after the grace. The callback is not
  * called for a cancelled call. */
 void wk_pool_cancel(wk_pool *pool, wk_pool_call *call);
+
+/** The pool as the orchestrator's executor adapter. */
+wk_exec_adapter wk_pool_adapter(wk_pool *pool);
 
 /** Executors connected and ready (for health and tests). */
 uint32_t wk_pool_ready_executors(const wk_pool *pool);

@@ -9,6 +9,7 @@
 
 #include "adapters/wk_grpc_client.h"
 
+#include <assert.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -232,6 +233,8 @@ grpc_status_code wk_grpc_client_unary(wk_grpc_client *c, const char *method, con
                                       size_t req_len, const wk_grpc_md *md, size_t md_count,
                                       int64_t deadline_ms, wk_grpc_buf *resp,
                                       wk_grpc_status *st) {
+  assert(c && c->channel && method && method[0] == '/');
+  assert(resp && st && (req || req_len == 0) && (md || md_count == 0));
   resp->data = NULL;
   resp->len = 0;
   grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
@@ -318,6 +321,8 @@ static void stream_free(wk_grpc_stream *s) {
 int wk_grpc_stream_open(wk_grpc_client *c, const char *method, const uint8_t *req,
                         size_t req_len, const wk_grpc_md *md, size_t md_count,
                         int64_t deadline_ms, wk_grpc_stream **out, wk_grpc_status *st) {
+  assert(c && c->channel && method && method[0] == '/');
+  assert(out && st && (req || req_len == 0) && (md || md_count == 0));
   *out = NULL;
   wk_grpc_stream *s = calloc(1, sizeof *s);
   if (!s) abort();
@@ -377,6 +382,8 @@ int wk_grpc_stream_open(wk_grpc_client *c, const char *method, const uint8_t *re
 }
 
 int wk_grpc_stream_next(wk_grpc_stream *s, wk_grpc_buf *msg) {
+  assert(s && s->call && msg);
+  assert(s->recv_bb == NULL); /* one receive at a time */
   msg->data = NULL;
   msg->len = 0;
   if (s->ended) return 0;
@@ -414,6 +421,7 @@ int wk_grpc_stream_next(wk_grpc_stream *s, wk_grpc_buf *msg) {
 void wk_grpc_stream_cancel(wk_grpc_stream *s) { grpc_call_cancel(s->call, NULL); }
 
 grpc_status_code wk_grpc_stream_finish(wk_grpc_stream *s, wk_grpc_status *st) {
+  assert(s && s->call && s->cq);
   if (!s->ended) grpc_call_cancel(s->call, NULL);
   if (!s->send_plucked) {
     (void)pluck(s->cq, &s->tag_send);

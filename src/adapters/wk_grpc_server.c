@@ -24,8 +24,8 @@
  * gate, waits for the count to reach zero, and only then shuts the CQ down: nothing
  * can post to a CQ that is shut down, whichever thread the sink answers from.
  *
- * Locks, always taken in this order: rpc->mu, then server->mu (the gate). The live
- * list (server->list_mu) is never held together with either. */
+ * Locks: rpc->mu guards one rpc's send state; the gate is atomic (its mutex only
+ * wakes stop); server->list_mu guards the live list and is never held with rpc->mu. */
 #define _GNU_SOURCE /* pthread_setname_np */
 #include "adapters/wk_grpc_server.h"
 
@@ -186,10 +186,11 @@ struct wk_grpc_server {
   wk_tag shutdown_tag;
   pthread_t thread;
 
-  pthread_mutex_t mu; /* the gate */
+  /* The gate: lock-free on the way in and out; mu/cv only wake stop(). */
+  atomic_bool gate_closed;
+  atomic_size_t outstanding; /* operations that will post one CQ event */
+  pthread_mutex_t mu;
   pthread_cond_t cv;
-  bool gate_closed;
-  size_t outstanding; /* operations that will post one CQ event */
 
   pthread_mutex_t list_mu; /* the live list */
   pthread_cond_t list_cv;
@@ -254,21 +255,34 @@ const char *wk_rpc_method_name(wk_rpc_method m) {
 
 /* ---- the gate ----------------------------------------------------------------- */
 
-/* Counts one operation that will post a CQ event; false once stopping. */
-static bool gate_enter(wk_grpc_server *s) {
-  lock(&s->mu);
-  bool ok = !s->gate_closed;
-  if (ok) s->outstanding++;
-  unlock(&s->mu);
-  return ok;
-}
-
 /* One counted operation posted its event (or failed to start). */
 static void gate_leave(wk_grpc_server *s) {
+  size_t before = atomic_fetch_sub(&s->outstanding, 1);
+  assert(before > 0);
+  if (before == 1 && atomic_load(&s->gate_closed)) {
+    lock(&s->mu); /* stop() checks the count under mu: no lost wake-up */
+    pthread_cond_broadcast(&s->cv);
+    unlock(&s->mu);
+  }
+}
+
+/* Counts one operation that will post a CQ event; false once stopping. Sequentially
+ * consistent: either stop() sees the increment, or this sees the gate closed. */
+static bool gate_enter(wk_grpc_server *s) {
+  atomic_fetch_add(&s->outstanding, 1);
+  if (atomic_load(&s->gate_closed)) {
+    gate_leave(s);
+    return false;
+  }
+  return true;
+}
+
+/* stop(): no operation starts after this returns, and every counted one has posted
+ * its event (the CQ thread has taken it off the queue). */
+static void gate_close_and_drain(wk_grpc_server *s) {
+  atomic_store(&s->gate_closed, true);
   lock(&s->mu);
-  assert(s->outstanding > 0);
-  s->outstanding--;
-  if (s->outstanding == 0 && s->gate_closed) pthread_cond_broadcast(&s->cv);
+  while (atomic_load(&s->outstanding) > 0) pthread_cond_wait(&s->cv, &s->mu);
   unlock(&s->mu);
 }
 
@@ -776,6 +790,8 @@ int wk_grpc_server_start(const wk_grpc_server_config *cfg, wk_grpc_server_sink s
 
   wk_grpc_server *s = xcalloc(1, sizeof *s);
   atomic_init(&s->refs, 1);
+  atomic_init(&s->gate_closed, false);
+  atomic_init(&s->outstanding, 0);
   s->cfg = *cfg;
   s->listen_addr = xstrndup(cfg->listen_addr, 1024);
   s->cfg.listen_addr = s->listen_addr;
@@ -860,17 +876,14 @@ int wk_grpc_server_start(const wk_grpc_server_config *cfg, wk_grpc_server_sink s
 void wk_grpc_server_stop(wk_grpc_server *s) {
   if (s == NULL) return;
   /* 1. No new calls; cancel the open ones so every pending batch completes. */
-  lock(&s->mu);
-  s->outstanding++; /* the shutdown notification */
-  unlock(&s->mu);
+  bool entered = gate_enter(s); /* the shutdown notification */
+  assert(entered);
+  (void)entered;
   grpc_server_shutdown_and_notify(s->server, s->cq, &s->shutdown_tag);
   grpc_server_cancel_all_calls(s->server);
 
   /* 2. Close the gate and wait for every counted operation to post its event. */
-  lock(&s->mu);
-  s->gate_closed = true;
-  while (s->outstanding > 0) pthread_cond_wait(&s->cv, &s->mu);
-  unlock(&s->mu);
+  gate_close_and_drain(s);
 
   /* 3. Nothing can post any more: stop the CQ thread. */
   grpc_completion_queue_shutdown(s->cq);

@@ -319,7 +319,7 @@ int wk_app_run(const wk_app_config *cfg) {
     fprintf(stderr, "worker: %s\n", err);
     return 1;
   }
-  wk_orch_set_pool(app.orch, app.pool);
+  wk_orch_set_executor(app.orch, wk_pool_adapter(app.pool));
 
   grpc_init();
   wk_grpc_server_config scfg = {

@@ -52,7 +52,7 @@ struct wk_orch {
   uv_loop_t *loop;
   wk_orch_config cfg;
   wk_core *core;
-  wk_pool *pool;
+  wk_exec_adapter exec;
   wk_subs *subs;
   int64_t wall_offset_ms;
   int64_t now_ms;
@@ -197,7 +197,7 @@ static void start_calls(wk_orch *o, wk_task_rt *rt) {
         .traceparent = rt->traceparent,
         .args = {rt->calls.items[i].args, (uint32_t)rt->calls.items[i].len},
     };
-    c->handle = wk_pool_submit(o->pool, &spec, c);
+    c->handle = o->exec.submit(o->exec.impl, &spec, c);
   }
 }
 
@@ -223,11 +223,11 @@ static void exec_cmds(wk_orch *o, const wk_cmds *cmds) {
         defer_step(o, STEP_WRITER, rt);
         break;
       case WK_CMD_CANCEL_TASK:
-        wk_task_rt_cancel_calls(rt, o->pool);
+        wk_task_rt_cancel_calls(rt, &o->exec);
         break;
       case WK_CMD_CONVERGE:
         r = c->u.converge.result;
-        wk_task_rt_cancel_calls(rt, o->pool);
+        wk_task_rt_cancel_calls(rt, &o->exec);
         rt->converged = true;
         log_task_finished(o, rt, r);
         wk_subs_on_terminal(o->subs, r, o->wall_offset_ms);
@@ -273,7 +273,7 @@ static void run_builder(wk_orch *o, wk_task_rt *rt) {
 static void report_calls(wk_orch *o, wk_task_rt *rt) {
   if (rt->calls_reported) return;
   rt->calls_reported = true;
-  wk_task_rt_cancel_calls(rt, o->pool);
+  wk_task_rt_cancel_calls(rt, &o->exec);
   wk_buf outputs = {0};
   wk_task_rt_collect_outputs(rt, &outputs);
   bool ok = rt->failure_policy == WK_CALL_CONTINUE ? rt->calls_failed <= rt->max_failed_calls
@@ -697,7 +697,7 @@ wk_orch *wk_orch_create(uv_loop_t *loop, const wk_orch_config *cfg, char *err, s
   return o;
 }
 
-void wk_orch_set_pool(wk_orch *o, wk_pool *pool) { o->pool = pool; }
+void wk_orch_set_executor(wk_orch *o, wk_exec_adapter exec) { o->exec = exec; }
 
 void wk_orch_set_ready(wk_orch *o, bool ready) {
   wk_core_set_ready(o->core, ready);

@@ -15,7 +15,7 @@
 #include <stdbool.h>
 #include <uv.h>
 
-#include "adapters/wk_executor_pool.h"
+#include "adapters/wk_exec_adapter.h"
 #include "adapters/wk_grpc_server.h"
 #include "core/wk_core.h"
 #include "plugins/wk_builders.h"
@@ -36,13 +36,13 @@ typedef struct wk_orch_config {
  * a reason in err when the configuration is invalid. */
 wk_orch *wk_orch_create(uv_loop_t *loop, const wk_orch_config *cfg, char *err, size_t err_len);
 
-/** Attaches the executor pool the calls run on (owned by the caller). */
-void wk_orch_set_pool(wk_orch *orch, wk_pool *pool);
+/** Attaches the executor adapter the calls run on (owned by the caller). */
+void wk_orch_set_executor(wk_orch *orch, wk_exec_adapter exec);
 
 /** The sink to give the gRPC server: its callbacks are safe on any thread. */
 wk_grpc_server_sink wk_orch_sink(wk_orch *orch);
 
-/** The pool's result callback; pass it with `orch` as user data to wk_pool_start. */
+/** The executor adapter's result callback; pass it with `orch` as user data. */
 void wk_orch_on_call_result(void *orch, void *call_ctx, const wk_call_outcome *outcome);
 
 /** Marks the worker ready: new tasks are admitted, health says SERVING. */

@@ -145,11 +145,11 @@ void wk_task_rt_collect_outputs(const wk_task_rt *rt, wk_buf *out) {
   }
 }
 
-void wk_task_rt_cancel_calls(wk_task_rt *rt, wk_pool *pool) {
+void wk_task_rt_cancel_calls(wk_task_rt *rt, const wk_exec_adapter *exec) {
   for (uint32_t i = 0; rt->rt_calls && i < rt->calls.count; i++) {
     wk_rt_call *c = &rt->rt_calls[i];
     if (c->handle) {
-      wk_pool_cancel(pool, c->handle);
+      exec->cancel(exec->impl, c->handle);
       c->handle = NULL;
     }
   }

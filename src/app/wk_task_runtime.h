@@ -14,7 +14,7 @@
 #include <stdint.h>
 #include <uv.h>
 
-#include "adapters/wk_executor_pool.h"
+#include "adapters/wk_exec_adapter.h"
 #include "core/wk_core.h"
 #include "lib/wk_buf.h"
 #include "plugins/wk_builders.h"
@@ -27,7 +27,7 @@ typedef struct wk_task_rt wk_task_rt;
 typedef struct wk_rt_call {
   wk_task_rt *rt;
   uint32_t index;
-  wk_pool_call *handle; /* while queued or running in the pool */
+  void *handle; /* while queued or running in the executor adapter */
   bool done;
   bool failed;
   wk_buf encoded; /* this call's CallOutput as a TaskResult field-7 record */
@@ -94,7 +94,7 @@ void wk_task_rt_record_call(wk_rt_call *call, const wk_call_outcome *o);
 /** Concatenates the calls' encoded outputs in call order into `out`. */
 void wk_task_rt_collect_outputs(const wk_task_rt *rt, wk_buf *out);
 
-/** Cancels every call still in the pool. */
-void wk_task_rt_cancel_calls(wk_task_rt *rt, wk_pool *pool);
+/** Cancels every call still in the executor adapter. */
+void wk_task_rt_cancel_calls(wk_task_rt *rt, const wk_exec_adapter *exec);
 
 #endif

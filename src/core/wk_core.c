@@ -258,6 +258,8 @@ static void set_message(wk_core *core, wk_task *t, const char *msg) {
   if (!msg || !msg[0]) return;
   size_t len = 0;
   while (len < core->cfg.max_failure_message_bytes && msg[len]) len++;
+  /* never cut a UTF-8 sequence in half */
+  while (len > 0 && msg[len] && ((unsigned char)msg[len] & 0xC0u) == 0x80u) len--;
   char *copy = wk_xcalloc(&core->cfg.allocator, 1, len + 1);
   memcpy(copy, msg, len);
   t->result.failure_message = copy;
@@ -542,6 +544,30 @@ void wk_core_handle_activation_failed(wk_core *core, const char *task_id, size_t
 
 /* ---- phases ---------------------------------------------------------------- */
 
+/* The outcome's message, or one naming the phase and code when the adapter gave none. */
+static const char *phase_message(const wk_phase_outcome *o, wk_phase phase, wk_failure_code code) {
+  if (o->message && o->message[0]) return o->message;
+  switch (code) {
+    case WK_FAIL_BUILDER_NOT_FOUND: return "the builder phase failed: BUILDER_NOT_FOUND";
+    case WK_FAIL_BUILDER_FAILED: return "the builder phase failed: BUILDER_FAILED";
+    case WK_FAIL_CALL_FAILED: return "the calls phase failed: CALL_FAILED";
+    case WK_FAIL_PLUGIN_NOT_FOUND: return "the writer phase failed: PLUGIN_NOT_FOUND";
+    case WK_FAIL_PLUGIN_FAILED: return "the writer phase failed: PLUGIN_FAILED";
+    case WK_FAIL_NONE:
+    case WK_FAIL_ACTIVATION_FAILED:
+    case WK_FAIL_IO_SCOPE_FAILED:
+    case WK_FAIL_SLOT_LOST:
+    case WK_FAIL_TASK_TIMEOUT:
+    case WK_FAIL_OWNER_LOST:
+    case WK_FAIL_CANCELLED:
+    case WK_FAIL_WORKER_SHUTDOWN:
+      break;
+  }
+  return phase == WK_PHASE_BUILDER ? "the builder phase failed"
+         : phase == WK_PHASE_CALLS ? "the calls phase failed"
+                                   : "the writer phase failed";
+}
+
 void wk_core_handle_phase_finished(wk_core *core, const char *task_id, size_t task_id_len,
                                    wk_phase phase, const wk_phase_outcome *outcome,
                                    int64_t now_ms, wk_transition_result *out) {
@@ -560,8 +586,8 @@ void wk_core_handle_phase_finished(wk_core *core, const char *task_id, size_t ta
     case WK_PHASE_BUILDER:
       st->builder_finished_ms = now_ms;
       if (!outcome->ok) {
-        converge(core, i, WK_TASK_FAILED, code ? code : WK_FAIL_BUILDER_FAILED,
-                 outcome->message ? outcome->message : "the call builder failed", false, now_ms,
+        code = code ? code : WK_FAIL_BUILDER_FAILED;
+        converge(core, i, WK_TASK_FAILED, code, phase_message(outcome, phase, code), false, now_ms,
                  &out->cmds);
         return;
       }
@@ -577,8 +603,9 @@ void wk_core_handle_phase_finished(wk_core *core, const char *task_id, size_t ta
       t->result.outputs.data = copy_bytes(core, outcome->data);
       t->result.outputs.len = t->result.outputs.data ? outcome->data.len : 0;
       if (!outcome->ok) {
-        converge(core, i, WK_TASK_FAILED, code ? code : WK_FAIL_CALL_FAILED,
-                 outcome->message ? outcome->message : "a call failed", false, now_ms, &out->cmds);
+        code = code ? code : WK_FAIL_CALL_FAILED;
+        converge(core, i, WK_TASK_FAILED, code, phase_message(outcome, phase, code), false, now_ms,
+                 &out->cmds);
         return;
       }
       t->result.phase = WK_PHASE_WRITER;
@@ -591,8 +618,8 @@ void wk_core_handle_phase_finished(wk_core *core, const char *task_id, size_t ta
       t->result.plugin_results.data = copy_bytes(core, outcome->data);
       t->result.plugin_results.len = t->result.plugin_results.data ? outcome->data.len : 0;
       if (!outcome->ok) {
-        converge(core, i, WK_TASK_FAILED, code ? code : WK_FAIL_PLUGIN_FAILED,
-                 outcome->message ? outcome->message : "the writer plugin failed", false, now_ms,
+        code = code ? code : WK_FAIL_PLUGIN_FAILED;
+        converge(core, i, WK_TASK_FAILED, code, phase_message(outcome, phase, code), false, now_ms,
                  &out->cmds);
         return;
       }

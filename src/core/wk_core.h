@@ -246,12 +246,15 @@ typedef struct wk_phase_outcome {
   wk_call_stats stats;          /* calls */
 } wk_phase_outcome;
 
-/** The adapter finished `phase` of the task. Builder ok → START_CALLS; builder
+/** The adapter finished `phase` of the task. A failure without a message gets one
+ * naming the phase and the code ("the calls phase failed: CALL_FAILED"). Builder ok → START_CALLS; builder
  * failed → FAILED (BUILDER_FAILED or the outcome's code). Calls ok → START_WRITER with
  * the core's copy of the outputs; calls failed → FAILED (CALL_FAILED or the
  * outcome's code), with the outputs kept. Writer ok → SUCCEEDED; failed → FAILED
  * (PLUGIN_FAILED or the outcome's code). Errors: NOT_FOUND; STALE when the task is
- * not in `phase` (out of order, duplicate, or already terminal): nothing changes. */
+ * not in `phase` (out of order, duplicate, or already terminal): nothing changes;
+ * INVALID_ARGUMENT for a NULL outcome, a phase other than BUILDER/CALLS/WRITER, or an
+ * unknown failure code. */
 void wk_core_handle_phase_finished(wk_core *core, const char *task_id, size_t task_id_len,
                                    wk_phase phase, const wk_phase_outcome *outcome,
                                    int64_t now_ms, wk_transition_result *out);

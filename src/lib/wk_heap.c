@@ -88,19 +88,43 @@ void wk_heap_remove(wk_heap *h, uint32_t handle) {
   }
 }
 
+/* A best-first walk: a small min-heap of candidate positions (children of what was
+ * taken), so results come out smallest key first and a cut at `max` keeps the
+ * smallest. Each take adds at most two candidates: the frontier stays <= max + 1. */
 uint32_t wk_heap_collect_le(const wk_heap *h, int64_t limit, uint32_t *out, uint32_t max) {
-  /* Breadth-first over the subtree of keys <= limit, using `out` as the queue of
-   * heap positions: every node taken has key <= limit, so the cost is O(results). */
+  uint32_t frontier[2 * WK_HEAP_COLLECT_MAX + 2];
+  if (max > WK_HEAP_COLLECT_MAX) max = WK_HEAP_COLLECT_MAX;
   if (max == 0 || h->size == 0 || h->key[h->order[0]] > limit) return 0;
-  uint32_t n = 0;
-  out[n++] = 0;
-  for (uint32_t i = 0; i < n; i++) {
-    uint32_t p = out[i];
-    for (uint32_t c = 2 * p + 1; c <= 2 * p + 2 && c < h->size && n < max; c++) {
-      if (h->key[h->order[c]] <= limit) out[n++] = c;
+  uint32_t nf = 0, n = 0;
+  frontier[nf++] = 0;
+  while (nf > 0 && n < max) {
+    /* pop the candidate with the smallest key (sift down in `frontier`) */
+    uint32_t best = frontier[0];
+    frontier[0] = frontier[--nf];
+    for (uint32_t i = 0;;) {
+      uint32_t c = 2 * i + 1, m = i;
+      if (c < nf && h->key[h->order[frontier[c]]] < h->key[h->order[frontier[m]]]) m = c;
+      if (c + 1 < nf && h->key[h->order[frontier[c + 1]]] < h->key[h->order[frontier[m]]]) m = c + 1;
+      if (m == i) break;
+      uint32_t t = frontier[i];
+      frontier[i] = frontier[m];
+      frontier[m] = t;
+      i = m;
+    }
+    out[n++] = h->order[best];
+    for (uint32_t c = 2 * best + 1; c <= 2 * best + 2 && c < h->size; c++) {
+      if (h->key[h->order[c]] > limit) continue;
+      /* push (sift up in `frontier`) */
+      uint32_t i = nf++;
+      frontier[i] = c;
+      while (i > 0 && h->key[h->order[frontier[(i - 1) / 2]]] > h->key[h->order[frontier[i]]]) {
+        uint32_t p = (i - 1) / 2, t = frontier[p];
+        frontier[p] = frontier[i];
+        frontier[i] = t;
+        i = p;
+      }
     }
   }
-  for (uint32_t i = 0; i < n; i++) out[i] = h->order[out[i]];
   return n;
 }
 

@@ -39,8 +39,11 @@ static inline bool wk_heap_empty(const wk_heap *h) { return h->size == 0; }
 static inline uint32_t wk_heap_top(const wk_heap *h) { return h->order[0]; }
 static inline int64_t wk_heap_top_key(const wk_heap *h) { return h->key[h->order[0]]; }
 
-/** Copies up to `max` handles whose key <= `limit` into `out`, smallest keys first,
- * without changing the heap; returns how many. Cost O(k log k) for k results. */
+#define WK_HEAP_COLLECT_MAX 256u
+
+/** Copies up to `max` (at most WK_HEAP_COLLECT_MAX) handles whose key <= `limit` into
+ * `out`, smallest keys first, without changing the heap; returns how many. Cost
+ * O(k log k) for k results. */
 uint32_t wk_heap_collect_le(const wk_heap *h, int64_t limit, uint32_t *out, uint32_t max);
 
 /** Checks the heap property and the position index; returns NULL or a description. */

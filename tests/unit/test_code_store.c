@@ -463,6 +463,17 @@ static void test_deploy_numbers_above_existing(void **state) {
   assert_int_equal(cur, 6);
 }
 
+static void test_deploy_refuses_source_containing_root(void **state) {
+  fx *f = *state;
+  char err[512], root[600];
+  uint64_t epoch = 0;
+  put(f->src, "main.py", "x = 1\n");
+  snprintf(root, sizeof root, "%s/store", f->src);
+  assert_int_equal(wk_code_store_deploy(root, "fn", f->src, &epoch, err, sizeof err), -1);
+  assert_non_null(strstr(err, "outside the code root"));
+  assert_false(exists(root, "fn"));
+}
+
 static void test_resolve_small_buffer(void **state) {
   fx *f = *state;
   char path[8], err[512];
@@ -519,6 +530,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_deploy_copies_tree_skips_pycache, setup, teardown),
       cmocka_unit_test_setup_teardown(test_deploy_symlinks, setup, teardown),
       cmocka_unit_test_setup_teardown(test_deploy_numbers_above_existing, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_deploy_refuses_source_containing_root, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_resolve_small_buffer, setup, teardown),
       cmocka_unit_test_setup_teardown(test_concurrent_deploys_take_distinct_epochs, setup,
                                       teardown),

@@ -464,7 +464,7 @@ static void test_writer_failure_codes(void **state) {
 
 /* A NULL message is "no message": the result says "" (wk_task_result.failure_message:
  * "" when none), as it does for activation_failed and abort. */
-static void test_phase_failure_without_message_is_empty(void **state) {
+static void test_phase_failure_without_message_names_the_code(void **state) {
   wk_core *core = *state;
   wk_transition_result out;
   uint64_t s1 = FX_RUN_TO_BUILDER(core, ID("b"), &ctx_a, 1000);
@@ -476,14 +476,17 @@ static void test_phase_failure_without_message_is_empty(void **state) {
 
   wk_phase_outcome o = fx_fail(WK_FAIL_BUILDER_NOT_FOUND, NULL);
   wk_core_handle_phase_finished(core, ID("b"), WK_PHASE_BUILDER, &o, 1300, &out);
-  EXPECT_CONVERGE_FAILED(out, ID("b"), s1, &ctx_a, WK_FAIL_BUILDER_NOT_FOUND, "", 7, 1300);
+  EXPECT_CONVERGE_FAILED(out, ID("b"), s1, &ctx_a, WK_FAIL_BUILDER_NOT_FOUND,
+                          "the builder phase failed: BUILDER_NOT_FOUND", 7, 1300);
   FX_INV(core);
   o = fx_fail(WK_FAIL_NONE, NULL);
   wk_core_handle_phase_finished(core, ID("c"), WK_PHASE_CALLS, &o, 1300, &out);
-  EXPECT_CONVERGE_FAILED(out, ID("c"), s2, &ctx_a, WK_FAIL_CALL_FAILED, "", 7, 1300);
+  EXPECT_CONVERGE_FAILED(out, ID("c"), s2, &ctx_a, WK_FAIL_CALL_FAILED,
+                          "the calls phase failed: CALL_FAILED", 7, 1300);
   FX_INV(core);
   wk_core_handle_phase_finished(core, ID("w"), WK_PHASE_WRITER, &o, 1300, &out);
-  EXPECT_CONVERGE_FAILED(out, ID("w"), s3, &ctx_a, WK_FAIL_PLUGIN_FAILED, "", 7, 1300);
+  EXPECT_CONVERGE_FAILED(out, ID("w"), s3, &ctx_a, WK_FAIL_PLUGIN_FAILED,
+                          "the writer phase failed: PLUGIN_FAILED", 7, 1300);
   FX_INV(core);
   FX_HB(core, 1300, FX_SLOTS, 0, 0, true, false);
 }
@@ -590,7 +593,7 @@ int main(void) {
       FX_TEST(test_builder_failure_codes),
       FX_TEST(test_calls_failure_keeps_outputs),
       FX_TEST(test_writer_failure_codes),
-      FX_TEST(test_phase_failure_without_message_is_empty),
+      FX_TEST(test_phase_failure_without_message_names_the_code),
       FX_TEST(test_out_of_order_phase_events_are_stale),
       FX_TEST(test_phase_event_for_unknown_task),
   };

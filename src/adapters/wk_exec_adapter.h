@@ -1,0 +1,57 @@
+/* wk_exec_adapter.h: the executor surface the orchestrator depends on (the seed's
+ * ExecutorAdapter): submit a call, cancel it, get exactly one outcome per call that
+ * was not cancelled. The production implementation is the executor pool
+ * (wk_executor_pool.h); tests plug in a fake. */
+#ifndef WK_EXEC_ADAPTER_H
+#define WK_EXEC_ADAPTER_H
+
+#include <stdint.h>
+
+#include "adapters/wk_frame.h"
+
+/* What to run; the pool copies everything it needs before wk_pool_submit returns. */
+typedef struct wk_call_spec {
+  const char *task_id;
+  const char *function;
+  uint64_t epoch;
+  const char *code_dir;
+  const char *entrypoint;
+  wk_frame_content content_type;
+  uint32_t call_index;
+  uint32_t deadline_ms; /* relative; 0 = none */
+  const char *scratch_dir;
+  const char *traceparent;
+  wk_frame_bytes args;
+} wk_call_spec;
+
+typedef enum wk_call_status {
+  WK_CALL_OK = 0,
+  WK_CALL_ERROR = 1,         /* the function raised */
+  WK_CALL_RETRYABLE = 2,     /* the function raised worker.Retryable */
+  WK_CALL_EXECUTOR_LOST = 3, /* the executor died or broke the protocol mid-call */
+} wk_call_status;
+
+/* A finished call. Views are valid only during the callback. */
+typedef struct wk_call_outcome {
+  wk_call_status status;
+  wk_frame_content content_type;
+  wk_frame_bytes output;
+  wk_frame_bytes error_type, error_message, traceback;
+  wk_frame_bytes stdout_bytes, stderr_bytes;
+  uint64_t cpu_us;
+  uint64_t bytes_in; /* args bytes sent */
+} wk_call_outcome;
+
+/* Called on the loop thread once per call that was not cancelled. */
+typedef void (*wk_exec_result_cb)(void *ud, void *call_ctx, const wk_call_outcome *outcome);
+
+typedef struct wk_exec_adapter {
+  void *impl;
+  /* Queues a call; returns a handle valid until its outcome is delivered or it is
+   * cancelled. May deliver the outcome before returning (then returns NULL). */
+  void *(*submit)(void *impl, const wk_call_spec *spec, void *call_ctx);
+  /* Cancels a call: no outcome will be delivered for it. */
+  void (*cancel)(void *impl, void *handle);
+} wk_exec_adapter;
+
+#endif
