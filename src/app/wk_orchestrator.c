@@ -750,6 +750,8 @@ static void on_handle_closed(uv_handle_t *h) {
 }
 
 void wk_orch_close(wk_orch *o) {
+  /* converge what still runs so no executor callback can outlive the orchestrator */
+  wk_orch_abort_all(o, "the worker shut down before the task finished");
   o->closing = true;
   /* events already queued: answer them (closing) before the handles go */
   on_wake(&o->wake);

@@ -658,3 +658,56 @@ def test_port_in_use_is_reported(harness):
     p = subprocess.run([HARNESS, harness.addr], capture_output=True, text=True, timeout=20)
     assert p.returncode == 1, (p.returncode, p.stderr)
     assert "cannot listen on " + harness.addr in p.stderr, p.stderr
+
+
+def test_sigterm_under_load_exits_cleanly(pb):
+    """Stop races with replies from the actor, stream sends, client cancels and frees."""
+    for _ in range(5):
+        h = Harness()
+        stop = threading.Event()
+
+        def load(k):
+            ch = grpc.insecure_channel(h.addr, options=[("grpc.use_local_subchannel_pool", 1)])
+            s = pb.wg.WorkerServiceStub(ch)
+            hc = Health(pb, ch)
+            i = 0
+            try:
+                while not stop.is_set():
+                    i += 1
+                    try:
+                        if k % 4 == 0:
+                            it = hc.watch(pb.h.HealthCheckRequest(), timeout=5)
+                            next(it)
+                            if i % 2:
+                                it.cancel()
+                        elif k % 4 == 1:
+                            it = s.WatchTasks(pb.w.WatchTasksRequest(
+                                task_ids=["w%d" % j for j in range(MAX_WATCH_TASKS)]), timeout=5)
+                            next(it)
+                            if i % 2:
+                                it.cancel()
+                            else:
+                                list(it)
+                        elif k % 4 == 2:
+                            f = s.RequestTaskSlot.future(
+                                pb.w.RequestTaskSlotRequest(task_id="t%d" % i), timeout=5)
+                            if i % 3 == 0:
+                                f.cancel()
+                            else:
+                                f.result()
+                        else:
+                            s.SubmitTask(good_submit(pb, task_id="s%d" % i), timeout=5)
+                    except grpc.RpcError:
+                        pass
+            finally:
+                ch.close()
+
+        threads = [threading.Thread(target=load, args=(k,), daemon=True) for k in range(16)]
+        for t in threads:
+            t.start()
+        time.sleep(0.7)
+        rc = h.stop(timeout=30)
+        stop.set()
+        for t in threads:
+            t.join(10)
+        assert_clean_exit(h, rc)

@@ -388,13 +388,25 @@ static void scribble(sim *s) {
   s->msg[sizeof s->msg - 1] = '\0';
 }
 
-/** A message of 0..2*max bytes, or NULL. */
+/** A message of 0..2*max bytes (ASCII, sometimes with 2..4-byte UTF-8 characters), or NULL. */
 static const char *make_msg(sim *s) {
+  static const char *const wide[] = {"\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x98\x80"};
   if (prng_pct(&s->rng, 30)) return NULL;
   size_t len = prng_below(&s->rng, s->cfg.max_failure_message_bytes * 2u + 1u);
-  if (len > SIM_MSG_MAX - 1) len = SIM_MSG_MAX - 1;
-  for (size_t i = 0; i < len; i++) s->msg[i] = (char)prng_range(&s->rng, 0x20, 0x7e);
-  s->msg[len] = '\0';
+  if (len > SIM_MSG_MAX - 5) len = SIM_MSG_MAX - 5;
+  bool utf8 = prng_pct(&s->rng, 30);
+  size_t i = 0;
+  while (i < len) {
+    if (utf8 && prng_pct(&s->rng, 25)) {
+      const char *w = wide[prng_below(&s->rng, 3)];
+      size_t wl = strlen(w);
+      memcpy(s->msg + i, w, wl);
+      i += wl;
+    } else {
+      s->msg[i++] = (char)prng_range(&s->rng, 0x20, 0x7e);
+    }
+  }
+  s->msg[i] = '\0';
   return s->msg;
 }
 
@@ -434,6 +446,26 @@ static void check_live_result(const sim *s, const sim_task *t, const wk_task_res
           "%s: live task %s outputs differ from what the calls phase reported", where, t->id);
   }
   (void)s;
+}
+
+static bool utf8_continuation(char c) { return ((unsigned char)c & 0xC0u) == 0x80u; }
+
+/* The failure message kept for a given one: the same when it fits, else cut to at
+ * most max_failure_message_bytes on a UTF-8 character boundary. */
+static void check_message(const sim *s, const sim_task *t, const char *given, const char *got) {
+  size_t gl = strlen(given), ml = strlen(got);
+  size_t max = s->cfg.max_failure_message_bytes;
+  CHECK(ml <= gl && memcmp(got, given, ml) == 0, "%s: message of %s is not a prefix of the given one",
+        s->ev.name, t->id);
+  if (gl <= max) {
+    CHECK(ml == gl, "%s: message of %s (%zu bytes, limit %zu) was cut to %zu", s->ev.name, t->id, gl,
+          max, ml);
+    return;
+  }
+  CHECK(ml <= max && ml + 3 >= max, "%s: message of %s cut to %zu bytes, limit %zu", s->ev.name,
+        t->id, ml, max);
+  CHECK(!utf8_continuation(given[ml]), "%s: message of %s cut inside a UTF-8 character at %zu",
+        s->ev.name, t->id, ml);
 }
 
 static void check_terminal_consistency(const wk_task_result *r, const char *where, const char *id) {
@@ -527,10 +559,7 @@ static void do_converge(sim *s, sim_task *t, const wk_cmd *cmd) {
   CHECK(ml <= s->cfg.max_failure_message_bytes, "%s: message of %s is %zu bytes, limit %u",
         e->name, t->id, ml, s->cfg.max_failure_message_bytes);
   if (e->task == t && e->msg && r->failure_code == e->msg_code) {
-    size_t given = strlen(e->msg);
-    size_t want = given < s->cfg.max_failure_message_bytes ? given : s->cfg.max_failure_message_bytes;
-    CHECK(ml == want && memcmp(r->failure_message, e->msg, want) == 0,
-          "%s: message of %s is not the given one truncated to %zu bytes", e->name, t->id, want);
+    check_message(s, t, e->msg, r->failure_message);
   }
   CHECK(r->code_epoch == t->epoch, "%s: %s converged with epoch %" PRIu64 ", model %" PRIu64,
         e->name, t->id, r->code_epoch, t->epoch);
@@ -1262,7 +1291,8 @@ static void do_phase(sim *s, sim_task *t, wk_phase phase, bool ok, bool keep_pen
   s->ev.call_list = o.call_list;
   s->ev.streaming = o.streaming;
   wk_failure_code want_code = o.failure_code ? o.failure_code : def;
-  s->ev.msg = ok ? NULL : o.message;
+  /* an empty message is "none": the core names the phase and code itself */
+  s->ev.msg = ok || !o.message || !o.message[0] ? NULL : o.message;
   s->ev.msg_code = want_code;
 
   model_state before = t->ms;
@@ -1551,6 +1581,7 @@ static void ev_abort(sim *s) {
         CHECK(e == WK_OK, "abort(%s): a cancelled reservation is not retained (%s)", t->id, wk_err_name(e));
         check_result_id(t, res, "abort");
         check_terminal_consistency(res, "abort", t->id);
+        if (msg) check_message(s, t, msg, res->failure_message);
         model_terminal(s, t, res);
       }
       CHECK(t->t_state == WK_TASK_CANCELLED || t->t_state == want,
