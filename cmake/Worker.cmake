@@ -10,6 +10,7 @@ pkg_check_modules(GRPC REQUIRED IMPORTED_TARGET grpc)
 add_library(wk_plugins STATIC src/plugins/wk_builders.c)
 target_include_directories(wk_plugins PUBLIC ${CMAKE_SOURCE_DIR}/src)
 target_compile_options(wk_plugins PRIVATE ${WK_WARNINGS})
+target_link_libraries(wk_plugins PUBLIC PkgConfig::JANSSON)
 
 add_library(wk_app STATIC
   src/lib/wk_buf.c

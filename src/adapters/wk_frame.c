@@ -34,7 +34,7 @@ const char *wk_frame_rc_describe(wk_frame_rc rc) {
     case WK_FRAME_E_TYPE: return "unknown frame type";
     case WK_FRAME_E_TRUNCATED: return "a field runs past the end of its frame";
     case WK_FRAME_E_TRAILING: return "bytes left in the frame after its last field";
-    case WK_FRAME_E_VALUE: return "a field value out of range (status or content_type)";
+    case WK_FRAME_E_VALUE: return "a field value out of range (status, content_type or count)";
   }
   return "unknown return code";
 }
@@ -48,12 +48,16 @@ const char *wk_frame_type_name(wk_frame_type t) {
     case WK_FRAME_PING: return "PING";
     case WK_FRAME_PONG: return "PONG";
     case WK_FRAME_SHUTDOWN: return "SHUTDOWN";
+    case WK_FRAME_SUBCALLS: return "SUBCALLS";
+    case WK_FRAME_SUBCALLS_RESULT: return "SUBCALLS_RESULT";
+    case WK_FRAME_STACK_REQUEST: return "STACK_REQUEST";
+    case WK_FRAME_STACK: return "STACK";
   }
   return "UNKNOWN";
 }
 
 static bool type_known(unsigned t) {
-  return t >= (unsigned)WK_FRAME_HELLO && t <= (unsigned)WK_FRAME_SHUTDOWN;
+  return t >= (unsigned)WK_FRAME_HELLO && t <= (unsigned)WK_FRAME_STACK;
 }
 
 static bool content_valid(unsigned c) { return c <= (unsigned)WK_FRAME_CONTENT_BYTES; }
@@ -159,6 +163,30 @@ void wk_frame_buf_clear(wk_frame_buf *b) {
 /* Body sizes (after the type byte). Byte strings cost 4 + len. */
 #define STR_SIZE(b) (4u + (uint64_t)(b).len)
 
+/* Fixed bytes of one child outcome: status, content_type and 4 string lengths. */
+#define CHILD_FIXED 18u
+
+static uint64_t sat_add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
+
+static uint64_t args_size(const wk_frame_subcalls *s) {
+  if (!s->args) return s->args_enc.len;
+  uint64_t n = 0;
+  for (uint32_t i = 0; i < s->count; i++) n = sat_add(n, STR_SIZE(s->args[i]));
+  return n;
+}
+
+static uint64_t child_size(const wk_frame_child *k) {
+  return CHILD_FIXED + (uint64_t)k->output.len + k->error_type.len + k->error_message.len +
+         k->traceback.len;
+}
+
+static uint64_t children_size(const wk_frame_subcalls_result *r) {
+  if (!r->children) return r->children_enc.len;
+  uint64_t n = 0;
+  for (uint32_t i = 0; i < r->count; i++) n = sat_add(n, child_size(&r->children[i]));
+  return n;
+}
+
 static uint64_t body_size(const wk_frame *f) {
   switch (f->type) {
     case WK_FRAME_HELLO: return 4u + 4u;
@@ -178,6 +206,15 @@ static uint64_t body_size(const wk_frame *f) {
     case WK_FRAME_PING:
     case WK_FRAME_PONG: return 8u;
     case WK_FRAME_SHUTDOWN: return 0u;
+    case WK_FRAME_SUBCALLS: {
+      const wk_frame_subcalls *k = &f->subcalls;
+      return sat_add(8u + 8u + STR_SIZE(k->function) + STR_SIZE(k->entrypoint) + 1u + 4u,
+                     args_size(k));
+    }
+    case WK_FRAME_SUBCALLS_RESULT:
+      return sat_add(8u + 4u, children_size(&f->subcalls_result));
+    case WK_FRAME_STACK_REQUEST: return 8u;
+    case WK_FRAME_STACK: return 8u + STR_SIZE(f->stack.stack);
   }
   return UINT64_MAX;
 }
@@ -185,8 +222,10 @@ static uint64_t body_size(const wk_frame *f) {
 uint64_t wk_frame_encoded_size(const wk_frame *f) {
   assert(f != NULL);
   if (!type_known((unsigned)f->type)) return 0;
-  return WK_FRAME_PREFIX_SIZE + 1u + body_size(f);
+  return sat_add(WK_FRAME_PREFIX_SIZE + 1u, body_size(f));
 }
+
+static bool encodable(const wk_frame *f); /* with the decoder: it walks encoded lists */
 
 static uint8_t *put_u8(uint8_t *p, unsigned v) {
   assert(v <= UINT8_MAX);
@@ -209,6 +248,14 @@ static uint8_t *put_u64(uint8_t *p, uint64_t v) {
 
 static uint8_t *put_bytes(uint8_t *p, wk_frame_bytes b) {
   p = put_u32(p, b.len);
+  if (b.len) {
+    assert(b.ptr != NULL);
+    memcpy(p, b.ptr, b.len);
+  }
+  return p + b.len;
+}
+
+static uint8_t *put_raw(uint8_t *p, wk_frame_bytes b) {
   if (b.len) {
     assert(b.ptr != NULL);
     memcpy(p, b.ptr, b.len);
@@ -254,6 +301,38 @@ static uint8_t *put_body(uint8_t *p, const wk_frame *f) {
     case WK_FRAME_PING:
     case WK_FRAME_PONG: return put_u64(p, f->ping.nonce);
     case WK_FRAME_SHUTDOWN: return p;
+    case WK_FRAME_SUBCALLS: {
+      const wk_frame_subcalls *k = &f->subcalls;
+      p = put_u64(p, k->parent_call_id);
+      p = put_u64(p, k->request_id);
+      p = put_bytes(p, k->function);
+      p = put_bytes(p, k->entrypoint);
+      p = put_u8(p, (unsigned)k->content_type);
+      p = put_u32(p, k->count);
+      if (!k->args) return put_raw(p, k->args_enc);
+      for (uint32_t i = 0; i < k->count; i++) p = put_bytes(p, k->args[i]);
+      return p;
+    }
+    case WK_FRAME_SUBCALLS_RESULT: {
+      const wk_frame_subcalls_result *r = &f->subcalls_result;
+      p = put_u64(p, r->request_id);
+      p = put_u32(p, r->count);
+      if (!r->children) return put_raw(p, r->children_enc);
+      for (uint32_t i = 0; i < r->count; i++) {
+        const wk_frame_child *k = &r->children[i];
+        p = put_u8(p, (unsigned)k->status);
+        p = put_u8(p, (unsigned)k->content_type);
+        p = put_bytes(p, k->output);
+        p = put_bytes(p, k->error_type);
+        p = put_bytes(p, k->error_message);
+        p = put_bytes(p, k->traceback);
+      }
+      return p;
+    }
+    case WK_FRAME_STACK_REQUEST: return put_u64(p, f->stack_request.call_id);
+    case WK_FRAME_STACK:
+      p = put_u64(p, f->stack.call_id);
+      return put_bytes(p, f->stack.stack);
   }
   return p;
 }
@@ -262,12 +341,8 @@ wk_frame_rc wk_frame_encode(wk_frame_buf *b, const wk_frame *f, uint32_t max_fra
   assert(b != NULL);
   assert(f != NULL);
   if (!type_known((unsigned)f->type)) return WK_FRAME_E_TYPE;
-  if (f->type == WK_FRAME_CALL && !content_valid((unsigned)f->call.content_type))
-    return WK_FRAME_E_VALUE;
-  if (f->type == WK_FRAME_RESULT && (!status_valid((unsigned)f->result.status) ||
-                                     !content_valid((unsigned)f->result.content_type)))
-    return WK_FRAME_E_VALUE;
-  uint64_t len = 1u + body_size(f); /* the prefix's value: type + body */
+  if (!encodable(f)) return WK_FRAME_E_VALUE;
+  uint64_t len = sat_add(1u, body_size(f)); /* the prefix's value: type + body */
   if (len > max_frame) return WK_FRAME_E_TOO_LARGE;
   size_t total = (size_t)(WK_FRAME_PREFIX_SIZE + len);
   uint8_t *start = wk_frame_buf_reserve(b, total);

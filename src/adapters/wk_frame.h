@@ -33,7 +33,7 @@
 
 /* ---- constants ---------------------------------------------------------------- */
 
-#define WK_FRAME_VERSION 1u            /* protocol version carried in HELLO */
+#define WK_FRAME_VERSION 2u            /* protocol version carried in HELLO */
 #define WK_FRAME_PREFIX_SIZE 4u        /* the u32 length prefix */
 #define WK_FRAME_MAX_DEFAULT (16u << 20) /* a sensible max_frame: 16 MiB */
 #define WK_FRAME_CAPTURE_MAX 65536u    /* executor cap on each of stdout/stderr per call */
@@ -47,6 +47,10 @@ typedef enum wk_frame_type {
   WK_FRAME_PING = 5,     /* either direction: answer with PONG, same nonce */
   WK_FRAME_PONG = 6,     /* either direction */
   WK_FRAME_SHUTDOWN = 7, /* worker -> executor: finish what was sent, then exit 0 */
+  WK_FRAME_SUBCALLS = 8,        /* executor -> worker: a running call asks for child calls */
+  WK_FRAME_SUBCALLS_RESULT = 9, /* worker -> executor: the children's outcomes, in order */
+  WK_FRAME_STACK_REQUEST = 10,  /* worker -> executor: send the running call's Python stack */
+  WK_FRAME_STACK = 11,          /* executor -> worker: answer to STACK_REQUEST */
 } wk_frame_type;
 
 /* Encoding of CALL args and RESULT output (== worker.v1.ContentType). */
@@ -55,7 +59,7 @@ typedef enum wk_frame_content {
   WK_FRAME_CONTENT_BYTES = 1,
 } wk_frame_content;
 
-/* RESULT status. */
+/* RESULT status (and the status of each child in SUBCALLS_RESULT). */
 typedef enum wk_frame_status {
   WK_FRAME_STATUS_OK = 0,        /* output holds the return value */
   WK_FRAME_STATUS_ERROR = 1,     /* the call raised (or was cancelled, or could not load) */
@@ -72,7 +76,7 @@ typedef enum wk_frame_rc {
   WK_FRAME_E_TYPE = -3,      /* unknown frame type */
   WK_FRAME_E_TRUNCATED = -4, /* a field runs past the end of its frame */
   WK_FRAME_E_TRAILING = -5,  /* bytes left in the frame after its last field */
-  WK_FRAME_E_VALUE = -6,     /* a field out of range (status, content_type) */
+  WK_FRAME_E_VALUE = -6,     /* a field out of range (status, content_type, count 0) */
 } wk_frame_rc;
 
 /** Name of a return code ("E_TRUNCATED"); "UNKNOWN" outside the enum. Static string. */
@@ -142,6 +146,51 @@ typedef struct wk_frame_ping {
   uint64_t nonce; /* PONG echoes the PING's nonce */
 } wk_frame_ping;
 
+/* Lists (SUBCALLS args, SUBCALLS_RESULT children). On the wire a list is a u32 count
+ * (at least 1) followed by that many items. In memory a list has two forms:
+ *   - to encode, point `args` / `children` at `count` items;
+ *   - a decoded frame has `args` / `children` NULL and `*_enc` viewing the encoded items
+ *     (the bytes after the count, validated): walk them with wk_frame_iter.
+ * The encoder takes the array when it is non-NULL, else copies `*_enc`, which must then
+ * hold exactly `count` well-formed items (so a decoded frame re-encodes as it is). */
+
+typedef struct wk_frame_subcalls {
+  uint64_t parent_call_id;       /* the running CALL asking */
+  uint64_t request_id;           /* chosen by the executor, unique per connection */
+  wk_frame_bytes function;       /* children's function; empty = the parent's */
+  wk_frame_bytes entrypoint;     /* "module:attr"; empty = the parent's */
+  wk_frame_content content_type; /* of every arg */
+  uint32_t count;                /* children, >= 1 */
+  const wk_frame_bytes *args;    /* encode: `count` args, in order; NULL when decoded */
+  wk_frame_bytes args_enc;       /* decoded: the encoded args (u32 length + bytes each) */
+} wk_frame_subcalls;
+
+/* One child's outcome: RESULT's first fields without the accounting. */
+typedef struct wk_frame_child {
+  wk_frame_status status;
+  wk_frame_content content_type; /* of output */
+  wk_frame_bytes output;         /* the return value (status OK); empty otherwise */
+  wk_frame_bytes error_type;
+  wk_frame_bytes error_message;
+  wk_frame_bytes traceback;
+} wk_frame_child;
+
+typedef struct wk_frame_subcalls_result {
+  uint64_t request_id;            /* the SUBCALLS' */
+  uint32_t count;                 /* == the SUBCALLS' count, >= 1 */
+  const wk_frame_child *children; /* encode: `count` outcomes, in SUBCALLS order; NULL when decoded */
+  wk_frame_bytes children_enc;    /* decoded: the encoded outcomes */
+} wk_frame_subcalls_result;
+
+typedef struct wk_frame_stack_request {
+  uint64_t call_id; /* the call whose stack is wanted */
+} wk_frame_stack_request;
+
+typedef struct wk_frame_stack {
+  uint64_t call_id;     /* the STACK_REQUEST's */
+  wk_frame_bytes stack; /* the main thread's Python stack; empty when the call is not running */
+} wk_frame_stack;
+
 /* A decoded (or to-be-encoded) frame: `type` selects the union member. SHUTDOWN has
  * no body; PING and PONG both use `ping`. */
 typedef struct wk_frame {
@@ -152,8 +201,32 @@ typedef struct wk_frame {
     wk_frame_result result;
     wk_frame_cancel cancel;
     wk_frame_ping ping;
+    wk_frame_subcalls subcalls;
+    wk_frame_subcalls_result subcalls_result;
+    wk_frame_stack_request stack_request;
+    wk_frame_stack stack;
   };
 } wk_frame;
+
+/* An iterator over the items of a decoded list (args_enc / children_enc). */
+typedef struct wk_frame_iter {
+  const uint8_t *p;
+  size_t left;        /* encoded bytes not yet read */
+  uint32_t remaining; /* items not yet read */
+} wk_frame_iter;
+
+/** An iterator over the args of a decoded SUBCALLS (its args_enc and count). */
+wk_frame_iter wk_frame_subcalls_args(const wk_frame_subcalls *s);
+
+/** An iterator over the children of a decoded SUBCALLS_RESULT. */
+wk_frame_iter wk_frame_subcalls_children(const wk_frame_subcalls_result *r);
+
+/** The next arg: true and `*arg` (a view into the frame's input), or false after the
+ * last one (or at a malformed item, which a decoded frame never has). */
+bool wk_frame_iter_next_arg(wk_frame_iter *it, wk_frame_bytes *arg);
+
+/** The next child outcome, like wk_frame_iter_next_arg. */
+bool wk_frame_iter_next_child(wk_frame_iter *it, wk_frame_child *child);
 
 /* ---- buffer ------------------------------------------------------------------- */
 
@@ -206,13 +279,16 @@ void wk_frame_buf_clear(wk_frame_buf *b);
 /* ---- codec -------------------------------------------------------------------- */
 
 /** Total bytes `f` takes on the wire, length prefix included; 0 when f->type is not a
- * known frame type. Pure arithmetic: no field is validated. */
+ * known frame type. Pure arithmetic: no field is validated (a list's size saturates at
+ * UINT64_MAX). */
 uint64_t wk_frame_encoded_size(const wk_frame *f);
 
 /** Appends the encoding of `f` to `b`.
  * Returns WK_FRAME_OK; or, with `b` unchanged: WK_FRAME_E_TYPE (unknown f->type),
- * WK_FRAME_E_VALUE (status or content_type out of range), WK_FRAME_E_TOO_LARGE (the
- * bytes after the prefix would exceed `max_frame`, e.g. args too big).
+ * WK_FRAME_E_VALUE (status or content_type out of range, a list of count 0, or an
+ * `*_enc` list that does not hold exactly `count` well-formed items),
+ * WK_FRAME_E_TOO_LARGE (the bytes after the prefix would exceed `max_frame`, e.g. args
+ * too big).
  * The frame's views are only read; `b` may not alias them. May move the buffer's
  * held bytes (like wk_frame_buf_reserve). */
 wk_frame_rc wk_frame_encode(wk_frame_buf *b, const wk_frame *f, uint32_t max_frame);

@@ -35,7 +35,9 @@ typedef struct wk_core_config {
   int64_t watch_disconnect_grace_ms; /* OWNER_LOST this long after the last watcher broke */
   int64_t result_retention_ms;       /* terminal results kept this long ... */
   uint32_t max_retained_results;     /* ... and at most this many ... */
-  uint64_t max_retained_bytes;       /* ... holding at most this many bytes (oldest purged first) */
+  uint64_t max_retained_bytes;       /* ... holding at most this many bytes (oldest purged first;
+                                        the newest result is kept even when it alone is larger,
+                                        so a task that just converged can always be read back) */
   uint32_t max_failure_message_bytes; /* longer messages are truncated */
   wk_allocator allocator;
 } wk_core_config;
@@ -308,6 +310,10 @@ typedef struct wk_task_id {
   uint8_t len;
   char bytes[WK_TASK_ID_MAX + 1]; /* NUL-terminated */
 } wk_task_id;
+
+/* The scans below return at most WK_CORE_SCAN_MAX items per call, earliest first:
+ * call again while they return anything (items handled leave the scan). */
+#define WK_CORE_SCAN_MAX 256u
 
 /** Writes up to `max` slot ids whose lease expired at `now_ms` (earliest first) into
  * `out`; returns how many. Read-only: feed each to wk_core_handle_slot_lease_expired. */

@@ -51,10 +51,16 @@ typedef struct wk_slot {
 } wk_slot;
 
 /* Open-addressing hash table (linear probing, backward-shift deletion) from task id
- * to record index. */
+ * to record index. Each entry carries the low 32 bits of the id's hash, so probing and
+ * the deletion shift never read a task record except on a likely match. */
+typedef struct wk_index_entry {
+  uint32_t record; /* WK_NONE = empty */
+  uint32_t hash32;
+} wk_index_entry;
+
 typedef struct wk_task_index {
-  uint32_t *entries; /* record index or WK_NONE */
-  uint32_t mask;     /* capacity - 1, capacity a power of two */
+  wk_index_entry *entries;
+  uint32_t mask; /* capacity - 1, capacity a power of two */
   uint32_t count;
 } wk_task_index;
 

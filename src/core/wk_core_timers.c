@@ -5,7 +5,7 @@
 
 #include "core/wk_core_int.h"
 
-#define WK_SCAN_BATCH 256u
+#define WK_SCAN_BATCH WK_CORE_SCAN_MAX
 
 size_t wk_core_expired_slots(const wk_core *core, int64_t now_ms, uint64_t *out, size_t max) {
   uint32_t handles[WK_SCAN_BATCH];

@@ -10,7 +10,7 @@ void wk_task_index_init(wk_task_index *ix, uint32_t records, const wk_allocator 
   uint32_t cap = 16;
   while (cap < records * 2u) cap <<= 1; /* load factor <= 0.5 */
   ix->entries = wk_xcalloc(a, cap, sizeof *ix->entries);
-  for (uint32_t i = 0; i < cap; i++) ix->entries[i] = WK_NONE;
+  for (uint32_t i = 0; i < cap; i++) ix->entries[i].record = WK_NONE;
   ix->mask = cap - 1;
   ix->count = 0;
 }
@@ -26,43 +26,45 @@ static bool same_id(const wk_task *t, const char *id, size_t len, uint64_t hash)
 
 uint32_t wk_task_index_find(const wk_core *core, const char *id, size_t len, uint64_t hash) {
   const wk_task_index *ix = &core->index;
-  for (uint32_t i = (uint32_t)hash & ix->mask;; i = (i + 1) & ix->mask) {
-    uint32_t t = ix->entries[i];
-    if (t == WK_NONE) return WK_NONE;
-    if (same_id(&core->tasks[t], id, len, hash)) return t;
+  uint32_t h32 = (uint32_t)hash;
+  for (uint32_t i = h32 & ix->mask;; i = (i + 1) & ix->mask) {
+    const wk_index_entry *e = &ix->entries[i];
+    if (e->record == WK_NONE) return WK_NONE;
+    if (e->hash32 == h32 && same_id(&core->tasks[e->record], id, len, hash)) return e->record;
   }
 }
 
 void wk_task_index_insert(wk_core *core, uint32_t t) {
   wk_task_index *ix = &core->index;
   assert(ix->count < ix->mask); /* never full: capacity is twice the records */
-  uint32_t i = (uint32_t)core->tasks[t].hash & ix->mask;
-  while (ix->entries[i] != WK_NONE) {
-    assert(ix->entries[i] != t);
+  uint32_t h32 = (uint32_t)core->tasks[t].hash;
+  uint32_t i = h32 & ix->mask;
+  while (ix->entries[i].record != WK_NONE) {
+    assert(ix->entries[i].record != t);
     i = (i + 1) & ix->mask;
   }
-  ix->entries[i] = t;
+  ix->entries[i] = (wk_index_entry){.record = t, .hash32 = h32};
   ix->count++;
 }
 
 void wk_task_index_remove(wk_core *core, uint32_t t) {
   wk_task_index *ix = &core->index;
   uint32_t i = (uint32_t)core->tasks[t].hash & ix->mask;
-  while (ix->entries[i] != t) {
-    assert(ix->entries[i] != WK_NONE);
+  while (ix->entries[i].record != t) {
+    assert(ix->entries[i].record != WK_NONE);
     i = (i + 1) & ix->mask;
   }
   /* backward-shift deletion: move later entries of the cluster into the hole when
    * their home position does not lie cyclically in (hole, j] */
   uint32_t hole = i;
-  for (uint32_t j = (hole + 1) & ix->mask; ix->entries[j] != WK_NONE; j = (j + 1) & ix->mask) {
-    uint32_t home = (uint32_t)core->tasks[ix->entries[j]].hash & ix->mask;
+  for (uint32_t j = (hole + 1) & ix->mask; ix->entries[j].record != WK_NONE; j = (j + 1) & ix->mask) {
+    uint32_t home = ix->entries[j].hash32 & ix->mask;
     bool home_in_range = (hole <= j) ? (hole < home && home <= j) : (hole < home || home <= j);
     if (!home_in_range) {
       ix->entries[hole] = ix->entries[j];
       hole = j;
     }
   }
-  ix->entries[hole] = WK_NONE;
+  ix->entries[hole].record = WK_NONE;
   ix->count--;
 }

@@ -17,6 +17,7 @@ typedef struct wk_heap {
   uint32_t *order; /* handles in heap order, size entries */
   uint32_t *pos;   /* pos[handle] = index into order, or WK_HEAP_ABSENT */
   int64_t *key;    /* key[handle] */
+  int64_t *okey;   /* okey[i] == key[order[i]]: sifts compare neighbours in one array */
   uint32_t size;
   uint32_t capacity;
 } wk_heap;
@@ -37,7 +38,7 @@ static inline bool wk_heap_contains(const wk_heap *h, uint32_t handle) {
 static inline bool wk_heap_empty(const wk_heap *h) { return h->size == 0; }
 /** The handle with the smallest key; the heap must not be empty. */
 static inline uint32_t wk_heap_top(const wk_heap *h) { return h->order[0]; }
-static inline int64_t wk_heap_top_key(const wk_heap *h) { return h->key[h->order[0]]; }
+static inline int64_t wk_heap_top_key(const wk_heap *h) { return h->okey[0]; }
 
 #define WK_HEAP_COLLECT_MAX 256u
 

@@ -1,5 +1,12 @@
+/* wk_builders.c: the built-in call builders and their registry.
+ *   single  the task's args are the one call's args
+ *   map     a JSON array: one call per item, outputs in item order
+ *   range   streaming: {"start","stop","step","chunk"} → one call per chunk of the
+ *           range, args {"start":a,"stop":b,"step":s}, produced lazily */
 #include "plugins/wk_builders.h"
 
+#include <inttypes.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,7 +17,6 @@ void wk_call_list_free(wk_call_list *list) {
   memset(list, 0, sizeof *list);
 }
 
-/* single: the task's args are the one call's args */
 static int build_single(const wk_builder_input *in, wk_call_list *out, char *err, size_t err_len) {
   (void)err;
   (void)err_len;
@@ -22,8 +28,150 @@ static int build_single(const wk_builder_input *in, wk_call_list *out, char *err
   return 0;
 }
 
+static const char *json_kind(const json_t *v) {
+  switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: return "a string";
+    case JSON_INTEGER: return "an integer";
+    case JSON_REAL: return "a number";
+    case JSON_TRUE:
+    case JSON_FALSE: return "a boolean";
+    case JSON_NULL: return "null";
+  }
+  return "a value";
+}
+
+static json_t *parse_json_args(const wk_builder_input *in, const char *builder, char *err,
+                               size_t err_len) {
+  if (!in->json) {
+    snprintf(err, err_len, "the %s builder needs JSON args (content_type JSON), got bytes", builder);
+    return NULL;
+  }
+  json_error_t je;
+  json_t *v = json_loadb((const char *)in->args, in->args_len, JSON_DECODE_ANY, &je);
+  if (!v) {
+    snprintf(err, err_len, "the %s builder's args are not valid JSON: %s at line %d, column %d",
+             builder, je.text, je.line, je.column);
+  }
+  return v;
+}
+
+static int build_map(const wk_builder_input *in, wk_call_list *out, char *err, size_t err_len) {
+  json_t *arr = parse_json_args(in, "map", err, err_len);
+  if (!arr) return -1;
+  if (!json_is_array(arr)) {
+    snprintf(err, err_len, "the map builder needs a JSON array of items, got %s", json_kind(arr));
+    json_decref(arr);
+    return -1;
+  }
+  size_t n = json_array_size(arr);
+  if (n > in->max_calls) {
+    snprintf(err, err_len, "the map has %zu items, more than the limit of %u calls per task", n,
+             in->max_calls);
+    json_decref(arr);
+    return -1;
+  }
+  /* two passes: size the storage, then write every item's compact encoding into it */
+  size_t total = 0;
+  for (size_t i = 0; i < n; i++) total += json_dumpb(json_array_get(arr, i), NULL, 0, JSON_COMPACT | JSON_ENCODE_ANY);
+  out->count = (uint32_t)n;
+  out->items = calloc(n ? n : 1, sizeof *out->items);
+  out->storage = malloc(total ? total : 1);
+  if (!out->items || !out->storage) abort();
+  size_t at = 0;
+  for (size_t i = 0; i < n; i++) {
+    size_t len = json_dumpb(json_array_get(arr, i), (char *)out->storage + at, total - at,
+                            JSON_COMPACT | JSON_ENCODE_ANY);
+    out->items[i].args = out->storage + at;
+    out->items[i].len = len;
+    at += len;
+  }
+  json_decref(arr);
+  return 0;
+}
+
+static int get_int(json_t *obj, const char *key, int64_t dflt, int64_t *v, char *err, size_t err_len) {
+  json_t *x = json_object_get(obj, key);
+  if (!x) {
+    *v = dflt;
+    return 0;
+  }
+  if (!json_is_integer(x)) {
+    snprintf(err, err_len, "the range builder's \"%s\" must be an integer, got %s", key, json_kind(x));
+    return -1;
+  }
+  *v = json_integer_value(x);
+  return 0;
+}
+
+static int range_open(const wk_builder_input *in, wk_stream_state *st, char *err, size_t err_len) {
+  json_t *obj = parse_json_args(in, "range", err, err_len);
+  if (!obj) return -1;
+  int rc = -1;
+  if (!json_is_object(obj)) {
+    snprintf(err, err_len, "the range builder needs an object {\"start\",\"stop\",\"step\",\"chunk\"}, got %s",
+             json_kind(obj));
+    goto out;
+  }
+  const char *key;
+  json_t *val;
+  json_object_foreach(obj, key, val) {
+    if (strcmp(key, "start") && strcmp(key, "stop") && strcmp(key, "step") && strcmp(key, "chunk")) {
+      snprintf(err, err_len, "the range builder does not know the field \"%s\" (start, stop, step, chunk)", key);
+      goto out;
+    }
+  }
+  if (!json_object_get(obj, "stop")) {
+    snprintf(err, err_len, "the range builder needs \"stop\"");
+    goto out;
+  }
+  int64_t start, stop, step, chunk;
+  if (get_int(obj, "start", 0, &start, err, err_len) || get_int(obj, "stop", 0, &stop, err, err_len) ||
+      get_int(obj, "step", 1, &step, err, err_len) || get_int(obj, "chunk", 1, &chunk, err, err_len)) {
+    goto out;
+  }
+  if (step <= 0) {
+    snprintf(err, err_len, "the range builder's \"step\" must be positive, got %" PRId64, step);
+    goto out;
+  }
+  if (chunk <= 0 || chunk > 1000000000) {
+    snprintf(err, err_len, "the range builder's \"chunk\" must be between 1 and 1000000000, got %" PRId64, chunk);
+    goto out;
+  }
+  if (start < -(INT64_C(1) << 60) || stop > (INT64_C(1) << 60) || step > (INT64_C(1) << 40)) {
+    snprintf(err, err_len, "the range builder's start/stop must lie within +-2^60 and step below 2^40");
+    goto out;
+  }
+  uint64_t items = stop > start ? (uint64_t)((stop - start + step - 1) / step) : 0;
+  uint64_t calls = (items + (uint64_t)chunk - 1) / (uint64_t)chunk;
+  if (calls > in->max_calls) {
+    snprintf(err, err_len, "the range makes %" PRIu64 " calls, more than the limit of %u calls per task; use a larger chunk",
+             calls, in->max_calls);
+    goto out;
+  }
+  *st = (wk_stream_state){.next = start, .stop = stop, .step = step, .chunk = chunk, .total = calls};
+  rc = 0;
+out:
+  json_decref(obj);
+  return rc;
+}
+
+static size_t range_next(wk_stream_state *st, char *buf, size_t buf_len) {
+  if (st->produced >= st->total) return 0;
+  int64_t a = st->next;
+  int64_t span = st->chunk * st->step;
+  int64_t b = (st->stop - a > span) ? a + span : st->stop;
+  int n = snprintf(buf, buf_len, "{\"start\":%" PRId64 ",\"stop\":%" PRId64 ",\"step\":%" PRId64 "}", a, b, st->step);
+  st->next = b;
+  st->produced++;
+  return n > 0 && (size_t)n < buf_len ? (size_t)n : 0;
+}
+
 static const wk_builder builtin[] = {
-    {"single", build_single},
+    {"single", build_single, NULL, NULL},
+    {"map", build_map, NULL, NULL},
+    {"range", NULL, range_open, range_next},
 };
 
 const wk_builder *wk_builder_find_builtin(const char *name) {

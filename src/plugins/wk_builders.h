@@ -30,17 +30,34 @@ typedef struct wk_builder_input {
   uint32_t max_calls;
 } wk_builder_input;
 
-/* Builds the call list. Returns 0, or -1 with a message saying what was wrong and
- * where (BUILDER_FAILED). */
+/* Builds the whole call list. Returns 0, or -1 with a message saying what was wrong
+ * and where (BUILDER_FAILED). */
 typedef int (*wk_builder_fn)(const wk_builder_input *in, wk_call_list *out, char *err,
                              size_t err_len);
 
+/* A streaming builder produces calls lazily: open checks the input and sizes the
+ * stream; next writes the args of the next call into buf (NUL-free bytes, at most
+ * buf_len) and returns their length, 0 when the stream is over. The state is a small
+ * value owned by the caller; nothing is materialised. */
+typedef struct wk_stream_state {
+  int64_t next, stop, step, chunk;
+  uint64_t produced, total;
+} wk_stream_state;
+
+typedef int (*wk_stream_open_fn)(const wk_builder_input *in, wk_stream_state *st, char *err,
+                                 size_t err_len);
+typedef size_t (*wk_stream_next_fn)(wk_stream_state *st, char *buf, size_t buf_len);
+
 typedef struct wk_builder {
   const char *name;
-  wk_builder_fn build;
+  wk_builder_fn build;            /* list builders */
+  wk_stream_open_fn stream_open;  /* streaming builders */
+  wk_stream_next_fn stream_next;
 } wk_builder;
 
-/** The builder named `name` among those compiled in ("single"), or NULL. */
+#define WK_STREAM_ARGS_MAX 128 /* bytes of one streamed call's args */
+
+/** The builder named `name` among those compiled in ("single", "map", "range"), or NULL. */
 const wk_builder *wk_builder_find_builtin(const char *name);
 
 #define WK_BUILDERS_MAX 16

@@ -706,8 +706,14 @@ def test_sigterm_under_load_exits_cleanly(pb):
         for t in threads:
             t.start()
         time.sleep(0.7)
+        t0 = time.monotonic()
         rc = h.stop(timeout=30)
+        t1 = time.monotonic()
         stop.set()
         for t in threads:
             t.join(10)
+        print("stop %.2fs join %.2fs" % (t1 - t0, time.monotonic() - t1))
+        if any(t.is_alive() for t in threads):
+            import faulthandler, sys as _s
+            faulthandler.dump_traceback(_s.stdout, all_threads=True)
         assert_clean_exit(h, rc)

@@ -1,0 +1,139 @@
+/* Unit tests of the call builders: single, map, range (streaming). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <string.h>
+
+#include "plugins/wk_builders.h"
+
+static wk_builder_input json_input(const char *s) {
+  return (wk_builder_input){.args = (const uint8_t *)s, .args_len = strlen(s), .json = true, .max_calls = 1000};
+}
+
+static void expect_args(const wk_call_item *it, const char *s) {
+  assert_int_equal(it->len, strlen(s));
+  assert_memory_equal(it->args, s, it->len);
+}
+
+static void test_single_passes_args_through(void **state) {
+  (void)state;
+  wk_builder_input in = json_input("{\"a\":1}");
+  wk_call_list l = {0};
+  char err[256];
+  assert_int_equal(wk_builder_find_builtin("single")->build(&in, &l, err, sizeof err), 0);
+  assert_int_equal(l.count, 1);
+  assert_ptr_equal(l.items[0].args, in.args);
+  wk_call_list_free(&l);
+}
+
+static void test_map_one_call_per_item_in_order(void **state) {
+  (void)state;
+  wk_builder_input in = json_input("[1, {\"b\": [2, 3]}, \"x\", null]");
+  wk_call_list l = {0};
+  char err[256];
+  assert_int_equal(wk_builder_find_builtin("map")->build(&in, &l, err, sizeof err), 0);
+  assert_int_equal(l.count, 4);
+  expect_args(&l.items[0], "1");
+  expect_args(&l.items[1], "{\"b\":[2,3]}");
+  expect_args(&l.items[2], "\"x\"");
+  expect_args(&l.items[3], "null");
+  wk_call_list_free(&l);
+}
+
+static void expect_map_error(const char *args, bool json, uint32_t max, const char *needle) {
+  wk_builder_input in = json_input(args);
+  in.json = json;
+  in.max_calls = max;
+  wk_call_list l = {0};
+  char err[256] = "";
+  assert_int_equal(wk_builder_find_builtin("map")->build(&in, &l, err, sizeof err), -1);
+  if (!strstr(err, needle)) fail_msg("error '%s' lacks '%s'", err, needle);
+  assert_int_equal(l.count, 0);
+}
+
+static void test_map_errors_say_what_and_where(void **state) {
+  (void)state;
+  expect_map_error("{\"a\":1}", true, 10, "JSON array of items, got an object");
+  expect_map_error("[1, 2,", true, 10, "line 1, column");
+  expect_map_error("[1,2,3]", true, 2, "3 items, more than the limit of 2");
+  expect_map_error("[1]", false, 10, "needs JSON args");
+}
+
+static void test_range_streams_chunks(void **state) {
+  (void)state;
+  const wk_builder *b = wk_builder_find_builtin("range");
+  assert_null(b->build);
+  wk_builder_input in = json_input("{\"start\":0,\"stop\":10,\"step\":2,\"chunk\":2}");
+  wk_stream_state st;
+  char err[256], buf[WK_STREAM_ARGS_MAX];
+  assert_int_equal(b->stream_open(&in, &st, err, sizeof err), 0);
+  assert_int_equal(st.total, 3); /* items 0,2,4,6,8 in chunks of 2 */
+  size_t n = b->stream_next(&st, buf, sizeof buf);
+  assert_string_equal((buf[n] = '\0', buf), "{\"start\":0,\"stop\":4,\"step\":2}");
+  n = b->stream_next(&st, buf, sizeof buf);
+  assert_string_equal((buf[n] = '\0', buf), "{\"start\":4,\"stop\":8,\"step\":2}");
+  n = b->stream_next(&st, buf, sizeof buf);
+  assert_string_equal((buf[n] = '\0', buf), "{\"start\":8,\"stop\":10,\"step\":2}");
+  assert_int_equal(b->stream_next(&st, buf, sizeof buf), 0);
+}
+
+static void test_range_of_ten_million_is_lazy(void **state) {
+  (void)state;
+  const wk_builder *b = wk_builder_find_builtin("range");
+  wk_builder_input in = json_input("{\"stop\":10000000,\"chunk\":1000}");
+  in.max_calls = 1000000;
+  wk_stream_state st;
+  char err[256], buf[WK_STREAM_ARGS_MAX];
+  assert_int_equal(b->stream_open(&in, &st, err, sizeof err), 0);
+  uint64_t calls = 0;
+  while (b->stream_next(&st, buf, sizeof buf) > 0) calls++;
+  assert_int_equal(calls, 10000);
+  assert_int_equal(st.next, 10000000);
+}
+
+static void expect_range_error(const char *args, const char *needle) {
+  wk_builder_input in = json_input(args);
+  wk_stream_state st;
+  char err[256] = "";
+  assert_int_equal(wk_builder_find_builtin("range")->stream_open(&in, &st, err, sizeof err), -1);
+  if (!strstr(err, needle)) fail_msg("error '%s' lacks '%s'", err, needle);
+}
+
+static void test_range_errors(void **state) {
+  (void)state;
+  expect_range_error("[1]", "needs an object");
+  expect_range_error("{\"start\":0}", "needs \"stop\"");
+  expect_range_error("{\"stop\":5,\"step\":0}", "\"step\" must be positive");
+  expect_range_error("{\"stop\":5,\"chunk\":0}", "\"chunk\" must be between");
+  expect_range_error("{\"stop\":\"5\"}", "\"stop\" must be an integer, got a string");
+  expect_range_error("{\"stop\":5,\"stpe\":1}", "does not know the field \"stpe\"");
+  expect_range_error("{\"stop\":100000}", "more than the limit of 1000 calls");
+}
+
+static void test_registry_lists_only_enabled(void **state) {
+  (void)state;
+  wk_builder_registry reg = {0};
+  assert_int_equal(wk_builder_registry_add(&reg, "single"), 0);
+  assert_int_equal(wk_builder_registry_add(&reg, "map"), 0);
+  assert_int_equal(wk_builder_registry_add(&reg, "nosuch"), -1);
+  assert_non_null(wk_builder_registry_find(&reg, ""));
+  assert_null(wk_builder_registry_find(&reg, "range"));
+  char names[64];
+  assert_string_equal(wk_builder_registry_names(&reg, names, sizeof names), "single, map");
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_single_passes_args_through),
+      cmocka_unit_test(test_map_one_call_per_item_in_order),
+      cmocka_unit_test(test_map_errors_say_what_and_where),
+      cmocka_unit_test(test_range_streams_chunks),
+      cmocka_unit_test(test_range_of_ten_million_is_lazy),
+      cmocka_unit_test(test_range_errors),
+      cmocka_unit_test(test_registry_lists_only_enabled),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
