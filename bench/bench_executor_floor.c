@@ -5,8 +5,10 @@
  * N no-op CALLs (`def handler(args, ctx): return None`) into one buffer up front, and
  * feeds them with a pipeline of at most DEPTH calls in flight (a call is in flight from
  * its first byte written until its RESULT is decoded), writing as many frames per
- * write() as the window allows. It reports calls/s, microseconds per call, and how many
- * RESULTs arrived per read() (1.0 means the executor writes one frame per syscall).
+ * write() as the window allows. It reports calls/s, microseconds per call, the
+ * executor's CPU time per call (user + system, from /proc: steadier than the wall clock
+ * on a busy machine), and how many RESULTs arrived per read() (1.0 means the executor
+ * writes one frame per syscall).
  *
  *   bench_executor_floor [-n CALLS] [-d DEPTH] [-p PYTHON] [-s EXECUTOR_SCRIPT]
  *
@@ -56,6 +58,7 @@ typedef struct wk_floor_result {
   unsigned reads;     /* recv() calls that returned data */
   unsigned writes;    /* send() calls that wrote data */
   unsigned errors;    /* RESULTs with a status other than OK */
+  double cpu_us_per_call; /* executor user + system CPU per call (0 when /proc is missing) */
   char error[256];    /* why wk_floor_run failed (it returned false) */
 } wk_floor_result;
 
@@ -63,6 +66,25 @@ static double floor_now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The process's user + system CPU in seconds (/proc/PID/stat), or -1. */
+static double floor_proc_cpu_s(pid_t pid) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  const char *p = strrchr(buf, ')'); /* the command name may hold spaces */
+  if (!p) return -1;
+  unsigned long utime = 0, stime = 0;
+  /* after ")": state ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt utime stime */
+  if (sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &utime, &stime) != 2)
+    return -1;
+  long hz = sysconf(_SC_CLK_TCK);
+  return hz > 0 ? (double)(utime + stime) / (double)hz : -1;
 }
 
 static int floor_rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
@@ -212,6 +234,7 @@ static bool wk_floor_run(const char *python, const char *script, unsigned n_call
   if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) != 0) abort();
   size_t wpos = offs[1];  /* next byte to write */
   unsigned done = 0;      /* RESULTs decoded */
+  double cpu0 = floor_proc_cpu_s(pid);
   double t0 = floor_now_s();
   while (done < n_calls) {
     unsigned window_end = done + depth < n_calls ? done + depth : n_calls;
@@ -259,6 +282,8 @@ static bool wk_floor_run(const char *python, const char *script, unsigned n_call
     }
   }
   r->seconds = floor_now_s() - t0;
+  double cpu1 = floor_proc_cpu_s(pid);
+  r->cpu_us_per_call = cpu0 >= 0 && cpu1 >= 0 ? (cpu1 - cpu0) * 1e6 / (double)done : 0;
   r->calls = done;
   r->calls_per_s = r->seconds > 0 ? (double)done / r->seconds : 0;
   r->us_per_call = r->calls_per_s > 0 ? 1e6 / r->calls_per_s : 0;
@@ -294,9 +319,9 @@ out:
 static void wk_floor_print(FILE *out, const wk_floor_result *r) {
   fprintf(out,
           "executor floor: %u no-op calls, pipeline depth %u: %.0f calls/s (%.1f us/call), "
-          "%.2f s; %u reads (%.1f RESULTs per read), %u writes\n",
-          r->calls, r->depth, r->calls_per_s, r->us_per_call, r->seconds, r->reads,
-          r->reads ? (double)r->calls / r->reads : 0.0, r->writes);
+          "%.2f s; executor CPU %.1f us/call; %u reads (%.1f RESULTs per read), %u writes\n",
+          r->calls, r->depth, r->calls_per_s, r->us_per_call, r->seconds, r->cpu_us_per_call,
+          r->reads, r->reads ? (double)r->calls / r->reads : 0.0, r->writes);
 }
 
 #ifndef WK_FLOOR_NO_MAIN

@@ -160,7 +160,20 @@ typedef struct cpu_snap {
   uint64_t exec_ticks; /* every child of the worker (the executors) */
   uint64_t self_ns;    /* this process */
   uint64_t wall_ns;
+  uint64_t busy_ticks; /* the whole machine, from /proc/stat: not idle, not iowait */
 } cpu_snap;
+
+static uint64_t machine_busy_ticks(void) {
+  FILE *f = fopen("/proc/stat", "r");
+  if (!f) return 0;
+  unsigned long long v[8] = {0};
+  int n = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3],
+                 &v[4], &v[5], &v[6], &v[7]);
+  fclose(f);
+  if (n < 8) return 0;
+  /* user nice system idle iowait irq softirq steal */
+  return (uint64_t)(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]);
+}
 
 static void cpu_snapshot(pid_t worker, cpu_snap *out) {
   memset(out, 0, sizeof *out);
@@ -182,6 +195,7 @@ static void cpu_snapshot(pid_t worker, cpu_snap *out) {
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
   out->self_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
   out->wall_ns = now_ns();
+  out->busy_ticks = machine_busy_ticks();
 }
 
 /* Prints CPU use between two snapshots, in % of one core. */
@@ -192,9 +206,46 @@ static void cpu_print(const char *label, const cpu_snap *a, const cpu_snap *b) {
   double w = (double)(b->worker_ticks - a->worker_ticks) / hz / wall * 100.0;
   double x = (double)(b->exec_ticks - a->exec_ticks) / hz / wall * 100.0;
   double s = (double)(b->self_ns - a->self_ns) / 1e9 / wall * 100.0;
-  printf("  cpu during %s (%% of one core, %ld cores online): worker %.0f%%, executors %.0f%%, "
-         "bench client %.0f%%, total %.0f%%\n",
-         label, sysconf(_SC_NPROCESSORS_ONLN), w, x, s, w + x + s);
+  double m = (double)(b->busy_ticks - a->busy_ticks) / hz / wall * 100.0;
+  double others = m - (w + x + s);
+  if (others < 0) others = 0;
+  printf("   cpu during %s, %% of one core (%ld online): worker %.0f, executors %.0f, "
+         "bench client %.0f; whole machine busy %.0f (other processes ~%.0f)\n",
+         label, sysconf(_SC_NPROCESSORS_ONLN), w, x, s, m, others);
+}
+
+/* CPU time of every thread of pid, in ns (the first field of each thread's schedstat):
+ * finer than the 10 ms ticks of /proc/PID/stat, for CPU per call. 0 when unreadable. */
+static uint64_t proc_cpu_ns(pid_t pid) {
+  char dir[64];
+  snprintf(dir, sizeof dir, "/proc/%d/task", (int)pid);
+  DIR *d = opendir(dir);
+  if (!d) return 0;
+  uint64_t sum = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    if (e->d_name[0] == '.') continue;
+    char path[sizeof dir + sizeof e->d_name + 16];
+    snprintf(path, sizeof path, "%s/%s/schedstat", dir, e->d_name);
+    FILE *f = fopen(path, "r");
+    if (!f) continue;
+    unsigned long long run = 0;
+    if (fscanf(f, "%llu", &run) == 1) sum += (uint64_t)run;
+    fclose(f);
+  }
+  closedir(d);
+  return sum;
+}
+
+static void print_loadavg(const char *when) {
+  char buf[128] = "";
+  FILE *f = fopen("/proc/loadavg", "r");
+  if (f) {
+    if (!fgets(buf, sizeof buf, f)) buf[0] = '\0';
+    fclose(f);
+  }
+  buf[strcspn(buf, "\n")] = '\0';
+  printf("  load average %s: %s\n", when, buf);
 }
 
 /* ---- the worker process -------------------------------------------------------------- */
@@ -404,7 +455,8 @@ static bool state_terminal(Worker__V1__TaskState s) {
 
 /* Submits a no-op task and watches it to its end. *t_terminal is the time the first
  * terminal event (or terminal snapshot) arrived. OUT_OK means SUCCEEDED. */
-static outcome run_task(wk_grpc_client *c, char *task_id, uint64_t *t_terminal) {
+static outcome run_task(wk_grpc_client *c, char *task_id, uint64_t *t_terminal,
+                        uint64_t *t_submitted) {
   static char fn_name[] = "noop";
   static uint8_t args_json[] = "{}";
   *t_terminal = 0;
@@ -426,6 +478,7 @@ static outcome run_task(wk_grpc_client *c, char *task_id, uint64_t *t_terminal) 
   grpc_status_code code =
       wk_grpc_client_unary(c, M_SUBMIT, buf, len, NULL, 0, UNARY_DEADLINE_MS, &resp, &st);
   wk_grpc_buf_free(&resp);
+  if (t_submitted) *t_submitted = now_ns();
   if (code != GRPC_STATUS_OK) {
     note_error("SubmitTask", wk_grpc_status_name(code), st.message);
     return code == GRPC_STATUS_RESOURCE_EXHAUSTED ? OUT_EXHAUSTED : OUT_ERROR;
@@ -444,6 +497,7 @@ static outcome run_task(wk_grpc_client *c, char *task_id, uint64_t *t_terminal) 
     return OUT_ERROR;
   }
   Worker__V1__TaskState final = WORKER__V1__TASK_STATE__TASK_STATE_UNSPECIFIED;
+  char why[WK_GRPC_STATUS_MESSAGE_MAX] = "";
   wk_grpc_buf msg;
   /* read to the end of the stream (it ends OK after the TERMINAL event), so the server
    * finishes it normally instead of seeing a cancel */
@@ -456,6 +510,12 @@ static outcome run_task(wk_grpc_client *c, char *task_id, uint64_t *t_terminal) 
          state_terminal(ev->result->state))) {
       *t_terminal = now_ns();
       final = ev->result->state;
+      if (final != WORKER__V1__TASK_STATE__TASK_STATE_SUCCEEDED) {
+        snprintf(why, sizeof why, "%s (failure_code %d): %s",
+                 final == WORKER__V1__TASK_STATE__TASK_STATE_FAILED ? "FAILED" : "CANCELLED",
+                 (int)ev->result->failure_code,
+                 ev->result->failure_message ? ev->result->failure_message : "");
+      }
     }
     worker__v1__task_event__free_unpacked(ev, NULL);
   }
@@ -466,8 +526,7 @@ static outcome run_task(wk_grpc_client *c, char *task_id, uint64_t *t_terminal) 
     return OUT_ERROR;
   }
   if (final != WORKER__V1__TASK_STATE__TASK_STATE_SUCCEEDED) {
-    note_error("task", "ended", final == WORKER__V1__TASK_STATE__TASK_STATE_FAILED ? "FAILED"
-                                                                                   : "CANCELLED");
+    note_error("task", "ended", why);
     return OUT_ERROR;
   }
   return OUT_OK;
@@ -522,7 +581,7 @@ static void *loader_main(void *arg) {
       default:
         snprintf(id, sizeof id, "bench-task-%u-%u-%llu", r->run_no, l->index,
                  (unsigned long long)seq++);
-        o = run_task(r->client, id, &t1);
+        o = run_task(r->client, id, &t1, NULL);
         if (t1 == 0) t1 = now_ns();
         if (o == OUT_OK && t1 > deadline) continue; /* finished past the window */
         break;
@@ -542,7 +601,8 @@ static void *loader_main(void *arg) {
 typedef struct load_result {
   samples lat;
   uint64_t ok, exhausted, errors;
-  double seconds; /* window length, summed over slices */
+  double seconds;         /* window length, summed over slices */
+  uint64_t worker_cpu_ns; /* the worker's CPU time during the slices */
 } load_result;
 
 /* Runs `threads` closed-loop threads of `op` for `seconds`, adding to *res. */
@@ -608,7 +668,12 @@ static int setup(bench *b) {
   }
   snprintf(b->code_root, sizeof b->code_root, "%s/code", b->tmp);
   snprintf(b->log_path, sizeof b->log_path, "%s/worker.log", b->tmp);
-  char src[300], main_py[320], err[512];
+  char src[300], main_py[320], err[512], scratch[300];
+  snprintf(scratch, sizeof scratch, "%s/scratch", b->tmp);
+  if (mkdir(scratch, 0755) != 0) {
+    fprintf(stderr, "bench_grpc: mkdir %s: %s\n", scratch, strerror(errno));
+    return -1;
+  }
   snprintf(src, sizeof src, "%s/src-noop", b->tmp);
   if (mkdir(src, 0755) != 0) {
     fprintf(stderr, "bench_grpc: mkdir %s: %s\n", src, strerror(errno));
@@ -745,6 +810,7 @@ int main(int argc, char **argv) {
   printf("  NOTE: %ld CPU cores online, shared by the worker, its %u Python executors and this\n"
          "  benchmark's client threads: the figures include client-side cost and contention.\n",
          cores, b.executors);
+  print_loadavg("at start");
 
   /* warm-up: connection, executors, the function's first import */
   {
@@ -769,8 +835,9 @@ int main(int argc, char **argv) {
   printf("   target: RequestTaskSlot within %.1fx of Health.Check (p50 and p99) at every "
          "concurrency\n\n",
          TARGET_RATIO);
-  printf("   %-9s %-16s %9s %9s %9s %9s %11s %7s\n", "in-flight", "method", "calls", "calls/s",
-         "p50", "p99", "exhausted", "errors");
+  printf("   (srv-cpu: the worker's CPU time per call, all its threads, in microseconds)\n\n");
+  printf("   %-9s %-16s %9s %9s %9s %9s %9s %11s %7s\n", "in-flight", "method", "calls",
+         "calls/s", "p50", "p99", "srv-cpu", "exhausted", "errors");
   bool all_pass = true;
   char verdicts[N_CONCURRENCY][96];
   for (size_t ci = 0; ci < N_CONCURRENCY; ci++) {
@@ -783,24 +850,30 @@ int main(int argc, char **argv) {
     static const op_kind order[8] = {OP_HEALTH, OP_SLOT, OP_SLOT, OP_HEALTH,
                                      OP_HEALTH, OP_SLOT, OP_SLOT, OP_HEALTH};
     for (size_t i = 0; i < 8; i++) {
-      run_load(&b, order[i], k, b.seconds / 4, order[i] == OP_HEALTH ? &h : &s);
+      load_result *res = order[i] == OP_HEALTH ? &h : &s;
+      uint64_t w0 = proc_cpu_ns(b.pid);
+      run_load(&b, order[i], k, b.seconds / 4, res);
+      res->worker_cpu_ns += proc_cpu_ns(b.pid) - w0;
     }
     cpu_snapshot(b.pid, &c1);
     samples_sort(&h.lat);
     samples_sort(&s.lat);
     double h50 = pct_us(&h.lat, 0.50), h99 = pct_us(&h.lat, 0.99);
     double s50 = pct_us(&s.lat, 0.50), s99 = pct_us(&s.lat, 0.99);
-    printf("   %-9u %-16s %9llu %9.0f %9.0f %9.0f %11s %7llu\n", k, "Health.Check",
-           (unsigned long long)h.ok, (double)h.ok / h.seconds, h50, h99, "-",
+    double hcpu = h.ok + h.errors ? (double)h.worker_cpu_ns / 1e3 / (double)(h.ok + h.errors) : 0;
+    uint64_t sn = s.ok + s.exhausted + s.errors;
+    double scpu = sn ? (double)s.worker_cpu_ns / 1e3 / (double)sn : 0;
+    printf("   %-9u %-16s %9llu %9.0f %9.0f %9.0f %9.1f %11s %7llu\n", k, "Health.Check",
+           (unsigned long long)h.ok, (double)h.ok / h.seconds, h50, h99, hcpu, "-",
            (unsigned long long)h.errors);
-    printf("   %-9u %-16s %9llu %9.0f %9.0f %9.0f %11llu %7llu\n", k, "RequestTaskSlot",
-           (unsigned long long)s.ok, (double)s.ok / s.seconds, s50, s99,
+    printf("   %-9u %-16s %9llu %9.0f %9.0f %9.0f %9.1f %11llu %7llu\n", k, "RequestTaskSlot",
+           (unsigned long long)s.ok, (double)s.ok / s.seconds, s50, s99, scpu,
            (unsigned long long)s.exhausted, (unsigned long long)s.errors);
     double r50 = h50 > 0 ? s50 / h50 : 0, r99 = h99 > 0 ? s99 / h99 : 0;
     bool pass = r50 <= TARGET_RATIO && r99 <= TARGET_RATIO && s.ok > 0 && h.ok > 0;
     all_pass = all_pass && pass;
-    printf("   %-9u %-16s %9s %9s %8.2fx %8.2fx   p50 %s, p99 %s\n", k, "ratio R/H", "", "", r50,
-           r99, verdict(r50), verdict(r99));
+    printf("   %-9u %-16s %9s %9s %8.2fx %8.2fx %9.2fx   p50 %s, p99 %s\n", k, "ratio R/H", "", "",
+           r50, r99, hcpu > 0 ? scpu / hcpu : 0, verdict(r50), verdict(r99));
     snprintf(verdicts[ci], sizeof verdicts[ci], "K=%-2u p50 %.2fx %s, p99 %.2fx %s", k, r50,
              verdict(r50), r99, verdict(r99));
     char label[32];
@@ -816,7 +889,7 @@ int main(int argc, char **argv) {
          b.seq_tasks);
   printf("   (from before SubmitTask to the TERMINAL event of a WatchTasks opened after it)\n\n");
   {
-    samples lat = {0};
+    samples lat = {0}, sub = {0};
     uint64_t failed = 0;
     char id[ID_MAX];
     unsigned run = ++b.run_no;
@@ -825,9 +898,10 @@ int main(int argc, char **argv) {
     uint64_t start = now_ns();
     for (unsigned i = 0; i < b.seq_tasks; i++) {
       snprintf(id, sizeof id, "bench-seq-%u-%u", run, i);
-      uint64_t t0 = now_ns(), t1;
-      if (run_task(b.client, id, &t1) == OUT_OK) {
+      uint64_t t0 = now_ns(), t1, ts = 0;
+      if (run_task(b.client, id, &t1, &ts) == OUT_OK) {
         samples_push(&lat, t1 - t0);
+        samples_push(&sub, ts - t0);
       } else {
         failed++;
       }
@@ -835,12 +909,15 @@ int main(int argc, char **argv) {
     double wall = (double)(now_ns() - start) / 1e9;
     cpu_snapshot(b.pid, &c1);
     samples_sort(&lat);
-    printf("   %9s %9s %9s %9s %9s %9s\n", "tasks", "ok", "failed", "p50", "p99", "tasks/s");
-    printf("   %9u %9zu %9llu %9.0f %9.0f %9.1f\n", b.seq_tasks, lat.n,
+    samples_sort(&sub);
+    printf("   %9s %9s %9s %9s %9s %9s   %s\n", "tasks", "ok", "failed", "p50", "p99", "tasks/s",
+           "of which the SubmitTask RPC p50/p99");
+    printf("   %9u %9zu %9llu %9.0f %9.0f %9.1f   %.0f / %.0f\n", b.seq_tasks, lat.n,
            (unsigned long long)failed, pct_us(&lat, 0.50), pct_us(&lat, 0.99),
-           (double)lat.n / wall);
+           (double)lat.n / wall, pct_us(&sub, 0.50), pct_us(&sub, 0.99));
     cpu_print("sequential tasks", &c0, &c1);
     samples_free(&lat);
+    samples_free(&sub);
   }
 
   /* ---- 3. throughput ---- */
@@ -867,6 +944,7 @@ int main(int argc, char **argv) {
   printf("\nsummary: RequestTaskSlot within %.1fx of Health.Check at every concurrency: %s\n",
          TARGET_RATIO, all_pass ? "PASS" : "MISS");
   for (size_t ci = 0; ci < N_CONCURRENCY; ci++) printf("   %s\n", verdicts[ci]);
+  print_loadavg("at end");
   pthread_mutex_lock(&g_err.mu);
   if (g_err.first[0]) printf("first error seen: %s\n", g_err.first);
   pthread_mutex_unlock(&g_err.mu);

@@ -2,15 +2,21 @@
 """worker_executor.py: the Python executor process of the Worker.
 
     python3 worker_executor.py --socket PATH [--max-frame BYTES] [--capture-max BYTES]
-                               [--pycache-prefix DIR]
+                               [--pycache-prefix DIR] [--max-nesting N]
+                               [--rlimit-as-mb N] [--rlimit-nofile N] [--rlimit-cpu-s N]
 
 Connects to the Worker's Unix-domain socket PATH, sends HELLO, then runs the CALL frames
 it receives, one at a time and in order, answering each with exactly one RESULT frame.
 The wire format is in docs/executor-protocol.md (C side: src/adapters/wk_frame.c).
 
 Threads: the main thread runs calls (user code sees an ordinary main thread); a reader
-thread owns the socket's read side, so PING is answered and CANCEL is noted even while a
-call runs. Writes are serialised by a lock.
+thread owns the socket's read side, so PING is answered, CANCEL is noted and
+STACK_REQUEST is answered even while a call runs. A call that waits for its subcalls
+(ctx.call / ctx.map) keeps running the CALLs that arrive meanwhile, nested on the main
+thread. RESULTs are buffered and written in batches: flushed when the main thread runs
+out of queued calls, when the buffer passes FLUSH_BYTES, and by a flusher thread within
+about one interpreter switch interval while further calls run. Writes are serialised by
+a lock.
 
 Exit status: 0 after SHUTDOWN (once every call sent before it has its RESULT) or when
 the Worker closes the socket; 2 on a protocol error from the Worker; 1 when the socket
@@ -42,9 +48,11 @@ import traceback
 
 import worker  # python/worker/__init__.py, next to this file (sys.path[0])
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 
 HELLO, CALL, RESULT, CANCEL, PING, PONG, SHUTDOWN = 1, 2, 3, 4, 5, 6, 7
+SUBCALLS, SUBCALLS_RESULT, STACK_REQUEST, STACK = 8, 9, 10, 11
+_TO_WORKER_ONLY = (HELLO, RESULT, SUBCALLS, STACK)
 
 CONTENT_JSON, CONTENT_BYTES = 0, 1
 STATUS_OK, STATUS_ERROR, STATUS_RETRYABLE = 0, 1, 2
@@ -54,13 +62,28 @@ DEFAULT_CAPTURE_MAX = 64 << 10
 ERROR_TEXT_MAX = 64 << 10  # cap on error message and traceback, each
 EOF_GRACE_S = 2.0  # after the Worker hung up, a running call gets this long to finish
 RECV_SIZE = 256 << 10
+FLUSH_BYTES = 64 << 10  # buffered RESULT bytes that force a write
 DEFAULT_ENTRYPOINT = "main:handler"
+DEFAULT_MAX_NESTING = 32  # running calls at once: one outer call plus nested ones
+THREAD_STACK = 512 << 10  # the executor's own threads (matters under --rlimit-as-mb)
 
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
+_QI = struct.Struct("<QI")
+_BIII = struct.Struct("<BIII")
+_RESULT_START = struct.Struct("<IBQBBI")  # prefix, type, call_id, status, content_type, len(output)
+_QQI = struct.Struct("<QQI")
 _PREFIX_TYPE = struct.Struct("<IB")
-_RESULT_HEAD = struct.Struct("<QBB")
+_SUBCALLS_HEAD = struct.Struct("<QQ")
+_SUBCALLS_COUNT = struct.Struct("<BI")
+_CHILD_HEAD = struct.Struct("<BB")
 _RUSAGE_SELF = resource.RUSAGE_SELF
+_THIS_FILE = os.path.abspath(__file__)
+
+
+# compact JSON, no NaN/Infinity (== json.dumps(v, ensure_ascii=False, allow_nan=False,
+# separators=(",", ":")), without building an encoder per call)
+_json_encode = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
 
 
 class ProtocolError(Exception):
@@ -96,13 +119,32 @@ def encode_u64_frame(ftype, value):
 
 def encode_result(call_id, status, content_type, output, error_type, error_message,
                   tb, cpu_us, max_rss_kb, out, err):
-    body = b"".join((
-        _RESULT_HEAD.pack(call_id, status, content_type),
-        _bstr(output), _bstr(error_type), _bstr(error_message), _bstr(tb),
-        _U64.pack(cpu_us), _U64.pack(max_rss_kb),
-        _bstr(out), _bstr(err),
+    u32 = _U32.pack
+    length = (1 + 8 + 2 + 16 + 4 * 6 + len(output) + len(error_type) + len(error_message)
+              + len(tb) + len(out) + len(err))
+    return b"".join((
+        _RESULT_START.pack(length, RESULT, call_id, status, content_type, len(output)), output,
+        u32(len(error_type)), error_type, u32(len(error_message)), error_message,
+        u32(len(tb)), tb, _QQI.pack(cpu_us, max_rss_kb, len(out)), out, u32(len(err)), err,
     ))
-    return _frame(RESULT, body)
+
+
+def subcalls_head_size(function, entrypoint):
+    """Bytes of a SUBCALLS frame before its args (length prefix included)."""
+    return 5 + 16 + 4 + len(function) + 4 + len(entrypoint) + 5
+
+
+def encode_subcalls(parent_call_id, request_id, function, entrypoint, content_type, args):
+    body = b"".join((
+        _SUBCALLS_HEAD.pack(parent_call_id, request_id), _bstr(function), _bstr(entrypoint),
+        _SUBCALLS_COUNT.pack(content_type, len(args)),
+        b"".join(_bstr(a) for a in args),
+    ))
+    return _frame(SUBCALLS, body)
+
+
+def encode_stack(call_id, text):
+    return _frame(STACK, _U64.pack(call_id) + _bstr(text))
 
 
 class _Call(object):
@@ -110,7 +152,29 @@ class _Call(object):
 
     __slots__ = ("call_id", "task_id", "function", "epoch", "code_dir", "entrypoint",
                  "content_type", "call_index", "deadline", "scratch_dir", "traceparent",
-                 "args", "cancelled")
+                 "args", "cancelled", "nested_cpu")
+
+
+class _Wait(object):
+    """A running call waiting for the SUBCALLS_RESULTs of one ctx.call / ctx.map."""
+
+    __slots__ = ("call", "outstanding")
+
+    def __init__(self, call, outstanding):
+        self.call = call
+        self.outstanding = outstanding  # SUBCALLS frames not answered yet
+
+
+class _Request(object):
+    """One SUBCALLS frame in flight."""
+
+    __slots__ = ("request_id", "count", "wait", "children")
+
+    def __init__(self, request_id, count, wait):
+        self.request_id = request_id
+        self.count = count
+        self.wait = wait
+        self.children = None  # [(status, content_type, output, etype, emsg, tb)] once answered
 
 
 def _take(mv, pos, end, n):
@@ -126,35 +190,77 @@ def _get_bytes(mv, pos, end):
     return bytes(mv[p:q]), q
 
 
-def _get_str(mv, pos, end):
-    b, pos = _get_bytes(mv, pos, end)
-    return b.decode("utf-8", "surrogateescape"), pos
+_TEXT_CACHE = {}  # bytes -> str for CALL text fields, which repeat call after call
+_FS_ENCODING = sys.getfilesystemencoding()
+_FS_ERRORS = sys.getfilesystemencodeerrors()
+
+
+def _text(b, encoding="utf-8"):
+    key = (b, encoding)
+    t = _TEXT_CACHE.get(key)
+    if t is None:
+        t = b.decode(encoding, "surrogateescape" if encoding == "utf-8" else _FS_ERRORS)
+        if len(_TEXT_CACHE) >= 4096:
+            _TEXT_CACHE.clear()
+        _TEXT_CACHE[key] = t
+    return t
 
 
 def parse_call(mv, pos, end, now):
-    c = _Call()
-    p = _take(mv, pos, end, 8)
-    (c.call_id,) = _U64.unpack_from(mv, pos)
-    c.task_id, p = _get_str(mv, p, end)
-    c.function, p = _get_str(mv, p, end)
-    q = _take(mv, p, end, 8)
-    (c.epoch,) = _U64.unpack_from(mv, p)
-    c.code_dir, p = _get_bytes(mv, q, end)
-    c.code_dir = os.fsdecode(c.code_dir)
-    c.entrypoint, p = _get_str(mv, p, end)
-    q = _take(mv, p, end, 9)
-    c.content_type = mv[p]
-    (c.call_index,) = _U32.unpack_from(mv, p + 1)
-    (deadline_ms,) = _U32.unpack_from(mv, p + 5)
-    c.scratch_dir, p = _get_bytes(mv, q, end)
-    c.scratch_dir = os.fsdecode(c.scratch_dir)
-    c.traceparent, p = _get_str(mv, p, end)
-    c.args, p = _get_bytes(mv, p, end)
+    """A CALL body at mv[pos:end]. Offsets are computed first and checked once against
+    the frame's end: a read past `end` (but inside the buffer) only yields garbage that
+    the final check rejects; one past the buffer raises struct.error."""
+    u32 = _U32.unpack_from
+    try:
+        call_id, n = _QI.unpack_from(mv, pos)
+        p = pos + 12
+        task_id = mv[p:p + n]
+        p += n
+        (n,) = u32(mv, p)
+        p += 4
+        function = mv[p:p + n]
+        p += n
+        epoch, n = _QI.unpack_from(mv, p)
+        p += 12
+        code_dir = mv[p:p + n]
+        p += n
+        (n,) = u32(mv, p)
+        p += 4
+        entrypoint = mv[p:p + n]
+        p += n
+        ctype, call_index, deadline_ms, n = _BIII.unpack_from(mv, p)
+        p += 13
+        scratch_dir = mv[p:p + n]
+        p += n
+        (n,) = u32(mv, p)
+        p += 4
+        traceparent = mv[p:p + n]
+        p += n
+        (n,) = u32(mv, p)
+        p += 4
+        args = mv[p:p + n]
+        p += n
+    except struct.error:
+        p = end + 1
+    if p > end:
+        raise ProtocolError("a field runs past the end of its frame")
     if p != end:
         raise ProtocolError("bytes left in the CALL frame after its last field")
-    if c.content_type not in (CONTENT_JSON, CONTENT_BYTES):
-        raise ProtocolError("CALL content_type %d out of range" % c.content_type)
+    if ctype > CONTENT_BYTES:
+        raise ProtocolError("CALL content_type %d out of range" % ctype)
+    c = _Call()
+    c.call_id = call_id
+    c.task_id = _text(bytes(task_id))
+    c.function = _text(bytes(function))
+    c.epoch = epoch
+    c.code_dir = _text(bytes(code_dir), _FS_ENCODING)
+    c.entrypoint = _text(bytes(entrypoint))
+    c.content_type = ctype
+    c.call_index = call_index
     c.deadline = now + deadline_ms / 1000.0 if deadline_ms else math.inf
+    c.scratch_dir = _text(bytes(scratch_dir), _FS_ENCODING)
+    c.traceparent = _text(bytes(traceparent))
+    c.args = bytes(args)
     c.cancelled = False
     return c
 
@@ -165,12 +271,44 @@ def _parse_u64_body(mv, pos, end, name):
     return _U64.unpack_from(mv, pos)[0]
 
 
+def parse_subcalls_result(mv, pos, end):
+    """(request_id, [(status, content_type, output, error_type, error_message, traceback)])"""
+    p = _take(mv, pos, end, 12)
+    (request_id,) = _U64.unpack_from(mv, pos)
+    (count,) = _U32.unpack_from(mv, pos + 8)
+    if count > (end - p) // 18:  # every child takes at least 18 bytes
+        raise ProtocolError("a field runs past the end of its frame")
+    children = []
+    bad = False
+    for _ in range(count):
+        q = _take(mv, p, end, 2)
+        status, ctype = _CHILD_HEAD.unpack_from(mv, p)
+        if status > STATUS_RETRYABLE or ctype > CONTENT_BYTES:
+            bad = True
+        output, q = _get_bytes(mv, q, end)
+        etype, q = _get_bytes(mv, q, end)
+        emsg, q = _get_bytes(mv, q, end)
+        tb, p = _get_bytes(mv, q, end)
+        children.append((status, ctype, output, etype, emsg, tb))
+    if bad or count == 0:
+        raise ProtocolError("SUBCALLS_RESULT with a status or content_type out of range, or no children")
+    if p != end:
+        raise ProtocolError("bytes left in the SUBCALLS_RESULT frame after its last field")
+    return request_id, children
+
+
 # ---- output capture ---------------------------------------------------------------
 
 
 class _Capture(object):
     """A text stream that keeps the first `cap` bytes written to it (UTF-8) and counts
-    the rest. Stands in for sys.stdout / sys.stderr during a call."""
+    the rest. Stands in for sys.stdout / sys.stderr during calls.
+
+    One pair of streams serves every call, so a logging handler a module bound to
+    sys.stderr at import time keeps writing into the current call's capture. Calls nest
+    (a call waiting for subcalls runs other calls), so the stream keeps a stack of
+    buffers: push() when a call starts, pop() when it ends; writes go to the innermost
+    running call."""
 
     encoding = "utf-8"
     errors = "backslashreplace"
@@ -178,16 +316,26 @@ class _Capture(object):
 
     def __init__(self, cap):
         self._cap = cap
-        self._buf = bytearray()
+        self._buf = bytearray()  # the innermost call's (between calls: discarded)
         self._dropped = 0
+        self._saved = []  # (buf, dropped) of the calls outside the innermost one
         self.buffer = _CaptureBinary(self)
 
-    def reset(self):
-        """Empties the stream for the next call. One pair of streams serves every call, so
-        a logging handler a module bound to sys.stderr at import time keeps writing into
-        the current call's capture."""
-        del self._buf[:]
+    def push(self):
+        """A call starts: its output goes to a fresh buffer."""
+        self._saved.append((self._buf, self._dropped))
+        self._buf = bytearray()
         self._dropped = 0
+
+    def pop(self):
+        """The innermost call ends: returns its captured bytes (see getvalue) and goes
+        back to the enclosing call's buffer."""
+        value = self.getvalue()
+        self._buf, self._dropped = self._saved.pop()
+        if not self._saved:  # between calls: writes are dropped
+            del self._buf[:]
+            self._dropped = 0
+        return value
 
     def _add(self, b):
         room = self._cap - len(self._buf)
@@ -265,9 +413,9 @@ class Context(object):
     """The `ctx` argument of handler(args, ctx)."""
 
     __slots__ = ("task_id", "call_index", "epoch", "function", "scratch_dir", "deadline",
-                 "traceparent", "_call", "_stderr", "_logger")
+                 "traceparent", "_call", "_stderr", "_logger", "_ex")
 
-    def __init__(self, call, stderr):
+    def __init__(self, call, stderr, executor):
         self.task_id = call.task_id
         self.call_index = call.call_index
         self.epoch = call.epoch
@@ -278,6 +426,7 @@ class Context(object):
         self._call = call
         self._stderr = stderr
         self._logger = None
+        self._ex = executor
 
     @property
     def logger(self):
@@ -305,11 +454,30 @@ class Context(object):
         """Seconds left before the deadline (inf when the call has none; may be < 0)."""
         return self.deadline - time.monotonic()
 
-    def call(self, fn, args):
-        raise NotImplementedError("subcalls arrive in a later version")
+    def call(self, fn, args, entrypoint=None):
+        """Runs one child call and returns its value; raises worker.SubcallError when it
+        failed. `fn` is a function name; None or "" means this call's function (same
+        epoch, same entrypoint). `entrypoint` ("module:attr") defaults to this call's for
+        the same function and to main:handler for another. `args` is JSON-serialisable,
+        or bytes (sent raw). While it waits, this executor runs other calls (the child
+        itself, possibly)."""
+        ok, value = self._ex.subcalls(self._call, fn, (args,), entrypoint)[0]
+        if not ok:
+            raise value
+        return value
 
-    def map(self, fn, items):
-        raise NotImplementedError("subcalls arrive in a later version")
+    def map(self, fn, items, return_exceptions=False, entrypoint=None):
+        """Runs one child call per item (concurrently, as the Worker schedules them) and
+        returns their values in order. Raises worker.SubcallError for the first failed
+        child, or with return_exceptions=True puts the SubcallError in its place. Items
+        are JSON-serialisable, or all bytes (sent raw). `fn` and `entrypoint` as for
+        call()."""
+        out = []
+        for ok, value in self._ex.subcalls(self._call, fn, items, entrypoint):
+            if not ok and not return_exceptions:
+                raise value
+            out.append(value)
+        return out
 
 
 class FunctionLoadError(Exception):
@@ -397,25 +565,44 @@ _SHUTDOWN_ITEM = object()
 
 
 class Executor(object):
-    def __init__(self, sock, max_frame, capture_max):
+    def __init__(self, sock, max_frame, capture_max, max_nesting=DEFAULT_MAX_NESTING):
         self.sock = sock
         self.max_frame = max_frame
         self.capture_max = capture_max
+        self.max_nesting = max_nesting
         self.loader = Loader()
-        self.wlock = threading.Lock()
+        self.main_ident = threading.get_ident()  # Executor is built on the main thread
+        self.wlock = threading.Lock()  # the socket's write side
+        self.olock = threading.Lock()  # obuf; taken inside wlock, never the other way
+        self.obuf = []  # encoded RESULTs not written yet (main thread appends)
+        self.obytes = 0
+        self.fcv = threading.Condition(threading.Lock())
+        self.flush_armed = False  # the flusher thread should write obuf soon
         self.cv = threading.Condition(threading.Lock())
         self.queue = collections.deque()  # _Call items and _SHUTDOWN_ITEM, in arrival order
         self.pending = {}  # call_id -> queued _Call
-        self.current = None  # the _Call being run
+        self.running = []  # the running calls, outermost first (main thread only changes it)
+        self.requests = {}  # request_id -> _Request awaiting its SUBCALLS_RESULT
+        self.next_request_id = 1
         self.closed = False  # the Worker hung up
         self.shutdown_seen = False
+        # process CPU seconds read at the end of the last call, while the main thread has
+        # not waited since: the next call's start (one getrusage per call, not two)
+        self.cpu_mark = None
         self.out = _Capture(capture_max)  # sys.stdout during calls
         self.err = _Capture(capture_max)  # sys.stderr during calls
 
     # -- writing (any thread) --
 
     def send(self, data):
+        """Writes `data` now, after any buffered RESULTs (so frames keep their order)."""
         with self.wlock:
+            with self.olock:
+                if self.obuf:
+                    self.obuf.append(data)
+                    data = b"".join(self.obuf)
+                    del self.obuf[:]
+                    self.obytes = 0
             self.sock.sendall(data)
 
     def send_quietly(self, data):
@@ -423,6 +610,47 @@ class Executor(object):
             self.send(data)
         except OSError:
             pass  # the Worker is gone; the reader notices EOF
+
+    def post(self, frame):
+        """Buffers a RESULT (main thread); returns the bytes buffered."""
+        with self.olock:
+            self.obuf.append(frame)
+            self.obytes += len(frame)
+            return self.obytes
+
+    def flush(self):
+        """Writes the buffered RESULTs, if any."""
+        with self.wlock:
+            with self.olock:
+                if not self.obuf:
+                    return
+                data = b"".join(self.obuf) if len(self.obuf) > 1 else self.obuf[0]
+                del self.obuf[:]
+                self.obytes = 0
+            try:
+                self.sock.sendall(data)
+            except OSError:
+                pass  # the Worker is gone; the reader notices EOF
+
+    def arm_flusher(self):
+        """Buffered RESULTs wait while the main thread runs another call: have the
+        flusher thread write them as soon as it gets the interpreter."""
+        with self.fcv:
+            if not self.flush_armed:
+                self.flush_armed = True
+                self.fcv.notify()
+
+    def flusher(self):
+        try:
+            while True:
+                with self.fcv:
+                    while not self.flush_armed:
+                        self.fcv.wait()
+                    self.flush_armed = False
+                self.flush()
+        except BaseException as e:
+            _log("flusher thread failed: %r; exiting" % (e,))
+            os._exit(3)
 
     def error_result(self, call_id, etype, message):
         return encode_result(call_id, STATUS_ERROR, CONTENT_JSON, b"", etype.encode(),
@@ -475,27 +703,30 @@ class Executor(object):
                 off = end
                 if ftype == CALL:
                     calls.append(parse_call(mv, body, end, now))
-                elif ftype == CANCEL:
-                    if calls:  # keep order: CALLs before this CANCEL are queued first
-                        self.enqueue(calls, replies)
-                        calls = []
+                    continue
+                if calls:  # keep order: CALLs before this frame are queued first
+                    self.enqueue(calls, replies)
+                    calls = []
+                if ftype == CANCEL:
                     self.cancel(_parse_u64_body(mv, body, end, "CANCEL"), replies)
                 elif ftype == PING:
                     replies.append(encode_u64_frame(PONG, _parse_u64_body(mv, body, end, "PING")))
                 elif ftype == PONG:
                     _parse_u64_body(mv, body, end, "PONG")
+                elif ftype == SUBCALLS_RESULT:
+                    self.deliver(*parse_subcalls_result(mv, body, end))
+                elif ftype == STACK_REQUEST:
+                    call_id = _parse_u64_body(mv, body, end, "STACK_REQUEST")
+                    replies.append(encode_stack(call_id, self.format_stack(call_id)))
                 elif ftype == SHUTDOWN:
                     if end != body:
                         raise ProtocolError("SHUTDOWN has a body")
-                    if calls:
-                        self.enqueue(calls, replies)
-                        calls = []
                     with self.cv:
                         if not self.shutdown_seen:
                             self.shutdown_seen = True
                             self.queue.append(_SHUTDOWN_ITEM)
                             self.cv.notify()
-                elif ftype in (HELLO, RESULT):
+                elif ftype in _TO_WORKER_ONLY:
                     raise ProtocolError("frame type %d travels executor -> worker only" % ftype)
                 else:
                     raise ProtocolError("unknown frame type %d" % ftype)
@@ -519,21 +750,61 @@ class Executor(object):
 
     def cancel(self, call_id, replies):
         with self.cv:
-            cur = self.current
-            if cur is not None and cur.call_id == call_id:
-                cur.cancelled = True  # cooperative: ctx.cancelled / ctx.check_cancelled()
-                return
+            for cur in self.running:
+                if cur.call_id == call_id:
+                    # cooperative: ctx.cancelled / ctx.check_cancelled(); a call waiting
+                    # for subcalls stops waiting (raises worker.Cancelled)
+                    cur.cancelled = True
+                    self.cv.notify()
+                    return
             c = self.pending.pop(call_id, None)
             if c is None:
                 return  # finished already: its RESULT is on the way
             c.cancelled = True  # the main thread skips it
         replies.append(self.error_result(call_id, "Cancelled", "cancelled before it started"))
 
+    def deliver(self, request_id, children):
+        """A SUBCALLS_RESULT arrived: wakes the call waiting for it."""
+        with self.cv:
+            req = self.requests.pop(request_id, None)
+            if req is None:
+                return  # its call stopped waiting (cancelled): nobody wants it
+            if len(children) != req.count:
+                raise ProtocolError("SUBCALLS_RESULT %d has %d children, the request had %d"
+                                    % (request_id, len(children), req.count))
+            req.children = children
+            req.wait.outstanding -= 1
+            if req.wait.outstanding == 0:
+                self.cv.notify()
+
+    def format_stack(self, call_id):
+        """The main thread's Python stack (UTF-8) when call `call_id` is running, else b""."""
+        with self.cv:
+            ids = [c.call_id for c in self.running]
+        if call_id not in ids:
+            return b""
+        try:
+            frame = sys._current_frames().get(self.main_ident)
+            if frame is None:
+                return b""
+            entries = traceback.extract_stack(frame)
+            del frame
+            skip = 0  # the executor's own outermost frames (main, run, serve, execute)
+            while skip < len(entries) - 1 and entries[skip].filename == _THIS_FILE:
+                skip += 1
+            text = ("Python stack of call %d (executor pid %d, main thread, most recent call "
+                    "last; running calls, outermost first: %s):\n"
+                    % (call_id, os.getpid(), ", ".join(str(i) for i in ids)))
+            text += "".join(traceback.format_list(entries[skip:]))
+        except Exception as e:  # never let a formatting problem kill the reader
+            text = "cannot format the stack of call %d: %r\n" % (call_id, e)
+        return _cap_text(text)
+
     def on_eof(self):
         with self.cv:
             self.closed = True
-            if self.current is not None:
-                self.current.cancelled = True
+            for c in self.running:
+                c.cancelled = True
             self.queue.clear()
             self.pending.clear()
             self.cv.notify()
@@ -545,36 +816,161 @@ class Executor(object):
     # -- main thread --
 
     def run(self):
+        self.serve(None)
+        self.flush()
+        return 0
+
+    def serve(self, wait):
+        """Runs queued calls, one at a time. With `wait` None (the outer level): until
+        SHUTDOWN or EOF. With a _Wait (a call waiting for its subcalls): until its
+        SUBCALLS_RESULTs are in, its call is cancelled, or EOF; the calls it runs
+        meanwhile are nested inside the waiting one."""
         while True:
+            item = self.take(wait)
+            if item is None:
+                return
+            if len(self.running) >= self.max_nesting:
+                self.post(self.error_result(
+                    item.call_id, "NestingTooDeep",
+                    "%d calls already running in this executor (waiting for subcalls); "
+                    "limit %d" % (len(self.running), self.max_nesting)))
+                continue
+            if self.post(self.execute(item)) >= FLUSH_BYTES:
+                self.flush()
+
+    def take(self, wait):
+        """The next call to run, or None when serve() should return. Buffered RESULTs are
+        written before the main thread blocks, and the flusher is armed before it runs
+        another call."""
+        cv = self.cv
+        while True:
+            with cv:
+                while True:
+                    item = None
+                    if wait is not None:
+                        if wait.outstanding == 0 or wait.call.cancelled or self.closed:
+                            break
+                    elif self.closed:
+                        return None
+                    q = self.queue
+                    if q and (wait is None or q[0] is not _SHUTDOWN_ITEM):
+                        item = q.popleft()
+                        if item is _SHUTDOWN_ITEM:
+                            return None  # every CALL before it has run
+                        if item.cancelled:
+                            continue  # the reader already answered it
+                        if self.pending.get(item.call_id) is item:
+                            del self.pending[item.call_id]
+                        break
+                    self.cpu_mark = None  # waiting: the next call takes its own reading
+                    if self.obytes:
+                        break  # write them (outside the lock) before waiting
+                    cv.wait()
+            if item is not None:
+                if self.obytes:
+                    self.arm_flusher()
+                return item
+            if wait is not None and (wait.outstanding == 0 or wait.call.cancelled or self.closed):
+                self.flush()  # the waiting call resumes: nested RESULTs go out now
+                return None
+            self.flush()
+
+    def subcalls(self, call, fn, items, entrypoint):
+        """ctx.call / ctx.map: sends SUBCALLS for `items` and runs other calls until the
+        SUBCALLS_RESULTs are in. Returns [(True, value) or (False, SubcallError)]."""
+        if threading.get_ident() != self.main_ident or not self.running or self.running[-1] is not call:
+            raise RuntimeError("ctx.call/ctx.map must be called from the call's own thread "
+                               "while the call runs")
+        items = list(items)
+        if not items:
+            return []
+        if fn is None:
+            fn = ""
+        if not isinstance(fn, str):
+            raise TypeError("function name must be a str, not %s" % type(fn).__name__)
+        if entrypoint is None:
+            entrypoint = "" if fn in ("", call.function) else DEFAULT_ENTRYPOINT
+        elif not isinstance(entrypoint, str):
+            raise TypeError("entrypoint must be a str, not %s" % type(entrypoint).__name__)
+        if all(isinstance(x, (bytes, bytearray, memoryview)) for x in items):
+            ctype = CONTENT_BYTES
+            args = [bytes(x) for x in items]
+        else:
+            ctype = CONTENT_JSON
+            args = [_json_encode(x).encode("utf-8") for x in items]
+        fn_b = fn.encode("utf-8")
+        ep_b = entrypoint.encode("utf-8")
+        # one SUBCALLS frame per run of args that fits the frame limit
+        head = subcalls_head_size(fn_b, ep_b)
+        limit = 4 + self.max_frame  # a whole frame, length prefix included
+        chunks = []
+        cur, size = [], head
+        for i, a in enumerate(args):
+            if head + 4 + len(a) > limit:
+                raise ValueError("subcall argument %d is %d bytes encoded: above the frame limit "
+                                 "of %d bytes" % (i, len(a), self.max_frame))
+            if cur and size + 4 + len(a) > limit:
+                chunks.append(cur)
+                cur, size = [], head
+            cur.append(a)
+            size += 4 + len(a)
+        chunks.append(cur)
+        wait = _Wait(call, len(chunks))
+        reqs = []
+        frames = []
+        with self.cv:
+            for chunk in chunks:
+                req = _Request(self.next_request_id, len(chunk), wait)
+                self.next_request_id += 1
+                self.requests[req.request_id] = req
+                reqs.append(req)
+                frames.append(encode_subcalls(call.call_id, req.request_id, fn_b, ep_b, ctype, chunk))
+        self.send_quietly(b"".join(frames))
+        self.cpu_mark = None  # the waiting call ran since the last reading
+        self.serve(wait)
+        self.cpu_mark = None
+        if wait.outstanding:
             with self.cv:
-                while not self.queue and not self.closed:
-                    self.cv.wait()
-                if self.closed:
-                    return 0
-                item = self.queue.popleft()
-                if item is _SHUTDOWN_ITEM:
-                    return 0
-                if item.cancelled:
-                    continue  # the reader already answered it
-                if self.pending.get(item.call_id) is item:
-                    del self.pending[item.call_id]
-                self.current = item
-            frame = self.execute(item)
-            with self.cv:
-                self.current = None
-            try:
-                self.send(frame)
-            except OSError:
-                return 0  # the Worker is gone
+                for req in reqs:
+                    self.requests.pop(req.request_id, None)
+            if self.closed:
+                raise worker.Cancelled("the worker closed the connection while the call "
+                                       "waited for subcalls")
+            raise worker.Cancelled("call cancelled by the worker while waiting for subcalls")
+        out = []
+        for req in reqs:
+            for status, ctype_k, output, etype, emsg, tb in req.children:
+                if status == STATUS_OK:
+                    if ctype_k == CONTENT_BYTES:
+                        out.append((True, output))
+                        continue
+                    try:
+                        out.append((True, json.loads(output.decode("utf-8"))))
+                    except ValueError as e:
+                        out.append((False, worker.SubcallError(
+                            "OutputDecodeError", "child output is not valid JSON: %s" % e)))
+                    continue
+                out.append((False, worker.SubcallError(
+                    etype.decode("utf-8", "replace"), emsg.decode("utf-8", "replace"),
+                    tb.decode("utf-8", "replace"), status == STATUS_RETRYABLE)))
+        return out
 
     def execute(self, call):
         if call.deadline <= time.monotonic():
             return self.error_result(call.call_id, "DeadlineExceeded",
                                      "deadline passed before the call started")
         out, err = self.out, self.err
-        out.reset()
-        err.reset()
-        ru0 = resource.getrusage(_RUSAGE_SELF)
+        out.push()
+        err.push()
+        call.nested_cpu = 0.0
+        with self.cv:
+            self.running.append(call)
+        cpu0 = self.cpu_mark
+        if cpu0 is None:
+            ru0 = resource.getrusage(_RUSAGE_SELF)
+            cpu0 = ru0.ru_utime + ru0.ru_stime
+        else:
+            self.cpu_mark = None
         status, ctype, output = STATUS_OK, CONTENT_JSON, b""
         etype = emsg = tb = ""
         saved = sys.stdout, sys.stderr
@@ -589,13 +985,12 @@ class Executor(object):
                 else:
                     args = call.args
                 stage = "call"
-                value = fn(args, Context(call, err))
+                value = fn(args, Context(call, err, self))
                 stage = "output"
                 if isinstance(value, (bytes, bytearray, memoryview)):
                     output, ctype = bytes(value), CONTENT_BYTES
                 else:
-                    output = json.dumps(value, ensure_ascii=False, allow_nan=False,
-                                        separators=(",", ":")).encode("utf-8")
+                    output = _json_encode(value).encode("utf-8")
             except BaseException as e:  # SystemExit and KeyboardInterrupt fail the call only
                 status, ctype, output = STATUS_ERROR, CONTENT_JSON, b""
                 etype, emsg, tb = self.describe(e, stage, call)
@@ -603,12 +998,23 @@ class Executor(object):
                     status = STATUS_RETRYABLE
         finally:
             sys.stdout, sys.stderr = saved
+            with self.cv:
+                self.running.pop()
         ru1 = resource.getrusage(_RUSAGE_SELF)
-        cpu_us = int(round(((ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)) * 1e6))
+        cpu1 = ru1.ru_utime + ru1.ru_stime
+        self.cpu_mark = cpu1  # the next call starts here unless the main thread waits first
+        cpu = cpu1 - cpu0
+        if self.running:  # nested: the waiting call does not pay for this one
+            self.running[-1].nested_cpu += cpu
+        cpu_us = int(round((cpu - call.nested_cpu) * 1e6))
         max_rss_kb = ru1.ru_maxrss  # kB on Linux
-        fields = [call.call_id, status, ctype, output, etype.encode("utf-8", "replace"),
-                  _cap_text(emsg), _cap_text(tb), max(cpu_us, 0), max(max_rss_kb, 0),
-                  out.getvalue(), err.getvalue()]
+        if status == STATUS_OK:
+            fields = [call.call_id, status, ctype, output, b"", b"", b"", max(cpu_us, 0),
+                      max(max_rss_kb, 0), out.pop(), err.pop()]
+        else:
+            fields = [call.call_id, status, ctype, output, etype.encode("utf-8", "replace"),
+                      _cap_text(emsg), _cap_text(tb), max(cpu_us, 0), max(max_rss_kb, 0),
+                      out.pop(), err.pop()]
         frame = encode_result(*fields)
         if len(frame) - 4 > self.max_frame:
             fields[1:7] = [STATUS_ERROR, CONTENT_JSON, b"", b"OutputTooLarge",
@@ -647,6 +1053,21 @@ def _cap_text(s):
     return b[:ERROR_TEXT_MAX - len(marker)] + marker
 
 
+def _set_rlimit(which, value, flag):
+    """Sets soft and hard limit `which` to `value` (not above the current hard limit,
+    which an unprivileged process cannot raise). False, after a log line, on failure."""
+    try:
+        soft, hard = resource.getrlimit(which)
+        if hard != resource.RLIM_INFINITY and value > hard:
+            _log("%s %d is above the hard limit %d; using %d" % (flag, value, hard, hard))
+            value = hard
+        resource.setrlimit(which, (value, value))
+        return True
+    except (ValueError, OSError) as e:
+        _log("cannot apply %s: %s" % (flag, e))
+        return False
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description="Python executor of the Worker")
     ap.add_argument("--socket", required=True, help="the Worker's Unix-domain socket path")
@@ -657,6 +1078,16 @@ def main(argv=None):
     ap.add_argument("--pycache-prefix", default=None,
                     help="directory for compiled bytecode; without it none is written, so "
                          "the code store is never modified")
+    ap.add_argument("--max-nesting", type=int, default=DEFAULT_MAX_NESTING,
+                    help="most calls running at once (calls waiting for subcalls run other "
+                         "calls nested); a CALL beyond it is answered NestingTooDeep")
+    ap.add_argument("--rlimit-as-mb", type=int, default=0,
+                    help="RLIMIT_AS (address space) in MiB; 0 leaves it unchanged")
+    ap.add_argument("--rlimit-nofile", type=int, default=0,
+                    help="RLIMIT_NOFILE (open files); 0 leaves it unchanged")
+    ap.add_argument("--rlimit-cpu-s", type=int, default=0,
+                    help="RLIMIT_CPU (CPU seconds over the executor's life); 0 leaves it "
+                         "unchanged")
     opts = ap.parse_args(argv)
     if opts.pycache_prefix:
         sys.pycache_prefix = opts.pycache_prefix
@@ -664,6 +1095,15 @@ def main(argv=None):
         sys.dont_write_bytecode = True
     if not (1024 <= opts.max_frame <= 0xFFFFFFFF) or opts.capture_max < 64:
         ap.error("--max-frame must be 1024..4294967295 and --capture-max at least 64")
+    if not (1 <= opts.max_nesting <= 100):
+        ap.error("--max-nesting must be 1..100")
+    if min(opts.rlimit_as_mb, opts.rlimit_nofile, opts.rlimit_cpu_s) < 0:
+        ap.error("--rlimit-* values must be 0 (unchanged) or positive")
+    for value, which, unit, flag in ((opts.rlimit_as_mb, resource.RLIMIT_AS, 1 << 20, "--rlimit-as-mb"),
+                                     (opts.rlimit_nofile, resource.RLIMIT_NOFILE, 1, "--rlimit-nofile"),
+                                     (opts.rlimit_cpu_s, resource.RLIMIT_CPU, 1, "--rlimit-cpu-s")):
+        if value and not _set_rlimit(which, value * unit, flag):
+            return 1
 
     # The Worker owns our lifetime (SHUTDOWN, EOF, SIGTERM/SIGKILL): a terminal Ctrl-C
     # aimed at the Worker must not kill calls under it.
@@ -675,14 +1115,20 @@ def main(argv=None):
     except OSError as e:
         _log("cannot connect to %s: %s" % (opts.socket, e))
         return 1
-    ex = Executor(sock, opts.max_frame, opts.capture_max)
+    ex = Executor(sock, opts.max_frame, opts.capture_max, opts.max_nesting)
     try:
         ex.send(encode_hello(os.getpid()))
     except OSError as e:
         _log("cannot send HELLO: %s" % e)
         return 1
-    t = threading.Thread(target=ex.reader, name="wk-reader", daemon=True)
-    t.start()
+    # small stacks for our own threads (the default 8 MiB counts against RLIMIT_AS);
+    # threads the user's code starts get the default again
+    old_stack = threading.stack_size(THREAD_STACK)
+    try:
+        threading.Thread(target=ex.reader, name="wk-reader", daemon=True).start()
+        threading.Thread(target=ex.flusher, name="wk-flusher", daemon=True).start()
+    finally:
+        threading.stack_size(old_stack)
     rc = ex.run()
     try:
         sock.shutdown(socket.SHUT_RDWR)

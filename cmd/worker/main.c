@@ -15,7 +15,15 @@ static const char usage[] =
     "  --listen HOST:PORT            gRPC address (default 127.0.0.1:7070; port 0 = any free)\n"
     "  --task-slots N                concurrent tasks (default 16)\n"
     "  --code-root DIR               function code store (default ./code)\n"
-    "  --executors N                 Python executor processes (default 4)\n"
+    "  --executors N                 Python executors prestarted and kept (default 2)\n"
+    "  --executors-max N             grow to this many while work waits (default 4)\n"
+    "  --pipeline-depth N            calls in flight per executor (default 16)\n"
+    "  --max-calls-per-executor N    recycle an executor after N calls (default 0 = never)\n"
+    "  --max-executor-rss-mb N       recycle an executor above N MiB peak RSS (default 0 = never)\n"
+    "  --executor-idle-timeout-ms N  stop idle executors above the minimum after N ms (default 60000)\n"
+    "  --executor-rlimit-as-mb N     executor address-space limit (default 0 = none)\n"
+    "  --executor-rlimit-nofile N    executor open-files limit (default 1024)\n"
+    "  --executor-rlimit-cpu-s N     executor CPU-seconds limit (default 0 = none)\n"
     "  --python PATH                 interpreter for executors (default /usr/bin/python3)\n"
     "  --executor-script PATH        worker_executor.py (default: the source tree's python/)\n"
     "  --scratch-root DIR            parent of per-task scratch dirs (default: fresh under $TMPDIR)\n"
@@ -37,7 +45,8 @@ static const char usage[] =
 enum {
   OPT_LISTEN = 256, OPT_SLOTS, OPT_CODE_ROOT, OPT_EXECUTORS, OPT_PYTHON, OPT_SCRIPT, OPT_SCRATCH,
   OPT_RETENTION, OPT_MAX_RETAINED, OPT_GRACE, OPT_TTL, OPT_MAX_TTL, OPT_TIMEOUT, OPT_MAX_TIMEOUT,
-  OPT_DRAIN, OPT_CANCEL_GRACE, OPT_MAX_MSG, OPT_LOG_LEVEL,
+  OPT_DRAIN, OPT_CANCEL_GRACE, OPT_MAX_MSG, OPT_LOG_LEVEL, OPT_EXEC_MAX, OPT_DEPTH, OPT_MAX_CALLS,
+  OPT_MAX_RSS, OPT_IDLE, OPT_RL_AS, OPT_RL_NOFILE, OPT_RL_CPU,
 };
 
 static int parse_i64(const char *flag, const char *s, long long *out) {
@@ -80,6 +89,14 @@ int main(int argc, char **argv) {
       {"cancel-grace-ms", required_argument, 0, OPT_CANCEL_GRACE},
       {"max-message-bytes", required_argument, 0, OPT_MAX_MSG},
       {"log-level", required_argument, 0, OPT_LOG_LEVEL},
+      {"executors-max", required_argument, 0, OPT_EXEC_MAX},
+      {"pipeline-depth", required_argument, 0, OPT_DEPTH},
+      {"max-calls-per-executor", required_argument, 0, OPT_MAX_CALLS},
+      {"max-executor-rss-mb", required_argument, 0, OPT_MAX_RSS},
+      {"executor-idle-timeout-ms", required_argument, 0, OPT_IDLE},
+      {"executor-rlimit-as-mb", required_argument, 0, OPT_RL_AS},
+      {"executor-rlimit-nofile", required_argument, 0, OPT_RL_NOFILE},
+      {"executor-rlimit-cpu-s", required_argument, 0, OPT_RL_CPU},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0},
   };
@@ -121,6 +138,14 @@ int main(int argc, char **argv) {
           case OPT_DRAIN: cfg.drain_timeout_ms = v; break;
           case OPT_CANCEL_GRACE: cfg.cancel_grace_ms = v; break;
           case OPT_MAX_MSG: cfg.max_message_bytes = (size_t)v; break;
+          case OPT_EXEC_MAX: cfg.executors_max = (uint32_t)(v > 0xffffffffLL ? 0 : v); break;
+          case OPT_DEPTH: cfg.pipeline_depth = (uint32_t)(v > 0xffffffffLL ? 0 : v); break;
+          case OPT_MAX_CALLS: cfg.max_calls_per_executor = (uint64_t)v; break;
+          case OPT_MAX_RSS: cfg.max_executor_rss_mb = (uint64_t)v; break;
+          case OPT_IDLE: cfg.executor_idle_timeout_ms = v; break;
+          case OPT_RL_AS: cfg.executor_rlimit_as_mb = (uint64_t)v; break;
+          case OPT_RL_NOFILE: cfg.executor_rlimit_nofile = (uint64_t)v; break;
+          case OPT_RL_CPU: cfg.executor_rlimit_cpu_s = (uint64_t)v; break;
           default: break;
         }
     }

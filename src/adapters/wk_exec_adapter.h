@@ -29,6 +29,7 @@ typedef enum wk_call_status {
   WK_CALL_ERROR = 1,         /* the function raised */
   WK_CALL_RETRYABLE = 2,     /* the function raised worker.Retryable */
   WK_CALL_EXECUTOR_LOST = 3, /* the executor died or broke the protocol mid-call */
+  WK_CALL_TIMEOUT = 4,       /* past its deadline: cancelled, then killed; traceback = its stack */
 } wk_call_status;
 
 /* A finished call. Views are valid only during the callback. */
@@ -42,8 +43,15 @@ typedef struct wk_call_outcome {
   uint64_t bytes_in; /* args bytes sent */
 } wk_call_outcome;
 
-/* Called on the loop thread once per call that was not cancelled. */
-typedef void (*wk_exec_result_cb)(void *ud, void *call_ctx, const wk_call_outcome *outcome);
+/* What the adapter reports, on the loop thread. */
+typedef struct wk_exec_callbacks {
+  /* Once per call that was not cancelled. */
+  void (*on_result)(void *ud, void *call_ctx, const wk_call_outcome *outcome);
+  /* A running call asks for child calls (ctx.call / ctx.map). `req` and its views are
+   * valid during the callback only; answer with answer_subcalls (the parent waits). */
+  void (*on_subcalls)(void *ud, void *call_ctx, const wk_frame_subcalls *req);
+  void *ud;
+} wk_exec_callbacks;
 
 typedef struct wk_exec_adapter {
   void *impl;
@@ -52,6 +60,9 @@ typedef struct wk_exec_adapter {
   void *(*submit)(void *impl, const wk_call_spec *spec, void *call_ctx);
   /* Cancels a call: no outcome will be delivered for it. */
   void (*cancel)(void *impl, void *handle);
+  /* Answers a parent's SUBCALLS request with its children's outcomes, in order. */
+  void (*answer_subcalls)(void *impl, void *handle, uint64_t request_id,
+                          const wk_frame_child *children, uint32_t count);
 } wk_exec_adapter;
 
 #endif

@@ -1,5 +1,9 @@
 /* wk_executor_pool.c: executor processes, their connections and the call queue.
- * See wk_executor_pool.h for the contract. */
+ * See wk_executor_pool.h for the contract.
+ *
+ * Ownership: the pool owns executors (freed when both their process handle and timer
+ * are closed), connections (freed at close), and calls (freed when their outcome is
+ * delivered, or when cancelled and no executor holds them any more). */
 #include "adapters/wk_executor_pool.h"
 
 #include <errno.h>
@@ -14,73 +18,136 @@
 #define READ_CHUNK 65536u
 #define RESPAWN_DELAY_MIN_MS 50u
 #define RESPAWN_DELAY_MAX_MS 5000u
+#define MAINTENANCE_MS 50u
 
 typedef struct wk_executor wk_executor;
+typedef struct wk_conn wk_conn;
 
 struct wk_pool_call {
-  wk_pool_call *prev, *next; /* in the pool's queue while waiting */
+  wk_pool_call *prev, *next; /* in the pool's queue, or in its executor's in-flight list */
   void *ctx;
   uint64_t call_id;
   uint8_t *frame; /* encoded CALL */
   size_t frame_len;
   uint64_t bytes_in;
-  wk_executor *exec; /* while running */
-  bool cancelled;
+  int64_t deadline_ms; /* absolute loop time; 0 = none */
+  wk_executor *exec;   /* while sent */
+  bool cancelled;      /* by the caller: no outcome */
+  bool timed_out;      /* past its deadline: escalating */
+  bool stack_requested;
+  int64_t escalated_ms;
+  uint32_t waiting; /* SUBCALLS requests not yet answered */
+  char *stack;
+  size_t stack_len;
 };
 
-/* A connection from an executor; identified by the pid in its HELLO. */
-typedef struct wk_conn {
+struct wk_conn {
   uv_pipe_t pipe;
   wk_pool *pool;
   wk_executor *exec; /* NULL until HELLO */
   wk_frame_buf rbuf;
   bool closing;
-} wk_conn;
+};
 
 struct wk_executor {
   wk_executor *next; /* in the pool's list */
   wk_pool *pool;
   uv_process_t proc;
-  uv_timer_t kill_timer;
   wk_conn *conn;
   int pid;
   bool running;     /* process alive */
-  bool proc_closed; /* handle closed */
-  bool timer_closed;
-  wk_pool_call *call; /* in flight */
+  bool hello;       /* connected and identified */
+  bool retiring;    /* no new calls; SHUTDOWN once empty */
+  bool shutdown_sent;
+  wk_pool_call *head, *tail; /* in flight, in send order */
+  uint32_t inflight;
+  uint32_t waiting; /* in-flight calls waiting on subcalls */
+  uint64_t calls_done;
+  int64_t last_pong_ms;
+  int64_t last_ping_ms;
+  int64_t idle_since_ms;
+  wk_frame_buf wbuf; /* frames to write at the next flush */
 };
 
 struct wk_pool {
   uv_loop_t *loop;
   wk_pool_config cfg;
   char *python, *script, *python_path;
-  wk_exec_result_cb cb;
-  void *ud;
+  wk_exec_callbacks cb;
   char dir[64];
   char sock_path[128];
   uv_pipe_t listener;
-  bool listener_closed;
-  uv_timer_t respawn_timer;
-  bool respawn_timer_closed;
+  uv_timer_t maintenance;
   uint32_t respawn_delay_ms;
+  int64_t respawn_at_ms;
   wk_executor *executors;
-  uint32_t n_executors; /* structs alive (running or closing) */
+  uint32_t n_structs; /* executors not yet freed */
   uint32_t n_running;
   uint32_t n_ready;
-  uint64_t spawned_total;
+  uint32_t n_starting; /* spawned, no HELLO yet */
   uint64_t next_call_id;
+  uint64_t ping_nonce;
   wk_pool_call *queue_head, *queue_tail;
+  uint32_t queued;
+  wk_pool_stats stats;
   bool stopping;
-  uv_timer_t stop_timer;
+  int64_t stop_started_ms;
   void (*stop_done)(void *);
   void *stop_arg;
+  int handles_open;
 };
 
 static void dispatch(wk_pool *pool);
-static void on_respawn_timer(uv_timer_t *t);
 static void maybe_finish_stop(wk_pool *pool);
+static void spawn_if_needed(wk_pool *pool);
 
-/* ---- writes ------------------------------------------------------------------ */
+static int64_t now_ms(const wk_pool *pool) { return (int64_t)uv_now(pool->loop); }
+
+/* ---- call lists --------------------------------------------------------------- */
+
+static void list_push(wk_pool_call **head, wk_pool_call **tail, wk_pool_call *c) {
+  c->next = NULL;
+  c->prev = *tail;
+  if (*tail) {
+    (*tail)->next = c;
+  } else {
+    *head = c;
+  }
+  *tail = c;
+}
+
+static void list_remove(wk_pool_call **head, wk_pool_call **tail, wk_pool_call *c) {
+  if (c->prev) {
+    c->prev->next = c->next;
+  } else {
+    *head = c->next;
+  }
+  if (c->next) {
+    c->next->prev = c->prev;
+  } else {
+    *tail = c->prev;
+  }
+  c->prev = c->next = NULL;
+}
+
+static void free_call(wk_pool_call *c) {
+  free(c->frame);
+  free(c->stack);
+  free(c);
+}
+
+/* Takes a sent call off its executor. */
+static void detach(wk_pool_call *c) {
+  wk_executor *e = c->exec;
+  list_remove(&e->head, &e->tail, c);
+  e->inflight--;
+  if (c->waiting) e->waiting--;
+  c->waiting = 0;
+  c->exec = NULL;
+  if (e->inflight == 0) e->idle_since_ms = now_ms(e->pool);
+}
+
+/* ---- writes --------------------------------------------------------------------- */
 
 typedef struct wk_write {
   uv_write_t req;
@@ -93,184 +160,108 @@ static void on_write(uv_write_t *req, int status) {
   free(req->data);
 }
 
-static void conn_write(wk_conn *c, const uint8_t *bytes, size_t len) {
-  if (c->closing) return;
+static void flush(wk_executor *e) {
+  size_t len = wk_frame_buf_size(&e->wbuf);
+  if (len == 0) return;
+  wk_conn *c = e->conn;
+  if (!c || c->closing) {
+    wk_frame_buf_clear(&e->wbuf);
+    return;
+  }
   wk_write *w = malloc(sizeof *w + len);
   if (!w) abort();
-  memcpy(w->data, bytes, len);
+  memcpy(w->data, wk_frame_buf_bytes(&e->wbuf), len);
+  wk_frame_buf_clear(&e->wbuf);
   w->len = len;
   w->req.data = w;
   uv_buf_t buf = uv_buf_init((char *)w->data, (unsigned)len);
   if (uv_write(&w->req, (uv_stream_t *)&c->pipe, &buf, 1, on_write) != 0) free(w);
 }
 
-static void conn_write_frame(wk_conn *c, const wk_frame *f, uint32_t max_frame) {
-  wk_frame_buf b;
-  wk_frame_buf_init(&b, NULL);
-  if (wk_frame_encode(&b, f, max_frame) == WK_FRAME_OK) {
-    conn_write(c, wk_frame_buf_bytes(&b), wk_frame_buf_size(&b));
+static void queue_frame(wk_executor *e, const wk_frame *f) {
+  if (wk_frame_encode(&e->wbuf, f, e->pool->cfg.max_frame) != WK_FRAME_OK) {
+    wk_log(WK_LOG_ERROR, "executor_protocol", "cannot encode a %s frame", wk_frame_type_name(f->type));
   }
-  wk_frame_buf_free(&b);
 }
 
-/* ---- connections ------------------------------------------------------------ */
+/* ---- outcomes ----------------------------------------------------------------- */
+
+static void deliver(wk_pool *pool, wk_pool_call *c, const wk_call_outcome *o) {
+  pool->stats.results++;
+  if (!c->cancelled) pool->cb.on_result(pool->cb.ud, c->ctx, o);
+  free_call(c);
+}
+
+static void deliver_lost(wk_pool *pool, wk_pool_call *c, const wk_executor *e, const char *why) {
+  if (c->timed_out) {
+    char msg[200];
+    int n = snprintf(msg, sizeof msg, "the call ran past its deadline and did not stop when cancelled; "
+                     "its executor (pid %d) was killed", e->pid);
+    wk_call_outcome o = {
+        .status = WK_CALL_TIMEOUT,
+        .error_type = wk_frame_bytes_cstr("DeadlineExceeded"),
+        .error_message = {(const uint8_t *)msg, (uint32_t)(n > 0 ? n : 0)},
+        .traceback = {(const uint8_t *)c->stack, (uint32_t)c->stack_len},
+        .bytes_in = c->bytes_in,
+    };
+    deliver(pool, c, &o);
+    return;
+  }
+  char msg[200];
+  int n = snprintf(msg, sizeof msg, "the executor (pid %d) running this call was lost: %s", e->pid, why);
+  wk_call_outcome o = {
+      .status = WK_CALL_EXECUTOR_LOST,
+      .error_type = wk_frame_bytes_cstr("ExecutorLost"),
+      .error_message = {(const uint8_t *)msg, (uint32_t)(n > 0 ? n : 0)},
+      .bytes_in = c->bytes_in,
+  };
+  deliver(pool, c, &o);
+}
+
+/* ---- executors: lifecycle ------------------------------------------------------ */
+
+static void kill_executor(wk_executor *e, const char *reason) {
+  if (!e->running) return;
+  if (!e->pool->stopping) {
+    wk_log_json(WK_LOG_WARN, "executor_killed", json_pack("{s:i,s:s}", "pid", e->pid, "reason", reason));
+  }
+  uv_process_kill(&e->proc, SIGKILL);
+}
+
+static void retire(wk_executor *e, const char *reason, uint64_t *counter) {
+  if (e->retiring) return;
+  e->retiring = true;
+  if (counter) (*counter)++;
+  wk_log_json(WK_LOG_INFO, "executor_recycled",
+              json_pack("{s:i,s:s,s:I}", "pid", e->pid, "reason", reason, "calls", (json_int_t)e->calls_done));
+  if (e->conn && !e->conn->closing) e->pool->n_ready--;
+}
 
 static void on_conn_closed(uv_handle_t *h) {
   wk_conn *c = h->data;
   wk_pool *pool = c->pool;
   wk_frame_buf_free(&c->rbuf);
   free(c);
+  pool->handles_open--;
   maybe_finish_stop(pool);
-}
-
-static void kill_executor(wk_executor *e, const char *reason) {
-  if (!e->running) return;
-  wk_log(WK_LOG_WARN, "executor_killed", "killing executor pid %d: %s", e->pid, reason);
-  uv_process_kill(&e->proc, SIGKILL);
 }
 
 static void conn_close(wk_conn *c) {
   if (c->closing) return;
   c->closing = true;
-  if (c->exec) {
-    if (c->exec->conn == c) c->exec->conn = NULL;
-    if (c->pool->n_ready && c->exec->running) c->pool->n_ready--;
-    /* while stopping, executors hang up on their way out; the stop timer kills stragglers */
-    if (!c->pool->stopping) kill_executor(c->exec, "its connection closed");
+  wk_executor *e = c->exec;
+  if (e) {
+    if (!e->retiring) c->pool->n_ready--;
+    e->conn = NULL;
     c->exec = NULL;
+    /* while stopping, executors hang up on their way out; the stop timer kills stragglers */
+    if (!c->pool->stopping && !e->shutdown_sent) kill_executor(e, "its connection closed");
   }
   uv_read_stop((uv_stream_t *)&c->pipe);
   uv_close((uv_handle_t *)&c->pipe, on_conn_closed);
 }
 
-static void finish_call(wk_pool_call *call) {
-  free(call->frame);
-  free(call);
-}
-
-static void handle_result(wk_conn *c, const wk_frame_result *r) {
-  wk_executor *e = c->exec;
-  wk_pool_call *call = e->call;
-  if (!call || call->call_id != r->call_id) {
-    kill_executor(e, "RESULT for a call it was not running");
-    return;
-  }
-  e->call = NULL;
-  uv_timer_stop(&e->kill_timer);
-  if (!call->cancelled) {
-    wk_call_outcome o = {
-        .status = (wk_call_status)r->status,
-        .content_type = r->content_type,
-        .output = r->output,
-        .error_type = r->error_type,
-        .error_message = r->error_message,
-        .traceback = r->traceback,
-        .stdout_bytes = r->stdout_bytes,
-        .stderr_bytes = r->stderr_bytes,
-        .cpu_us = r->cpu_us,
-        .bytes_in = call->bytes_in,
-    };
-    c->pool->cb(c->pool->ud, call->ctx, &o);
-  }
-  finish_call(call);
-}
-
-static void handle_frame(wk_conn *c, const wk_frame *f) {
-  wk_pool *pool = c->pool;
-  if (!c->exec) {
-    if (f->type != WK_FRAME_HELLO) {
-      wk_log(WK_LOG_WARN, "executor_protocol", "first frame was %s, not HELLO",
-             wk_frame_type_name(f->type));
-      conn_close(c);
-      return;
-    }
-    for (wk_executor *e = pool->executors; e; e = e->next) {
-      if (e->running && e->pid == (int)f->hello.pid && !e->conn) {
-        c->exec = e;
-        e->conn = c;
-        pool->n_ready++;
-        pool->respawn_delay_ms = 0;
-        return;
-      }
-    }
-    wk_log(WK_LOG_WARN, "executor_protocol", "HELLO from unknown pid %u", f->hello.pid);
-    conn_close(c);
-    return;
-  }
-  switch (f->type) {
-    case WK_FRAME_RESULT: handle_result(c, &f->result); break;
-    case WK_FRAME_PING: {
-      wk_frame pong = {.type = WK_FRAME_PONG, .ping = f->ping};
-      conn_write_frame(c, &pong, pool->cfg.max_frame);
-      break;
-    }
-    case WK_FRAME_PONG: break;
-    case WK_FRAME_HELLO:
-    case WK_FRAME_CALL:
-    case WK_FRAME_CANCEL:
-    case WK_FRAME_SHUTDOWN:
-      kill_executor(c->exec, "it sent a frame only the worker may send");
-      break;
-  }
-}
-
-static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
-  (void)suggested;
-  wk_conn *c = h->data;
-  buf->base = (char *)wk_frame_buf_reserve(&c->rbuf, READ_CHUNK);
-  buf->len = READ_CHUNK;
-}
-
-static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
-  (void)buf;
-  wk_conn *c = s->data;
-  if (nread < 0) {
-    conn_close(c);
-    return;
-  }
-  wk_frame_buf_commit(&c->rbuf, (size_t)nread);
-  for (;;) {
-    wk_frame f;
-    size_t used = 0;
-    wk_frame_rc rc = wk_frame_decode(wk_frame_buf_bytes(&c->rbuf), wk_frame_buf_size(&c->rbuf),
-                                     c->pool->cfg.max_frame, &f, &used);
-    if (rc == WK_FRAME_NEED_MORE) break;
-    if (rc != WK_FRAME_OK) {
-      wk_log(WK_LOG_WARN, "executor_protocol", "malformed frame from executor: %s",
-             wk_frame_rc_describe(rc));
-      if (c->exec) kill_executor(c->exec, "malformed frame");
-      conn_close(c);
-      return;
-    }
-    handle_frame(c, &f);
-    wk_frame_buf_consume(&c->rbuf, used);
-    if (c->closing) return;
-  }
-  if (wk_frame_buf_size(&c->rbuf) == 0) wk_frame_buf_clear(&c->rbuf);
-  dispatch(c->pool);
-}
-
-static void on_connection(uv_stream_t *server, int status) {
-  wk_pool *pool = server->data;
-  if (status < 0) return;
-  wk_conn *c = calloc(1, sizeof *c);
-  if (!c) abort();
-  c->pool = pool;
-  wk_frame_buf_init(&c->rbuf, NULL);
-  uv_pipe_init(pool->loop, &c->pipe, 0);
-  c->pipe.data = c;
-  if (uv_accept(server, (uv_stream_t *)&c->pipe) != 0) {
-    c->closing = true;
-    uv_close((uv_handle_t *)&c->pipe, on_conn_closed);
-    return;
-  }
-  uv_read_start((uv_stream_t *)&c->pipe, on_alloc, on_read);
-}
-
-/* ---- processes --------------------------------------------------------------- */
-
-static void executor_maybe_free(wk_executor *e) {
-  if (!e->proc_closed || !e->timer_closed) return;
+static void executor_free(wk_executor *e) {
   wk_pool *pool = e->pool;
   for (wk_executor **p = &pool->executors; *p; p = &(*p)->next) {
     if (*p == e) {
@@ -278,21 +269,16 @@ static void executor_maybe_free(wk_executor *e) {
       break;
     }
   }
-  pool->n_executors--;
+  wk_frame_buf_free(&e->wbuf);
+  pool->n_structs--;
   free(e);
   maybe_finish_stop(pool);
 }
 
 static void on_proc_closed(uv_handle_t *h) {
   wk_executor *e = h->data;
-  e->proc_closed = true;
-  executor_maybe_free(e);
-}
-
-static void on_timer_closed(uv_handle_t *h) {
-  wk_executor *e = h->data;
-  e->timer_closed = true;
-  executor_maybe_free(e);
+  e->pool->handles_open--;
+  executor_free(e);
 }
 
 static void on_process_exit(uv_process_t *proc, int64_t exit_status, int term_signal) {
@@ -300,68 +286,58 @@ static void on_process_exit(uv_process_t *proc, int64_t exit_status, int term_si
   wk_pool *pool = e->pool;
   e->running = false;
   pool->n_running--;
-  if (e->conn) {
-    wk_conn *c = e->conn;
-    e->conn = NULL;
-    c->exec = NULL;
-    if (pool->n_ready) pool->n_ready--;
-    conn_close(c);
-  }
-  if (!pool->stopping) {
+  pool->stats.exited++;
+  if (!e->hello) pool->n_starting--; /* died before it said HELLO */
+  if (e->conn) conn_close(e->conn);
+  if (!pool->stopping && !e->shutdown_sent) {
     wk_log_json(WK_LOG_WARN, "executor_exited",
                 json_pack("{s:i,s:I,s:i}", "pid", e->pid, "exit_status", (json_int_t)exit_status,
                           "signal", term_signal));
   }
-  wk_pool_call *call = e->call;
-  e->call = NULL;
-  if (call) {
-    if (!call->cancelled) {
-      static const char type[] = "ExecutorLost";
-      char msg[160];
-      int n = snprintf(msg, sizeof msg, "the executor (pid %d) running this call exited (status %lld, signal %d)",
-                       e->pid, (long long)exit_status, term_signal);
-      wk_call_outcome o = {
-          .status = WK_CALL_EXECUTOR_LOST,
-          .error_type = {(const uint8_t *)type, (uint32_t)(sizeof type - 1)},
-          .error_message = {(const uint8_t *)msg, (uint32_t)(n > 0 ? n : 0)},
-          .bytes_in = call->bytes_in,
-      };
-      pool->cb(pool->ud, call->ctx, &o);
-    }
-    finish_call(call);
+  char why[80];
+  snprintf(why, sizeof why, "exit status %lld, signal %d", (long long)exit_status, term_signal);
+  while (e->head) {
+    wk_pool_call *c = e->head;
+    detach(c);
+    deliver_lost(pool, c, e, why);
   }
-  uv_timer_stop(&e->kill_timer);
-  uv_close((uv_handle_t *)&e->kill_timer, on_timer_closed);
   uv_close((uv_handle_t *)proc, on_proc_closed);
   if (!pool->stopping) {
-    /* back off when executors die young (bad interpreter, broken code path) */
-    pool->respawn_delay_ms = pool->respawn_delay_ms ? pool->respawn_delay_ms * 2 : RESPAWN_DELAY_MIN_MS;
-    if (pool->respawn_delay_ms > RESPAWN_DELAY_MAX_MS) pool->respawn_delay_ms = RESPAWN_DELAY_MAX_MS;
-    if (!uv_is_active((uv_handle_t *)&pool->respawn_timer)) {
-      uv_timer_start(&pool->respawn_timer, on_respawn_timer, pool->respawn_delay_ms, 0);
+    if (!e->shutdown_sent) {
+      /* back off when executors die young (bad interpreter, broken code path) */
+      pool->respawn_delay_ms = pool->respawn_delay_ms ? pool->respawn_delay_ms * 2 : RESPAWN_DELAY_MIN_MS;
+      if (pool->respawn_delay_ms > RESPAWN_DELAY_MAX_MS) pool->respawn_delay_ms = RESPAWN_DELAY_MAX_MS;
+      pool->respawn_at_ms = now_ms(pool) + pool->respawn_delay_ms;
     }
+    spawn_if_needed(pool);
   }
   dispatch(pool);
 }
-
-static void free_handle_owner(uv_handle_t *h) { free(h->data); }
 
 static int spawn_one(wk_pool *pool, char *err, size_t err_len) {
   wk_executor *e = calloc(1, sizeof *e);
   if (!e) abort();
   e->pool = pool;
+  wk_frame_buf_init(&e->wbuf, NULL);
   char pythonpath[4200];
   snprintf(pythonpath, sizeof pythonpath, "PYTHONPATH=%s", pool->python_path);
   char home[128];
   snprintf(home, sizeof home, "HOME=%s", pool->dir);
-  /* a scrubbed environment: nothing of the worker's leaks into user code */
   static char path_var[] = "PATH=/usr/local/bin:/usr/bin:/bin";
   static char lang_var[] = "LANG=C.UTF-8";
   static char nobytecode_var[] = "PYTHONDONTWRITEBYTECODE=1";
   static char unbuffered_var[] = "PYTHONUNBUFFERED=1";
-  static char socket_flag[] = "--socket";
+  /* a scrubbed environment: nothing of the worker's leaks into user code */
   char *env[] = {path_var, pythonpath, home, lang_var, nobytecode_var, unbuffered_var, NULL};
-  char *args[] = {pool->python, pool->script, socket_flag, pool->sock_path, NULL};
+  char as[32], nofile[32], cpu[32], max_frame[32];
+  snprintf(as, sizeof as, "%llu", (unsigned long long)pool->cfg.rlimit_as_mb);
+  snprintf(nofile, sizeof nofile, "%llu", (unsigned long long)pool->cfg.rlimit_nofile);
+  snprintf(cpu, sizeof cpu, "%llu", (unsigned long long)pool->cfg.rlimit_cpu_s);
+  snprintf(max_frame, sizeof max_frame, "%u", pool->cfg.max_frame);
+  static char f_socket[] = "--socket", f_as[] = "--rlimit-as-mb", f_nofile[] = "--rlimit-nofile",
+              f_cpu[] = "--rlimit-cpu-s", f_frame[] = "--max-frame";
+  char *args[] = {pool->python, pool->script, f_socket, pool->sock_path, f_as, as, f_nofile, nofile,
+                  f_cpu, cpu, f_frame, max_frame, NULL};
   uv_stdio_container_t stdio[3] = {
       {.flags = UV_IGNORE},
       {.flags = UV_INHERIT_FD, .data.fd = STDERR_FILENO},
@@ -378,72 +354,279 @@ static int spawn_one(wk_pool *pool, char *err, size_t err_len) {
   e->proc.data = e;
   int rc = uv_spawn(pool->loop, &e->proc, &opt);
   if (rc != 0) {
-    snprintf(err, err_len, "cannot start executor %s %s: %s", pool->python, pool->script,
-             uv_strerror(rc));
-    /* uv_spawn failure still requires closing the handle */
-    uv_close((uv_handle_t *)&e->proc, free_handle_owner);
+    snprintf(err, err_len, "cannot start executor %s %s: %s", pool->python, pool->script, uv_strerror(rc));
+    pool->handles_open++;
+    pool->n_structs++;
+    e->next = pool->executors;
+    pool->executors = e;
+    uv_close((uv_handle_t *)&e->proc, on_proc_closed);
     return -1;
   }
-  uv_timer_init(pool->loop, &e->kill_timer);
-  e->kill_timer.data = e;
+  pool->handles_open++;
   e->pid = e->proc.pid;
   e->running = true;
+  e->idle_since_ms = e->last_pong_ms = now_ms(pool);
   e->next = pool->executors;
   pool->executors = e;
-  pool->n_executors++;
+  pool->n_structs++;
   pool->n_running++;
-  pool->spawned_total++;
+  pool->n_starting++;
+  pool->stats.spawned++;
   return 0;
 }
 
-static void spawn_missing(wk_pool *pool);
-
-static void on_respawn_timer(uv_timer_t *t) { spawn_missing(t->data); }
-
-static void spawn_missing(wk_pool *pool) {
+/* Keeps executors_min running, and grows toward executors_max while every ready
+ * executor has work queued behind the call it is running. One start at a time. */
+static void spawn_if_needed(wk_pool *pool) {
+  if (pool->stopping || now_ms(pool) < pool->respawn_at_ms) return;
+  uint32_t live = 0, ready = 0, backed_up = 0;
+  for (const wk_executor *e = pool->executors; e; e = e->next) {
+    if (!e->running || e->retiring) continue; /* retiring ones are being replaced */
+    live++;
+    if (!e->conn) continue;
+    ready++;
+    if (e->inflight - e->waiting >= 2) backed_up++;
+  }
+  uint32_t want = pool->cfg.executors_min;
+  bool demand = (ready > 0 && backed_up == ready) || pool->queued > 0;
+  if (demand && pool->n_starting == 0 && live < pool->cfg.executors_max && live + 1 > want) want = live + 1;
   char err[256];
-  while (!pool->stopping && pool->n_running < pool->cfg.executors) {
+  while (live < want) {
     if (spawn_one(pool, err, sizeof err) != 0) {
       wk_log(WK_LOG_ERROR, "executor_spawn_failed", "%s", err);
-      uv_timer_start(&pool->respawn_timer, on_respawn_timer, RESPAWN_DELAY_MAX_MS, 0);
+      pool->respawn_at_ms = now_ms(pool) + RESPAWN_DELAY_MAX_MS;
       return;
     }
+    live++;
   }
 }
 
-/* ---- dispatch ---------------------------------------------------------------- */
+/* ---- reading ---------------------------------------------------------------------- */
 
-static void on_kill_timer(uv_timer_t *t) {
-  wk_executor *e = t->data;
-  if (e->call && e->call->cancelled) kill_executor(e, "a cancelled call outlived the cancel grace");
+static wk_pool_call *find_inflight(wk_executor *e, uint64_t call_id) {
+  for (wk_pool_call *c = e->head; c; c = c->next) {
+    if (c->call_id == call_id) return c;
+  }
+  return NULL;
 }
 
+static void handle_result(wk_executor *e, const wk_frame_result *r) {
+  wk_pool *pool = e->pool;
+  wk_pool_call *c = find_inflight(e, r->call_id);
+  if (!c) {
+    pool->stats.killed_protocol++;
+    kill_executor(e, "RESULT for a call it was not running");
+    return;
+  }
+  detach(c);
+  e->calls_done++;
+  if (pool->cfg.max_calls_per_executor && e->calls_done >= pool->cfg.max_calls_per_executor) {
+    retire(e, "max_calls_per_executor", &pool->stats.recycled_calls);
+  }
+  if (pool->cfg.max_executor_rss_mb && r->max_rss_kb > pool->cfg.max_executor_rss_mb * 1024u) {
+    retire(e, "max_executor_rss_mb", &pool->stats.recycled_rss);
+  }
+  if (c->timed_out && r->status != WK_FRAME_STATUS_OK) {
+    /* it stopped when cancelled at its deadline */
+    wk_call_outcome o = {
+        .status = WK_CALL_TIMEOUT,
+        .error_type = wk_frame_bytes_cstr("DeadlineExceeded"),
+        .error_message = wk_frame_bytes_cstr("the call ran past its deadline and was cancelled"),
+        .traceback = r->traceback,
+        .stdout_bytes = r->stdout_bytes,
+        .stderr_bytes = r->stderr_bytes,
+        .cpu_us = r->cpu_us,
+        .bytes_in = c->bytes_in,
+    };
+    deliver(pool, c, &o);
+    return;
+  }
+  wk_call_outcome o = {
+      .status = (wk_call_status)r->status,
+      .content_type = r->content_type,
+      .output = r->output,
+      .error_type = r->error_type,
+      .error_message = r->error_message,
+      .traceback = r->traceback,
+      .stdout_bytes = r->stdout_bytes,
+      .stderr_bytes = r->stderr_bytes,
+      .cpu_us = r->cpu_us,
+      .bytes_in = c->bytes_in,
+  };
+  deliver(pool, c, &o);
+}
+
+static void handle_frame(wk_conn *conn, const wk_frame *f) {
+  wk_pool *pool = conn->pool;
+  wk_executor *e = conn->exec;
+  if (!e) {
+    if (f->type != WK_FRAME_HELLO) {
+      wk_log(WK_LOG_WARN, "executor_protocol", "first frame was %s, not HELLO", wk_frame_type_name(f->type));
+      conn_close(conn);
+      return;
+    }
+    for (wk_executor *x = pool->executors; x; x = x->next) {
+      if (x->running && x->pid == (int)f->hello.pid && !x->conn) {
+        conn->exec = x;
+        x->conn = conn;
+        x->hello = true;
+        x->last_pong_ms = now_ms(pool);
+        pool->n_ready++;
+        if (pool->n_starting) pool->n_starting--;
+        pool->respawn_delay_ms = 0;
+        return;
+      }
+    }
+    wk_log(WK_LOG_WARN, "executor_protocol", "HELLO from unknown pid %u", f->hello.pid);
+    conn_close(conn);
+    return;
+  }
+  switch (f->type) {
+    case WK_FRAME_RESULT:
+      handle_result(e, &f->result);
+      break;
+    case WK_FRAME_PING: {
+      wk_frame pong = {.type = WK_FRAME_PONG, .ping = f->ping};
+      queue_frame(e, &pong);
+      break;
+    }
+    case WK_FRAME_PONG:
+      e->last_pong_ms = now_ms(pool);
+      break;
+    case WK_FRAME_SUBCALLS: {
+      wk_pool_call *parent = find_inflight(e, f->subcalls.parent_call_id);
+      if (!parent) {
+        pool->stats.killed_protocol++;
+        kill_executor(e, "SUBCALLS for a call it was not running");
+        return;
+      }
+      if (parent->waiting++ == 0) e->waiting++;
+      if (!parent->cancelled) pool->cb.on_subcalls(pool->cb.ud, parent->ctx, &f->subcalls);
+      break;
+    }
+    case WK_FRAME_STACK: {
+      wk_pool_call *c = find_inflight(e, f->stack.call_id);
+      if (c && c->stack_requested && !c->stack) {
+        c->stack = malloc(f->stack.stack.len + 1);
+        if (!c->stack) abort();
+        memcpy(c->stack, f->stack.stack.ptr, f->stack.stack.len);
+        c->stack[f->stack.stack.len] = '\0';
+        c->stack_len = f->stack.stack.len;
+        kill_executor(e, "a call outlived its deadline and the cancel grace");
+        pool->stats.killed_wedged++;
+      }
+      break;
+    }
+    case WK_FRAME_HELLO:
+    case WK_FRAME_CALL:
+    case WK_FRAME_CANCEL:
+    case WK_FRAME_SHUTDOWN:
+    case WK_FRAME_SUBCALLS_RESULT:
+    case WK_FRAME_STACK_REQUEST:
+      pool->stats.killed_protocol++;
+      kill_executor(e, "it sent a frame only the worker may send");
+      break;
+  }
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+  (void)suggested;
+  wk_conn *c = h->data;
+  buf->base = (char *)wk_frame_buf_reserve(&c->rbuf, READ_CHUNK);
+  buf->len = READ_CHUNK;
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
+  (void)buf;
+  wk_conn *c = s->data;
+  wk_pool *pool = c->pool;
+  if (nread < 0) {
+    conn_close(c);
+    return;
+  }
+  wk_frame_buf_commit(&c->rbuf, (size_t)nread);
+  while (!c->closing) {
+    wk_frame f;
+    size_t used = 0;
+    wk_frame_rc rc = wk_frame_decode(wk_frame_buf_bytes(&c->rbuf), wk_frame_buf_size(&c->rbuf),
+                                     pool->cfg.max_frame, &f, &used);
+    if (rc == WK_FRAME_NEED_MORE) break;
+    if (rc != WK_FRAME_OK) {
+      wk_log(WK_LOG_WARN, "executor_protocol", "malformed frame from executor: %s", wk_frame_rc_describe(rc));
+      if (c->exec) {
+        pool->stats.killed_protocol++;
+        kill_executor(c->exec, "malformed frame");
+      }
+      conn_close(c);
+      return;
+    }
+    handle_frame(c, &f);
+    wk_frame_buf_consume(&c->rbuf, used);
+  }
+  if (!c->closing && wk_frame_buf_size(&c->rbuf) == 0) wk_frame_buf_clear(&c->rbuf);
+  if (c->exec) flush(c->exec);
+  dispatch(pool);
+}
+
+static void on_connection(uv_stream_t *server, int status) {
+  wk_pool *pool = server->data;
+  if (status < 0) return;
+  wk_conn *c = calloc(1, sizeof *c);
+  if (!c) abort();
+  c->pool = pool;
+  wk_frame_buf_init(&c->rbuf, NULL);
+  uv_pipe_init(pool->loop, &c->pipe, 0);
+  c->pipe.data = c;
+  pool->handles_open++;
+  if (uv_accept(server, (uv_stream_t *)&c->pipe) != 0) {
+    c->closing = true;
+    uv_close((uv_handle_t *)&c->pipe, on_conn_closed);
+    return;
+  }
+  uv_read_start((uv_stream_t *)&c->pipe, on_alloc, on_read);
+}
+
+/* ---- dispatch ----------------------------------------------------------------------- */
+
+static bool can_take(const wk_executor *e, uint32_t depth) {
+  return e->running && e->conn && !e->conn->closing && !e->retiring && e->inflight - e->waiting < depth;
+}
+
+/* Sends queued calls to executors with room, least loaded first, and writes each
+ * executor's frames in one batch. */
 static void dispatch(wk_pool *pool) {
   if (pool->stopping) return;
-  for (wk_executor *e = pool->executors; e && pool->queue_head; e = e->next) {
-    if (!e->running || !e->conn || e->conn->closing || e->call) continue;
-    wk_pool_call *call = pool->queue_head;
-    pool->queue_head = call->next;
-    if (pool->queue_head) {
-      pool->queue_head->prev = NULL;
-    } else {
-      pool->queue_tail = NULL;
+  uint32_t depth = pool->cfg.pipeline_depth;
+  while (pool->queue_head) {
+    wk_executor *best = NULL;
+    for (wk_executor *e = pool->executors; e; e = e->next) {
+      if (can_take(e, depth) && (!best || e->inflight - e->waiting < best->inflight - best->waiting)) best = e;
     }
-    call->next = call->prev = NULL;
-    call->exec = e;
-    e->call = call;
-    conn_write(e->conn, call->frame, call->frame_len);
+    if (!best) break;
+    wk_pool_call *c = pool->queue_head;
+    list_remove(&pool->queue_head, &pool->queue_tail, c);
+    pool->queued--;
+    c->exec = best;
+    list_push(&best->head, &best->tail, c);
+    best->inflight++;
+    wk_frame_buf_append(&best->wbuf, c->frame, c->frame_len);
+    free(c->frame); /* sent: the bytes are not needed again */
+    c->frame = NULL;
+    pool->stats.calls_sent++;
   }
+  for (wk_executor *e = pool->executors; e; e = e->next) flush(e);
+  spawn_if_needed(pool);
 }
 
 wk_pool_call *wk_pool_submit(wk_pool *pool, const wk_call_spec *spec, void *call_ctx) {
-  wk_pool_call *call = calloc(1, sizeof *call);
-  if (!call) abort();
-  call->ctx = call_ctx;
-  call->call_id = ++pool->next_call_id;
+  wk_pool_call *c = calloc(1, sizeof *c);
+  if (!c) abort();
+  c->ctx = call_ctx;
+  c->call_id = ++pool->next_call_id;
+  c->deadline_ms = spec->deadline_ms ? now_ms(pool) + spec->deadline_ms : 0;
   wk_frame f = {.type = WK_FRAME_CALL};
   f.call = (wk_frame_call){
-      .call_id = call->call_id,
+      .call_id = c->call_id,
       .task_id = wk_frame_bytes_cstr(spec->task_id),
       .function = wk_frame_bytes_cstr(spec->function),
       .epoch = spec->epoch,
@@ -458,95 +641,177 @@ wk_pool_call *wk_pool_submit(wk_pool *pool, const wk_call_spec *spec, void *call
   };
   wk_frame_buf b;
   wk_frame_buf_init(&b, NULL);
-  wk_frame_rc rc = wk_frame_encode(&b, &f, pool->cfg.max_frame);
-  if (rc != WK_FRAME_OK) {
-    /* too large to send: fail it as a call error right away */
+  if (wk_frame_encode(&b, &f, pool->cfg.max_frame) != WK_FRAME_OK) {
     wk_frame_buf_free(&b);
-    static const char type[] = "ArgsTooLarge";
-    static const char msg[] = "the call's arguments exceed the executor frame limit";
     wk_call_outcome o = {
         .status = WK_CALL_ERROR,
-        .error_type = {(const uint8_t *)type, (uint32_t)(sizeof type - 1)},
-        .error_message = {(const uint8_t *)msg, (uint32_t)(sizeof msg - 1)},
+        .error_type = wk_frame_bytes_cstr("ArgsTooLarge"),
+        .error_message = wk_frame_bytes_cstr("the call's arguments exceed the executor frame limit"),
     };
-    free(call);
-    pool->cb(pool->ud, call_ctx, &o);
+    free(c);
+    pool->cb.on_result(pool->cb.ud, call_ctx, &o);
     return NULL;
   }
-  call->frame_len = wk_frame_buf_size(&b);
-  call->frame = malloc(call->frame_len);
-  if (!call->frame) abort();
-  memcpy(call->frame, wk_frame_buf_bytes(&b), call->frame_len);
+  c->frame_len = wk_frame_buf_size(&b);
+  c->frame = malloc(c->frame_len);
+  if (!c->frame) abort();
+  memcpy(c->frame, wk_frame_buf_bytes(&b), c->frame_len);
   wk_frame_buf_free(&b);
-  call->bytes_in = spec->args.len;
-  call->prev = pool->queue_tail;
-  if (pool->queue_tail) {
-    pool->queue_tail->next = call;
-  } else {
-    pool->queue_head = call;
-  }
-  pool->queue_tail = call;
+  c->bytes_in = spec->args.len;
+  list_push(&pool->queue_head, &pool->queue_tail, c);
+  pool->queued++;
   dispatch(pool);
-  return call;
+  return c;
 }
 
-void wk_pool_cancel(wk_pool *pool, wk_pool_call *call) {
-  if (!call || call->cancelled) return;
-  call->cancelled = true;
-  wk_executor *e = call->exec;
+void wk_pool_cancel(wk_pool *pool, wk_pool_call *c) {
+  if (!c || c->cancelled) return;
+  c->cancelled = true;
+  wk_executor *e = c->exec;
   if (!e) { /* still queued */
-    if (call->prev) {
-      call->prev->next = call->next;
-    } else {
-      pool->queue_head = call->next;
-    }
-    if (call->next) {
-      call->next->prev = call->prev;
-    } else {
-      pool->queue_tail = call->prev;
-    }
-    finish_call(call);
+    list_remove(&pool->queue_head, &pool->queue_tail, c);
+    pool->queued--;
+    free_call(c);
     return;
   }
-  if (e->conn) {
-    wk_frame f = {.type = WK_FRAME_CANCEL, .cancel = {.call_id = call->call_id}};
-    conn_write_frame(e->conn, &f, pool->cfg.max_frame);
+  /* the executor answers (RESULT "Cancelled" when it had not started it); escalation
+   * in maintenance() kills it if the call keeps running past the grace */
+  wk_frame f = {.type = WK_FRAME_CANCEL, .cancel = {.call_id = c->call_id}};
+  queue_frame(e, &f);
+  flush(e);
+  c->escalated_ms = now_ms(pool);
+}
+
+void wk_pool_answer_subcalls(wk_pool *pool, wk_pool_call *parent, uint64_t request_id,
+                             const wk_frame_child *children, uint32_t count) {
+  (void)pool;
+  wk_executor *e = parent->exec;
+  if (!e) return;
+  if (parent->waiting && --parent->waiting == 0) e->waiting--;
+  wk_frame f = {.type = WK_FRAME_SUBCALLS_RESULT};
+  f.subcalls_result = (wk_frame_subcalls_result){.request_id = request_id, .count = count, .children = children};
+  queue_frame(e, &f);
+  flush(e);
+}
+
+/* ---- maintenance: deadlines, heartbeats, idle executors, spawning ------------------- */
+
+static void escalate(wk_pool *pool, wk_executor *e, wk_pool_call *c, int64_t now) {
+  if (!c->timed_out && !c->cancelled && c->deadline_ms && now >= c->deadline_ms) {
+    c->timed_out = true;
+    c->escalated_ms = now;
+    wk_frame f = {.type = WK_FRAME_CANCEL, .cancel = {.call_id = c->call_id}};
+    queue_frame(e, &f);
+    return;
   }
-  uv_timer_start(&e->kill_timer, on_kill_timer, (uint64_t)pool->cfg.cancel_grace_ms, 0);
+  if (!(c->timed_out || c->cancelled) || !c->escalated_ms) return;
+  if (!c->stack_requested && now - c->escalated_ms >= pool->cfg.cancel_grace_ms) {
+    c->stack_requested = true;
+    wk_frame f = {.type = WK_FRAME_STACK_REQUEST, .stack_request = {.call_id = c->call_id}};
+    queue_frame(e, &f);
+    return;
+  }
+  if (c->stack_requested && now - c->escalated_ms >= pool->cfg.cancel_grace_ms + pool->cfg.stack_wait_ms) {
+    pool->stats.killed_wedged++;
+    kill_executor(e, "a call outlived its deadline and the cancel grace (no stack came)");
+  }
+}
+
+static void maintenance(uv_timer_t *t) {
+  wk_pool *pool = t->data;
+  int64_t now = now_ms(pool);
+  if (pool->stopping) {
+    if (now - pool->stop_started_ms >= pool->cfg.shutdown_grace_ms) {
+      for (wk_executor *e = pool->executors; e; e = e->next) kill_executor(e, "shutdown grace over");
+    }
+    return;
+  }
+  for (wk_executor *e = pool->executors; e; e = e->next) {
+    if (!e->running) continue;
+    for (wk_pool_call *c = e->head; c; c = c->next) escalate(pool, e, c, now);
+    if (e->conn && !e->conn->closing) {
+      if (now - e->last_pong_ms > pool->cfg.heartbeat_timeout_ms) {
+        pool->stats.killed_heartbeat++;
+        kill_executor(e, "it missed its heartbeats");
+        continue;
+      }
+      if (now - e->last_ping_ms >= pool->cfg.heartbeat_interval_ms) {
+        e->last_ping_ms = now;
+        wk_frame ping = {.type = WK_FRAME_PING, .ping = {.nonce = ++pool->ping_nonce}};
+        queue_frame(e, &ping);
+      }
+      if (!e->retiring && e->inflight == 0 && now - e->idle_since_ms >= pool->cfg.idle_timeout_ms &&
+          pool->n_ready > pool->cfg.executors_min) {
+        retire(e, "idle", &pool->stats.stopped_idle);
+      }
+      if (e->retiring && e->inflight == 0 && !e->shutdown_sent) {
+        e->shutdown_sent = true;
+        wk_frame bye = {.type = WK_FRAME_SHUTDOWN};
+        queue_frame(e, &bye);
+      }
+    } else if (now - e->idle_since_ms > 30000 && !e->conn) {
+      kill_executor(e, "it never connected");
+    }
+    flush(e);
+  }
+  spawn_if_needed(pool);
+  dispatch(pool);
+}
+
+/* ---- adapter ----------------------------------------------------------------------- */
+
+static void *adapter_submit(void *impl, const wk_call_spec *spec, void *call_ctx) {
+  return wk_pool_submit(impl, spec, call_ctx);
+}
+
+static void adapter_cancel(void *impl, void *handle) { wk_pool_cancel(impl, handle); }
+
+static void adapter_answer(void *impl, void *handle, uint64_t request_id, const wk_frame_child *children,
+                           uint32_t count) {
+  wk_pool_answer_subcalls(impl, handle, request_id, children, count);
+}
+
+wk_exec_adapter wk_pool_adapter(wk_pool *pool) {
+  return (wk_exec_adapter){.impl = pool,
+                           .submit = adapter_submit,
+                           .cancel = adapter_cancel,
+                           .answer_subcalls = adapter_answer};
 }
 
 uint32_t wk_pool_ready_executors(const wk_pool *pool) { return pool->n_ready; }
-uint64_t wk_pool_spawned_total(const wk_pool *pool) { return pool->spawned_total; }
+uint32_t wk_pool_running_executors(const wk_pool *pool) { return pool->n_running; }
+uint32_t wk_pool_capacity(const wk_pool *pool) {
+  uint32_t ready = pool->n_ready ? pool->n_ready : 1;
+  return ready * pool->cfg.pipeline_depth;
+}
+wk_pool_stats wk_pool_get_stats(const wk_pool *pool) { return pool->stats; }
 
-/* ---- start and stop --------------------------------------------------------- */
+/* ---- start and stop ------------------------------------------------------------------ */
 
-wk_pool *wk_pool_start(uv_loop_t *loop, const wk_pool_config *cfg, wk_exec_result_cb cb,
-                       void *ud, char *err, size_t err_len) {
+wk_pool *wk_pool_start(uv_loop_t *loop, const wk_pool_config *cfg, wk_exec_callbacks cb, char *err,
+                       size_t err_len) {
   if (access(cfg->python, X_OK) != 0) {
-    snprintf(err, err_len, "python interpreter %s is not executable: %s", cfg->python,
-             strerror(errno));
+    snprintf(err, err_len, "python interpreter %s is not executable: %s", cfg->python, strerror(errno));
     return NULL;
   }
   if (access(cfg->executor_script, R_OK) != 0) {
-    snprintf(err, err_len, "executor script %s is not readable: %s", cfg->executor_script,
-             strerror(errno));
+    snprintf(err, err_len, "executor script %s is not readable: %s", cfg->executor_script, strerror(errno));
     return NULL;
   }
   wk_pool *pool = calloc(1, sizeof *pool);
   if (!pool) abort();
   pool->loop = loop;
   pool->cfg = *cfg;
+  if (pool->cfg.executors_max < pool->cfg.executors_min) pool->cfg.executors_max = pool->cfg.executors_min;
+  if (pool->cfg.pipeline_depth == 0) pool->cfg.pipeline_depth = 1;
   pool->python = strdup(cfg->python);
   pool->script = strdup(cfg->executor_script);
   pool->python_path = strdup(cfg->python_path ? cfg->python_path : "");
   pool->cb = cb;
-  pool->ud = ud;
   const char *tmp = getenv("TMPDIR");
-  snprintf(pool->dir, sizeof pool->dir, "%s/wk-exec-XXXXXX",
-           (tmp && strlen(tmp) < 40) ? tmp : "/tmp");
+  snprintf(pool->dir, sizeof pool->dir, "%s/wk-exec-XXXXXX", (tmp && strlen(tmp) < 40) ? tmp : "/tmp");
   if (!mkdtemp(pool->dir)) { /* mkdtemp makes it 0700 */
-    snprintf(err, err_len, "cannot create the executor socket directory %s: %s", pool->dir,
-             strerror(errno));
+    snprintf(err, err_len, "cannot create the executor socket directory %s: %s", pool->dir, strerror(errno));
     free(pool->python);
     free(pool->script);
     free(pool->python_path);
@@ -556,62 +821,46 @@ wk_pool *wk_pool_start(uv_loop_t *loop, const wk_pool_config *cfg, wk_exec_resul
   snprintf(pool->sock_path, sizeof pool->sock_path, "%s/exec.sock", pool->dir);
   uv_pipe_init(loop, &pool->listener, 0);
   pool->listener.data = pool;
+  uv_timer_init(loop, &pool->maintenance);
+  pool->maintenance.data = pool;
+  pool->handles_open = 2;
   int rc = uv_pipe_bind(&pool->listener, pool->sock_path);
   if (rc == 0) rc = uv_listen((uv_stream_t *)&pool->listener, 128, on_connection);
-  uv_timer_init(loop, &pool->respawn_timer);
-  pool->respawn_timer.data = pool;
-  uv_timer_init(loop, &pool->stop_timer);
-  pool->stop_timer.data = pool;
   if (rc != 0) {
     snprintf(err, err_len, "cannot listen on %s: %s", pool->sock_path, uv_strerror(rc));
-    pool->stopping = true;
     wk_pool_stop(pool, NULL, NULL);
     return NULL;
   }
-  for (uint32_t i = 0; i < cfg->executors; i++) {
+  for (uint32_t i = 0; i < pool->cfg.executors_min; i++) {
     if (spawn_one(pool, err, err_len) != 0) {
       wk_pool_stop(pool, NULL, NULL);
       return NULL;
     }
   }
+  uv_timer_start(&pool->maintenance, maintenance, MAINTENANCE_MS, MAINTENANCE_MS);
   return pool;
 }
 
 static void on_pool_handle_closed(uv_handle_t *h) {
   wk_pool *pool = h->data;
-  if (h == (uv_handle_t *)&pool->listener) pool->listener_closed = true;
-  if (h == (uv_handle_t *)&pool->respawn_timer) pool->respawn_timer_closed = true;
-  if (h == (uv_handle_t *)&pool->stop_timer) {
-    /* last of the three to close (closed in this order) */
-    unlink(pool->sock_path);
-    rmdir(pool->dir);
-    void (*done)(void *) = pool->stop_done;
-    void *arg = pool->stop_arg;
-    free(pool->python);
-    free(pool->script);
-    free(pool->python_path);
-    free(pool);
-    if (done) done(arg);
-  }
-}
-
-static int conns_open(wk_pool *pool) {
-  /* connections not yet matched to an executor are closed by the walk in stop */
-  (void)pool;
-  return 0;
+  if (--pool->handles_open > 0) return;
+  unlink(pool->sock_path);
+  rmdir(pool->dir);
+  void (*done)(void *) = pool->stop_done;
+  void *arg = pool->stop_arg;
+  free(pool->python);
+  free(pool->script);
+  free(pool->python_path);
+  free(pool);
+  if (done) done(arg);
 }
 
 static void maybe_finish_stop(wk_pool *pool) {
-  if (!pool->stopping || pool->n_executors > 0 || conns_open(pool)) return;
+  /* the listener and the timer are the last two handles */
+  if (!pool->stopping || pool->n_structs > 0 || pool->handles_open != 2) return;
   if (uv_is_closing((uv_handle_t *)&pool->listener)) return;
   uv_close((uv_handle_t *)&pool->listener, on_pool_handle_closed);
-  uv_close((uv_handle_t *)&pool->respawn_timer, on_pool_handle_closed);
-  uv_close((uv_handle_t *)&pool->stop_timer, on_pool_handle_closed);
-}
-
-static void on_stop_timer(uv_timer_t *t) {
-  wk_pool *pool = t->data;
-  for (wk_executor *e = pool->executors; e; e = e->next) kill_executor(e, "shutdown grace over");
+  uv_close((uv_handle_t *)&pool->maintenance, on_pool_handle_closed);
 }
 
 static void close_unmatched(uv_handle_t *h, void *arg) {
@@ -625,33 +874,27 @@ void wk_pool_stop(wk_pool *pool, void (*done)(void *arg), void *arg) {
   pool->stopping = true;
   pool->stop_done = done;
   pool->stop_arg = arg;
-  uv_timer_stop(&pool->respawn_timer);
+  pool->stop_started_ms = now_ms(pool);
   while (pool->queue_head) {
-    wk_pool_call *call = pool->queue_head;
-    pool->queue_head = call->next;
-    finish_call(call);
+    wk_pool_call *c = pool->queue_head;
+    list_remove(&pool->queue_head, &pool->queue_tail, c);
+    free_call(c);
   }
-  pool->queue_tail = NULL;
+  pool->queued = 0;
   uv_walk(pool->loop, close_unmatched, pool);
   wk_frame bye = {.type = WK_FRAME_SHUTDOWN};
   for (wk_executor *e = pool->executors; e; e = e->next) {
-    if (e->call) e->call->cancelled = true;
+    for (wk_pool_call *c = e->head; c; c = c->next) c->cancelled = true;
     if (e->conn) {
-      conn_write_frame(e->conn, &bye, pool->cfg.max_frame);
+      e->shutdown_sent = true;
+      queue_frame(e, &bye);
+      flush(e);
     } else {
       kill_executor(e, "shutdown before it connected");
     }
   }
-  uv_timer_start(&pool->stop_timer, on_stop_timer, (uint64_t)pool->cfg.shutdown_grace_ms, 0);
+  if (!uv_is_active((uv_handle_t *)&pool->maintenance)) {
+    uv_timer_start(&pool->maintenance, maintenance, MAINTENANCE_MS, MAINTENANCE_MS);
+  }
   maybe_finish_stop(pool);
-}
-
-static void *adapter_submit(void *impl, const wk_call_spec *spec, void *call_ctx) {
-  return wk_pool_submit(impl, spec, call_ctx);
-}
-
-static void adapter_cancel(void *impl, void *handle) { wk_pool_cancel(impl, handle); }
-
-wk_exec_adapter wk_pool_adapter(wk_pool *pool) {
-  return (wk_exec_adapter){.impl = pool, .submit = adapter_submit, .cancel = adapter_cancel};
 }

@@ -1,16 +1,23 @@
 /* wk_executor_pool.h: the pool of Python executor processes.
  *
- * The pool listens on a Unix-domain socket in a private 0700 directory, spawns its
- * executors (python3 worker_executor.py --socket PATH) with a scrubbed environment,
- * and talks to each over its connection with the frames of adapters/wk_frame.h.
- * Calls wait in one FIFO; an idle executor takes the next (one call in flight per
- * executor). A lost executor (exit, broken connection, malformed frame) fails its
- * call with EXECUTOR_LOST and is replaced. A cancelled call still running after
- * `cancel_grace_ms` gets its executor killed and replaced, so a stuck function can
- * never wedge the pool.
+ * The pool listens on a Unix-domain socket in a private 0700 directory and spawns
+ * executors (python3 worker_executor.py --socket PATH) with a scrubbed environment and
+ * resource limits. Each executor runs the calls sent to it one at a time, but up to
+ * `pipeline_depth` calls are in flight on its connection, and frames are written in
+ * batches, so a no-op call costs microseconds. A call waiting on subcalls does not
+ * count against its executor's depth: the executor runs further calls nested while
+ * it waits, which keeps subcalls deadlock-free.
  *
- * Runs on one libuv loop; every function must be called on that loop's thread.
- * The pool owns its processes, connections and queued calls. */
+ * Management: `executors_min` prestarted, growth to `executors_max` while every
+ * executor is busy and work waits, idle executors above the minimum shut down after
+ * `idle_timeout_ms`; an executor is recycled after `max_calls_per_executor` calls or
+ * above `max_executor_rss_mb`; PING every `heartbeat_interval_ms`, killed when no
+ * PONG came for `heartbeat_timeout_ms`. A call past its deadline is cancelled; still
+ * running after `cancel_grace_ms`, its Python stack is requested (STACK_REQUEST) and
+ * its executor killed and replaced: the call ends TIMEOUT with the stack as its
+ * traceback. A lost executor fails its other calls with EXECUTOR_LOST.
+ *
+ * Runs on one libuv loop; every function must be called on that loop's thread. */
 #ifndef WK_EXECUTOR_POOL_H
 #define WK_EXECUTOR_POOL_H
 
@@ -28,19 +35,39 @@ typedef struct wk_pool_config {
   const char *python;          /* interpreter to run executors with */
   const char *executor_script; /* path of worker_executor.py */
   const char *python_path;     /* PYTHONPATH for executors (holds the `worker` module) */
-  uint32_t executors;          /* processes kept running */
+  uint32_t executors_min;      /* prestarted and kept */
+  uint32_t executors_max;      /* grown to on demand */
+  uint32_t pipeline_depth;     /* calls in flight per executor */
+  int64_t idle_timeout_ms;     /* an idle executor above the minimum stops after this */
+  uint64_t max_calls_per_executor; /* recycle after this many calls (0 = never) */
+  uint64_t max_executor_rss_mb;    /* recycle above this peak RSS (0 = never) */
+  int64_t heartbeat_interval_ms;
+  int64_t heartbeat_timeout_ms;
   uint32_t max_frame;          /* bytes; larger frames are a protocol error */
-  int64_t cancel_grace_ms;     /* a cancelled call still running after this: kill */
+  int64_t cancel_grace_ms;     /* a cancelled call still running after this: stack, kill */
+  int64_t stack_wait_ms;       /* how long to wait for the stack before killing */
   int64_t shutdown_grace_ms;   /* SHUTDOWN, then SIGKILL after this */
+  uint64_t rlimit_as_mb;       /* executor address-space limit (0 = none) */
+  uint64_t rlimit_nofile;      /* executor open-files limit (0 = none) */
+  uint64_t rlimit_cpu_s;       /* executor CPU-seconds limit (0 = none) */
 } wk_pool_config;
 
-/** Creates the socket directory, listens, and spawns the executors. Returns NULL with
- * a reason in `err` (e.g. the interpreter does not exist). */
-wk_pool *wk_pool_start(uv_loop_t *loop, const wk_pool_config *cfg, wk_exec_result_cb cb,
-                       void *ud, char *err, size_t err_len);
+/* Counters for logs and metrics. */
+typedef struct wk_pool_stats {
+  uint64_t spawned, exited;
+  uint64_t killed_heartbeat, killed_wedged, killed_protocol;
+  uint64_t recycled_calls, recycled_rss, stopped_idle;
+  uint64_t calls_sent, results;
+} wk_pool_stats;
+
+/** Creates the socket directory, listens, and spawns executors_min executors.
+ * Returns NULL with a reason in `err` (e.g. the interpreter does not exist). */
+wk_pool *wk_pool_start(uv_loop_t *loop, const wk_pool_config *cfg, wk_exec_callbacks cb,
+                       char *err, size_t err_len);
 
 /** Queues a call; `call_ctx` comes back in the result callback. Returns a handle valid
- * until the callback runs or wk_pool_cancel is called with it. */
+ * until the callback runs or wk_pool_cancel is called with it; NULL when the call was
+ * failed at once (args over the frame limit: the callback already ran). */
 wk_pool_call *wk_pool_submit(wk_pool *pool, const wk_call_spec *spec, void *call_ctx);
 
 /** Cancels a call: a queued one is dropped; a running one is told to stop (CANCEL)
@@ -48,13 +75,21 @@ wk_pool_call *wk_pool_submit(wk_pool *pool, const wk_call_spec *spec, void *call
  * called for a cancelled call. */
 void wk_pool_cancel(wk_pool *pool, wk_pool_call *call);
 
+/** Answers the parent's SUBCALLS request `request_id`. */
+void wk_pool_answer_subcalls(wk_pool *pool, wk_pool_call *parent, uint64_t request_id,
+                             const wk_frame_child *children, uint32_t count);
+
 /** The pool as the orchestrator's executor adapter. */
 wk_exec_adapter wk_pool_adapter(wk_pool *pool);
 
-/** Executors connected and ready (for health and tests). */
+/** Executors connected and ready (for start-up and tests). */
 uint32_t wk_pool_ready_executors(const wk_pool *pool);
-/** Executors started since the pool began, replacements included. */
-uint64_t wk_pool_spawned_total(const wk_pool *pool);
+/** Executors running (started, not yet exited). */
+uint32_t wk_pool_running_executors(const wk_pool *pool);
+/** Calls the pool can hold in flight right now (ready executors x depth). */
+uint32_t wk_pool_capacity(const wk_pool *pool);
+/** Counters since start. */
+wk_pool_stats wk_pool_get_stats(const wk_pool *pool);
 
 /** Stops every executor (SHUTDOWN, SIGKILL after the grace), closes the socket and
  * removes its directory; `done` runs on the loop when everything is closed, after

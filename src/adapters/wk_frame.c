@@ -408,6 +408,134 @@ static wk_frame_bytes get_bytes(cursor *c) {
   return b;
 }
 
+/* Reads `count` byte strings (a SUBCALLS args list). Latches c->bad when they run past
+ * the end; every item takes at least 4 bytes, so a hostile count fails at once. */
+static void walk_args(cursor *c, uint32_t count) {
+  if (count > c->left / 4u) c->bad = true;
+  for (uint32_t i = 0; i < count && !c->bad; i++) (void)get_bytes(c);
+}
+
+/* Reads `count` child outcomes; false when a status or content_type is out of range
+ * (c->bad reports truncation, which takes precedence). */
+static bool walk_children(cursor *c, uint32_t count) {
+  bool valid = true;
+  if (count > c->left / CHILD_FIXED) c->bad = true;
+  for (uint32_t i = 0; i < count && !c->bad; i++) {
+    unsigned status = get_u8(c);
+    unsigned content = get_u8(c);
+    for (int k = 0; k < 4; k++) (void)get_bytes(c);
+    if (!status_valid(status) || !content_valid(content)) valid = false;
+  }
+  return valid;
+}
+
+static wk_frame_bytes span(const uint8_t *from, const cursor *c) {
+  wk_frame_bytes b = {NULL, 0};
+  if (c->bad || c->p == from) return b;
+  b.ptr = from;
+  b.len = (uint32_t)(c->p - from); /* within one frame: below 4 GiB */
+  return b;
+}
+
+/* The encoder's checks: enumerations in range, lists non-empty and well formed. */
+static bool encodable(const wk_frame *f) {
+  switch (f->type) {
+    case WK_FRAME_CALL: return content_valid((unsigned)f->call.content_type);
+    case WK_FRAME_RESULT:
+      return status_valid((unsigned)f->result.status) &&
+             content_valid((unsigned)f->result.content_type);
+    case WK_FRAME_SUBCALLS: {
+      const wk_frame_subcalls *k = &f->subcalls;
+      if (!content_valid((unsigned)k->content_type) || k->count == 0) return false;
+      if (k->args) return true;
+      cursor c = {k->args_enc.ptr, k->args_enc.len, false};
+      walk_args(&c, k->count);
+      return !c.bad && c.left == 0;
+    }
+    case WK_FRAME_SUBCALLS_RESULT: {
+      const wk_frame_subcalls_result *r = &f->subcalls_result;
+      if (r->count == 0) return false;
+      if (r->children) {
+        for (uint32_t i = 0; i < r->count; i++) {
+          if (!status_valid((unsigned)r->children[i].status) ||
+              !content_valid((unsigned)r->children[i].content_type))
+            return false;
+        }
+        return true;
+      }
+      cursor c = {r->children_enc.ptr, r->children_enc.len, false};
+      bool valid = walk_children(&c, r->count);
+      return valid && !c.bad && c.left == 0;
+    }
+    case WK_FRAME_HELLO:
+    case WK_FRAME_CANCEL:
+    case WK_FRAME_PING:
+    case WK_FRAME_PONG:
+    case WK_FRAME_SHUTDOWN:
+    case WK_FRAME_STACK_REQUEST:
+    case WK_FRAME_STACK: return true;
+  }
+  return false;
+}
+
+/* ---- list iterators ------------------------------------------------------------- */
+
+wk_frame_iter wk_frame_subcalls_args(const wk_frame_subcalls *s) {
+  assert(s != NULL);
+  wk_frame_iter it = {s->args_enc.ptr, s->args_enc.len, s->count};
+  return it;
+}
+
+wk_frame_iter wk_frame_subcalls_children(const wk_frame_subcalls_result *r) {
+  assert(r != NULL);
+  wk_frame_iter it = {r->children_enc.ptr, r->children_enc.len, r->count};
+  return it;
+}
+
+bool wk_frame_iter_next_arg(wk_frame_iter *it, wk_frame_bytes *arg) {
+  assert(it != NULL);
+  assert(arg != NULL);
+  if (it->remaining == 0) return false;
+  cursor c = {it->p, it->left, false};
+  wk_frame_bytes b = get_bytes(&c);
+  if (c.bad) {
+    it->remaining = 0;
+    return false;
+  }
+  *arg = b;
+  it->p = c.p;
+  it->left = c.left;
+  it->remaining--;
+  return true;
+}
+
+bool wk_frame_iter_next_child(wk_frame_iter *it, wk_frame_child *child) {
+  assert(it != NULL);
+  assert(child != NULL);
+  if (it->remaining == 0) return false;
+  cursor c = {it->p, it->left, false};
+  unsigned status = get_u8(&c);
+  unsigned content = get_u8(&c);
+  wk_frame_child k;
+  k.output = get_bytes(&c);
+  k.error_type = get_bytes(&c);
+  k.error_message = get_bytes(&c);
+  k.traceback = get_bytes(&c);
+  if (c.bad || !status_valid(status) || !content_valid(content)) {
+    it->remaining = 0;
+    return false;
+  }
+  k.status = (wk_frame_status)status;
+  k.content_type = (wk_frame_content)content;
+  *child = k;
+  it->p = c.p;
+  it->left = c.left;
+  it->remaining--;
+  return true;
+}
+
+/* ---- frame bodies ------------------------------------------------------------------- */
+
 static wk_frame_rc get_body(cursor *c, wk_frame *f) {
   unsigned content = 0;
   unsigned status = 0;
@@ -456,6 +584,38 @@ static wk_frame_rc get_body(cursor *c, wk_frame *f) {
     case WK_FRAME_PING:
     case WK_FRAME_PONG: f->ping.nonce = get_u64(c); break;
     case WK_FRAME_SHUTDOWN: break;
+    case WK_FRAME_SUBCALLS: {
+      wk_frame_subcalls *k = &f->subcalls;
+      k->parent_call_id = get_u64(c);
+      k->request_id = get_u64(c);
+      k->function = get_bytes(c);
+      k->entrypoint = get_bytes(c);
+      content = get_u8(c);
+      k->count = get_u32(c);
+      const uint8_t *list = c->p;
+      walk_args(c, k->count);
+      k->args = NULL;
+      k->args_enc = span(list, c);
+      if (!c->bad && (!content_valid(content) || k->count == 0)) return WK_FRAME_E_VALUE;
+      k->content_type = (wk_frame_content)content;
+      break;
+    }
+    case WK_FRAME_SUBCALLS_RESULT: {
+      wk_frame_subcalls_result *r = &f->subcalls_result;
+      r->request_id = get_u64(c);
+      r->count = get_u32(c);
+      const uint8_t *list = c->p;
+      bool valid = walk_children(c, r->count);
+      r->children = NULL;
+      r->children_enc = span(list, c);
+      if (!c->bad && (!valid || r->count == 0)) return WK_FRAME_E_VALUE;
+      break;
+    }
+    case WK_FRAME_STACK_REQUEST: f->stack_request.call_id = get_u64(c); break;
+    case WK_FRAME_STACK:
+      f->stack.call_id = get_u64(c);
+      f->stack.stack = get_bytes(c);
+      break;
   }
   if (c->bad) return WK_FRAME_E_TRUNCATED;
   if (c->left != 0) return WK_FRAME_E_TRAILING;

@@ -886,10 +886,10 @@ void wk_grpc_server_stop(wk_grpc_server *s) {
   gate_close_and_drain(s);
 
   /* 3. Nothing can post any more: stop the CQ thread. */
-  grpc_completion_queue_shutdown(s->cq);
-  if (pthread_join(s->thread, NULL) != 0) abort();
   grpc_server_destroy(s->server);
   s->server = NULL;
+  grpc_completion_queue_shutdown(s->cq);
+  if (pthread_join(s->thread, NULL) != 0) abort();
 
   /* 4. Detach the rpcs the sink still holds: they stay valid, but their calls go. */
   wk_rpc *detached = NULL;

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -33,7 +34,17 @@ void wk_app_config_default(wk_app_config *c) {
   snprintf(c->listen_addr, sizeof c->listen_addr, "127.0.0.1:7070");
   c->task_slots = 16;
   snprintf(c->code_root, sizeof c->code_root, "./code");
-  c->executors = 4;
+  c->executors = 2;
+  c->executors_max = 4;
+  c->pipeline_depth = 16;
+  c->executor_idle_timeout_ms = 60000;
+  c->max_calls_per_executor = 0;
+  c->max_executor_rss_mb = 0;
+  c->executor_heartbeat_interval_ms = 2000;
+  c->executor_heartbeat_timeout_ms = 10000;
+  c->executor_rlimit_as_mb = 0;
+  c->executor_rlimit_nofile = 1024;
+  c->executor_rlimit_cpu_s = 0;
   snprintf(c->python, sizeof c->python, "/usr/bin/python3");
   snprintf(c->executor_script, sizeof c->executor_script, "%s/worker_executor.py", WK_PYTHON_DIR);
   snprintf(c->python_path, sizeof c->python_path, "%s", WK_PYTHON_DIR);
@@ -51,6 +62,9 @@ void wk_app_config_default(wk_app_config *c) {
   c->max_message_bytes = 4u << 20;
   c->max_inline_output_bytes = 4u << 20;
   c->max_calls_per_task = 1000000;
+  c->task_window_max = 256;
+  c->subcall_max_depth = 4;
+  c->max_calls_in_flight = 65536;
   snprintf(c->log_level, sizeof c->log_level, "info");
 }
 
@@ -73,6 +87,12 @@ int wk_app_config_validate(const wk_app_config *c, char *err, size_t len) {
           (long long)c->field)
   RANGE(task_slots, 1, 1048576);
   RANGE(executors, 1, 1024);
+  RANGE(executors_max, 0, 1024);
+  RANGE(pipeline_depth, 1, 1024);
+  RANGE(executor_idle_timeout_ms, 100, 86400000);
+  RANGE(executor_heartbeat_interval_ms, 100, 600000);
+  RANGE(executor_heartbeat_timeout_ms, 200, 3600000);
+  RANGE(executor_rlimit_nofile, 0, 1048576);
   RANGE(result_retention_ms, 0, 86400000);
   RANGE(max_retained_results, 1, 4194304);
   RANGE(watch_disconnect_grace_ms, 0, 3600000);
@@ -86,6 +106,9 @@ int wk_app_config_validate(const wk_app_config *c, char *err, size_t len) {
   RANGE(max_message_bytes, 1024, 1073741824);
   RANGE(max_inline_output_bytes, 0, 1073741824);
   RANGE(max_calls_per_task, 1, 100000000);
+  RANGE(task_window_max, 8, 1048576);
+  RANGE(subcall_max_depth, 0, 32);
+  RANGE(max_calls_in_flight, 1024, 67108864);
 #undef RANGE
   if (c->default_slot_ttl_ms > c->max_slot_ttl_ms) {
     problem(err, len, &n, "%s must not exceed max_slot_ttl_ms (%lld)\n", "default_slot_ttl_ms",
@@ -131,6 +154,7 @@ typedef struct wk_app {
   int64_t phase_started_ms;
   char scratch_root[1024];
   bool own_scratch_root;
+  uint32_t capacity; /* last executor capacity handed to the dispatcher */
 } wk_app;
 
 static sigset_t stop_signals;
@@ -179,6 +203,14 @@ static void on_phase_timer(uv_timer_t *t) {
   wk_app *app = t->data;
   int64_t now = app_now(app);
   int64_t in_phase = now - app->phase_started_ms;
+  if (app->orch && app->pool && app->phase != APP_STARTING) {
+    /* SyncExecutorSnapshots: the dispatcher admits what the ready executors can hold */
+    uint32_t capacity = wk_pool_capacity(app->pool);
+    if (capacity != app->capacity) {
+      app->capacity = capacity;
+      wk_orch_set_capacity(app->orch, capacity);
+    }
+  }
   switch (app->phase) {
     case APP_STARTING:
       if (wk_pool_ready_executors(app->pool) >= app->cfg->executors || in_phase > 15000) {
@@ -289,6 +321,17 @@ int wk_app_run(const wk_app_config *cfg) {
       .max_calls_per_task = cfg->max_calls_per_task,
       .builders = &builders,
   };
+  wk_disp_config_default(&ocfg.calls.disp);
+  ocfg.calls.disp.max_inflight = 0; /* set from the pool's capacity once executors are up */
+  ocfg.calls.disp.window_initial = 8;
+  ocfg.calls.disp.window_max = cfg->task_window_max;
+  ocfg.calls.disp.max_depth = cfg->subcall_max_depth;
+  ocfg.calls.disp.max_tasks = cfg->task_slots + 16;
+  ocfg.calls.disp.max_calls = cfg->max_calls_in_flight;
+  ocfg.calls.disp.rng_seed = (uint64_t)getpid() ^ (uint64_t)time(NULL);
+  ocfg.calls.escalation_budget_ms = cfg->cancel_grace_ms + 1000 + 500;
+  ocfg.calls.stream_low_water = 512;
+  ocfg.calls.stream_batch = 1024;
   wk_core_config_default(&ocfg.core);
   ocfg.core.task_slots = cfg->task_slots;
   ocfg.core.default_slot_ttl_ms = cfg->default_slot_ttl_ms;
@@ -309,12 +352,24 @@ int wk_app_run(const wk_app_config *cfg) {
       .python = cfg->python,
       .executor_script = cfg->executor_script,
       .python_path = cfg->python_path,
-      .executors = cfg->executors,
+      .executors_min = cfg->executors,
+      .executors_max = cfg->executors_max > cfg->executors ? cfg->executors_max : cfg->executors,
+      .pipeline_depth = cfg->pipeline_depth,
+      .idle_timeout_ms = cfg->executor_idle_timeout_ms,
+      .max_calls_per_executor = cfg->max_calls_per_executor,
+      .max_executor_rss_mb = cfg->max_executor_rss_mb,
+      .heartbeat_interval_ms = cfg->executor_heartbeat_interval_ms,
+      .heartbeat_timeout_ms = cfg->executor_heartbeat_timeout_ms,
       .max_frame = (uint32_t)(cfg->max_message_bytes + (1u << 20)),
       .cancel_grace_ms = cfg->cancel_grace_ms,
+      .stack_wait_ms = 1000,
       .shutdown_grace_ms = 2000,
+      .rlimit_as_mb = cfg->executor_rlimit_as_mb,
+      .rlimit_nofile = cfg->executor_rlimit_nofile,
+      .rlimit_cpu_s = cfg->executor_rlimit_cpu_s,
   };
-  app.pool = wk_pool_start(&app.loop, &pcfg, wk_orch_on_call_result, app.orch, err, sizeof err);
+  wk_exec_callbacks ecb = {.on_result = wk_orch_on_call_result, .on_subcalls = wk_orch_on_subcalls, .ud = app.orch};
+  app.pool = wk_pool_start(&app.loop, &pcfg, ecb, err, sizeof err);
   if (!app.pool) {
     fprintf(stderr, "worker: %s\n", err);
     return 1;

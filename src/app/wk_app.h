@@ -12,7 +12,17 @@ typedef struct wk_app_config {
   uint32_t task_slots;
   char code_root[1024];
   char scratch_root[1024]; /* "" = a fresh directory under $TMPDIR */
-  uint32_t executors;
+  uint32_t executors;       /* executors_min: prestarted and kept */
+  uint32_t executors_max;   /* grown to on demand */
+  uint32_t pipeline_depth;  /* calls in flight per executor */
+  int64_t executor_idle_timeout_ms;
+  uint64_t max_calls_per_executor; /* recycle after this many calls (0 = never) */
+  uint64_t max_executor_rss_mb;    /* recycle above this peak RSS (0 = never) */
+  int64_t executor_heartbeat_interval_ms;
+  int64_t executor_heartbeat_timeout_ms;
+  uint64_t executor_rlimit_as_mb;  /* 0 = unlimited */
+  uint64_t executor_rlimit_nofile;
+  uint64_t executor_rlimit_cpu_s;  /* 0 = unlimited */
   char python[1024];
   char executor_script[1024];
   char python_path[1024];
@@ -30,6 +40,9 @@ typedef struct wk_app_config {
   size_t max_message_bytes;
   size_t max_inline_output_bytes;
   uint32_t max_calls_per_task;
+  uint32_t task_window_max;     /* a task's calls in flight at most (ramp-up ceiling) */
+  uint32_t subcall_max_depth;   /* ctx.call nesting allowed */
+  uint32_t max_calls_in_flight; /* dispatcher call records (all tasks) */
   char log_level[16];
 } wk_app_config;
 

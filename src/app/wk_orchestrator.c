@@ -16,6 +16,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "app/wk_calls.h"
 #include "app/wk_log.h"
 #include "app/wk_subscriptions.h"
 #include "app/wk_task_runtime.h"
@@ -53,6 +54,7 @@ struct wk_orch {
   wk_orch_config cfg;
   wk_core *core;
   wk_exec_adapter exec;
+  wk_calls *calls; /* the calls phase: DispatcherCore and the attempts */
   wk_subs *subs;
   int64_t wall_offset_ms;
   int64_t now_ms;
@@ -171,35 +173,15 @@ static void on_activation_work(uv_work_t *w);
 static void on_activation_done(uv_work_t *w, int status);
 
 static void start_calls(wk_orch *o, wk_task_rt *rt) {
-  uint32_t n = rt->calls.count;
-  rt->rt_calls = calloc(n ? n : 1, sizeof *rt->rt_calls);
-  if (!rt->rt_calls) abort();
-  if (n == 0) {
+  if (rt->calls_total == 0) {
+    rt->calls_ok = true;
     defer_step(o, STEP_CALLS_DONE, rt);
     return;
   }
-  int64_t left = rt->deadline_ms - o->now_ms;
-  uint32_t deadline = left <= 0 ? 1 : (left > UINT32_MAX ? UINT32_MAX : (uint32_t)left);
-  for (uint32_t i = 0; i < n && !rt->converged; i++) {
-    wk_rt_call *c = &rt->rt_calls[i];
-    c->rt = rt;
-    c->index = i;
-    wk_call_spec spec = {
-        .task_id = rt->task_id,
-        .function = rt->function,
-        .epoch = rt->epoch,
-        .code_dir = rt->code_dir,
-        .entrypoint = rt->entrypoint,
-        .content_type = rt->args_json ? WK_FRAME_CONTENT_JSON : WK_FRAME_CONTENT_BYTES,
-        .call_index = i,
-        .deadline_ms = deadline,
-        .scratch_dir = rt->scratch_dir,
-        .traceparent = rt->traceparent,
-        .args = {rt->calls.items[i].args, (uint32_t)rt->calls.items[i].len},
-    };
-    c->handle = o->exec.submit(o->exec.impl, &spec, c);
-  }
+  wk_calls_start(o->calls, rt, o->now_ms);
 }
+
+static void calls_done(void *ud, wk_task_rt *rt) { defer_step(ud, STEP_CALLS_DONE, rt); }
 
 /* Executes the commands of one core call. Never calls the core (I2). */
 static void exec_cmds(wk_orch *o, const wk_cmds *cmds) {
@@ -223,11 +205,11 @@ static void exec_cmds(wk_orch *o, const wk_cmds *cmds) {
         defer_step(o, STEP_WRITER, rt);
         break;
       case WK_CMD_CANCEL_TASK:
-        wk_task_rt_cancel_calls(rt, &o->exec);
+        wk_calls_stop(o->calls, rt, o->now_ms);
         break;
       case WK_CMD_CONVERGE:
         r = c->u.converge.result;
-        wk_task_rt_cancel_calls(rt, &o->exec);
+        wk_calls_stop(o->calls, rt, o->now_ms);
         rt->converged = true;
         log_task_finished(o, rt, r);
         wk_subs_on_terminal(o->subs, r, o->wall_offset_ms);
@@ -263,7 +245,18 @@ static void run_builder(wk_orch *o, wk_task_rt *rt) {
                            .args_len = rt->args_len,
                            .json = rt->args_json,
                            .max_calls = o->cfg.max_calls_per_task};
-    if (b->build(&in, &rt->calls, err, sizeof err) != 0) {
+    rt->builder_impl = b;
+    int rc;
+    if (b->stream_open) {
+      rc = b->stream_open(&in, &rt->stream, err, sizeof err);
+      rt->streaming = true;
+      rt->calls_total = rt->stream.total;
+      out.streaming = true;
+    } else {
+      rc = b->build(&in, &rt->calls, err, sizeof err);
+      rt->calls_total = rt->calls.count;
+    }
+    if (rc != 0) {
       out = (wk_phase_outcome){.ok = false, .failure_code = WK_FAIL_BUILDER_FAILED, .message = err};
     }
   }
@@ -273,17 +266,16 @@ static void run_builder(wk_orch *o, wk_task_rt *rt) {
 static void report_calls(wk_orch *o, wk_task_rt *rt) {
   if (rt->calls_reported) return;
   rt->calls_reported = true;
-  wk_task_rt_cancel_calls(rt, &o->exec);
+  wk_calls_stop(o->calls, rt, o->now_ms);
   wk_buf outputs = {0};
   wk_task_rt_collect_outputs(rt, &outputs);
-  bool ok = rt->failure_policy == WK_CALL_CONTINUE ? rt->calls_failed <= rt->max_failed_calls
-                                                   : rt->calls_failed == 0;
+  bool ok = rt->calls_ok;
   char msg[700];
   const char *message = NULL;
   wk_failure_code code = WK_FAIL_NONE;
   if (!ok) {
-    snprintf(msg, sizeof msg, "%u of %u calls failed; first: %s", rt->calls_failed,
-             rt->calls.count, rt->first_failure);
+    snprintf(msg, sizeof msg, "%u of %llu calls failed; first: %s", rt->calls_failed,
+             (unsigned long long)rt->calls_total, rt->first_failure);
     message = msg;
   } else if (outputs.len > o->cfg.max_inline_output_bytes && !rt->result_handler[0]) {
     snprintf(msg, sizeof msg,
@@ -364,13 +356,15 @@ static void on_activation_done(uv_work_t *w, int status) {
 
 void wk_orch_on_call_result(void *ud, void *call_ctx, const wk_call_outcome *outcome) {
   wk_orch *o = ud;
-  wk_rt_call *c = call_ctx;
-  wk_task_rt *rt = c->rt;
   loop_now(o);
-  if (rt->converged || c->done) return;
-  wk_task_rt_record_call(c, outcome);
-  bool fail_fast_hit = c->failed && rt->failure_policy == WK_CALL_FAIL_FAST;
-  if (rt->calls_done == rt->calls.count || fail_fast_hit) defer_step(o, STEP_CALLS_DONE, rt);
+  wk_calls_on_result(o->calls, call_ctx, outcome, o->now_ms);
+  run_steps(o);
+}
+
+void wk_orch_on_subcalls(void *ud, void *call_ctx, const wk_frame_subcalls *req) {
+  wk_orch *o = ud;
+  loop_now(o);
+  wk_calls_on_subcalls(o->calls, call_ctx, req, o->now_ms);
   run_steps(o);
 }
 
@@ -650,6 +644,7 @@ static void tick(wk_orch *o) {
     }
   }
   wk_core_purge_expired_results(o->core, o->now_ms);
+  wk_calls_tick(o->calls, o->now_ms);
   run_steps(o);
   reschedule_deadline(o);
 }
@@ -659,6 +654,8 @@ static void on_tick(uv_timer_t *t) { tick(t->data); }
 static void reschedule_deadline(wk_orch *o) {
   if (o->closing) return;
   int64_t next = wk_core_next_deadline(o->core);
+  int64_t calls_next = wk_calls_next_deadline(o->calls);
+  if (calls_next < next) next = calls_next;
   if (next == INT64_MAX) {
     uv_timer_stop(&o->deadline);
     return;
@@ -684,6 +681,12 @@ wk_orch *wk_orch_create(uv_loop_t *loop, const wk_orch_config *cfg, char *err, s
   o->loop = loop;
   o->cfg = *cfg;
   o->core = wk_core_create(&cfg->core);
+  o->calls = wk_calls_create(&cfg->calls, &o->exec, calls_done, o, err, err_len);
+  if (!o->calls) {
+    wk_core_destroy(o->core);
+    free(o);
+    return NULL;
+  }
   o->subs = wk_subs_create(o->core);
   pthread_mutex_init(&o->mu, NULL);
   uv_async_init(loop, &o->wake, on_wake);
@@ -698,6 +701,12 @@ wk_orch *wk_orch_create(uv_loop_t *loop, const wk_orch_config *cfg, char *err, s
 }
 
 void wk_orch_set_executor(wk_orch *o, wk_exec_adapter exec) { o->exec = exec; }
+
+void wk_orch_set_capacity(wk_orch *o, uint32_t calls) {
+  loop_now(o);
+  wk_calls_set_capacity(o->calls, calls, o->now_ms);
+  run_steps(o);
+}
 
 void wk_orch_set_ready(wk_orch *o, bool ready) {
   wk_core_set_ready(o->core, ready);
@@ -742,6 +751,7 @@ static void on_handle_closed(uv_handle_t *h) {
     wk_rpc_release(hw->rpc);
     free(hw);
   }
+  wk_calls_destroy(o->calls);
   wk_core_destroy(o->core);
   pthread_mutex_destroy(&o->mu);
   free(o->events);

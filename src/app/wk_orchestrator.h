@@ -16,6 +16,7 @@
 #include <uv.h>
 
 #include "adapters/wk_exec_adapter.h"
+#include "app/wk_calls.h"
 #include "adapters/wk_grpc_server.h"
 #include "core/wk_core.h"
 #include "plugins/wk_builders.h"
@@ -30,6 +31,7 @@ typedef struct wk_orch_config {
   size_t max_inline_output_bytes; /* outputs kept in the TaskResult without a writer */
   uint32_t max_calls_per_task;
   const wk_builder_registry *builders;
+  wk_calls_config calls;      /* the dispatcher and stream refills */
 } wk_orch_config;
 
 /** Creates the orchestrator on `loop` with a fresh core (not ready). Returns NULL with
@@ -44,6 +46,12 @@ wk_grpc_server_sink wk_orch_sink(wk_orch *orch);
 
 /** The executor adapter's result callback; pass it with `orch` as user data. */
 void wk_orch_on_call_result(void *orch, void *call_ctx, const wk_call_outcome *outcome);
+
+/** The executor adapter's subcall callback; pass it with `orch` as user data. */
+void wk_orch_on_subcalls(void *orch, void *call_ctx, const wk_frame_subcalls *req);
+
+/** Calls the executors can hold in flight (the dispatcher's admission limit). */
+void wk_orch_set_capacity(wk_orch *orch, uint32_t calls);
 
 /** Marks the worker ready: new tasks are admitted, health says SERVING. */
 void wk_orch_set_ready(wk_orch *orch, bool ready);

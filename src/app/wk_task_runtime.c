@@ -43,6 +43,18 @@ wk_task_rt *wk_task_rt_create(wk_orch *orch, const Worker__V1__SubmitTaskRequest
     rt->failure_policy = (wk_call_failure_policy)req->call_failure_policy->mode;
     rt->max_failed_calls = req->call_failure_policy->max_failed_calls;
   }
+  if (req->call_retry_policy) {
+    const Worker__V1__CallRetryPolicy *p = req->call_retry_policy;
+    rt->retry = (wk_retry_policy){
+        .max_attempts = p->max_attempts,
+        .initial_backoff_ms = (int64_t)p->initial_backoff_ms,
+        .max_backoff_ms = (int64_t)p->max_backoff_ms,
+        .backoff_multiplier_milli = (uint32_t)(p->backoff_multiplier * 1000.0),
+        .retry_on_timeout = p->retry_on_timeout,
+    };
+    rt->retry_on_executor_lost = p->retry_on_executor_lost;
+  }
+  rt->call_timeout_ms = (int64_t)req->call_timeout_ms;
   int64_t timeout = req->timeout_ms ? (int64_t)req->timeout_ms : default_timeout_ms;
   rt->deadline_ms = now_ms + timeout;
   return rt;
@@ -53,7 +65,7 @@ void wk_task_rt_ref(wk_task_rt *rt) { rt->refs++; }
 void wk_task_rt_unref(wk_task_rt *rt) {
   if (--rt->refs > 0) return;
   if (rt->scratch_created) wk_fs_remove_tree(rt->scratch_dir);
-  for (uint32_t i = 0; rt->rt_calls && i < rt->calls.count; i++) wk_buf_free(&rt->rt_calls[i].encoded);
+  for (uint64_t i = 0; rt->rt_calls && i < rt->calls_total; i++) wk_buf_free(&rt->rt_calls[i].encoded);
   free(rt->rt_calls);
   wk_call_list_free(&rt->calls);
   free(rt->args);
@@ -85,18 +97,18 @@ void wk_task_rt_activate(wk_task_rt *rt, const char *code_root, const char *scra
   rt->activation_rc = 0;
 }
 
-void wk_task_rt_record_call(wk_rt_call *call, const wk_call_outcome *o) {
-  wk_task_rt *rt = call->rt;
-  Worker__V1__CallOutput out = WORKER__V1__CALL_OUTPUT__INIT;
+void wk_task_rt_encode_output(uint32_t index, const wk_call_outcome *o, wk_buf *out, char *failure,
+                              size_t failure_len) {
+  Worker__V1__CallOutput m = WORKER__V1__CALL_OUTPUT__INIT;
   Worker__V1__CallError error = WORKER__V1__CALL_ERROR__INIT;
-  out.index = call->index;
-  out.content_type = (Worker__V1__ContentType)o->content_type;
-  out.stdout = (ProtobufCBinaryData){o->stdout_bytes.len, (uint8_t *)(uintptr_t)o->stdout_bytes.ptr};
-  out.stderr = (ProtobufCBinaryData){o->stderr_bytes.len, (uint8_t *)(uintptr_t)o->stderr_bytes.ptr};
+  m.index = index;
+  m.content_type = (Worker__V1__ContentType)o->content_type;
+  m.stdout = (ProtobufCBinaryData){o->stdout_bytes.len, (uint8_t *)(uintptr_t)o->stdout_bytes.ptr};
+  m.stderr = (ProtobufCBinaryData){o->stderr_bytes.len, (uint8_t *)(uintptr_t)o->stderr_bytes.ptr};
   char *type = NULL, *message = NULL, *traceback = NULL;
   if (o->status == WK_CALL_OK) {
-    out.outcome_case = WORKER__V1__CALL_OUTPUT__OUTCOME_VALUE;
-    out.value = (ProtobufCBinaryData){o->output.len, (uint8_t *)(uintptr_t)o->output.ptr};
+    m.outcome_case = WORKER__V1__CALL_OUTPUT__OUTCOME_VALUE;
+    m.value = (ProtobufCBinaryData){o->output.len, (uint8_t *)(uintptr_t)o->output.ptr};
   } else {
     type = strndup((const char *)o->error_type.ptr, o->error_type.len);
     message = strndup((const char *)o->error_message.ptr, o->error_message.len);
@@ -106,51 +118,23 @@ void wk_task_rt_record_call(wk_rt_call *call, const wk_call_outcome *o) {
     error.message = message;
     error.traceback = traceback;
     error.retryable = o->status == WK_CALL_RETRYABLE || o->status == WK_CALL_EXECUTOR_LOST;
-    out.outcome_case = WORKER__V1__CALL_OUTPUT__OUTCOME_ERROR;
-    out.error = &error;
-    if (!rt->first_failure[0]) {
-      snprintf(rt->first_failure, sizeof rt->first_failure, "call %u failed: %s: %s", call->index,
-               type, message);
-    }
+    m.outcome_case = WORKER__V1__CALL_OUTPUT__OUTCOME_ERROR;
+    m.error = &error;
+    if (failure) snprintf(failure, failure_len, "call %u failed: %s: %s", index, type, message);
   }
-  size_t n = worker__v1__call_output__get_packed_size(&out);
+  size_t n = worker__v1__call_output__get_packed_size(&m);
   uint8_t *tmp = malloc(n ? n : 1);
   if (!tmp) abort();
-  worker__v1__call_output__pack(&out, tmp);
-  wk_wire_append_bytes_field(&call->encoded, 7, tmp, n);
+  worker__v1__call_output__pack(&m, tmp);
+  wk_wire_append_bytes_field(out, 7, tmp, n);
   free(tmp);
   free(type);
   free(message);
   free(traceback);
-
-  call->done = true;
-  call->handle = NULL;
-  call->failed = o->status != WK_CALL_OK;
-  rt->calls_done++;
-  rt->stats.calls_total++;
-  rt->stats.bytes_in += o->bytes_in;
-  rt->stats.bytes_out += o->output.len;
-  rt->stats.executor_cpu_us += o->cpu_us;
-  if (call->failed) {
-    rt->calls_failed++;
-    rt->stats.calls_failed++;
-  } else {
-    rt->stats.calls_succeeded++;
-  }
 }
 
 void wk_task_rt_collect_outputs(const wk_task_rt *rt, wk_buf *out) {
-  for (uint32_t i = 0; i < rt->calls.count; i++) {
+  for (uint64_t i = 0; rt->rt_calls && i < rt->calls_total; i++) {
     wk_buf_append(out, rt->rt_calls[i].encoded.data, rt->rt_calls[i].encoded.len);
-  }
-}
-
-void wk_task_rt_cancel_calls(wk_task_rt *rt, const wk_exec_adapter *exec) {
-  for (uint32_t i = 0; rt->rt_calls && i < rt->calls.count; i++) {
-    wk_rt_call *c = &rt->rt_calls[i];
-    if (c->handle) {
-      exec->cancel(exec->impl, c->handle);
-      c->handle = NULL;
-    }
   }
 }

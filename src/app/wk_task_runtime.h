@@ -23,15 +23,15 @@
 typedef struct wk_orch wk_orch;
 typedef struct wk_task_rt wk_task_rt;
 
-/* One call of the task and where it stands. */
+/* The final output of one top-level call, by index. */
 typedef struct wk_rt_call {
-  wk_task_rt *rt;
-  uint32_t index;
-  void *handle; /* while queued or running in the executor adapter */
   bool done;
   bool failed;
   wk_buf encoded; /* this call's CallOutput as a TaskResult field-7 record */
 } wk_rt_call;
+
+typedef struct wk_attempt wk_attempt;
+typedef struct wk_subcall_group wk_subcall_group;
 
 struct wk_task_rt {
   wk_orch *orch;
@@ -51,6 +51,9 @@ struct wk_task_rt {
   uint64_t requested_epoch;
   wk_call_failure_policy failure_policy;
   uint32_t max_failed_calls;
+  wk_retry_policy retry;
+  bool retry_on_executor_lost;
+  int64_t call_timeout_ms;
   int64_t deadline_ms; /* monotonic */
 
   /* activation (filled by the activation job) */
@@ -63,10 +66,19 @@ struct wk_task_rt {
   wk_failure_code activation_code;
   char activation_error[512];
 
-  /* calls */
-  wk_call_list calls;
-  wk_rt_call *rt_calls;
+  /* calls (driven by wk_calls.c) */
+  const struct wk_builder *builder_impl;
+  wk_call_list calls;       /* list builders */
+  bool streaming;           /* stream builders: args made per index from `stream` */
+  wk_stream_state stream;
+  uint64_t calls_total;     /* calls the builder makes */
+  uint64_t calls_added;     /* handed to the dispatcher so far */
+  uint32_t disp_task;       /* 0 = not registered */
+  wk_rt_call *rt_calls;     /* calls_total entries */
+  wk_attempt *attempts;     /* attempts sent and not yet over */
+  wk_subcall_group *groups; /* subcall batches of this task's calls */
   uint32_t calls_done, calls_failed;
+  bool calls_ok;            /* TASK_DONE's verdict */
   bool calls_reported;
   wk_call_stats stats;
   char first_failure[512];
@@ -88,13 +100,12 @@ void wk_task_rt_unref(wk_task_rt *rt);
  * activation_rc 0, or -1 with activation_code and activation_error. */
 void wk_task_rt_activate(wk_task_rt *rt, const char *code_root, const char *scratch_root);
 
-/** Records a finished call's outcome as its encoded CallOutput and counts it. */
-void wk_task_rt_record_call(wk_rt_call *call, const wk_call_outcome *o);
+/** Encodes a call outcome as a TaskResult field-7 record (CallOutput `index`) into
+ * `out`; `failure` (may be NULL) gets "call N failed: Type: message" on an error. */
+void wk_task_rt_encode_output(uint32_t index, const wk_call_outcome *o, wk_buf *out, char *failure,
+                              size_t failure_len);
 
 /** Concatenates the calls' encoded outputs in call order into `out`. */
 void wk_task_rt_collect_outputs(const wk_task_rt *rt, wk_buf *out);
-
-/** Cancels every call still in the executor adapter. */
-void wk_task_rt_cancel_calls(wk_task_rt *rt, const wk_exec_adapter *exec);
 
 #endif

@@ -150,28 +150,27 @@ static int range_open(const wk_builder_input *in, wk_stream_state *st, char *err
              calls, in->max_calls);
     goto out;
   }
-  *st = (wk_stream_state){.next = start, .stop = stop, .step = step, .chunk = chunk, .total = calls};
+  *st = (wk_stream_state){.start = start, .stop = stop, .step = step, .chunk = chunk, .total = calls};
   rc = 0;
 out:
   json_decref(obj);
   return rc;
 }
 
-static size_t range_next(wk_stream_state *st, char *buf, size_t buf_len) {
-  if (st->produced >= st->total) return 0;
-  int64_t a = st->next;
+static size_t range_args(const wk_stream_state *st, uint64_t index, char *buf, size_t buf_len) {
+  if (index >= st->total) return 0;
   int64_t span = st->chunk * st->step;
+  int64_t a = st->start + (int64_t)index * span;
   int64_t b = (st->stop - a > span) ? a + span : st->stop;
-  int n = snprintf(buf, buf_len, "{\"start\":%" PRId64 ",\"stop\":%" PRId64 ",\"step\":%" PRId64 "}", a, b, st->step);
-  st->next = b;
-  st->produced++;
+  int n = snprintf(buf, buf_len, "{\"start\":%" PRId64 ",\"stop\":%" PRId64 ",\"step\":%" PRId64 "}", a, b,
+                   st->step);
   return n > 0 && (size_t)n < buf_len ? (size_t)n : 0;
 }
 
 static const wk_builder builtin[] = {
     {"single", build_single, NULL, NULL},
     {"map", build_map, NULL, NULL},
-    {"range", NULL, range_open, range_next},
+    {"range", NULL, range_open, range_args},
 };
 
 const wk_builder *wk_builder_find_builtin(const char *name) {

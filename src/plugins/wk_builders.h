@@ -36,23 +36,24 @@ typedef int (*wk_builder_fn)(const wk_builder_input *in, wk_call_list *out, char
                              size_t err_len);
 
 /* A streaming builder produces calls lazily: open checks the input and sizes the
- * stream; next writes the args of the next call into buf (NUL-free bytes, at most
- * buf_len) and returns their length, 0 when the stream is over. The state is a small
- * value owned by the caller; nothing is materialised. */
+ * stream (total calls); args writes the args of call `index` (< total) into buf and
+ * returns their length (0 if buf is too small). Any index can be produced again (for
+ * a retry) from the small state alone: nothing is materialised. */
 typedef struct wk_stream_state {
-  int64_t next, stop, step, chunk;
-  uint64_t produced, total;
+  int64_t start, stop, step, chunk;
+  uint64_t total;
 } wk_stream_state;
 
 typedef int (*wk_stream_open_fn)(const wk_builder_input *in, wk_stream_state *st, char *err,
                                  size_t err_len);
-typedef size_t (*wk_stream_next_fn)(wk_stream_state *st, char *buf, size_t buf_len);
+typedef size_t (*wk_stream_args_fn)(const wk_stream_state *st, uint64_t index, char *buf,
+                                    size_t buf_len);
 
 typedef struct wk_builder {
   const char *name;
   wk_builder_fn build;            /* list builders */
   wk_stream_open_fn stream_open;  /* streaming builders */
-  wk_stream_next_fn stream_next;
+  wk_stream_args_fn stream_args;
 } wk_builder;
 
 #define WK_STREAM_ARGS_MAX 128 /* bytes of one streamed call's args */

@@ -241,7 +241,7 @@ def test_cancel(worker):
 def test_timeout(worker):
     worker.submit("t-timeout", "sleepy", {"seconds": 30}, timeout_ms=500)
     r = worker.wait_terminal("t-timeout", timeout=10)
-    assert r.state == pb.TASK_STATE_FAILED and r.failure_code == pb.FAILURE_CODE_TASK_TIMEOUT
+    assert r.state == pb.TASK_STATE_FAILED and r.failure_code == pb.FAILURE_CODE_TASK_TIMEOUT, r.failure_message
 
 
 def test_raising_function(worker):

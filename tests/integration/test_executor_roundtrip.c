@@ -571,19 +571,15 @@ static void test_load_and_encode_errors(void **state) {
   write_function(fx, "echo", 1, "main.py", ECHO_PY);
   write_function(fx, "odd", 1, "main.py",
                  "def handler(args, ctx):\n"
-                 "    return {1, 2}\n"
-                 "def sub(args, ctx):\n"
-                 "    return ctx.call('echo', 1)\n");
+                 "    return {1, 2}\n");
   call_spec missing = {"echo", 1, "main:nope", WK_FRAME_CONTENT_JSON, (const uint8_t *)"1", 1, 0, 0};
   call_spec nodir = {"absent", 9, NULL, WK_FRAME_CONTENT_JSON, (const uint8_t *)"1", 1, 0, 0};
   call_spec badjson = {"echo", 1, NULL, WK_FRAME_CONTENT_JSON, (const uint8_t *)"{nope", 5, 0, 0};
   call_spec unjson = {"odd", 1, NULL, WK_FRAME_CONTENT_JSON, (const uint8_t *)"1", 1, 0, 0};
-  call_spec subcall = {"odd", 1, "main:sub", WK_FRAME_CONTENT_JSON, (const uint8_t *)"1", 1, 0, 0};
   uint64_t a = queue_call(fx, &missing);
   uint64_t b = queue_call(fx, &nodir);
   uint64_t c = queue_call(fx, &badjson);
   uint64_t d = queue_call(fx, &unjson);
-  uint64_t e = queue_call(fx, &subcall);
   flush(fx);
   wk_frame f;
   recv_result(fx, a, &f);
@@ -596,10 +592,6 @@ static void test_load_and_encode_errors(void **state) {
   assert_bytes_str(f.result.error_type, "ArgsDecodeError");
   recv_result(fx, d, &f);
   assert_bytes_str(f.result.error_type, "OutputEncodeError");
-  recv_result(fx, e, &f);
-  assert_int_equal(f.result.status, WK_FRAME_STATUS_ERROR);
-  assert_bytes_str(f.result.error_type, "NotImplementedError");
-  assert_bytes_str(f.result.error_message, "subcalls arrive in a later version");
 }
 
 static void test_shutdown_exits_zero(void **state) {

@@ -1,6 +1,7 @@
 /* test_frame_codec.c: the executor frame codec (src/adapters/wk_frame.c) on its own:
  * round trips of every frame type, batches, every truncation, oversized and malformed
- * input, seeded garbage, and the buffer. No I/O. */
+ * input, the lists of SUBCALLS and SUBCALLS_RESULT, seeded garbage, and the buffer.
+ * No I/O. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -63,6 +64,61 @@ static wk_frame sample_result(void) {
   return f;
 }
 
+static const wk_frame_bytes SUB_ARGS[] = {{(const uint8_t *)"[1]", 3},
+                                          {NULL, 0},
+                                          {ARGS_BIN, sizeof ARGS_BIN}};
+
+static wk_frame sample_subcalls(void) {
+  wk_frame f;
+  memset(&f, 0, sizeof f);
+  f.type = WK_FRAME_SUBCALLS;
+  f.subcalls.parent_call_id = 0x0102030405060708u;
+  f.subcalls.request_id = 3;
+  f.subcalls.function = B("child");
+  f.subcalls.entrypoint = B("");
+  f.subcalls.content_type = WK_FRAME_CONTENT_BYTES;
+  f.subcalls.count = 3;
+  f.subcalls.args = SUB_ARGS;
+  return f;
+}
+
+static const wk_frame_child SUB_CHILDREN[] = {
+    {WK_FRAME_STATUS_OK, WK_FRAME_CONTENT_JSON, {(const uint8_t *)"{\"a\":1}", 7}, {NULL, 0},
+     {NULL, 0}, {NULL, 0}},
+    {WK_FRAME_STATUS_ERROR, WK_FRAME_CONTENT_JSON, {NULL, 0}, {(const uint8_t *)"ValueError", 10},
+     {(const uint8_t *)"bad", 3}, {(const uint8_t *)"Traceback\n", 10}},
+    {WK_FRAME_STATUS_RETRYABLE, WK_FRAME_CONTENT_BYTES, {ARGS_BIN, sizeof ARGS_BIN},
+     {(const uint8_t *)"Retryable", 9}, {NULL, 0}, {NULL, 0}},
+};
+
+static wk_frame sample_subcalls_result(void) {
+  wk_frame f;
+  memset(&f, 0, sizeof f);
+  f.type = WK_FRAME_SUBCALLS_RESULT;
+  f.subcalls_result.request_id = UINT64_MAX - 1;
+  f.subcalls_result.count = 3;
+  f.subcalls_result.children = SUB_CHILDREN;
+  return f;
+}
+
+/* The i-th arg of a SUBCALLS, from its array or by walking its encoded list. */
+static wk_frame_bytes nth_arg(const wk_frame_subcalls *s, uint32_t i) {
+  if (s->args) return s->args[i];
+  wk_frame_iter it = wk_frame_subcalls_args(s);
+  wk_frame_bytes b = {NULL, 0};
+  for (uint32_t k = 0; k <= i; k++) assert_true(wk_frame_iter_next_arg(&it, &b));
+  return b;
+}
+
+static wk_frame_child nth_child(const wk_frame_subcalls_result *r, uint32_t i) {
+  if (r->children) return r->children[i];
+  wk_frame_iter it = wk_frame_subcalls_children(r);
+  wk_frame_child k;
+  memset(&k, 0, sizeof k);
+  for (uint32_t j = 0; j <= i; j++) assert_true(wk_frame_iter_next_child(&it, &k));
+  return k;
+}
+
 static void assert_frames_eq(const wk_frame *got, const wk_frame *want) {
   assert_int_equal(got->type, want->type);
   switch (want->type) {
@@ -101,13 +157,47 @@ static void assert_frames_eq(const wk_frame *got, const wk_frame *want) {
     case WK_FRAME_PING:
     case WK_FRAME_PONG: assert_true(got->ping.nonce == want->ping.nonce); break;
     case WK_FRAME_SHUTDOWN: break;
+    case WK_FRAME_SUBCALLS:
+      assert_true(got->subcalls.parent_call_id == want->subcalls.parent_call_id);
+      assert_true(got->subcalls.request_id == want->subcalls.request_id);
+      assert_bytes_eq(got->subcalls.function, want->subcalls.function);
+      assert_bytes_eq(got->subcalls.entrypoint, want->subcalls.entrypoint);
+      assert_int_equal(got->subcalls.content_type, want->subcalls.content_type);
+      assert_int_equal(got->subcalls.count, want->subcalls.count);
+      for (uint32_t i = 0; i < want->subcalls.count; i++) {
+        assert_bytes_eq(nth_arg(&got->subcalls, i), nth_arg(&want->subcalls, i));
+      }
+      break;
+    case WK_FRAME_SUBCALLS_RESULT:
+      assert_true(got->subcalls_result.request_id == want->subcalls_result.request_id);
+      assert_int_equal(got->subcalls_result.count, want->subcalls_result.count);
+      for (uint32_t i = 0; i < want->subcalls_result.count; i++) {
+        wk_frame_child g = nth_child(&got->subcalls_result, i);
+        wk_frame_child w = nth_child(&want->subcalls_result, i);
+        assert_int_equal(g.status, w.status);
+        assert_int_equal(g.content_type, w.content_type);
+        assert_bytes_eq(g.output, w.output);
+        assert_bytes_eq(g.error_type, w.error_type);
+        assert_bytes_eq(g.error_message, w.error_message);
+        assert_bytes_eq(g.traceback, w.traceback);
+      }
+      break;
+    case WK_FRAME_STACK_REQUEST:
+      assert_true(got->stack_request.call_id == want->stack_request.call_id);
+      break;
+    case WK_FRAME_STACK:
+      assert_true(got->stack.call_id == want->stack.call_id);
+      assert_bytes_eq(got->stack.stack, want->stack.stack);
+      break;
   }
 }
+
+#define N_TYPES 11 /* frame types 1..11 */
 
 /* Every sample frame, one per type. */
 static size_t all_samples(wk_frame *out) {
   size_t n = 0;
-  memset(out, 0, 7 * sizeof *out);
+  memset(out, 0, N_TYPES * sizeof *out);
   out[n].type = WK_FRAME_HELLO;
   out[n].hello.version = WK_FRAME_VERSION;
   out[n++].hello.pid = 4242;
@@ -120,6 +210,14 @@ static size_t all_samples(wk_frame *out) {
   out[n].type = WK_FRAME_PONG;
   out[n++].ping.nonce = 1;
   out[n++].type = WK_FRAME_SHUTDOWN;
+  out[n++] = sample_subcalls();
+  out[n++] = sample_subcalls_result();
+  out[n].type = WK_FRAME_STACK_REQUEST;
+  out[n++].stack_request.call_id = 77;
+  out[n].type = WK_FRAME_STACK;
+  out[n].stack.call_id = 77;
+  out[n++].stack.stack = B("  File \"main.py\", line 3, in handler\n    while True: pass\n");
+  assert_int_equal(n, N_TYPES);
   return n;
 }
 
@@ -150,7 +248,7 @@ static void put_u32(uint8_t *p, uint32_t v) {
 
 static void test_roundtrip_each_type(void **state) {
   (void)state;
-  wk_frame samples[7];
+  wk_frame samples[N_TYPES];
   size_t n = all_samples(samples);
   for (size_t i = 0; i < n; i++) {
     wk_frame_buf b;
@@ -211,7 +309,7 @@ static void test_known_bytes(void **state) {
 
 static void test_batch_back_to_back(void **state) {
   (void)state;
-  wk_frame samples[7];
+  wk_frame samples[N_TYPES];
   size_t n = all_samples(samples);
   wk_frame_buf b;
   wk_frame_buf_init(&b, NULL);
@@ -259,7 +357,7 @@ static void test_empty_fields_and_null_views(void **state) {
 
 static void test_every_truncation_needs_more(void **state) {
   (void)state;
-  wk_frame samples[7];
+  wk_frame samples[N_TYPES];
   size_t n = all_samples(samples);
   for (size_t i = 0; i < n; i++) {
     wk_frame_buf b;
@@ -328,7 +426,7 @@ static void test_encoder_limits(void **state) {
   memset(&bad, 0, sizeof bad);
   assert_int_equal(wk_frame_encode(&b, &bad, MAX_FRAME), WK_FRAME_E_TYPE);
   assert_int_equal(wk_frame_encoded_size(&bad), 0);
-  bad.type = (wk_frame_type)8;
+  bad.type = (wk_frame_type)12;
   assert_int_equal(wk_frame_encode(&b, &bad, MAX_FRAME), WK_FRAME_E_TYPE);
   assert_int_equal(wk_frame_buf_size(&b), held);
   wk_frame_buf_free(&b);
@@ -344,7 +442,7 @@ static void test_malformed(void **state) {
   const uint8_t empty[] = {0, 0, 0, 0};
   assert_int_equal(decode_exact(empty, sizeof empty, MAX_FRAME, &f, &sz), WK_FRAME_E_EMPTY);
 
-  const uint8_t types[] = {0, 8, 0x7f, 0xff};
+  const uint8_t types[] = {0, 12, 0x7f, 0xff};
   for (size_t i = 0; i < sizeof types; i++) {
     const uint8_t t[] = {1, 0, 0, 0, types[i]};
     assert_int_equal(decode_exact(t, sizeof t, MAX_FRAME, &f, &sz), WK_FRAME_E_TYPE);
@@ -459,7 +557,7 @@ static uint64_t xorshift(uint64_t *s) {
 static void test_garbage(void **state) {
   (void)state;
   uint64_t seed = 0x9e3779b97f4a7c15u;
-  wk_frame samples[7];
+  wk_frame samples[N_TYPES];
   size_t ns = all_samples(samples);
   wk_frame_buf valid;
   wk_frame_buf_init(&valid, NULL);
@@ -472,7 +570,7 @@ static void test_garbage(void **state) {
     if (iter % 2 == 0) {
       for (size_t i = 0; i < n; i++) in[i] = (uint8_t)xorshift(&seed);
       if (n >= 4 && iter % 4 == 0) put_u32(in, (uint32_t)(n - 4)); /* plausible length */
-      if (n >= 5 && iter % 8 == 0) in[4] = (uint8_t)(1 + xorshift(&seed) % 7);
+      if (n >= 5 && iter % 8 == 0) in[4] = (uint8_t)(1 + xorshift(&seed) % N_TYPES);
     } else {
       /* valid frames with a few bytes flipped */
       size_t vn = wk_frame_buf_size(&valid);
@@ -517,6 +615,287 @@ static void test_garbage(void **state) {
   wk_frame_buf_free(&valid);
 }
 
+/* ---- lists: SUBCALLS and SUBCALLS_RESULT ---------------------------------------------- */
+
+/* The examples spelled out in docs/executor-protocol.md. */
+static void test_known_bytes_subcalls(void **state) {
+  (void)state;
+  wk_frame_buf b;
+  wk_frame_buf_init(&b, NULL);
+  wk_frame f;
+
+  const wk_frame_bytes args[] = {B("1"), B("[2]")};
+  memset(&f, 0, sizeof f);
+  f.type = WK_FRAME_SUBCALLS;
+  f.subcalls.parent_call_id = 5;
+  f.subcalls.request_id = 1;
+  f.subcalls.function = B("sq");
+  f.subcalls.content_type = WK_FRAME_CONTENT_JSON;
+  f.subcalls.count = 2;
+  f.subcalls.args = args;
+  assert_int_equal(wk_frame_encode(&b, &f, MAX_FRAME), WK_FRAME_OK);
+  const uint8_t sub[] = {44, 0, 0, 0, 8,                /* length, SUBCALLS */
+                         5, 0, 0, 0, 0, 0, 0, 0,        /* parent_call_id */
+                         1, 0, 0, 0, 0, 0, 0, 0,        /* request_id */
+                         2, 0, 0, 0, 's', 'q',          /* function */
+                         0, 0, 0, 0,                    /* entrypoint: the parent's */
+                         0,                             /* JSON */
+                         2, 0, 0, 0,                    /* count */
+                         1, 0, 0, 0, '1',               /* args[0] */
+                         3, 0, 0, 0, '[', '2', ']'};    /* args[1] */
+  assert_int_equal(wk_frame_buf_size(&b), sizeof sub);
+  assert_memory_equal(wk_frame_buf_bytes(&b), sub, sizeof sub);
+
+  wk_frame_buf_clear(&b);
+  const wk_frame_child kids[] = {
+      {WK_FRAME_STATUS_OK, WK_FRAME_CONTENT_JSON, B("1"), B(""), B(""), B("")},
+      {WK_FRAME_STATUS_ERROR, WK_FRAME_CONTENT_JSON, B(""), B("E"), B("m"), B("")},
+  };
+  memset(&f, 0, sizeof f);
+  f.type = WK_FRAME_SUBCALLS_RESULT;
+  f.subcalls_result.request_id = 1;
+  f.subcalls_result.count = 2;
+  f.subcalls_result.children = kids;
+  assert_int_equal(wk_frame_encode(&b, &f, MAX_FRAME), WK_FRAME_OK);
+  const uint8_t res[] = {52, 0, 0, 0, 9,                                 /* SUBCALLS_RESULT */
+                         1, 0, 0, 0, 0, 0, 0, 0,                         /* request_id */
+                         2, 0, 0, 0,                                     /* count */
+                         0, 0, 1, 0, 0, 0, '1', 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                         1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 'E', 1, 0, 0, 0, 'm', 0, 0, 0, 0};
+  assert_int_equal(wk_frame_buf_size(&b), sizeof res);
+  assert_memory_equal(wk_frame_buf_bytes(&b), res, sizeof res);
+
+  wk_frame_buf_clear(&b);
+  memset(&f, 0, sizeof f);
+  f.type = WK_FRAME_STACK_REQUEST;
+  f.stack_request.call_id = 0x0807060504030201u;
+  assert_int_equal(wk_frame_encode(&b, &f, MAX_FRAME), WK_FRAME_OK);
+  const uint8_t sreq[] = {9, 0, 0, 0, 10, 1, 2, 3, 4, 5, 6, 7, 8};
+  assert_int_equal(wk_frame_buf_size(&b), sizeof sreq);
+  assert_memory_equal(wk_frame_buf_bytes(&b), sreq, sizeof sreq);
+
+  wk_frame_buf_clear(&b);
+  memset(&f, 0, sizeof f);
+  f.type = WK_FRAME_STACK;
+  f.stack.call_id = 7;
+  f.stack.stack = B("ab");
+  assert_int_equal(wk_frame_encode(&b, &f, MAX_FRAME), WK_FRAME_OK);
+  const uint8_t stk[] = {15, 0, 0, 0, 11, 7, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 'a', 'b'};
+  assert_int_equal(wk_frame_buf_size(&b), sizeof stk);
+  assert_memory_equal(wk_frame_buf_bytes(&b), stk, sizeof stk);
+  wk_frame_buf_free(&b);
+}
+
+/* Decoded lists are walked by the iterators, item by item, and re-encode from their
+ * encoded form; the encoder checks an encoded list against its count. */
+static void test_list_iterators_and_encoded_form(void **state) {
+  (void)state;
+  wk_frame_buf b, b2;
+  wk_frame_buf_init(&b, NULL);
+  wk_frame_buf_init(&b2, NULL);
+  wk_frame s = sample_subcalls();
+  assert_int_equal(wk_frame_encode(&b, &s, MAX_FRAME), WK_FRAME_OK);
+  wk_frame f;
+  size_t used = 0;
+  assert_int_equal(wk_frame_decode(wk_frame_buf_bytes(&b), wk_frame_buf_size(&b), MAX_FRAME, &f, &used),
+                   WK_FRAME_OK);
+  assert_null(f.subcalls.args);
+  assert_int_equal(f.subcalls.args_enc.len, (4 + 3) + 4 + (4 + sizeof ARGS_BIN));
+  wk_frame_iter it = wk_frame_subcalls_args(&f.subcalls);
+  wk_frame_bytes a;
+  for (uint32_t i = 0; i < 3; i++) {
+    assert_true(wk_frame_iter_next_arg(&it, &a));
+    assert_bytes_eq(a, SUB_ARGS[i]);
+  }
+  assert_false(wk_frame_iter_next_arg(&it, &a));
+  assert_false(wk_frame_iter_next_arg(&it, &a));
+  assert_int_equal(it.left, 0);
+
+  /* the encoded form must match its count */
+  wk_frame g = f;
+  g.subcalls.count = 2;
+  assert_int_equal(wk_frame_encode(&b2, &g, MAX_FRAME), WK_FRAME_E_VALUE); /* one item left over */
+  g.subcalls.count = 4;
+  assert_int_equal(wk_frame_encode(&b2, &g, MAX_FRAME), WK_FRAME_E_VALUE); /* runs out */
+  g.subcalls.count = 0;
+  assert_int_equal(wk_frame_encode(&b2, &g, MAX_FRAME), WK_FRAME_E_VALUE);
+  g = f;
+  g.subcalls.args_enc.len -= 1;
+  assert_int_equal(wk_frame_encode(&b2, &g, MAX_FRAME), WK_FRAME_E_VALUE);
+  g = f;
+  g.subcalls.content_type = (wk_frame_content)2;
+  assert_int_equal(wk_frame_encode(&b2, &g, MAX_FRAME), WK_FRAME_E_VALUE);
+  g = sample_subcalls();
+  g.subcalls.count = 0;
+  assert_int_equal(wk_frame_encode(&b2, &g, MAX_FRAME), WK_FRAME_E_VALUE);
+  assert_int_equal(wk_frame_buf_size(&b2), 0);
+
+  /* a malformed encoded list stops the iterator */
+  const uint8_t broken[] = {1, 0, 0, 0, 'x', 9, 0, 0, 0, 'y'};
+  wk_frame_subcalls h;
+  memset(&h, 0, sizeof h);
+  h.count = 2;
+  h.args_enc.ptr = broken;
+  h.args_enc.len = sizeof broken;
+  it = wk_frame_subcalls_args(&h);
+  assert_true(wk_frame_iter_next_arg(&it, &a));
+  assert_bytes_eq(a, B("x"));
+  assert_false(wk_frame_iter_next_arg(&it, &a));
+  assert_false(wk_frame_iter_next_arg(&it, &a));
+
+  /* children */
+  wk_frame_buf_clear(&b);
+  wk_frame r = sample_subcalls_result();
+  assert_int_equal(wk_frame_encode(&b, &r, MAX_FRAME), WK_FRAME_OK);
+  assert_int_equal(wk_frame_decode(wk_frame_buf_bytes(&b), wk_frame_buf_size(&b), MAX_FRAME, &f, &used),
+                   WK_FRAME_OK);
+  assert_null(f.subcalls_result.children);
+  it = wk_frame_subcalls_children(&f.subcalls_result);
+  wk_frame_child k;
+  for (uint32_t i = 0; i < 3; i++) {
+    assert_true(wk_frame_iter_next_child(&it, &k));
+    assert_int_equal(k.status, SUB_CHILDREN[i].status);
+    assert_int_equal(k.content_type, SUB_CHILDREN[i].content_type);
+    assert_bytes_eq(k.output, SUB_CHILDREN[i].output);
+    assert_bytes_eq(k.error_type, SUB_CHILDREN[i].error_type);
+    assert_bytes_eq(k.error_message, SUB_CHILDREN[i].error_message);
+    assert_bytes_eq(k.traceback, SUB_CHILDREN[i].traceback);
+  }
+  assert_false(wk_frame_iter_next_child(&it, &k));
+  g = f;
+  g.subcalls_result.count = 2;
+  assert_int_equal(wk_frame_encode(&b2, &g, MAX_FRAME), WK_FRAME_E_VALUE);
+  g.subcalls_result.count = 0;
+  assert_int_equal(wk_frame_encode(&b2, &g, MAX_FRAME), WK_FRAME_E_VALUE);
+  wk_frame_child bad_kids[3];
+  memcpy(bad_kids, SUB_CHILDREN, sizeof bad_kids);
+  bad_kids[2].status = (wk_frame_status)3;
+  r.subcalls_result.children = bad_kids;
+  assert_int_equal(wk_frame_encode(&b2, &r, MAX_FRAME), WK_FRAME_E_VALUE);
+  bad_kids[2].status = WK_FRAME_STATUS_OK;
+  bad_kids[1].content_type = (wk_frame_content)2;
+  assert_int_equal(wk_frame_encode(&b2, &r, MAX_FRAME), WK_FRAME_E_VALUE);
+  assert_int_equal(wk_frame_buf_size(&b2), 0);
+  /* an encoded list with a bad status inside, as a hand-built frame might carry */
+  uint8_t *m = exact_copy(f.subcalls_result.children_enc.ptr, f.subcalls_result.children_enc.len);
+  m[0] = 7;
+  g = f;
+  g.subcalls_result.children_enc.ptr = m;
+  assert_int_equal(wk_frame_encode(&b2, &g, MAX_FRAME), WK_FRAME_E_VALUE);
+  it = wk_frame_subcalls_children(&g.subcalls_result);
+  assert_false(wk_frame_iter_next_child(&it, &k));
+  free(m);
+
+  /* a list's size saturates instead of wrapping */
+  wk_frame_bytes huge[2] = {{ARGS_BIN, UINT32_MAX}, {ARGS_BIN, UINT32_MAX}};
+  wk_frame big = sample_subcalls();
+  big.subcalls.count = 2;
+  big.subcalls.args = huge;
+  assert_true(wk_frame_encoded_size(&big) > 2ull * UINT32_MAX);
+  assert_int_equal(wk_frame_encode(&b2, &big, UINT32_MAX), WK_FRAME_E_TOO_LARGE);
+  wk_frame_buf_free(&b);
+  wk_frame_buf_free(&b2);
+}
+
+/* Builds a frame of `type` from `body` into `out` (at most `cap` bytes). */
+static size_t raw_frame(uint8_t *out, size_t cap, uint8_t type, const uint8_t *body, size_t n) {
+  assert_true(n + 5 <= cap);
+  put_u32(out, (uint32_t)(n + 1));
+  out[4] = type;
+  if (n) memcpy(out + 5, body, n);
+  return n + 5;
+}
+
+static void test_malformed_lists(void **state) {
+  (void)state;
+  uint8_t fr[256];
+  wk_frame f;
+  size_t sz, n;
+
+  /* SUBCALLS header: parent, request, function "", entrypoint "", content, count */
+  uint8_t sub[64];
+  memset(sub, 0, sizeof sub);
+  size_t count_at = 8 + 8 + 4 + 4 + 1;
+  size_t hdr = count_at + 4;
+  /* count 0, nothing after it */
+  n = raw_frame(fr, sizeof fr, WK_FRAME_SUBCALLS, sub, hdr);
+  assert_int_equal(decode_exact(fr, n, MAX_FRAME, &f, &sz), WK_FRAME_E_VALUE);
+  assert_int_equal(f.type, WK_FRAME_SUBCALLS);
+  /* count 1 with one empty arg: fine */
+  put_u32(sub + count_at, 1);
+  n = raw_frame(fr, sizeof fr, WK_FRAME_SUBCALLS, sub, hdr + 4);
+  assert_int_equal(decode_exact(fr, n, MAX_FRAME, &f, &sz), WK_FRAME_OK);
+  assert_int_equal(f.subcalls.count, 1);
+  assert_int_equal(f.subcalls.args_enc.len, 4);
+  /* ... with content_type 2 */
+  sub[count_at - 1] = 2;
+  n = raw_frame(fr, sizeof fr, WK_FRAME_SUBCALLS, sub, hdr + 4);
+  assert_int_equal(decode_exact(fr, n, MAX_FRAME, &f, &sz), WK_FRAME_E_VALUE);
+  sub[count_at - 1] = 1;
+  /* count 2 with one arg: truncated; count 1 with two: trailing */
+  put_u32(sub + count_at, 2);
+  n = raw_frame(fr, sizeof fr, WK_FRAME_SUBCALLS, sub, hdr + 4);
+  assert_int_equal(decode_exact(fr, n, MAX_FRAME, &f, &sz), WK_FRAME_E_TRUNCATED);
+  put_u32(sub + count_at, 1);
+  n = raw_frame(fr, sizeof fr, WK_FRAME_SUBCALLS, sub, hdr + 8);
+  assert_int_equal(decode_exact(fr, n, MAX_FRAME, &f, &sz), WK_FRAME_E_TRAILING);
+  /* a hostile count fails at once (and truncation wins over a bad content_type) */
+  put_u32(sub + count_at, UINT32_MAX);
+  sub[count_at - 1] = 9;
+  n = raw_frame(fr, sizeof fr, WK_FRAME_SUBCALLS, sub, hdr + 8);
+  assert_int_equal(decode_exact(fr, n, MAX_FRAME, &f, &sz), WK_FRAME_E_TRUNCATED);
+  sub[count_at - 1] = 0;
+  /* an arg whose length runs past the frame */
+  put_u32(sub + count_at, 1);
+  put_u32(sub + hdr, 5);
+  n = raw_frame(fr, sizeof fr, WK_FRAME_SUBCALLS, sub, hdr + 8);
+  assert_int_equal(decode_exact(fr, n, MAX_FRAME, &f, &sz), WK_FRAME_E_TRUNCATED);
+  put_u32(sub + hdr, 4);
+  n = raw_frame(fr, sizeof fr, WK_FRAME_SUBCALLS, sub, hdr + 8);
+  assert_int_equal(decode_exact(fr, n, MAX_FRAME, &f, &sz), WK_FRAME_OK);
+  assert_bytes_eq(nth_arg(&f.subcalls, 0), (wk_frame_bytes){fr + 5 + hdr + 4, 4});
+
+  /* SUBCALLS_RESULT: request, count, then 18-byte empty children */
+  uint8_t res[128];
+  memset(res, 0, sizeof res);
+  n = raw_frame(fr, sizeof fr, WK_FRAME_SUBCALLS_RESULT, res, 12);
+  assert_int_equal(decode_exact(fr, n, MAX_FRAME, &f, &sz), WK_FRAME_E_VALUE); /* count 0 */
+  put_u32(res + 8, 2);
+  n = raw_frame(fr, sizeof fr, WK_FRAME_SUBCALLS_RESULT, res, 12 + 36);
+  assert_int_equal(decode_exact(fr, n, MAX_FRAME, &f, &sz), WK_FRAME_OK);
+  assert_int_equal(f.subcalls_result.count, 2);
+  res[12 + 18] = 3; /* second child's status */
+  n = raw_frame(fr, sizeof fr, WK_FRAME_SUBCALLS_RESULT, res, 12 + 36);
+  assert_int_equal(decode_exact(fr, n, MAX_FRAME, &f, &sz), WK_FRAME_E_VALUE);
+  assert_int_equal(f.type, WK_FRAME_SUBCALLS_RESULT);
+  res[12 + 18] = 2;
+  res[12 + 1] = 2; /* first child's content_type */
+  n = raw_frame(fr, sizeof fr, WK_FRAME_SUBCALLS_RESULT, res, 12 + 36);
+  assert_int_equal(decode_exact(fr, n, MAX_FRAME, &f, &sz), WK_FRAME_E_VALUE);
+  res[12 + 1] = 1;
+  n = raw_frame(fr, sizeof fr, WK_FRAME_SUBCALLS_RESULT, res, 12 + 35);
+  assert_int_equal(decode_exact(fr, n, MAX_FRAME, &f, &sz), WK_FRAME_E_TRUNCATED);
+  n = raw_frame(fr, sizeof fr, WK_FRAME_SUBCALLS_RESULT, res, 12 + 37);
+  assert_int_equal(decode_exact(fr, n, MAX_FRAME, &f, &sz), WK_FRAME_E_TRAILING);
+  put_u32(res + 8, UINT32_MAX);
+  n = raw_frame(fr, sizeof fr, WK_FRAME_SUBCALLS_RESULT, res, 12 + 36);
+  assert_int_equal(decode_exact(fr, n, MAX_FRAME, &f, &sz), WK_FRAME_E_TRUNCATED);
+
+  /* STACK_REQUEST and STACK */
+  const uint8_t body[16] = {1, 2, 3, 4, 5, 6, 7, 8, 0, 0, 0, 0};
+  n = raw_frame(fr, sizeof fr, WK_FRAME_STACK_REQUEST, body, 7);
+  assert_int_equal(decode_exact(fr, n, MAX_FRAME, &f, &sz), WK_FRAME_E_TRUNCATED);
+  n = raw_frame(fr, sizeof fr, WK_FRAME_STACK_REQUEST, body, 9);
+  assert_int_equal(decode_exact(fr, n, MAX_FRAME, &f, &sz), WK_FRAME_E_TRAILING);
+  n = raw_frame(fr, sizeof fr, WK_FRAME_STACK, body, 12);
+  assert_int_equal(decode_exact(fr, n, MAX_FRAME, &f, &sz), WK_FRAME_OK);
+  assert_int_equal(f.stack.stack.len, 0);
+  n = raw_frame(fr, sizeof fr, WK_FRAME_STACK, body, 11);
+  assert_int_equal(decode_exact(fr, n, MAX_FRAME, &f, &sz), WK_FRAME_E_TRUNCATED);
+  n = raw_frame(fr, sizeof fr, WK_FRAME_STACK, body, 13);
+  assert_int_equal(decode_exact(fr, n, MAX_FRAME, &f, &sz), WK_FRAME_E_TRAILING);
+}
+
 /* ---- buffer ----------------------------------------------------------------------- */
 
 static void test_buffer(void **state) {
@@ -527,7 +906,7 @@ static void test_buffer(void **state) {
   assert_int_equal(wk_frame_buf_size(&b), 0);
 
   /* read side: reserve, commit part, decode, consume: views survive consume */
-  wk_frame samples[7];
+  wk_frame samples[N_TYPES];
   size_t ns = all_samples(samples);
   wk_frame_buf enc;
   wk_frame_buf_init(&enc, NULL);
@@ -613,8 +992,13 @@ static void test_names(void **state) {
   }
   assert_string_equal(wk_frame_rc_name((wk_frame_rc)-99), "UNKNOWN");
   assert_string_equal(wk_frame_rc_name(WK_FRAME_E_TRUNCATED), "E_TRUNCATED");
-  for (int t = 1; t <= 7; t++) assert_string_not_equal(wk_frame_type_name((wk_frame_type)t), "UNKNOWN");
+  for (int t = 1; t <= N_TYPES; t++) {
+    assert_string_not_equal(wk_frame_type_name((wk_frame_type)t), "UNKNOWN");
+  }
   assert_string_equal(wk_frame_type_name((wk_frame_type)0), "UNKNOWN");
+  assert_string_equal(wk_frame_type_name((wk_frame_type)(N_TYPES + 1)), "UNKNOWN");
+  assert_string_equal(wk_frame_type_name(WK_FRAME_SUBCALLS_RESULT), "SUBCALLS_RESULT");
+  assert_string_equal(wk_frame_type_name(WK_FRAME_STACK_REQUEST), "STACK_REQUEST");
   assert_string_equal(wk_frame_type_name(WK_FRAME_CALL), "CALL");
   assert_true(wk_frame_bytes_eq_cstr(B("abc"), "abc"));
   assert_false(wk_frame_bytes_eq_cstr(B("abc"), "abd"));
@@ -634,6 +1018,9 @@ int main(void) {
       cmocka_unit_test(test_malformed),
       cmocka_unit_test(test_malformed_call_fields),
       cmocka_unit_test(test_malformed_result_status),
+      cmocka_unit_test(test_known_bytes_subcalls),
+      cmocka_unit_test(test_list_iterators_and_encoded_form),
+      cmocka_unit_test(test_malformed_lists),
       cmocka_unit_test(test_garbage),
       cmocka_unit_test(test_buffer),
       cmocka_unit_test(test_buffer_allocator),

@@ -463,6 +463,20 @@ def test_empty_request_is_decoded_then_validated(channel):
     assert "task_id" in e.details()
 
 
+def test_missing_request_message(channel):
+    # A client-streaming call that sends no message at all, then half-closes.
+    e = rpc_error(lambda: channel.stream_unary("/worker.v1.WorkerService/GetTaskResult")(
+        iter([]), timeout=5))
+    assert e.code() == INVALID
+    assert e.details().startswith("request message is missing"), e.details()
+
+
+def test_compressed_request(pb, stub):
+    resp = stub.SubmitTask(good_submit(pb, task_id="gz", function=good_function(
+        pb, args=b"z" * 100000)), compression=grpc.Compression.Gzip, timeout=5)
+    assert resp.task_id == "gz"
+
+
 def test_unknown_fields_are_ignored(pb, channel):
     payload = pb.w.RequestTaskSlotRequest(task_id="t").SerializeToString() + b"\xf8\x07\x01"
     resp = pb.w.RequestTaskSlotResponse.FromString(
@@ -706,14 +720,12 @@ def test_sigterm_under_load_exits_cleanly(pb):
         for t in threads:
             t.start()
         time.sleep(0.7)
-        t0 = time.monotonic()
         rc = h.stop(timeout=30)
-        t1 = time.monotonic()
         stop.set()
+        # Not joined for long: python3-grpcio 1.51 sometimes leaves a client stream that
+        # started during the server's shutdown stuck past its deadline (a Python gRPC
+        # server shows the same); the threads are daemons and end with the process.
+        deadline = time.monotonic() + 2
         for t in threads:
-            t.join(10)
-        print("stop %.2fs join %.2fs" % (t1 - t0, time.monotonic() - t1))
-        if any(t.is_alive() for t in threads):
-            import faulthandler, sys as _s
-            faulthandler.dump_traceback(_s.stdout, all_threads=True)
+            t.join(max(0.0, deadline - time.monotonic()))
         assert_clean_exit(h, rc)

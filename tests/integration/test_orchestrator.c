@@ -147,6 +147,8 @@ static int setup(void **state) {
   };
   wk_core_config_default(&cfg.core);
   cfg.core.task_slots = 2;
+  wk_disp_config_default(&cfg.calls.disp);
+  cfg.calls.escalation_budget_ms = 100;
   char err[256];
   uv_loop_init(&h->loop);
   h->orch = wk_orch_create(&h->loop, &cfg, err, sizeof err);
@@ -155,6 +157,7 @@ static int setup(void **state) {
   fake.orch = h->orch;
   fake.loop = &h->loop;
   wk_orch_set_executor(h->orch, (wk_exec_adapter){.submit = fake_submit, .cancel = fake_cancel});
+  wk_orch_set_capacity(h->orch, 8);
   wk_orch_set_ready(h->orch, true);
   uv_async_init(&h->loop, &h->stop, on_stop);
   h->stop.data = h;

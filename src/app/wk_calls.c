@@ -1,0 +1,463 @@
+/* wk_calls.c: see wk_calls.h. */
+#include "app/wk_calls.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "app/wk_log.h"
+
+#define ACTIONS_MAX 256u
+
+/* One attempt sent to the executors. */
+struct wk_attempt {
+  wk_attempt *next; /* in rt->attempts */
+  wk_task_rt *rt;
+  uint64_t call_id;
+  uint64_t group;  /* for a child: its group; 0 for a top-level call */
+  uint32_t index;  /* call index, or position in the group */
+  void *handle;    /* the executor adapter's, while it runs */
+  bool answered;   /* the executor's outcome came in */
+  wk_buf output;   /* top-level: the encoded CallOutput of the answer */
+  char failure[256];
+  wk_frame_child child; /* child: the answer, views into `child_bytes` */
+  wk_buf child_bytes;
+};
+
+/* A parent's subcall request and its children's answers. */
+struct wk_subcall_group {
+  wk_subcall_group *next; /* in rt->groups */
+  uint64_t group;
+  uint64_t parent_call_id;
+  uint64_t request_id;
+  uint32_t count;
+  char function[129];
+  char entrypoint[257];
+  wk_frame_content content_type;
+  uint8_t *args; /* count args back to back */
+  size_t *offsets; /* count + 1 */
+  wk_frame_child *children;
+  wk_buf *child_bytes;
+};
+
+struct wk_calls {
+  wk_calls_config cfg;
+  wk_disp *disp;
+  const wk_exec_adapter *exec;
+  wk_calls_done_fn done;
+  void *ud;
+  wk_disp_action actions[ACTIONS_MAX];
+  wk_disp_out out;
+  int64_t now_ms;
+};
+
+static wk_task_rt *rt_of(uint64_t key) { return (wk_task_rt *)(uintptr_t)key; }
+
+/* ---- attempts and groups ---------------------------------------------------------- */
+
+static wk_attempt *find_attempt(wk_task_rt *rt, uint64_t call_id) {
+  for (wk_attempt *a = rt->attempts; a; a = a->next) {
+    if (a->call_id == call_id) return a;
+  }
+  return NULL;
+}
+
+static void free_attempt(wk_task_rt *rt, wk_attempt *a) {
+  for (wk_attempt **p = &rt->attempts; *p; p = &(*p)->next) {
+    if (*p == a) {
+      *p = a->next;
+      break;
+    }
+  }
+  wk_buf_free(&a->output);
+  wk_buf_free(&a->child_bytes);
+  free(a);
+}
+
+static wk_subcall_group *find_group(wk_task_rt *rt, uint64_t group) {
+  for (wk_subcall_group *g = rt->groups; g; g = g->next) {
+    if (g->group == group) return g;
+  }
+  return NULL;
+}
+
+static void free_group(wk_task_rt *rt, wk_subcall_group *g) {
+  for (wk_subcall_group **p = &rt->groups; *p; p = &(*p)->next) {
+    if (*p == g) {
+      *p = g->next;
+      break;
+    }
+  }
+  for (uint32_t i = 0; i < g->count; i++) wk_buf_free(&g->child_bytes[i]);
+  free(g->child_bytes);
+  free(g->children);
+  free(g->args);
+  free(g->offsets);
+  free(g);
+}
+
+/* ---- actions ------------------------------------------------------------------------- */
+
+static void send_attempt(wk_calls *c, const wk_disp_action *act) {
+  wk_task_rt *rt = rt_of(act->task_key);
+  char stream_args[WK_STREAM_ARGS_MAX];
+  wk_call_spec spec = {
+      .task_id = rt->task_id,
+      .function = rt->function,
+      .epoch = rt->epoch,
+      .code_dir = rt->code_dir,
+      .entrypoint = rt->entrypoint,
+      .content_type = rt->args_json ? WK_FRAME_CONTENT_JSON : WK_FRAME_CONTENT_BYTES,
+      .call_index = act->index,
+      .scratch_dir = rt->scratch_dir,
+      .traceparent = rt->traceparent,
+  };
+  if (act->depth == 0) {
+    if (rt->streaming) {
+      size_t n = rt->builder_impl->stream_args(&rt->stream, act->index, stream_args, sizeof stream_args);
+      spec.args = (wk_frame_bytes){(const uint8_t *)stream_args, (uint32_t)n};
+      spec.content_type = WK_FRAME_CONTENT_JSON;
+    } else {
+      const wk_call_item *it = &rt->calls.items[act->index];
+      spec.args = (wk_frame_bytes){it->args, (uint32_t)it->len};
+    }
+  } else {
+    wk_subcall_group *g = find_group(rt, act->group);
+    if (!g) return; /* its parent is gone: a CANCEL follows */
+    if (g->function[0]) spec.function = g->function;
+    if (g->entrypoint[0]) spec.entrypoint = g->entrypoint;
+    spec.content_type = g->content_type;
+    size_t at = g->offsets[act->index];
+    spec.args = (wk_frame_bytes){g->args + at, (uint32_t)(g->offsets[act->index + 1] - at)};
+  }
+  /* A deadline from the call timeout reaches the executors early enough to capture a
+   * wedged call's stack before the dispatcher gives up on it (the dispatcher got the
+   * timeout plus that budget). The task's own deadline is passed as it is: at that
+   * moment the task converges TASK_TIMEOUT and its calls are cancelled. */
+  if (act->deadline_ms != INT64_MAX) {
+    int64_t deadline = act->deadline_ms;
+    if (rt->call_timeout_ms && deadline < rt->deadline_ms) deadline -= c->cfg.escalation_budget_ms;
+    int64_t left = deadline - c->now_ms;
+    spec.deadline_ms = left < 1 ? 1 : (left > UINT32_MAX ? UINT32_MAX : (uint32_t)left);
+  }
+  wk_attempt *a = calloc(1, sizeof *a);
+  if (!a) abort();
+  a->rt = rt;
+  a->call_id = act->call_id;
+  a->group = act->depth ? act->group : 0;
+  a->index = act->index;
+  a->next = rt->attempts;
+  rt->attempts = a;
+  a->handle = c->exec->submit(c->exec->impl, &spec, a);
+}
+
+static void cancel_attempt(wk_calls *c, const wk_disp_action *act) {
+  wk_task_rt *rt = rt_of(act->task_key);
+  wk_attempt *a = find_attempt(rt, act->call_id);
+  if (!a) return;
+  if (a->handle && !a->answered) c->exec->cancel(c->exec->impl, a->handle);
+  free_attempt(rt, a);
+}
+
+static void record_call(wk_calls *c, const wk_disp_action *act) {
+  (void)c;
+  wk_task_rt *rt = rt_of(act->task_key);
+  wk_attempt *a = find_attempt(rt, act->call_id);
+  wk_rt_call *rc = &rt->rt_calls[act->index];
+  rc->done = true;
+  rc->failed = act->result != WK_DISP_OK;
+  rt->calls_done++;
+  if (rc->failed) {
+    rt->calls_failed++;
+    rt->stats.calls_failed++;
+  } else {
+    rt->stats.calls_succeeded++;
+  }
+  rt->stats.calls_total++;
+  if (a && a->answered) {
+    rc->encoded = a->output; /* moved */
+    a->output = (wk_buf){0};
+    if (rc->failed && !rt->first_failure[0]) snprintf(rt->first_failure, sizeof rt->first_failure, "%s", a->failure);
+  } else {
+    /* the dispatcher decided without an answer (deadline backstop) */
+    wk_call_outcome o = {
+        .status = WK_CALL_TIMEOUT,
+        .error_type = wk_frame_bytes_cstr("DeadlineExceeded"),
+        .error_message = wk_frame_bytes_cstr("the call got no answer before its deadline"),
+    };
+    wk_task_rt_encode_output(act->index, &o, &rc->encoded, rt->first_failure[0] ? NULL : rt->first_failure,
+                             sizeof rt->first_failure);
+  }
+  if (a) free_attempt(rt, a);
+}
+
+static void record_child(wk_calls *c, const wk_disp_action *act) {
+  (void)c;
+  wk_task_rt *rt = rt_of(act->task_key);
+  wk_subcall_group *g = find_group(rt, act->group);
+  wk_attempt *a = find_attempt(rt, act->call_id);
+  if (g && act->index < g->count) {
+    if (a && a->answered) {
+      g->child_bytes[act->index] = a->child_bytes; /* moved: the views stay valid */
+      a->child_bytes = (wk_buf){0};
+      g->children[act->index] = a->child;
+    } else {
+      g->children[act->index] = (wk_frame_child){
+          .status = WK_FRAME_STATUS_ERROR,
+          .error_type = wk_frame_bytes_cstr("DeadlineExceeded"),
+          .error_message = wk_frame_bytes_cstr("the subcall got no answer before its deadline"),
+      };
+    }
+  }
+  if (a) free_attempt(rt, a);
+}
+
+static void complete_group(wk_calls *c, const wk_disp_action *act) {
+  wk_task_rt *rt = rt_of(act->task_key);
+  wk_subcall_group *g = find_group(rt, act->group);
+  wk_attempt *parent = find_attempt(rt, act->call_id);
+  if (!g) return;
+  if (parent && parent->handle && !parent->answered) {
+    c->exec->answer_subcalls(c->exec->impl, parent->handle, g->request_id, g->children, g->count);
+  }
+  free_group(rt, g);
+}
+
+static void refill(wk_calls *c, wk_task_rt *rt);
+
+static void process(wk_calls *c) {
+  for (;;) {
+    for (uint32_t i = 0; i < c->out.count; i++) {
+      const wk_disp_action *act = &c->actions[i];
+      wk_task_rt *rt = rt_of(act->task_key);
+      switch (act->kind) {
+        case WK_DISP_SEND: send_attempt(c, act); break;
+        case WK_DISP_CANCEL: cancel_attempt(c, act); break;
+        case WK_DISP_CALL_DONE: record_call(c, act); break;
+        case WK_DISP_SUBCALL_DONE: record_child(c, act); break;
+        case WK_DISP_SUBCALLS_COMPLETE: complete_group(c, act); break;
+        case WK_DISP_TASK_DONE: {
+          wk_disp_task_info info;
+          if (wk_disp_task_info_get(c->disp, act->task, &info) == WK_OK) rt->stats.calls_retried = info.retried;
+          rt->calls_ok = act->ok;
+          c->done(c->ud, rt);
+          break;
+        }
+      }
+      if (act->kind == WK_DISP_CALL_DONE && rt->streaming) refill(c, rt);
+    }
+    bool more = c->out.more;
+    c->out.count = 0;
+    c->out.more = false;
+    if (!more) break;
+    wk_disp_poll(c->disp, c->now_ms, &c->out);
+  }
+}
+
+/* Hands a stream's next calls to the dispatcher while its queue for the task is low. */
+static void refill(wk_calls *c, wk_task_rt *rt) {
+  if (!rt->disp_task || rt->calls_added >= rt->calls_total) return;
+  if (wk_disp_task_queued(c->disp, rt->disp_task) >= c->cfg.stream_low_water) return;
+  uint64_t n = rt->calls_total - rt->calls_added;
+  if (n > c->cfg.stream_batch) n = c->cfg.stream_batch;
+  rt->calls_added += n;
+  /* actions land in the shared buffer; the caller's process() loop picks them up */
+  wk_disp_add_calls(c->disp, rt->disp_task, (uint32_t)n, rt->calls_added == rt->calls_total, c->now_ms, &c->out);
+}
+
+/* ---- entry points -------------------------------------------------------------------- */
+
+wk_calls *wk_calls_create(const wk_calls_config *cfg, const wk_exec_adapter *exec, wk_calls_done_fn done,
+                          void *ud, char *err, size_t err_len) {
+  const char *why = NULL;
+  if (wk_disp_config_validate(&cfg->disp, &why) != WK_OK) {
+    snprintf(err, err_len, "dispatcher: %s", why);
+    return NULL;
+  }
+  wk_calls *c = calloc(1, sizeof *c);
+  if (!c) abort();
+  c->cfg = *cfg;
+  if (c->cfg.stream_batch == 0) c->cfg.stream_batch = 256;
+  if (c->cfg.stream_low_water == 0) c->cfg.stream_low_water = 128;
+  c->disp = wk_disp_create(&cfg->disp);
+  c->exec = exec;
+  c->done = done;
+  c->ud = ud;
+  c->out = (wk_disp_out){.items = c->actions, .capacity = ACTIONS_MAX};
+  return c;
+}
+
+void wk_calls_destroy(wk_calls *c) {
+  if (!c) return;
+  wk_disp_destroy(c->disp);
+  free(c);
+}
+
+void wk_calls_set_capacity(wk_calls *c, uint32_t calls, int64_t now_ms) {
+  c->now_ms = now_ms;
+  wk_disp_set_capacity(c->disp, calls);
+  wk_disp_poll(c->disp, now_ms, &c->out);
+  process(c);
+}
+
+void wk_calls_start(wk_calls *c, wk_task_rt *rt, int64_t now_ms) {
+  c->now_ms = now_ms;
+  rt->rt_calls = calloc(rt->calls_total ? rt->calls_total : 1, sizeof *rt->rt_calls);
+  if (!rt->rt_calls) abort();
+  wk_disp_task_params p = {
+      .failure_policy = rt->failure_policy,
+      .max_failed_calls = rt->max_failed_calls,
+      .retry = rt->retry,
+      .retry_on_executor_lost = rt->retry_on_executor_lost,
+      .call_timeout_ms = rt->call_timeout_ms ? rt->call_timeout_ms + c->cfg.escalation_budget_ms : 0,
+      .task_deadline_ms = rt->deadline_ms,
+  };
+  wk_err err = wk_disp_add_task(c->disp, (uint64_t)(uintptr_t)rt, &p, &rt->disp_task);
+  if (err != WK_OK) {
+    rt->disp_task = 0;
+    rt->calls_ok = false;
+    snprintf(rt->first_failure, sizeof rt->first_failure,
+             "the dispatcher cannot take the task (%s): too many tasks in their calls phase", wk_err_name(err));
+    c->done(c->ud, rt);
+    return;
+  }
+  if (rt->streaming) {
+    refill(c, rt);
+  } else {
+    rt->calls_added = rt->calls_total;
+    wk_disp_add_calls(c->disp, rt->disp_task, (uint32_t)rt->calls_total, true, now_ms, &c->out);
+  }
+  process(c);
+}
+
+void wk_calls_stop(wk_calls *c, wk_task_rt *rt, int64_t now_ms) {
+  c->now_ms = now_ms;
+  if (rt->disp_task) {
+    wk_disp_cancel_task(c->disp, rt->disp_task, &c->out);
+    process(c);
+    wk_disp_remove_task(c->disp, rt->disp_task);
+    rt->disp_task = 0;
+  }
+  while (rt->attempts) {
+    wk_attempt *a = rt->attempts;
+    if (a->handle && !a->answered) c->exec->cancel(c->exec->impl, a->handle);
+    free_attempt(rt, a);
+  }
+  while (rt->groups) free_group(rt, rt->groups);
+}
+
+static wk_disp_result disp_result(wk_call_status s) {
+  switch (s) {
+    case WK_CALL_OK: return WK_DISP_OK;
+    case WK_CALL_ERROR: return WK_DISP_ERROR;
+    case WK_CALL_RETRYABLE: return WK_DISP_RETRYABLE;
+    case WK_CALL_EXECUTOR_LOST: return WK_DISP_EXECUTOR_LOST;
+    case WK_CALL_TIMEOUT: return WK_DISP_TIMEOUT;
+  }
+  return WK_DISP_ERROR;
+}
+
+void wk_calls_on_result(wk_calls *c, void *call_ctx, const wk_call_outcome *o, int64_t now_ms) {
+  c->now_ms = now_ms;
+  wk_attempt *a = call_ctx;
+  wk_task_rt *rt = a->rt;
+  a->answered = true;
+  a->handle = NULL;
+  rt->stats.bytes_in += o->bytes_in;
+  rt->stats.bytes_out += o->output.len;
+  rt->stats.executor_cpu_us += o->cpu_us;
+  if (a->group == 0) {
+    wk_task_rt_encode_output(a->index, o, &a->output, a->failure, sizeof a->failure);
+  } else {
+    /* keep the child's answer: one buffer, views fixed up after it stops growing */
+    wk_buf *b = &a->child_bytes;
+    wk_buf_append(b, o->output.ptr, o->output.len);
+    wk_buf_append(b, o->error_type.ptr, o->error_type.len);
+    wk_buf_append(b, o->error_message.ptr, o->error_message.len);
+    wk_buf_append(b, o->traceback.ptr, o->traceback.len);
+    const uint8_t *p = b->data;
+    a->child = (wk_frame_child){
+        .status = o->status == WK_CALL_OK ? WK_FRAME_STATUS_OK
+                  : o->status == WK_CALL_RETRYABLE ? WK_FRAME_STATUS_RETRYABLE
+                                                   : WK_FRAME_STATUS_ERROR,
+        .content_type = o->content_type,
+        .output = {p, o->output.len},
+        .error_type = {p + o->output.len, o->error_type.len},
+        .error_message = {p + o->output.len + o->error_type.len, o->error_message.len},
+        .traceback = {p + o->output.len + o->error_type.len + o->error_message.len, o->traceback.len},
+    };
+  }
+  wk_disp_result r = disp_result(o->status);
+  wk_disp_call_finished(c->disp, a->call_id, r, now_ms, &c->out);
+  process(c);
+  /* an attempt whose answer made no call final (a retry follows, or nobody waited for
+   * it) is over: CALL_DONE and SUBCALL_DONE free the others */
+  for (wk_attempt *x = rt->attempts; x; x = x->next) {
+    if (x == a) {
+      free_attempt(rt, a);
+      break;
+    }
+  }
+}
+
+void wk_calls_on_subcalls(wk_calls *c, void *call_ctx, const wk_frame_subcalls *req, int64_t now_ms) {
+  c->now_ms = now_ms;
+  wk_attempt *parent = call_ctx;
+  wk_task_rt *rt = parent->rt;
+  uint64_t group = 0;
+  wk_err err = wk_disp_add_subcalls(c->disp, parent->call_id, req->count, now_ms, &group, &c->out);
+  if (err != WK_OK) {
+    char msg[160];
+    snprintf(msg, sizeof msg, "%s",
+             err == WK_ERR_INVALID_ARGUMENT ? "subcalls nested deeper than this worker allows (max_depth)"
+             : err == WK_ERR_NO_SLOT        ? "too many calls in flight on this worker to start subcalls"
+                                            : "the parent call is no longer running");
+    wk_frame_child *children = calloc(req->count ? req->count : 1, sizeof *children);
+    if (!children) abort();
+    for (uint32_t i = 0; i < req->count; i++) {
+      children[i] = (wk_frame_child){.status = WK_FRAME_STATUS_ERROR,
+                                     .error_type = wk_frame_bytes_cstr("SubcallRefused"),
+                                     .error_message = wk_frame_bytes_cstr(msg)};
+    }
+    if (parent->handle) c->exec->answer_subcalls(c->exec->impl, parent->handle, req->request_id, children, req->count);
+    free(children);
+    process(c);
+    return;
+  }
+  wk_subcall_group *g = calloc(1, sizeof *g);
+  if (!g) abort();
+  g->group = group;
+  g->parent_call_id = parent->call_id;
+  g->request_id = req->request_id;
+  g->count = req->count;
+  snprintf(g->function, sizeof g->function, "%.*s", (int)req->function.len, (const char *)req->function.ptr);
+  snprintf(g->entrypoint, sizeof g->entrypoint, "%.*s", (int)req->entrypoint.len, (const char *)req->entrypoint.ptr);
+  g->content_type = req->content_type;
+  g->offsets = calloc((size_t)req->count + 1, sizeof *g->offsets);
+  g->args = malloc(req->args_enc.len ? req->args_enc.len : 1);
+  g->children = calloc(req->count, sizeof *g->children);
+  g->child_bytes = calloc(req->count, sizeof *g->child_bytes);
+  if (!g->offsets || !g->args || !g->children || !g->child_bytes) abort();
+  wk_frame_iter it = wk_frame_subcalls_args(req);
+  wk_frame_bytes arg;
+  size_t at = 0;
+  for (uint32_t i = 0; i < req->count && wk_frame_iter_next_arg(&it, &arg); i++) {
+    memcpy(g->args + at, arg.ptr, arg.len);
+    at += arg.len;
+    g->offsets[i + 1] = at;
+  }
+  g->next = rt->groups;
+  rt->groups = g;
+  rt->stats.subcalls += req->count;
+  process(c);
+}
+
+void wk_calls_tick(wk_calls *c, int64_t now_ms) {
+  c->now_ms = now_ms;
+  wk_disp_tick(c->disp, now_ms, &c->out);
+  process(c);
+}
+
+int64_t wk_calls_next_deadline(const wk_calls *c) { return wk_disp_next_deadline(c->disp); }
+
+wk_disp_stats wk_calls_stats(const wk_calls *c) { return wk_disp_stats_get(c->disp); }

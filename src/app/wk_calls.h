@@ -1,0 +1,60 @@
+/* wk_calls.h: the calls phase, driven by DispatcherCore (src/core/wk_dispatcher.h).
+ *
+ * For each task in its calls phase it registers the calls with the dispatcher (a list
+ * at once; a stream in batches while the dispatcher's queue for the task is low:
+ * backpressure), turns the dispatcher's actions into executor work (SEND → submit,
+ * CANCEL → cancel, SUBCALLS_COMPLETE → answer the waiting parent), feeds executor
+ * outcomes back (call_finished, add_subcalls), and records each call's final output
+ * by index (CALL_DONE), so outputs land in call order whatever the completion order.
+ * When the dispatcher says TASK_DONE it reports through `on_done`.
+ * Runs on the actor thread; owns the dispatcher, the attempts and subcall groups. */
+#ifndef WK_CALLS_H
+#define WK_CALLS_H
+
+#include "adapters/wk_exec_adapter.h"
+#include "app/wk_task_runtime.h"
+#include "core/wk_dispatcher.h"
+
+typedef struct wk_calls wk_calls;
+
+typedef struct wk_calls_config {
+  wk_disp_config disp;
+  int64_t escalation_budget_ms; /* cancel grace + stack wait: the pool gets its deadline this much
+                                   before the dispatcher, so a wedged call's stack is captured */
+  uint32_t stream_low_water;    /* refill a stream when fewer calls than this are queued */
+  uint32_t stream_batch;        /* calls added per refill */
+} wk_calls_config;
+
+/* Called when a task's calls are over (rt->calls_ok says how). */
+typedef void (*wk_calls_done_fn)(void *ud, wk_task_rt *rt);
+
+/** Creates the driver over `exec` (not owned). Returns NULL with a reason in err. */
+wk_calls *wk_calls_create(const wk_calls_config *cfg, const wk_exec_adapter *exec, wk_calls_done_fn done,
+                          void *ud, char *err, size_t err_len);
+void wk_calls_destroy(wk_calls *c);
+
+/** Sets the dispatcher's global admission (executor capacity). */
+void wk_calls_set_capacity(wk_calls *c, uint32_t calls, int64_t now_ms);
+
+/** Starts the calls of `rt` (its call list or stream is set up). */
+void wk_calls_start(wk_calls *c, wk_task_rt *rt, int64_t now_ms);
+
+/** Cancels every call of `rt` still queued or running and forgets the task. */
+void wk_calls_stop(wk_calls *c, wk_task_rt *rt, int64_t now_ms);
+
+/** Executor outcome of an attempt (the adapter's on_result). */
+void wk_calls_on_result(wk_calls *c, void *call_ctx, const wk_call_outcome *o, int64_t now_ms);
+
+/** A running attempt asks for child calls (the adapter's on_subcalls). */
+void wk_calls_on_subcalls(wk_calls *c, void *call_ctx, const wk_frame_subcalls *req, int64_t now_ms);
+
+/** Timers: backoffs over, attempts past their deadline. */
+void wk_calls_tick(wk_calls *c, int64_t now_ms);
+
+/** The dispatcher's next timer (INT64_MAX when none). */
+int64_t wk_calls_next_deadline(const wk_calls *c);
+
+/** Dispatcher counters (for logs, tests, benchmarks). */
+wk_disp_stats wk_calls_stats(const wk_calls *c);
+
+#endif

@@ -1,0 +1,211 @@
+/* wk_config.h: the Worker's settings as one table (WorkerFullConfig, DESIGN.md §7).
+ *
+ * One row per field of wk_app_config: its snake_case name, type, default, range, a
+ * one-line description and its offset into the struct. The table is the single place
+ * defaults live; --help, --print-config and docs/configuration.md are generated from it.
+ *
+ * Four sources fill the struct, each overriding the one before:
+ *   defaults < config file (YAML, `--config PATH` or WORKER_CONFIG)
+ *            < environment WORKER_<NAME> < flags --name-with-dashes VALUE
+ * and a wk_config_sources records, per setting, which one set the value.
+ *
+ * Errors are lines of text (each ending in '\n') appended to a caller's buffer; every
+ * function that can fail returns how many lines it added (0 = fine) and keeps going
+ * after a bad value, so one run reports every problem. A full buffer truncates the
+ * text, never the count.
+ *
+ * Adding a setting: append the field to wk_app_config, a row to the table in
+ * wk_config.c (test_config checks that every field has a row), a cross-field rule in
+ * wk_config_validate if it needs one, and regenerate docs/configuration.md with
+ * `worker --print-config --markdown`. */
+#ifndef WK_CONFIG_H
+#define WK_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "app/wk_app.h"
+
+/** Upper bound on table rows (wk_config_count() <= this; checked at compile time). */
+#define WK_CONFIG_MAX_ITEMS 96
+/** Upper bound on setting flags in one command line. */
+#define WK_CONFIG_MAX_FLAGS 256
+
+typedef enum wk_config_type {
+  WK_CONFIG_STRING, /* char[N]; min/max bound its length (max <= N - 1) */
+  WK_CONFIG_UINT,   /* uint32_t or uint64_t (by the field's size): 0, 16, 1000000 */
+  WK_CONFIG_MS,     /* int64_t milliseconds: 250, 250ms, 30s, 5m, 1h */
+  WK_CONFIG_BYTES,  /* size_t bytes: 4096, 64KiB, 4MiB, 1GiB, 1TiB */
+  WK_CONFIG_BOOL,   /* bool: true/false, yes/no, on/off, 1/0 (any case) */
+  WK_CONFIG_ENUM,   /* char[N] holding one of `choices` */
+} wk_config_type;
+
+/** One setting. */
+typedef struct wk_config_item {
+  const char *name;        /* snake_case: the struct field, the YAML key, WORKER_<NAME> */
+  wk_config_type type;
+  size_t offset;           /* offsetof(wk_app_config, <name>) */
+  size_t size;             /* sizeof the field */
+  const char *def;         /* the default, in the syntax the sources accept */
+  int64_t min, max;        /* numbers: the range; strings: bounds on the length */
+  const char *choices;     /* WK_CONFIG_ENUM: "debug|info|warn|error"; else NULL */
+  const char *alias;       /* an older flag name ("listen" for --listen), or NULL */
+  const char *meta;        /* placeholder in --help ("HOST:PORT"), or NULL for the type's */
+  const char *doc_default; /* the default as documented when `def` is machine-specific */
+  const char *help;        /* one line */
+} wk_config_item;
+
+typedef enum wk_config_origin {
+  WK_CONFIG_FROM_DEFAULT = 0,
+  WK_CONFIG_FROM_FILE,
+  WK_CONFIG_FROM_ENV,
+  WK_CONFIG_FROM_FLAG,
+} wk_config_origin;
+
+/** Where one value came from. `where` is "default", "worker.yaml:12",
+ * "WORKER_TASK_SLOTS" or "--task-slots" (the flag as typed, alias included). */
+typedef struct wk_config_source {
+  wk_config_origin origin;
+  char where[256];
+} wk_config_source;
+
+/** Per setting (indexed like the table), where its value came from. */
+typedef struct wk_config_sources {
+  wk_config_source item[WK_CONFIG_MAX_ITEMS];
+} wk_config_sources;
+
+/** The command line, split into the special flags and the settings it sets. Values
+ * point into the argv given to wk_config_parse_cli, which must outlive this. */
+typedef struct wk_config_cli {
+  const char *config_path; /* --config PATH, or NULL */
+  bool help;               /* -h, --help */
+  bool print_config;       /* --print-config */
+  bool json;               /* --json (with --print-config) */
+  bool markdown;           /* --markdown (with --print-config): the settings reference */
+  size_t n_flags;
+  struct {
+    size_t index;      /* row in the table */
+    const char *flag;  /* as typed, without "=VALUE": "--retention-ms" */
+    size_t flag_len;
+    const char *value;
+  } flags[WK_CONFIG_MAX_FLAGS];
+} wk_config_cli;
+
+typedef enum wk_config_format {
+  WK_CONFIG_TEXT,     /* aligned columns: name, value, source */
+  WK_CONFIG_JSON,     /* {"name": {"value": ..., "source": "..."}, ...} */
+} wk_config_format;
+
+/* ---- the table ------------------------------------------------------------------ */
+
+/** Number of settings (rows). */
+size_t wk_config_count(void);
+
+/** Row i (i < wk_config_count()); the table is static, never freed. */
+const wk_config_item *wk_config_item_at(size_t i);
+
+/** The row named `name` (snake_case), or NULL. Sets *index when found and index is
+ * not NULL. */
+const wk_config_item *wk_config_find(const char *name, size_t *index);
+
+/** Checks the table itself: names unique and snake_case, aliases unique, each field's
+ * size fits its type, every default parses and lies in its range, and the rows cover
+ * every field of wk_app_config (a field without a row is reported). Returns the number
+ * of problems, one line each in err. For tests. */
+int wk_config_check_table(char *err, size_t len);
+
+/* ---- the sources, lowest precedence first ---------------------------------------- */
+
+/** Fills every setting of cfg with its default from the table and, when sources is not
+ * NULL, marks each as "default". Cannot fail (a default that does not parse is a bug
+ * caught by wk_config_check_table; it aborts here). */
+void wk_config_defaults(wk_app_config *cfg, wk_config_sources *sources);
+
+/** Parses `text` as a value of `item` into `field` (the item's storage, `item->size`
+ * bytes). Checks the syntax and what the field can hold (string length, integer
+ * width), not the table's range: that is wk_config_validate's. Returns 0, or -1 with
+ * one message (no location, no newline) in err: "expected a whole number, got 'x'". */
+int wk_config_parse_value(const wk_config_item *item, const char *text, void *field,
+                          char *err, size_t len);
+
+/** Reads the YAML file at `path`: a mapping of setting names to scalar values
+ * (`task_slots: 32`, `listen_addr: "0.0.0.0:7070"`, `max_message_bytes: 8MiB`; quoted
+ * values are strings, so a number must not be quoted). Each line added to err starts
+ * with "PATH:LINE: ":
+ *   - unknown setting 'task_slot' (did you mean task_slots?)
+ *   - task_slots: expected a whole number, got 'many' (also: a quoted number, a list,
+ *     a mapping, no value)
+ *   - duplicate setting 'task_slots' (first set on line 2)
+ *   - the file must be a mapping of setting: value
+ *   - YAML syntax error: ... (the parser stops there)
+ * and "PATH: cannot read: <strerror>" when the file cannot be opened. Values that parse
+ * are applied even when others fail; sources (may be NULL) get "PATH:LINE". Returns the
+ * number of problems. */
+int wk_config_load_file(wk_app_config *cfg, const char *path, wk_config_sources *sources,
+                        char *err, size_t len);
+
+/** Applies WORKER_<NAME>=VALUE overrides from envp (a NULL-terminated "NAME=VALUE"
+ * array such as environ; NULL = none). WORKER_CONFIG names the file and is skipped
+ * here. Lines: "WORKER_TASK_SLOTS: expected a whole number, got 'x'" and
+ * "WORKER_TASK_SLOT is not a setting (did you mean WORKER_TASK_SLOTS?)". Returns the
+ * number of problems. */
+int wk_config_apply_env(wk_app_config *cfg, char *const envp[], wk_config_sources *sources,
+                        char *err, size_t len);
+
+/** Splits argv (argv[0] is the program) into cli: --config PATH, --print-config,
+ * --json, --markdown, -h/--help, and `--name-with-dashes VALUE` or `--name=VALUE` for
+ * every setting (and its alias). Does not parse the values (wk_config_apply_flags
+ * does). Lines: "unknown flag '--task-slot' (did you mean --task-slots?)",
+ * "--task-slots needs a value", "unexpected argument 'x'", "too many flags". Returns
+ * the number of problems. */
+int wk_config_parse_cli(int argc, char *const argv[], wk_config_cli *cli, char *err,
+                        size_t len);
+
+/** Applies the setting flags recorded in cli, in order (the last one wins). Lines:
+ * "--task-slots: expected a whole number, got 'x'". Returns the number of problems. */
+int wk_config_apply_flags(wk_app_config *cfg, const wk_config_cli *cli,
+                          wk_config_sources *sources, char *err, size_t len);
+
+/** The whole sequence: defaults, then the file (cli->config_path, else WORKER_CONFIG
+ * from envp, else none), then the environment, then the flags. Every source is applied
+ * and every problem reported; returns their number. Does not validate. */
+int wk_config_load(wk_app_config *cfg, wk_config_sources *sources, const wk_config_cli *cli,
+                   char *const envp[], char *err, size_t len);
+
+/* ---- checking and showing ------------------------------------------------------- */
+
+/** Checks every value against the table's ranges, lengths and choices, then the
+ * cross-field rules: default_slot_ttl_ms <= max_slot_ttl_ms, default_task_timeout_ms
+ * <= max_task_timeout_ms, executors_max 0 or >= executors, heartbeat timeout above the
+ * interval, listen_addr host:port (or unix:PATH), code_root and scratch_root (when
+ * set) existing directories, python executable, executor_script readable. Writes one
+ * line per problem ("task_slots must be between 1 and 1048576, got 0") and returns
+ * their number (0 = valid). Touches nothing but err. */
+int wk_config_validate(const wk_app_config *cfg, char *err, size_t len);
+
+/** wk_config_validate, with each line naming the source of the value it is about:
+ * "task_slots must be between 1 and 1048576, got 0 (from WORKER_TASK_SLOTS)". */
+int wk_config_validate_sources(const wk_app_config *cfg, const wk_config_sources *sources,
+                               char *err, size_t len);
+
+/** Writes the value of `item` in cfg as text ("16", "127.0.0.1:7070", "true") into
+ * buf; returns buf. */
+const char *wk_config_format_value(const wk_app_config *cfg, const wk_config_item *item,
+                                   char *buf, size_t len);
+
+/** Prints the effective configuration with each value's source (sources may be NULL:
+ * all "default"). */
+void wk_config_print(FILE *out, const wk_app_config *cfg, const wk_config_sources *sources,
+                     wk_config_format format);
+
+/** Prints the settings reference as a Markdown table (name, env var, flag, type,
+ * default, range, description): the body of docs/configuration.md. */
+void wk_config_print_markdown(FILE *out);
+
+/** Prints --help: the special flags, then every setting's flag, placeholder, default
+ * and description, generated from the table. */
+void wk_config_print_help(FILE *out);
+
+#endif
