@@ -18,7 +18,9 @@
  * tests/integration/test_executor_floor.c includes this file with
  * WK_FLOOR_NO_MAIN defined and calls wk_floor_run().
  */
+#ifndef _XOPEN_SOURCE
 #define _XOPEN_SOURCE 700
+#endif
 
 #include <errno.h>
 #include <fcntl.h>
@@ -92,6 +94,8 @@ static int floor_rm_entry(const char *path, const struct stat *st, int flag, str
   (void)ftw;
   return flag == FTW_DP ? rmdir(path) : unlink(path);
 }
+
+static bool floor_fail(wk_floor_result *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 static bool floor_fail(wk_floor_result *r, const char *fmt, ...) {
   va_list ap;

@@ -2,18 +2,20 @@
  * process with real Python executors (DESIGN.md §10).
  *
  *   bench_grpc [--worker PATH] [--seconds-per-point S] [--executors N]
- *              [--tasks N] [--python PATH] [--keep]
+ *              [--tasks N] [--python PATH] [--scratch-root DIR] [--keep]
  *
  * Starts the worker on 127.0.0.1:0 with a fresh code root in a temporary directory
  * (its stdout and stderr go to worker.log there), deploys a no-op function
  * (`def handler(args, ctx): return None`), waits for Health SERVING, and measures:
  *
  *  1. Health.Check and RequestTaskSlot latency p50/p99 at 1, 8 and 64 calls in flight:
- *     a closed loop of K threads, each calling back to back. The two methods run in
- *     alternating slices (H R R H H R R H, each S/4 seconds) so drift and machine noise
- *     hit both alike. RequestTaskSlot uses a fresh task id per call and ttl_ms 200, so
- *     the leases lapse and slots recycle. Target: RequestTaskSlot within 1.3x of
- *     Health.Check, p50 and p99, at every concurrency.
+ *     a closed loop of K threads, each calling back to back. The methods run in
+ *     interleaved slices of about 0.25 s (H R C C R H ..., S seconds per series) so
+ *     drift and bursts of other load on the machine hit both alike; C is a second
+ *     Health.Check series whose ratio to H is the noise floor of the comparison.
+ *     RequestTaskSlot uses a fresh task id per call and ttl_ms 200, so the leases lapse
+ *     and slots recycle. Target: RequestTaskSlot within 1.3x of Health.Check, p50 and
+ *     p99, at every concurrency.
  *  2. SubmitTask-to-terminal latency of the no-op function over N sequential tasks:
  *     from before SubmitTask to the TERMINAL event of a WatchTasks opened after it.
  *  3. No-op tasks/s with 64 in flight: 64 threads each submit, watch to terminal and
@@ -39,6 +41,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -260,6 +263,8 @@ typedef struct bench {
   char tmp[256];
   char code_root[300];
   char log_path[300];
+  const char *scratch_parent; /* --scratch-root; NULL = inside tmp */
+  char scratch[300];          /* the worker's --scratch-root */
   pid_t pid;
   int port;
   wk_grpc_client *client;
@@ -267,8 +272,7 @@ typedef struct bench {
 } bench;
 
 static pid_t spawn_worker(bench *b) {
-  char scratch[300], slots[32], execs[32], ttl[32];
-  snprintf(scratch, sizeof scratch, "%s/scratch", b->tmp);
+  char slots[32], execs[32], ttl[32];
   snprintf(slots, sizeof slots, "%u", 100000u);
   snprintf(execs, sizeof execs, "%u", b->executors);
   snprintf(ttl, sizeof ttl, "%u", 1000u);
@@ -279,7 +283,7 @@ static pid_t spawn_worker(bench *b) {
   if (!bin || !py) abort();
   char *argv[] = {bin,     a_listen, v_listen, a_code,    b->code_root, a_exec,  execs,
                   a_py,    py,       a_slots,  slots,     a_ttl,        ttl,     a_maxttl,
-                  ttl,     a_scratch, scratch, NULL};
+                  ttl,     a_scratch, b->scratch, NULL};
   int log = open(b->log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (log < 0) {
     fprintf(stderr, "bench_grpc: cannot create %s: %s\n", b->log_path, strerror(errno));
@@ -640,13 +644,15 @@ static void run_load(bench *b, op_kind op, unsigned threads, double seconds, loa
 static void usage(FILE *f) {
   fprintf(f,
           "usage: bench_grpc [--worker PATH] [--seconds-per-point S] [--executors N]\n"
-          "                  [--tasks N] [--python PATH] [--keep]\n"
+          "                  [--tasks N] [--python PATH] [--scratch-root DIR] [--keep]\n"
           "  --worker PATH            the worker binary (default: the one built alongside)\n"
           "  --seconds-per-point S    measuring time per method and concurrency, and for\n"
           "                           the tasks/s run (default 2)\n"
           "  --executors N            Python executor processes (default 2)\n"
           "  --tasks N                sequential tasks for the latency figure (default 500)\n"
           "  --python PATH            interpreter for the executors (default /usr/bin/python3)\n"
+          "  --scratch-root DIR       parent of the worker's scratch root (default: the\n"
+          "                           temporary directory, under $TMPDIR or /tmp)\n"
           "  --keep                   keep the temporary directory (worker.log) afterwards\n");
 }
 
@@ -659,6 +665,21 @@ static bool parse_uint(const char *s, unsigned lo, unsigned hi, unsigned *out) {
   return true;
 }
 
+/* The file system type under path, for the report (per-task scratch directories are
+ * created and removed on it, which costs far more on a disk file system than on tmpfs). */
+static const char *fs_type(const char *path) {
+  struct statfs sf;
+  if (statfs(path, &sf) != 0) return "unknown";
+  switch ((unsigned long)sf.f_type) {
+    case 0x01021994ul: return "tmpfs";
+    case 0xEF53ul: return "ext2/3/4";
+    case 0x58465342ul: return "xfs";
+    case 0x9123683Eul: return "btrfs";
+    case 0x794c7630ul: return "overlayfs";
+    default: return "other";
+  }
+}
+
 static int setup(bench *b) {
   snprintf(b->tmp, sizeof b->tmp, "%s/wk-bench-grpc-XXXXXX",
            getenv("TMPDIR") && getenv("TMPDIR")[0] ? getenv("TMPDIR") : "/tmp");
@@ -668,11 +689,20 @@ static int setup(bench *b) {
   }
   snprintf(b->code_root, sizeof b->code_root, "%s/code", b->tmp);
   snprintf(b->log_path, sizeof b->log_path, "%s/worker.log", b->tmp);
-  char src[300], main_py[320], err[512], scratch[300];
-  snprintf(scratch, sizeof scratch, "%s/scratch", b->tmp);
-  if (mkdir(scratch, 0755) != 0) {
-    fprintf(stderr, "bench_grpc: mkdir %s: %s\n", scratch, strerror(errno));
-    return -1;
+  char src[300], main_py[320], err[512];
+  if (b->scratch_parent) {
+    snprintf(b->scratch, sizeof b->scratch, "%s/wk-bench-scratch-XXXXXX", b->scratch_parent);
+    if (!mkdtemp(b->scratch)) {
+      fprintf(stderr, "bench_grpc: mkdtemp %s: %s\n", b->scratch, strerror(errno));
+      b->scratch[0] = '\0';
+      return -1;
+    }
+  } else {
+    snprintf(b->scratch, sizeof b->scratch, "%s/scratch", b->tmp);
+    if (mkdir(b->scratch, 0755) != 0) {
+      fprintf(stderr, "bench_grpc: mkdir %s: %s\n", b->scratch, strerror(errno));
+      return -1;
+    }
   }
   snprintf(src, sizeof src, "%s/src-noop", b->tmp);
   if (mkdir(src, 0755) != 0) {
@@ -740,7 +770,7 @@ int main(int argc, char **argv) {
   b.seconds = 2.0;
   b.executors = 2;
   b.seq_tasks = 500;
-  enum { O_WORKER = 1, O_SECONDS, O_EXECUTORS, O_TASKS, O_PYTHON, O_KEEP };
+  enum { O_WORKER = 1, O_SECONDS, O_EXECUTORS, O_TASKS, O_PYTHON, O_KEEP, O_SCRATCH };
   static const struct option opts[] = {
       {"worker", required_argument, 0, O_WORKER},
       {"seconds-per-point", required_argument, 0, O_SECONDS},
@@ -748,6 +778,7 @@ int main(int argc, char **argv) {
       {"tasks", required_argument, 0, O_TASKS},
       {"python", required_argument, 0, O_PYTHON},
       {"keep", no_argument, 0, O_KEEP},
+      {"scratch-root", required_argument, 0, O_SCRATCH},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0},
   };
@@ -778,6 +809,7 @@ int main(int argc, char **argv) {
         break;
       case O_PYTHON: b.python = optarg; break;
       case O_KEEP: b.keep = true; break;
+      case O_SCRATCH: b.scratch_parent = optarg; break;
       case 'h': usage(stdout); return 0;
       default: usage(stderr); return 2;
     }
@@ -792,7 +824,12 @@ int main(int argc, char **argv) {
     return 2;
   }
   signal(SIGPIPE, SIG_IGN);
-  if (setup(&b) != 0) return 1;
+  setvbuf(stdout, NULL, _IOLBF, 0); /* progress shows through a pipe too */
+  if (setup(&b) != 0) {
+    remove_tree(b.tmp);
+    if (b.scratch_parent && b.scratch[0]) remove_tree(b.scratch);
+    return 1;
+  }
   /* fork before gRPC starts any thread */
   b.pid = spawn_worker(&b);
   int rc = 0;
@@ -810,6 +847,7 @@ int main(int argc, char **argv) {
   printf("  NOTE: %ld CPU cores online, shared by the worker, its %u Python executors and this\n"
          "  benchmark's client threads: the figures include client-side cost and contention.\n",
          cores, b.executors);
+  printf("  task scratch directories under %s (%s)\n", b.scratch, fs_type(b.scratch));
   print_loadavg("at start");
 
   /* warm-up: connection, executors, the function's first import */
@@ -829,58 +867,79 @@ int main(int argc, char **argv) {
 
   /* ---- 1. unary latency ---- */
   printf("\n1. Unary latency, closed loop, K threads calling back to back (microseconds)\n");
-  printf("   Health.Check and RequestTaskSlot interleaved in slices H R R H H R R H of %.2f s;\n"
-         "   RequestTaskSlot: fresh task id per call, ttl_ms %u (leases lapse, slots recycle)\n",
-         b.seconds / 4, SLOT_TTL_MS);
+  /* Rounds of one slice (about 0.25 s) per series, in the order H R C, then C R H, ...:
+   * C is a second, identical Health.Check series, a control whose ratio to H shows how
+   * far two runs of the same method differ on this machine right now (the noise floor). */
+  unsigned slices = (unsigned)(b.seconds / 0.25 + 0.5);
+  if (slices < 2) slices = 2;
+  slices += slices % 2;
+  double slice_s = b.seconds / slices;
+  printf("   Health.Check (H), RequestTaskSlot (R) and a control series of Health.Check (C)\n"
+         "   interleaved H R C C R H ...: %u slices of %.3f s each. RequestTaskSlot: fresh task id\n"
+         "   per call, ttl_ms %u (leases lapse, slots recycle). C/H is the noise floor: two runs\n"
+         "   of the same call.\n",
+         slices, slice_s, SLOT_TTL_MS);
   printf("   target: RequestTaskSlot within %.1fx of Health.Check (p50 and p99) at every "
-         "concurrency\n\n",
+         "concurrency\n",
          TARGET_RATIO);
-  printf("   (srv-cpu: the worker's CPU time per call, all its threads, in microseconds)\n\n");
-  printf("   %-9s %-16s %9s %9s %9s %9s %9s %11s %7s\n", "in-flight", "method", "calls",
+  printf("   srv-cpu: the worker's CPU time per call (all its threads, microseconds)\n\n");
+  printf("   %-9s %-19s %9s %9s %9s %9s %9s %9s %6s\n", "in-flight", "method", "calls",
          "calls/s", "p50", "p99", "srv-cpu", "exhausted", "errors");
   bool all_pass = true;
-  char verdicts[N_CONCURRENCY][96];
+  char verdicts[N_CONCURRENCY][128];
   for (size_t ci = 0; ci < N_CONCURRENCY; ci++) {
     unsigned k = k_concurrency[ci];
-    load_result h, s;
-    memset(&h, 0, sizeof h);
-    memset(&s, 0, sizeof s);
+    load_result series[3]; /* H, R, C */
+    memset(series, 0, sizeof series);
+    static const op_kind series_op[3] = {OP_HEALTH, OP_SLOT, OP_HEALTH};
+    static const char *const series_name[3] = {"Health.Check", "RequestTaskSlot",
+                                               "Health.Check (C)"};
     cpu_snap c0, c1;
     cpu_snapshot(b.pid, &c0);
-    static const op_kind order[8] = {OP_HEALTH, OP_SLOT, OP_SLOT, OP_HEALTH,
-                                     OP_HEALTH, OP_SLOT, OP_SLOT, OP_HEALTH};
-    for (size_t i = 0; i < 8; i++) {
-      load_result *res = order[i] == OP_HEALTH ? &h : &s;
-      uint64_t w0 = proc_cpu_ns(b.pid);
-      run_load(&b, order[i], k, b.seconds / 4, res);
-      res->worker_cpu_ns += proc_cpu_ns(b.pid) - w0;
+    for (unsigned round = 0; round < slices; round++) {
+      for (unsigned j = 0; j < 3; j++) {
+        unsigned which = round % 2 == 0 ? j : 2 - j;
+        load_result *res = &series[which];
+        uint64_t w0 = proc_cpu_ns(b.pid);
+        run_load(&b, series_op[which], k, slice_s, res);
+        res->worker_cpu_ns += proc_cpu_ns(b.pid) - w0;
+      }
     }
     cpu_snapshot(b.pid, &c1);
-    samples_sort(&h.lat);
-    samples_sort(&s.lat);
-    double h50 = pct_us(&h.lat, 0.50), h99 = pct_us(&h.lat, 0.99);
-    double s50 = pct_us(&s.lat, 0.50), s99 = pct_us(&s.lat, 0.99);
-    double hcpu = h.ok + h.errors ? (double)h.worker_cpu_ns / 1e3 / (double)(h.ok + h.errors) : 0;
-    uint64_t sn = s.ok + s.exhausted + s.errors;
-    double scpu = sn ? (double)s.worker_cpu_ns / 1e3 / (double)sn : 0;
-    printf("   %-9u %-16s %9llu %9.0f %9.0f %9.0f %9.1f %11s %7llu\n", k, "Health.Check",
-           (unsigned long long)h.ok, (double)h.ok / h.seconds, h50, h99, hcpu, "-",
-           (unsigned long long)h.errors);
-    printf("   %-9u %-16s %9llu %9.0f %9.0f %9.0f %9.1f %11llu %7llu\n", k, "RequestTaskSlot",
-           (unsigned long long)s.ok, (double)s.ok / s.seconds, s50, s99, scpu,
-           (unsigned long long)s.exhausted, (unsigned long long)s.errors);
-    double r50 = h50 > 0 ? s50 / h50 : 0, r99 = h99 > 0 ? s99 / h99 : 0;
-    bool pass = r50 <= TARGET_RATIO && r99 <= TARGET_RATIO && s.ok > 0 && h.ok > 0;
+    double p50[3], p99[3], cpu[3];
+    for (unsigned j = 0; j < 3; j++) {
+      load_result *r = &series[j];
+      samples_sort(&r->lat);
+      p50[j] = pct_us(&r->lat, 0.50);
+      p99[j] = pct_us(&r->lat, 0.99);
+      uint64_t n = r->ok + r->exhausted + r->errors;
+      cpu[j] = n ? (double)r->worker_cpu_ns / 1e3 / (double)n : 0;
+      char exhausted[24];
+      if (series_op[j] == OP_SLOT) {
+        snprintf(exhausted, sizeof exhausted, "%llu", (unsigned long long)r->exhausted);
+      } else {
+        snprintf(exhausted, sizeof exhausted, "-");
+      }
+      printf("   %-9u %-19s %9llu %9.0f %9.0f %9.0f %9.1f %9s %6llu\n", k, series_name[j],
+             (unsigned long long)r->ok, (double)r->ok / r->seconds, p50[j], p99[j], cpu[j],
+             exhausted, (unsigned long long)r->errors);
+    }
+    double r50 = p50[0] > 0 ? p50[1] / p50[0] : 0, r99 = p99[0] > 0 ? p99[1] / p99[0] : 0;
+    double n50 = p50[0] > 0 ? p50[2] / p50[0] : 0, n99 = p99[0] > 0 ? p99[2] / p99[0] : 0;
+    bool pass = r50 <= TARGET_RATIO && r99 <= TARGET_RATIO && series[0].ok > 0 &&
+                series[1].ok > 0;
     all_pass = all_pass && pass;
-    printf("   %-9u %-16s %9s %9s %8.2fx %8.2fx %9.2fx   p50 %s, p99 %s\n", k, "ratio R/H", "", "",
-           r50, r99, hcpu > 0 ? scpu / hcpu : 0, verdict(r50), verdict(r99));
-    snprintf(verdicts[ci], sizeof verdicts[ci], "K=%-2u p50 %.2fx %s, p99 %.2fx %s", k, r50,
-             verdict(r50), r99, verdict(r99));
+    printf("   %-9u %-19s %9s %9s %8.2fx %8.2fx %8.2fx   p50 %s, p99 %s\n", k, "ratio R/H", "", "",
+           r50, r99, cpu[0] > 0 ? cpu[1] / cpu[0] : 0, verdict(r50), verdict(r99));
+    printf("   %-9u %-19s %9s %9s %8.2fx %8.2fx %8.2fx\n", k, "noise floor C/H", "", "", n50, n99,
+           cpu[0] > 0 ? cpu[2] / cpu[0] : 0);
+    snprintf(verdicts[ci], sizeof verdicts[ci],
+             "K=%-2u p50 %.2fx %s, p99 %.2fx %s   (noise floor C/H: p50 %.2fx, p99 %.2fx)", k, r50,
+             verdict(r50), r99, verdict(r99), n50, n99);
     char label[32];
     snprintf(label, sizeof label, "K=%u", k);
     cpu_print(label, &c0, &c1);
-    samples_free(&h.lat);
-    samples_free(&s.lat);
+    for (unsigned j = 0; j < 3; j++) samples_free(&series[j].lat);
   }
 
   /* ---- 2. sequential submit-to-terminal ---- */
@@ -960,6 +1019,7 @@ out:
     printf("kept %s (worker log: %s)\n", b.tmp, b.log_path);
   } else {
     remove_tree(b.tmp);
+    if (b.scratch_parent && b.scratch[0]) remove_tree(b.scratch);
   }
   return rc;
 }

@@ -6,6 +6,7 @@ find_package(Threads REQUIRED)
 pkg_check_modules(LIBUV REQUIRED IMPORTED_TARGET libuv)
 pkg_check_modules(JANSSON REQUIRED IMPORTED_TARGET jansson)
 pkg_check_modules(GRPC REQUIRED IMPORTED_TARGET grpc)
+pkg_check_modules(YAML REQUIRED IMPORTED_TARGET yaml-0.1)
 
 add_library(wk_plugins STATIC src/plugins/wk_builders.c)
 target_include_directories(wk_plugins PUBLIC ${CMAKE_SOURCE_DIR}/src)
@@ -22,12 +23,13 @@ add_library(wk_app STATIC
   src/app/wk_calls.c
   src/app/wk_subscriptions.c
   src/app/wk_orchestrator.c
+  src/app/wk_config.c
   src/app/wk_app.c)
 target_include_directories(wk_app PUBLIC ${CMAKE_SOURCE_DIR}/src)
 target_compile_definitions(wk_app PRIVATE _GNU_SOURCE WK_PYTHON_DIR="${CMAKE_SOURCE_DIR}/python")
 target_compile_options(wk_app PRIVATE ${WK_WARNINGS})
 target_link_libraries(wk_app PUBLIC wk_core wk_proto wk_adapters_frame wk_grpc_server wk_code_store
-  wk_plugins PkgConfig::LIBUV PkgConfig::JANSSON PkgConfig::GRPC Threads::Threads)
+  wk_plugins PkgConfig::LIBUV PkgConfig::JANSSON PkgConfig::GRPC PkgConfig::YAML Threads::Threads)
 
 add_executable(worker cmd/worker/main.c)
 target_compile_options(worker PRIVATE ${WK_WARNINGS})

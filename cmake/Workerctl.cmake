@@ -1,7 +1,7 @@
 # The client side: the synchronous gRPC client (also used by the Worker's shadow
 # forwarder), the function code store (also used by the Worker at activation), and the
-# workerctl CLI. Included from the top-level CMakeLists.txt after cmake/Warnings.cmake
-# and cmake/Proto.cmake (for ${WK_WARNINGS} and wk_proto).
+# workerctl CLI. Included from the top-level CMakeLists.txt after cmake/Warnings.cmake,
+# cmake/Proto.cmake and cmake/Etcd.cmake (for ${WK_WARNINGS}, wk_proto and wk_etcd).
 find_package(PkgConfig REQUIRED)
 if(NOT TARGET PkgConfig::GRPC)
   pkg_check_modules(GRPC REQUIRED IMPORTED_TARGET grpc)
@@ -23,7 +23,10 @@ add_executable(workerctl
   ${CMAKE_SOURCE_DIR}/cmd/workerctl/main.c
   ${CMAKE_SOURCE_DIR}/cmd/workerctl/workerctl_args.c
   ${CMAKE_SOURCE_DIR}/cmd/workerctl/workerctl_cmds.c
-  ${CMAKE_SOURCE_DIR}/cmd/workerctl/workerctl_format.c)
+  ${CMAKE_SOURCE_DIR}/cmd/workerctl/workerctl_format.c
+  ${CMAKE_SOURCE_DIR}/cmd/workerctl/workerctl_workers.c)
 target_include_directories(workerctl PRIVATE ${CMAKE_SOURCE_DIR}/src ${CMAKE_SOURCE_DIR}/cmd/workerctl)
 target_link_libraries(workerctl PRIVATE wk_grpc_client wk_code_store wk_proto PkgConfig::JANSSON)
+# `workerctl workers` reads the registry through wk_etcd (cmake/Etcd.cmake).
+target_link_libraries(workerctl PRIVATE wk_etcd)
 target_compile_options(workerctl PRIVATE ${WK_WARNINGS})

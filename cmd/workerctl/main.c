@@ -2,9 +2,10 @@
  *
  *   workerctl [--addr HOST:PORT] [--json] [--deadline-ms N] COMMAND ...
  *
- * Commands talk to one worker over gRPC (slot, submit, get, watch, cancel, health) or
- * work on a local code store (deploy, epochs). The exit code tells a script what
- * happened: 0 ok, 1 task failed, 2 usage, 3 error status, 4 unreachable. */
+ * Commands talk to one worker over gRPC (slot, submit, get, watch, cancel, health),
+ * work on a local code store (deploy, epochs), or read the etcd registry (workers).
+ * The exit code tells a script what happened: 0 ok, 1 task failed, 2 usage, 3 error
+ * status, 4 unreachable. */
 #include <stdio.h>
 
 #include "workerctl.h"

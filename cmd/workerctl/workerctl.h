@@ -58,6 +58,8 @@ typedef enum ctl_flag_id {
   F_REASON,
   F_SERVICE,
   F_CODE_ROOT,
+  F_ETCD,
+  F_PREFIX,
   F_COUNT
 } ctl_flag_id;
 
@@ -118,6 +120,11 @@ int ctl_cmd_cancel(ctl_args *a);
 int ctl_cmd_health(ctl_args *a);
 int ctl_cmd_deploy(ctl_args *a);
 int ctl_cmd_epochs(ctl_args *a);
+
+/* workerctl_workers.c */
+#define CTL_DEFAULT_ETCD "http://127.0.0.1:2379"
+#define CTL_DEFAULT_PREFIX "/workers/"
+int ctl_cmd_workers(ctl_args *a);
 
 /* ---- output (workerctl_format.c) ---------------------------------------------------- */
 

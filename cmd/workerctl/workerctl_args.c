@@ -37,6 +37,8 @@ static const ctl_flag flags[F_COUNT] = {
     [F_REASON] = {"reason", true, false},
     [F_SERVICE] = {"service", true, false},
     [F_CODE_ROOT] = {"code-root", true, false},
+    [F_ETCD] = {"etcd", true, false},
+    [F_PREFIX] = {"prefix", true, false},
 };
 
 #define BIT(f) ((uint64_t)1 << (f))
@@ -102,6 +104,16 @@ const ctl_command ctl_commands[] = {
      "Lists the published epochs of FUNCTION in the local code store, marking CURRENT.\n"
      "  --code-root DIR     the worker's code root (default: $WORKER_CODE_ROOT)\n",
      BIT(F_CODE_ROOT), 1, 1, ctl_cmd_epochs},
+    {"workers", "workers [--etcd ENDPOINTS] [--prefix P]",
+     "Lists the workers registered in etcd: address, state (ready, draining, not-ready),\n"
+     "free/total slots, running tasks, reserved slots, version and the age of the last\n"
+     "heartbeat. With --json, one object per worker. No worker is contacted.\n"
+     "  --etcd ENDPOINTS    comma-separated http://host:port (default: $WORKERCTL_ETCD,\n"
+     "                      else " CTL_DEFAULT_ETCD ")\n"
+     "  --prefix P          registry prefix (default: " CTL_DEFAULT_PREFIX ")\n"
+     "--deadline-ms bounds each etcd request. Exit 4 when etcd cannot be reached, 3 when\n"
+     "it answers an error.\n",
+     BIT(F_ETCD) | BIT(F_PREFIX), 0, 0, ctl_cmd_workers},
 };
 const size_t ctl_command_count = sizeof ctl_commands / sizeof ctl_commands[0];
 
@@ -111,7 +123,8 @@ void ctl_print_help(FILE *f) {
   fprintf(f,
           "usage: workerctl [--addr HOST:PORT] [--json] [--deadline-ms N] COMMAND ...\n"
           "\n"
-          "A client of the Worker's gRPC API, and the tool that deploys function code.\n"
+          "A client of the Worker's gRPC API, the tool that deploys function code, and a\n"
+          "reader of the Workers' etcd registry (workers).\n"
           "\n"
           "Commands:\n");
   for (size_t i = 0; i < ctl_command_count; i++) {

@@ -236,6 +236,11 @@ wk_etcd *wk_etcd_new(const char *endpoints, int64_t timeout_ms, char *err, size_
         wk_etcd_free(c);
         return NULL;
       }
+      if (m > 256) {
+        put_err(err, len, "etcd endpoint '%.40s...' is longer than 256 characters", s);
+        wk_etcd_free(c);
+        return NULL;
+      }
       if (c->n_endpoints == WK_ETCD_MAX_ENDPOINTS) {
         put_err(err, len, "etcd: more than %u endpoints", WK_ETCD_MAX_ENDPOINTS);
         wk_etcd_free(c);
@@ -418,8 +423,7 @@ static int request(wk_etcd *c, const char *path, json_t *body, json_t **answer) 
       break;
     }
     if (cr != CURLE_OK) {
-      set_err(c, "etcd %s: %s%s%s", url, curl_easy_strerror(cr), c->curl_err[0] ? ": " : "",
-              c->curl_err);
+      set_err(c, "etcd %s: %s", url, c->curl_err[0] ? c->curl_err : curl_easy_strerror(cr));
       if (cr == CURLE_OPERATION_TIMEDOUT) {
         size_t n = strlen(c->err);
         snprintf(c->err + n, sizeof c->err - n, " (timeout %" PRId64 " ms)", c->timeout_ms);
@@ -452,14 +456,16 @@ static int request(wk_etcd *c, const char *path, json_t *body, json_t **answer) 
     }
     set_err(c, "etcd %s: HTTP %ld: %.300s", url, code,
             msg ? msg : (c->resp_len ? c->resp : "(no body)"));
-    json_decref(j);
-    if (gcode == GRPC_NOT_FOUND && msg && strstr(msg, "lease not found")) {
+    bool lease_not_found = gcode == GRPC_NOT_FOUND && msg && strstr(msg, "lease not found");
+    bool has_msg = msg != NULL;
+    json_decref(j); /* msg pointed into j */
+    if (lease_not_found) {
       c->current = idx;
       rc = WK_ETCD_E_LEASE_NOT_FOUND;
       break;
     }
     bool retry_elsewhere =
-        gcode == GRPC_UNAVAILABLE || gcode == GRPC_DEADLINE_EXCEEDED || (msg == NULL && code >= 500);
+        gcode == GRPC_UNAVAILABLE || gcode == GRPC_DEADLINE_EXCEEDED || (!has_msg && code >= 500);
     if (retry_elsewhere) {
       rc = WK_ETCD_E_UNREACHABLE;
       continue;
@@ -545,8 +551,7 @@ int wk_etcd_lease_revoke(wk_etcd *c, int64_t id) {
 
 int wk_etcd_lease_ttl(wk_etcd *c, int64_t id, int64_t *ttl_s, int64_t *granted_ttl_s) {
   json_t *ans;
-  int rc =
-      request(c, "/v3/lease/timetolive", json_pack("{s:o}", "ID", json_i64_string(id)), &ans);
+  int rc = request(c, "/v3/lease/timetolive", json_pack("{s:o}", "ID", json_i64_string(id)), &ans);
   if (rc != WK_ETCD_OK) return rc;
   int64_t ttl = 0, granted = 0;
   bool ok = json_i64_field(ans, "TTL", &ttl) && json_i64_field(ans, "grantedTTL", &granted);
@@ -693,8 +698,8 @@ int wk_etcd_delete(wk_etcd *c, const char *key, int64_t *deleted) {
     return WK_ETCD_E_INVALID;
   }
   json_t *ans;
-  int rc = request(c, "/v3/kv/deleterange",
-                   json_pack("{s:o}", "key", json_b64(key, strlen(key))), &ans);
+  int rc =
+      request(c, "/v3/kv/deleterange", json_pack("{s:o}", "key", json_b64(key, strlen(key))), &ans);
   if (rc != WK_ETCD_OK) return rc;
   int64_t d = 0;
   bool ok = json_i64_field(ans, "deleted", &d);
@@ -713,10 +718,10 @@ int wk_etcd_delete_if_lease(wk_etcd *c, const char *key, int64_t lease, int64_t 
     set_err(c, "etcd delete: empty key or no lease");
     return WK_ETCD_E_INVALID;
   }
-  json_t *body = json_pack("{s:[{s:s,s:s,s:o,s:o}],s:[{s:{s:o}}]}", "compare", "result", "EQUAL",
-                           "target", "LEASE", "key", json_b64(key, strlen(key)), "lease",
-                           json_i64_string(lease), "success", "request_delete_range", "key",
-                           json_b64(key, strlen(key)));
+  json_t *body =
+      json_pack("{s:[{s:s,s:s,s:o,s:o}],s:[{s:{s:o}}]}", "compare", "result", "EQUAL", "target",
+                "LEASE", "key", json_b64(key, strlen(key)), "lease", json_i64_string(lease),
+                "success", "request_delete_range", "key", json_b64(key, strlen(key)));
   if (!body) abort();
   json_t *ans;
   int rc = request(c, "/v3/kv/txn", body, &ans);
@@ -763,16 +768,16 @@ static bool u32_field(const json_t *o, const char *name, uint32_t *out) {
   return true;
 }
 
-void wk_etcd_worker_parse(const char *prefix, const char *key, const char *value,
-                          size_t value_len, int64_t lease, wk_etcd_worker *out) {
+void wk_etcd_worker_parse(const char *prefix, const char *key, const char *value, size_t value_len,
+                          int64_t lease, wk_etcd_worker *out) {
   memset(out, 0, sizeof *out);
   out->key = xstrdup(key);
   out->lease = lease;
   json_error_t jerr;
   json_t *j = json_loadb(value, value_len, 0, &jerr);
   if (!j || !json_is_object(j)) {
-    snprintf(out->error, sizeof out->error, "value is not a JSON object%s%s",
-             j ? "" : ": ", j ? "" : jerr.text);
+    snprintf(out->error, sizeof out->error, "value is not a JSON object%s%.90s", j ? "" : ": ",
+             j ? "" : jerr.text);
     json_decref(j);
     j = json_object();
   } else {
@@ -880,8 +885,8 @@ size_t wk_etcd_workers_rank(wk_etcd_workers *ws, int64_t now_unix_ms, int64_t ma
 }
 
 int wk_etcd_find_candidates(const char *endpoints, const char *prefix, int64_t timeout_ms,
-                            int64_t max_age_ms, uint64_t tie_seed, wk_etcd_workers *out,
-                            char *err, size_t len) {
+                            int64_t max_age_ms, uint64_t tie_seed, wk_etcd_workers *out, char *err,
+                            size_t len) {
   memset(out, 0, sizeof *out);
   wk_etcd *c = wk_etcd_new(endpoints, timeout_ms, err, len);
   if (!c) return WK_ETCD_E_INVALID;

@@ -48,8 +48,8 @@ typedef struct wk_etcd wk_etcd;
 /** Creates a client for `endpoints` (comma-separated http(s)://host:port, at most
  * WK_ETCD_MAX_ENDPOINTS; blanks around commas are ignored) with a per-request timeout
  * (ms, > 0; the connect timeout is the same bound). Does no I/O. Returns NULL with a
- * message in err when the list is empty or an entry does not start with http:// or
- * https://. Free with wk_etcd_free. */
+ * message in err when the list is empty, an entry does not start with http:// or
+ * https:// or is longer than 256 characters. Free with wk_etcd_free. */
 wk_etcd *wk_etcd_new(const char *endpoints, int64_t timeout_ms, char *err, size_t len);
 void wk_etcd_free(wk_etcd *c);
 
@@ -97,7 +97,7 @@ int wk_etcd_lease_ttl(wk_etcd *c, int64_t id, int64_t *ttl_s, int64_t *granted_t
 /* ---- keys ------------------------------------------------------------------------ */
 
 typedef struct wk_etcd_kv {
-  char *key;   /* NUL-terminated (keys and values are bytes; a NUL inside is kept) */
+  char *key; /* NUL-terminated (keys and values are bytes; a NUL inside is kept) */
   size_t key_len;
   char *value; /* NUL-terminated */
   size_t value_len;
@@ -148,7 +148,7 @@ typedef struct wk_etcd_worker {
   char *deployment, *service, *version; /* owned; "" when absent */
   int64_t updated_unix_ms;
   int64_t lease;
-  bool valid;        /* false: the value is not a worker heartbeat (error says why) */
+  bool valid; /* false: the value is not a worker heartbeat (error says why) */
   char error[128];
 } wk_etcd_worker;
 
@@ -162,8 +162,8 @@ void wk_etcd_workers_free(wk_etcd_workers *ws);
 /** Parses one registry entry (key and JSON value) into *out (free its strings with
  * wk_etcd_worker_clear). Never fails: an unparseable value gives valid = false and
  * the reason in out->error; a missing "address" is taken from the key after `prefix`. */
-void wk_etcd_worker_parse(const char *prefix, const char *key, const char *value,
-                          size_t value_len, int64_t lease, wk_etcd_worker *out);
+void wk_etcd_worker_parse(const char *prefix, const char *key, const char *value, size_t value_len,
+                          int64_t lease, wk_etcd_worker *out);
 void wk_etcd_worker_clear(wk_etcd_worker *w);
 
 /** Lists every worker registered under `prefix` (in key order, invalid values
@@ -187,8 +187,8 @@ size_t wk_etcd_workers_rank(wk_etcd_workers *ws, int64_t now_unix_ms, int64_t ma
  * be 0: nothing registered, or no worker with a free slot) or a negative wk_etcd_rc
  * with a message in err. */
 int wk_etcd_find_candidates(const char *endpoints, const char *prefix, int64_t timeout_ms,
-                            int64_t max_age_ms, uint64_t tie_seed, wk_etcd_workers *out,
-                            char *err, size_t len);
+                            int64_t max_age_ms, uint64_t tie_seed, wk_etcd_workers *out, char *err,
+                            size_t len);
 
 /* ---- helpers (exposed for tests) --------------------------------------------------- */
 

@@ -11,6 +11,7 @@
 
 #include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,8 +44,8 @@ struct wk_etcd_publisher {
   /* shared, under mu */
   wk_etcd_heartbeat hb;
   bool have_hb;
-  uint64_t hb_gen;      /* bumped by every update that changes hb */
-  int64_t dirty_since;  /* mono ms of the first change not yet put; 0: none */
+  uint64_t hb_gen;     /* bumped by every update that changes hb */
+  int64_t dirty_since; /* mono ms of the first change not yet put; 0: none */
   wk_etcd_publisher_stats stats;
 
   /* the thread's own (and stop()'s after the join) */
@@ -134,8 +135,8 @@ static int grant(wk_etcd_publisher *p) {
 
 static void lease_gone(wk_etcd_publisher *p) {
   char msg[600];
-  snprintf(msg, sizeof msg, "lease %" PRId64 " is gone (%s); granting a new one and putting again",
-           p->lease, wk_etcd_errmsg(p->etcd));
+  snprintf(msg, sizeof msg, "%s; granting a new lease and putting the key again",
+           wk_etcd_errmsg(p->etcd));
   log_event(p, WK_LOG_WARN, "etcd_lease_lost", msg);
   p->lease = 0;
   p->granted_ttl_s = 0;
@@ -229,7 +230,7 @@ static int step(wk_etcd_publisher *p, int64_t now, const wk_etcd_heartbeat *hb, 
   pthread_mutex_lock(&p->mu);
   p->stats.registered = true;
   p->stats.last_put_unix_ms = wall_ms();
-  if (p->hb_gen == gen) p->dirty_since = 0;
+  p->dirty_since = p->hb_gen == gen ? 0 : wk_etcd_mono_ms(); /* changed during the put */
   pthread_mutex_unlock(&p->mu);
   return WK_ETCD_OK;
 }
@@ -268,7 +269,8 @@ static int64_t next_due(const wk_etcd_publisher *p, int64_t now) {
 }
 
 static void wait_until(wk_etcd_publisher *p, int64_t due_ms) {
-  struct timespec ts = {.tv_sec = (time_t)(due_ms / 1000), .tv_nsec = (long)(due_ms % 1000) * 1000000L};
+  struct timespec ts = {.tv_sec = (time_t)(due_ms / 1000),
+                        .tv_nsec = (long)(due_ms % 1000) * 1000000L};
   pthread_cond_timedwait(&p->cv, &p->mu, &ts);
 }
 
@@ -320,7 +322,8 @@ wk_etcd_publisher *wk_etcd_publisher_start(const wk_etcd_publisher_config *cfg, 
     }
   }
   int64_t ttl = cfg->lease_ttl_s ? cfg->lease_ttl_s : WK_ETCD_PUB_DEFAULT_TTL_S;
-  int64_t refresh = cfg->refresh_interval_ms ? cfg->refresh_interval_ms : WK_ETCD_PUB_DEFAULT_REFRESH_MS;
+  int64_t refresh =
+      cfg->refresh_interval_ms ? cfg->refresh_interval_ms : WK_ETCD_PUB_DEFAULT_REFRESH_MS;
   int64_t timeout = cfg->request_timeout_ms;
   if (timeout == 0) {
     timeout = ttl * 1000 / 4;
@@ -328,7 +331,8 @@ wk_etcd_publisher *wk_etcd_publisher_start(const wk_etcd_publisher_config *cfg, 
     if (timeout > 2000) timeout = 2000;
   }
   int64_t coalesce = cfg->coalesce_ms ? cfg->coalesce_ms : WK_ETCD_PUB_DEFAULT_COALESCE_MS;
-  int64_t b0 = cfg->backoff_initial_ms ? cfg->backoff_initial_ms : WK_ETCD_PUB_DEFAULT_BACKOFF_INITIAL_MS;
+  int64_t b0 =
+      cfg->backoff_initial_ms ? cfg->backoff_initial_ms : WK_ETCD_PUB_DEFAULT_BACKOFF_INITIAL_MS;
   int64_t b1 = cfg->backoff_max_ms ? cfg->backoff_max_ms : WK_ETCD_PUB_DEFAULT_BACKOFF_MAX_MS;
   const char *bad = NULL;
   if (!in_range(ttl, 1, 3600)) bad = "lease TTL must be 1..3600 s";
@@ -380,7 +384,13 @@ wk_etcd_publisher *wk_etcd_publisher_start(const wk_etcd_publisher_config *cfg, 
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
   pthread_cond_init(&p->cv, &ca);
   pthread_condattr_destroy(&ca);
+  /* The thread takes no signals: they go to the Worker's own threads. */
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
   int e = pthread_create(&p->thread, NULL, run, p);
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  if (e == 0) pthread_setname_np(p->thread, "wk-etcd");
   if (e != 0) {
     snprintf(err, len, "etcd publisher: cannot start its thread: %s", strerror(e));
     pthread_cond_destroy(&p->cv);
@@ -398,9 +408,8 @@ wk_etcd_publisher *wk_etcd_publisher_start(const wk_etcd_publisher_config *cfg, 
 }
 
 static bool hb_equal(const wk_etcd_heartbeat *a, const wk_etcd_heartbeat *b) {
-  return a->task_slots == b->task_slots && a->reserved == b->reserved &&
-         a->running == b->running && a->free == b->free && a->ready == b->ready &&
-         a->draining == b->draining;
+  return a->task_slots == b->task_slots && a->reserved == b->reserved && a->running == b->running &&
+         a->free == b->free && a->ready == b->ready && a->draining == b->draining;
 }
 
 void wk_etcd_publisher_update(wk_etcd_publisher *p, const wk_etcd_heartbeat *hb) {

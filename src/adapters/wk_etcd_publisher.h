@@ -40,10 +40,10 @@
 #define WK_ETCD_PUB_DEREGISTER_BUDGET_MS 2000
 
 typedef struct wk_etcd_publisher_config {
-  const char *endpoints;      /* comma-separated http://host:port; required */
-  const char *key_prefix;     /* registry prefix; NULL → "/workers/" */
-  const char *advertise_addr; /* host:port coordinators dial; required, no spaces */
-  int64_t lease_ttl_s;        /* 0 → 10; 1..3600 */
+  const char *endpoints;       /* comma-separated http://host:port; required */
+  const char *key_prefix;      /* registry prefix; NULL → "/workers/" */
+  const char *advertise_addr;  /* host:port coordinators dial; required, no spaces */
+  int64_t lease_ttl_s;         /* 0 → 10; 1..3600 */
   int64_t refresh_interval_ms; /* value re-put; 0 → 3000; 10..3600000 */
   int64_t request_timeout_ms;  /* per etcd request; 0 → TTL/4 clamped to 200..2000 */
   int64_t coalesce_ms;         /* delay after a change before the put; 0 → 20; ≤ 1000 */
@@ -69,14 +69,14 @@ typedef struct wk_etcd_publisher_stats {
   uint64_t puts_ok, puts_failed;
   uint64_t keepalives_ok, keepalives_failed;
   uint64_t lease_grants, lease_grants_failed;
-  uint64_t leases_lost;       /* leases found gone (keepalive or put said so) */
-  uint64_t updates;           /* wk_etcd_publisher_update calls */
-  bool registered;            /* the last put succeeded and nothing has failed since */
-  int64_t lease_id;           /* current lease, 0 when none */
-  int64_t granted_ttl_s;      /* as granted by etcd */
-  int64_t last_put_unix_ms;   /* wall clock of the last successful put, 0 if none */
-  char last_error[512];       /* the last failure ("" if none yet) */
-  char endpoint[256];         /* the endpoint last used */
+  uint64_t leases_lost;     /* leases found gone (keepalive or put said so) */
+  uint64_t updates;         /* wk_etcd_publisher_update calls */
+  bool registered;          /* the last put succeeded and nothing has failed since */
+  int64_t lease_id;         /* current lease, 0 when none */
+  int64_t granted_ttl_s;    /* as granted by etcd */
+  int64_t last_put_unix_ms; /* wall clock of the last successful put, 0 if none */
+  char last_error[512];     /* the last failure ("" if none yet) */
+  char endpoint[256];       /* the endpoint last used */
 } wk_etcd_publisher_stats;
 
 typedef struct wk_etcd_publisher wk_etcd_publisher;
@@ -103,7 +103,8 @@ const char *wk_etcd_publisher_key(const wk_etcd_publisher *p);
  * the lease, within WK_ETCD_PUB_DEREGISTER_BUDGET_MS in total; without it the key
  * stays until the lease expires (at most the TTL). Returns 0, or -1 when deregister
  * was asked and did not complete (etcd unreachable: the lease then expires on its
- * own). NULL p is a no-op returning 0. */
+ * own). NULL p is a no-op returning 0. No other call on p may be in progress or come
+ * after (p is freed). */
 int wk_etcd_publisher_stop(wk_etcd_publisher *p, bool deregister);
 
 #endif

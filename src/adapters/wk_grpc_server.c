@@ -189,6 +189,7 @@ struct wk_grpc_server {
   /* The gate: lock-free on the way in and out; mu/cv only wake stop(). */
   atomic_bool gate_closed;
   atomic_size_t outstanding; /* operations that will post one CQ event */
+  atomic_bool shutting_down; /* stop() has begun: failed requests are not renewed */
   pthread_mutex_t mu;
   pthread_cond_t cv;
 
@@ -613,9 +614,20 @@ static void dispatch_request(wk_grpc_server *s, wk_rpc *r, grpc_byte_buffer *pay
   s->sink.on_rpc(s->sink.ud, r);
 }
 
+/* A request for a call failed: expected only once stop() has begun; otherwise ask
+ * again, so no method ever runs out of requested calls. */
+static bool renew_failed_request(wk_grpc_server *s) {
+  if (atomic_load(&s->shutting_down)) return false;
+  log_error("a request for a call failed while serving; requesting again");
+  return true;
+}
+
 static void on_request(request_slot *slot, bool ok) {
   wk_grpc_server *s = slot->server;
-  if (!ok) return; /* the server is shutting down: no call, do not ask again */
+  if (!ok) {
+    if (renew_failed_request(s)) post_request(s, slot);
+    return;
+  }
   grpc_call *call = slot->call;
   grpc_byte_buffer *payload = slot->payload;
   slot->call = NULL;
@@ -691,7 +703,10 @@ static void on_unimplemented_done(unimplemented_call *u) {
 
 static void on_generic(generic_slot *g, bool ok) {
   wk_grpc_server *s = g->server;
-  if (!ok) return;
+  if (!ok) {
+    if (renew_failed_request(s)) post_generic(s, g);
+    return;
+  }
   grpc_call *call = g->call;
   g->call = NULL;
   char message[UNKNOWN_PATH_MAX + 64];
@@ -792,6 +807,7 @@ int wk_grpc_server_start(const wk_grpc_server_config *cfg, wk_grpc_server_sink s
   atomic_init(&s->refs, 1);
   atomic_init(&s->gate_closed, false);
   atomic_init(&s->outstanding, 0);
+  atomic_init(&s->shutting_down, false);
   s->cfg = *cfg;
   s->listen_addr = xstrndup(cfg->listen_addr, 1024);
   s->cfg.listen_addr = s->listen_addr;
@@ -876,6 +892,7 @@ int wk_grpc_server_start(const wk_grpc_server_config *cfg, wk_grpc_server_sink s
 void wk_grpc_server_stop(wk_grpc_server *s) {
   if (s == NULL) return;
   /* 1. No new calls; cancel the open ones so every pending batch completes. */
+  atomic_store(&s->shutting_down, true);
   bool entered = gate_enter(s); /* the shutdown notification */
   assert(entered);
   (void)entered;

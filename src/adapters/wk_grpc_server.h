@@ -104,7 +104,7 @@ void wk_rpc_reply(wk_rpc *rpc, const uint8_t *msg, size_t len);
 void wk_rpc_fail(wk_rpc *rpc, grpc_status_code code, const char *message);
 /** Stream: queues one encoded message (copied); messages go out in order, one
  * SEND_MESSAGE in flight at a time. Returns false (and queues nothing) when the queue
- * is full or the stream is finished or cancelled. Thread-safe. */
+ * is full or the stream is finished or cancelled, and on a unary rpc. Thread-safe. */
 bool wk_rpc_send(wk_rpc *rpc, const uint8_t *msg, size_t len);
 /** Stream: ends it with `code`/`message` after every queued message is sent.
  * Thread-safe; later sends fail. */

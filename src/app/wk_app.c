@@ -21,6 +21,7 @@
 
 #include "adapters/wk_executor_pool.h"
 #include "adapters/wk_grpc_server.h"
+#include "app/wk_config.h"
 #include "app/wk_fs.h"
 #include "app/wk_log.h"
 #include "app/wk_orchestrator.h"
@@ -29,110 +30,11 @@
 #define WK_PYTHON_DIR "python"
 #endif
 
-void wk_app_config_default(wk_app_config *c) {
-  memset(c, 0, sizeof *c);
-  snprintf(c->listen_addr, sizeof c->listen_addr, "127.0.0.1:7070");
-  c->task_slots = 16;
-  snprintf(c->code_root, sizeof c->code_root, "./code");
-  c->executors = 2;
-  c->executors_max = 4;
-  c->pipeline_depth = 16;
-  c->executor_idle_timeout_ms = 60000;
-  c->max_calls_per_executor = 0;
-  c->max_executor_rss_mb = 0;
-  c->executor_heartbeat_interval_ms = 2000;
-  c->executor_heartbeat_timeout_ms = 10000;
-  c->executor_rlimit_as_mb = 0;
-  c->executor_rlimit_nofile = 1024;
-  c->executor_rlimit_cpu_s = 0;
-  snprintf(c->python, sizeof c->python, "/usr/bin/python3");
-  snprintf(c->executor_script, sizeof c->executor_script, "%s/worker_executor.py", WK_PYTHON_DIR);
-  snprintf(c->python_path, sizeof c->python_path, "%s", WK_PYTHON_DIR);
-  c->result_retention_ms = 600000;
-  c->max_retained_results = 10000;
-  c->max_retained_bytes = 256u << 20;
-  c->watch_disconnect_grace_ms = 10000;
-  c->default_slot_ttl_ms = 30000;
-  c->max_slot_ttl_ms = 600000;
-  c->default_task_timeout_ms = 600000;
-  c->max_task_timeout_ms = 3600000;
-  c->drain_timeout_ms = 30000;
-  c->cancel_grace_ms = 2000;
-  c->tick_ms = 500;
-  c->max_message_bytes = 4u << 20;
-  c->max_inline_output_bytes = 4u << 20;
-  c->max_calls_per_task = 1000000;
-  c->task_window_max = 256;
-  c->subcall_max_depth = 4;
-  c->max_calls_in_flight = 65536;
-  snprintf(c->log_level, sizeof c->log_level, "info");
-}
-
-__attribute__((format(printf, 4, 5))) static void problem(char *err, size_t len, int *n,
-                                                           const char *fmt, ...) {
-  size_t used = strlen(err);
-  va_list ap;
-  va_start(ap, fmt);
-  if (used < len) vsnprintf(err + used, len - used, fmt, ap);
-  va_end(ap);
-  (*n)++;
-}
+/* The defaults and the checks live in the settings table (app/wk_config.c). */
+void wk_app_config_default(wk_app_config *c) { wk_config_defaults(c, NULL); }
 
 int wk_app_config_validate(const wk_app_config *c, char *err, size_t len) {
-  int n = 0;
-  err[0] = '\0';
-#define RANGE(field, lo, hi)                                                                      \
-  if ((long long)c->field < (long long)(lo) || (long long)c->field > (long long)(hi))             \
-  problem(err, len, &n, "%s must be between " #lo " and " #hi ", got %lld\n", #field,             \
-          (long long)c->field)
-  RANGE(task_slots, 1, 1048576);
-  RANGE(executors, 1, 1024);
-  RANGE(executors_max, 0, 1024);
-  RANGE(pipeline_depth, 1, 1024);
-  RANGE(executor_idle_timeout_ms, 100, 86400000);
-  RANGE(executor_heartbeat_interval_ms, 100, 600000);
-  RANGE(executor_heartbeat_timeout_ms, 200, 3600000);
-  RANGE(executor_rlimit_nofile, 0, 1048576);
-  RANGE(result_retention_ms, 0, 86400000);
-  RANGE(max_retained_results, 1, 4194304);
-  RANGE(watch_disconnect_grace_ms, 0, 3600000);
-  RANGE(default_slot_ttl_ms, 1, 3600000);
-  RANGE(max_slot_ttl_ms, 1, 86400000);
-  RANGE(default_task_timeout_ms, 1, 86400000);
-  RANGE(max_task_timeout_ms, 1, 604800000);
-  RANGE(drain_timeout_ms, 0, 3600000);
-  RANGE(cancel_grace_ms, 1, 600000);
-  RANGE(tick_ms, 10, 60000);
-  RANGE(max_message_bytes, 1024, 1073741824);
-  RANGE(max_inline_output_bytes, 0, 1073741824);
-  RANGE(max_calls_per_task, 1, 100000000);
-  RANGE(task_window_max, 8, 1048576);
-  RANGE(subcall_max_depth, 0, 32);
-  RANGE(max_calls_in_flight, 1024, 67108864);
-#undef RANGE
-  if (c->default_slot_ttl_ms > c->max_slot_ttl_ms) {
-    problem(err, len, &n, "%s must not exceed max_slot_ttl_ms (%lld)\n", "default_slot_ttl_ms",
-            (long long)c->max_slot_ttl_ms);
-  }
-  if (c->default_task_timeout_ms > c->max_task_timeout_ms) {
-    problem(err, len, &n, "%s must not exceed max_task_timeout_ms (%lld)\n",
-            "default_task_timeout_ms", (long long)c->max_task_timeout_ms);
-  }
-  if (c->max_retained_bytes < 1024) {
-    problem(err, len, &n, "%s must be at least 1024, got %lld\n", "max_retained_bytes",
-            (long long)c->max_retained_bytes);
-  }
-  if (!strchr(c->listen_addr, ':')) {
-    problem(err, len, &n, "listen_addr must be host:port, got '%s'\n", c->listen_addr);
-  }
-  if (wk_log_parse_level(c->log_level) < 0) {
-    problem(err, len, &n, "log_level must be debug, info, warn or error, got '%s'\n", c->log_level);
-  }
-  struct stat st;
-  if (stat(c->code_root, &st) != 0 || !S_ISDIR(st.st_mode)) {
-    problem(err, len, &n, "code_root must be an existing directory, got '%s'\n", c->code_root);
-  }
-  return n;
+  return wk_config_validate(c, err, len);
 }
 
 /* ---- the running app ------------------------------------------------------------ */
@@ -301,6 +203,8 @@ int wk_app_run(const wk_app_config *cfg) {
 
   static wk_builder_registry builders;
   wk_builder_registry_add(&builders, "single");
+  wk_builder_registry_add(&builders, "map");
+  wk_builder_registry_add(&builders, "range");
 
   /* executors load code by absolute path */
   char code_root[PATH_MAX];

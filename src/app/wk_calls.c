@@ -388,16 +388,14 @@ void wk_calls_on_result(wk_calls *c, void *call_ctx, const wk_call_outcome *o, i
     };
   }
   wk_disp_result r = disp_result(o->status);
-  wk_disp_call_finished(c->disp, a->call_id, r, now_ms, &c->out);
-  process(c);
-  /* an attempt whose answer made no call final (a retry follows, or nobody waited for
-   * it) is over: CALL_DONE and SUBCALL_DONE free the others */
-  for (wk_attempt *x = rt->attempts; x; x = x->next) {
-    if (x == a) {
-      free_attempt(rt, a);
-      break;
-    }
-  }
+  uint64_t call_id = a->call_id;
+  wk_disp_call_finished(c->disp, call_id, r, now_ms, &c->out);
+  process(c); /* emits everything decided, so a CALL_DONE for this attempt is out by now */
+  /* An attempt whose answer made no call final (a retry follows, or nobody waited for
+   * it) is over; CALL_DONE and SUBCALL_DONE freed the others. Look it up by call_id:
+   * its memory may already hold a new attempt. */
+  wk_attempt *left = find_attempt(rt, call_id);
+  if (left) free_attempt(rt, left);
 }
 
 void wk_calls_on_subcalls(wk_calls *c, void *call_ctx, const wk_frame_subcalls *req, int64_t now_ms) {

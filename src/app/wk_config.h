@@ -9,10 +9,11 @@
  *            < environment WORKER_<NAME> < flags --name-with-dashes VALUE
  * and a wk_config_sources records, per setting, which one set the value.
  *
- * Errors are lines of text (each ending in '\n') appended to a caller's buffer; every
- * function that can fail returns how many lines it added (0 = fine) and keeps going
- * after a bad value, so one run reports every problem. A full buffer truncates the
- * text, never the count.
+ * Errors are lines of text (each ending in '\n') written to a caller's buffer (each
+ * function starts it afresh); every function that can fail returns how many problems
+ * it found (0 = fine) and keeps going after a bad value, so one run reports every
+ * problem. A full buffer truncates the text, never the count. Nothing here allocates
+ * memory that outlives a call; nothing is global but the static table.
  *
  * Adding a setting: append the field to wk_app_config, a row to the table in
  * wk_config.c (test_config checks that every field has a row), a cross-field rule in
@@ -37,7 +38,7 @@ typedef enum wk_config_type {
   WK_CONFIG_STRING, /* char[N]; min/max bound its length (max <= N - 1) */
   WK_CONFIG_UINT,   /* uint32_t or uint64_t (by the field's size): 0, 16, 1000000 */
   WK_CONFIG_MS,     /* int64_t milliseconds: 250, 250ms, 30s, 5m, 1h */
-  WK_CONFIG_BYTES,  /* size_t bytes: 4096, 64KiB, 4MiB, 1GiB, 1TiB */
+  WK_CONFIG_BYTES,  /* bytes, size_t or uint64_t/uint32_t: 4096, 64KiB, 4MiB, 1GiB, 1TiB */
   WK_CONFIG_BOOL,   /* bool: true/false, yes/no, on/off, 1/0 (any case) */
   WK_CONFIG_ENUM,   /* char[N] holding one of `choices` */
 } wk_config_type;
@@ -138,19 +139,21 @@ int wk_config_parse_value(const wk_config_item *item, const char *text, void *fi
  *   - task_slots: expected a whole number, got 'many' (also: a quoted number, a list,
  *     a mapping, no value)
  *   - duplicate setting 'task_slots' (first set on line 2)
- *   - the file must be a mapping of setting: value
- *   - YAML syntax error: ... (the parser stops there)
- * and "PATH: cannot read: <strerror>" when the file cannot be opened. Values that parse
- * are applied even when others fail; sources (may be NULL) get "PATH:LINE". Returns the
- * number of problems. */
+ *   - the file must be a mapping of setting: value (also: a second document)
+ *   - YAML syntax error: ... (then the only line, and nothing of the file is applied)
+ * and "PATH: cannot read: <strerror>" when the file cannot be opened. Otherwise the
+ * values that parse are applied even when others fail; sources (may be NULL) get
+ * "PATH:LINE". Returns the number of problems. */
 int wk_config_load_file(wk_app_config *cfg, const char *path, wk_config_sources *sources,
                         char *err, size_t len);
 
 /** Applies WORKER_<NAME>=VALUE overrides from envp (a NULL-terminated "NAME=VALUE"
  * array such as environ; NULL = none). WORKER_CONFIG names the file and is skipped
- * here. Lines: "WORKER_TASK_SLOTS: expected a whole number, got 'x'" and
- * "WORKER_TASK_SLOT is not a setting (did you mean WORKER_TASK_SLOTS?)". Returns the
- * number of problems. */
+ * here. Problems: "WORKER_TASK_SLOTS: expected a whole number, got 'x'". A WORKER_*
+ * name that is no setting is only a warning line, not counted (other tools use such
+ * names: scripts/run.sh reads WORKER_PORT): "warning: WORKER_TASK_SLOT is not a
+ * setting; ignored (did you mean WORKER_TASK_SLOTS?)" — so print err even when this
+ * returns 0. Returns the number of problems. */
 int wk_config_apply_env(wk_app_config *cfg, char *const envp[], wk_config_sources *sources,
                         char *err, size_t len);
 
@@ -169,8 +172,10 @@ int wk_config_apply_flags(wk_app_config *cfg, const wk_config_cli *cli,
                           wk_config_sources *sources, char *err, size_t len);
 
 /** The whole sequence: defaults, then the file (cli->config_path, else WORKER_CONFIG
- * from envp, else none), then the environment, then the flags. Every source is applied
- * and every problem reported; returns their number. Does not validate. */
+ * from envp, else none), then the environment, then the flags (cli may be NULL). Every
+ * source is applied and every problem reported; returns their number. Does not
+ * validate. One derived default: executors_max left at its default is raised to a
+ * larger executors (source "default, raised to executors"). sources may be NULL. */
 int wk_config_load(wk_app_config *cfg, wk_config_sources *sources, const wk_config_cli *cli,
                    char *const envp[], char *err, size_t len);
 

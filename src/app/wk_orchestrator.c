@@ -72,7 +72,10 @@ struct wk_orch {
   health_watch *health_watchers;
   bool closing;
   int handles_open;
+  uint32_t jobs; /* activation jobs on the threadpool: the orchestrator outlives them */
 };
+
+static void maybe_free(wk_orch *o);
 
 static int64_t loop_now(wk_orch *o) {
   uv_update_time(o->loop);
@@ -193,6 +196,7 @@ static void exec_cmds(wk_orch *o, const wk_cmds *cmds) {
       case WK_CMD_PREPARE_ACTIVATION:
         wk_task_rt_ref(rt);
         rt->activation.data = rt;
+        o->jobs++;
         uv_queue_work(o->loop, &rt->activation, on_activation_work, on_activation_done);
         break;
       case WK_CMD_START_BUILDER:
@@ -334,6 +338,12 @@ static void on_activation_work(uv_work_t *w) {
 static void on_activation_done(uv_work_t *w, int status) {
   wk_task_rt *rt = w->data;
   wk_orch *o = rt->orch;
+  o->jobs--;
+  if (o->closing) { /* the task was converged at close: only let go */
+    wk_task_rt_unref(rt);
+    maybe_free(o);
+    return;
+  }
   loop_now(o);
   if (!rt->converged) {
     wk_transition_result tr;
@@ -743,7 +753,12 @@ void wk_orch_abort_all(wk_orch *o, const char *reason) {
 
 static void on_handle_closed(uv_handle_t *h) {
   wk_orch *o = h->data;
-  if (--o->handles_open > 0) return;
+  o->handles_open--;
+  maybe_free(o);
+}
+
+static void maybe_free(wk_orch *o) {
+  if (o->handles_open > 0 || o->jobs > 0) return;
   wk_subs_destroy(o->subs);
   while (o->health_watchers) {
     health_watch *hw = o->health_watchers;

@@ -299,6 +299,7 @@ wk_err wk_disp_task_info_get(const wk_disp *d, uint32_t task, wk_disp_task_info 
   info->window = t->window;
   info->inflight = t->inflight;
   info->waiting = t->waiting;
+  info->resuming = t->resume.len;
   info->backoff = t->backoff;
   info->ready = t->ready.len;
   info->queued = t->state == WK_DT_LIVE ? t->added - t->next_index : 0;

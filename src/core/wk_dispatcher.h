@@ -115,7 +115,7 @@ void wk_disp_config_default(wk_disp_config *cfg);
 wk_err wk_disp_config_validate(const wk_disp_config *cfg, const char **why);
 
 /** Creates a dispatcher with no tasks; preallocates every record, queue and heap
- * (about 210 bytes per call record, 100 per task). Returns NULL when `cfg` is invalid.
+ * (about 240 bytes per call record, 190 per task). Returns NULL when `cfg` is invalid.
  * The caller owns it and releases it with wk_disp_destroy. */
 wk_disp *wk_disp_create(const wk_disp_config *cfg);
 
@@ -297,6 +297,7 @@ typedef struct wk_disp_task_info {
   uint32_t window;
   uint32_t inflight;  /* attempts counted in admission (not waiting parents) */
   uint32_t waiting;   /* parents waiting on children or for re-admission */
+  uint32_t resuming;  /* of those, parents whose children are all final (re-admission) */
   uint32_t backoff;   /* calls waiting out a backoff */
   uint32_t ready;     /* retries and children queued */
   uint32_t queued;    /* top-level calls added but never sent */

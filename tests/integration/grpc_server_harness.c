@@ -16,6 +16,8 @@
  *
  * Usage: grpc_server_harness [host:port]   (default 127.0.0.1:0)
  * Environment: WK_HARNESS_MAX_MESSAGE_BYTES (default 1 MiB),
+ *              WK_HARNESS_MAX_STREAM_QUEUE (default 256; WatchTasks answers
+ *              RESOURCE_EXHAUSTED "stream queue full" when a send is refused),
  *              WK_HARNESS_INLINE_HEALTH=1 answers Health.Check on the completion-queue
  *              thread (no hop), to compare latencies.
  * Prints "PORT <n>" once listening; SIGTERM or SIGINT stops the server and exits 0.
@@ -97,7 +99,8 @@ static void answer_health_check(wk_rpc *rpc) {
     wk_rpc_fail(rpc, GRPC_STATUS_NOT_FOUND, "unknown service");
     return;
   }
-  Grpc__Health__V1__HealthCheckResponse resp = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
+  Grpc__Health__V1__HealthCheckResponse resp;
+  grpc__health__v1__health_check_response__init(&resp);
   resp.status = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING;
   reply_packed(rpc, &resp.base);
 }
@@ -113,14 +116,20 @@ static void watch_tasks(wk_rpc *rpc) {
       WORKER__V1__TASK_STATE__TASK_STATE_SUCCEEDED};
   for (size_t i = 0; i < req->n_task_ids; i++) {
     for (int k = 0; k < 3; k++) {
-      Worker__V1__TaskResult result = WORKER__V1__TASK_RESULT__INIT;
+      Worker__V1__TaskResult result;
+      worker__v1__task_result__init(&result);
       result.task_id = req->task_ids[i];
       result.state = states[k];
-      Worker__V1__TaskEvent ev = WORKER__V1__TASK_EVENT__INIT;
+      Worker__V1__TaskEvent ev;
+      worker__v1__task_event__init(&ev);
       ev.task_id = req->task_ids[i];
       ev.kind = kinds[k];
       ev.result = &result;
-      if (!send_packed(rpc, &ev.base)) return; /* cancelled or full: on_closed follows */
+      if (!send_packed(rpc, &ev.base)) {
+        /* queue full (or the stream is gone, and this is ignored) */
+        wk_rpc_fail(rpc, GRPC_STATUS_RESOURCE_EXHAUSTED, "stream queue full");
+        return;
+      }
     }
   }
   wk_rpc_finish(rpc, GRPC_STATUS_OK, NULL);
@@ -130,7 +139,8 @@ static void watch_tasks(wk_rpc *rpc) {
 static void handle(wk_rpc *rpc) {
   switch (wk_rpc_method_of(rpc)) {
     case WK_RPC_REQUEST_TASK_SLOT: {
-      Worker__V1__RequestTaskSlotResponse resp = WORKER__V1__REQUEST_TASK_SLOT_RESPONSE__INIT;
+      Worker__V1__RequestTaskSlotResponse resp;
+      worker__v1__request_task_slot_response__init(&resp);
       resp.slot_id = 7;
       resp.lease_expires_unix_ms = 1234;
       resp.state = WORKER__V1__TASK_STATE__TASK_STATE_PREPARING;
@@ -141,7 +151,8 @@ static void handle(wk_rpc *rpc) {
     case WK_RPC_SUBMIT_TASK: {
       const Worker__V1__SubmitTaskRequest *req = wk_rpc_request(rpc);
       char shadow[8];
-      Worker__V1__SubmitTaskResponse resp = WORKER__V1__SUBMIT_TASK_RESPONSE__INIT;
+      Worker__V1__SubmitTaskResponse resp;
+      worker__v1__submit_task_response__init(&resp);
       resp.task_id = req->task_id;
       resp.slot_id = req->slot_id;
       resp.state = WORKER__V1__TASK_STATE__TASK_STATE_PREPARING;
@@ -159,7 +170,8 @@ static void handle(wk_rpc *rpc) {
     case WK_RPC_WATCH_TASKS: watch_tasks(rpc); return;
     case WK_RPC_CANCEL_TASK: {
       const Worker__V1__CancelTaskRequest *req = wk_rpc_request(rpc);
-      Worker__V1__TaskResult resp = WORKER__V1__TASK_RESULT__INIT;
+      Worker__V1__TaskResult resp;
+      worker__v1__task_result__init(&resp);
       resp.task_id = req->task_id;
       resp.state = WORKER__V1__TASK_STATE__TASK_STATE_CANCELLED;
       resp.failure_code = WORKER__V1__FAILURE_CODE__FAILURE_CODE_CANCELLED;
@@ -174,7 +186,8 @@ static void handle(wk_rpc *rpc) {
       return;
     case WK_RPC_HEALTH_WATCH: {
       const Grpc__Health__V1__HealthCheckRequest *req = wk_rpc_request(rpc);
-      Grpc__Health__V1__HealthCheckResponse resp = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
+      Grpc__Health__V1__HealthCheckResponse resp;
+      grpc__health__v1__health_check_response__init(&resp);
       resp.status = health_known(req->service)
                         ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
                         : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVICE_UNKNOWN;
@@ -243,6 +256,10 @@ int main(int argc, char **argv) {
   const char *mm = getenv("WK_HARNESS_MAX_MESSAGE_BYTES");
   if (mm != NULL && mm[0] != '\0') max_message = (size_t)strtoull(mm, NULL, 10);
 
+  uint32_t max_queue = 256;
+  const char *mq = getenv("WK_HARNESS_MAX_STREAM_QUEUE");
+  if (mq != NULL && mq[0] != '\0') max_queue = (uint32_t)strtoul(mq, NULL, 10);
+
   pthread_t actor;
   if (pthread_create(&actor, NULL, actor_main, NULL) != 0) return 2;
 
@@ -252,7 +269,7 @@ int main(int argc, char **argv) {
       .max_ttl_ms = 3600u * 1000u,
       .max_timeout_ms = 3600u * 1000u,
       .max_watch_tasks = 64,
-      .max_stream_queue = 256,
+      .max_stream_queue = max_queue,
   };
   wk_grpc_server_sink sink = {.on_rpc = on_rpc, .on_closed = on_closed, .ud = NULL};
   wk_grpc_server *server = NULL;

@@ -290,10 +290,10 @@ static void test_known_bytes(void **state) {
   wk_frame_buf_clear(&b);
   memset(&f, 0, sizeof f);
   f.type = WK_FRAME_HELLO;
-  f.hello.version = 1;
+  f.hello.version = WK_FRAME_VERSION;
   f.hello.pid = 0x01020304;
   assert_int_equal(wk_frame_encode(&b, &f, MAX_FRAME), WK_FRAME_OK);
-  const uint8_t hello[] = {9, 0, 0, 0, 1, 1, 0, 0, 0, 4, 3, 2, 1};
+  const uint8_t hello[] = {9, 0, 0, 0, 1, 2, 0, 0, 0, 4, 3, 2, 1};
   assert_int_equal(wk_frame_buf_size(&b), sizeof hello);
   assert_memory_equal(wk_frame_buf_bytes(&b), hello, sizeof hello);
 
@@ -852,7 +852,7 @@ static void test_malformed_lists(void **state) {
   assert_int_equal(decode_exact(fr, n, MAX_FRAME, &f, &sz), WK_FRAME_E_TRUNCATED);
   put_u32(sub + hdr, 4);
   n = raw_frame(fr, sizeof fr, WK_FRAME_SUBCALLS, sub, hdr + 8);
-  assert_int_equal(decode_exact(fr, n, MAX_FRAME, &f, &sz), WK_FRAME_OK);
+  assert_int_equal(wk_frame_decode(fr, n, MAX_FRAME, &f, &sz), WK_FRAME_OK); /* views into fr */
   assert_bytes_eq(nth_arg(&f.subcalls, 0), (wk_frame_bytes){fr + 5 + hdr + 4, 4});
 
   /* SUBCALLS_RESULT: request, count, then 18-byte empty children */

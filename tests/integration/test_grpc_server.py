@@ -125,6 +125,7 @@ def assert_clean_exit(h, rc):
     err = h.err()
     assert rc == 0, "harness exit code %d; stderr:\n%s" % (rc, err)
     assert "Sanitizer" not in err and "runtime error" not in err, err
+    assert '"component":"grpc_server"' not in err, err  # the adapter logs only surprises
 
 
 @pytest.fixture(scope="module")
@@ -553,6 +554,33 @@ def test_unary_cancelled_by_client(pb, stub):
             done += 1
     assert done >= 100
     assert stub.RequestTaskSlot(pb.w.RequestTaskSlotRequest(task_id="x"), timeout=5).slot_id == 7
+
+
+def test_stream_queue_bound(pb):
+    h = Harness({"WK_HARNESS_MAX_STREAM_QUEUE": "2"})
+    try:
+        ch = grpc.insecure_channel(h.addr)
+        s = pb.wg.WorkerServiceStub(ch)
+        ids = ["q%02d" % i for i in range(MAX_WATCH_TASKS)]
+        expected = [i for i in ids for _ in range(3)]
+        overflowed = 0
+        for _ in range(5):
+            got = []
+            try:
+                for ev in s.WatchTasks(pb.w.WatchTasksRequest(task_ids=ids), timeout=10):
+                    got.append(ev.task_id)
+                assert got == expected
+            except grpc.RpcError as e:
+                assert e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, e.code()
+                assert e.details() == "stream queue full"
+                assert 1 <= len(got) < len(expected)
+                assert got == expected[:len(got)]  # in order, nothing skipped
+                overflowed += 1
+        assert overflowed > 0, "the actor never outran a 2-message queue"
+        assert s.RequestTaskSlot(pb.w.RequestTaskSlotRequest(task_id="t"), timeout=5).slot_id == 7
+        ch.close()
+    finally:
+        assert_clean_exit(h, h.stop())
 
 
 # ---- load -----------------------------------------------------------------------------------

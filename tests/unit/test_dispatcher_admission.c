@@ -172,7 +172,7 @@ static void test_streaming_and_backpressure(void **state) {
   assert_int_equal(wk_disp_task_queued(fx->d, t), 12);
   assert_int_equal(DFX_INFO(fx, t).added, 15);
   /* every index is sent once, in order; no TASK_DONE before `last` */
-  uint32_t next = 3, done = 0;
+  uint32_t next = 3, done = 1;
   while (dfx_q_len(&q) > 0) {
     (void)DFX_FINISH(fx, dfx_q_pop(&q), WK_DISP_OK, 3);
     assert_int_equal(dfx_count(fx, WK_DISP_CALL_DONE), 1);

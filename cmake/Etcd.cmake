@@ -1,0 +1,35 @@
+# etcd registration: wk_etcd (a small synchronous client of etcd's v3 JSON gateway,
+# libcurl + jansson) and wk_etcd_publisher (the EtcdPublisher thread that keeps the
+# Worker's leased key and heartbeat value in etcd). Included from the top-level
+# CMakeLists.txt after cmake/Warnings.cmake (for ${WK_WARNINGS}); cmake/Workerctl.cmake
+# links workerctl to wk_etcd for `workerctl workers`.
+find_package(PkgConfig REQUIRED)
+find_package(Threads REQUIRED)
+if(NOT TARGET PkgConfig::JANSSON)
+  pkg_check_modules(JANSSON REQUIRED IMPORTED_TARGET jansson)
+endif()
+if(NOT TARGET PkgConfig::LIBCURL)
+  pkg_check_modules(LIBCURL REQUIRED IMPORTED_TARGET libcurl)
+endif()
+
+# JSON-lines logging (src/app/wk_log.c) on its own, for the publisher and its tests.
+# wk_app compiles the same file; a binary linking both takes one copy (static archives).
+if(NOT TARGET wk_log)
+  add_library(wk_log STATIC ${CMAKE_SOURCE_DIR}/src/app/wk_log.c)
+  target_include_directories(wk_log PUBLIC ${CMAKE_SOURCE_DIR}/src)
+  target_compile_definitions(wk_log PRIVATE _GNU_SOURCE)
+  target_compile_options(wk_log PRIVATE ${WK_WARNINGS})
+  target_link_libraries(wk_log PUBLIC PkgConfig::JANSSON)
+endif()
+
+add_library(wk_etcd STATIC ${CMAKE_SOURCE_DIR}/src/adapters/wk_etcd.c)
+target_include_directories(wk_etcd PUBLIC ${CMAKE_SOURCE_DIR}/src)
+target_compile_definitions(wk_etcd PRIVATE _GNU_SOURCE)
+target_compile_options(wk_etcd PRIVATE ${WK_WARNINGS})
+target_link_libraries(wk_etcd PUBLIC PkgConfig::LIBCURL PkgConfig::JANSSON Threads::Threads)
+
+add_library(wk_etcd_publisher STATIC ${CMAKE_SOURCE_DIR}/src/adapters/wk_etcd_publisher.c)
+target_include_directories(wk_etcd_publisher PUBLIC ${CMAKE_SOURCE_DIR}/src)
+target_compile_definitions(wk_etcd_publisher PRIVATE _GNU_SOURCE)
+target_compile_options(wk_etcd_publisher PRIVATE ${WK_WARNINGS})
+target_link_libraries(wk_etcd_publisher PUBLIC wk_etcd wk_log PkgConfig::JANSSON Threads::Threads)

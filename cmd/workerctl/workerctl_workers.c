@@ -1,0 +1,134 @@
+/* workerctl_workers.c: `workerctl workers`, the workers registered in etcd (read with
+ * wk_etcd from the registry prefix; no worker is contacted). */
+#define _GNU_SOURCE /* clock_gettime */
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "adapters/wk_etcd.h"
+#include "workerctl.h"
+
+static int64_t now_unix_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static const char *state_name(const wk_etcd_worker *w) {
+  if (!w->valid) return "invalid";
+  if (w->draining) return "draining";
+  return w->ready ? "ready" : "not-ready";
+}
+
+/* "850ms", "3.2s", "4m05s", "2h10m"; "-" when unknown. */
+static void format_age(int64_t age_ms, bool known, char *buf, size_t len) {
+  if (!known) {
+    snprintf(buf, len, "-");
+  } else if (age_ms < 0) {
+    snprintf(buf, len, "in %" PRId64 "ms", -age_ms); /* clocks disagree */
+  } else if (age_ms < 1000) {
+    snprintf(buf, len, "%" PRId64 "ms", age_ms);
+  } else if (age_ms < 60000) {
+    snprintf(buf, len, "%" PRId64 ".%" PRId64 "s", age_ms / 1000, age_ms % 1000 / 100);
+  } else if (age_ms < 3600000) {
+    snprintf(buf, len, "%" PRId64 "m%02" PRId64 "s", age_ms / 60000, age_ms % 60000 / 1000);
+  } else {
+    snprintf(buf, len, "%" PRId64 "h%02" PRId64 "m", age_ms / 3600000, age_ms % 3600000 / 60000);
+  }
+}
+
+static json_t *worker_json(const wk_etcd_worker *w, int64_t now) {
+  json_t *j = json_object();
+  json_object_set_new(j, "key", json_string(w->key));
+  json_object_set_new(j, "address", json_string(w->address));
+  json_object_set_new(j, "valid", json_boolean(w->valid));
+  if (!w->valid) {
+    json_object_set_new(j, "error", json_string(w->error));
+  } else {
+    json_object_set_new(j, "state", json_string(state_name(w)));
+    json_object_set_new(j, "ready", json_boolean(w->ready));
+    json_object_set_new(j, "draining", json_boolean(w->draining));
+    json_object_set_new(j, "task_slots", json_integer(w->task_slots));
+    json_object_set_new(j, "free_slots", json_integer(w->free_slots));
+    json_object_set_new(j, "running_tasks", json_integer(w->running_tasks));
+    json_object_set_new(j, "reserved_slots", json_integer(w->reserved_slots));
+    json_object_set_new(j, "deployment", json_string(w->deployment));
+    json_object_set_new(j, "service", json_string(w->service));
+    json_object_set_new(j, "version", json_string(w->version));
+    json_object_set_new(j, "updated_unix_ms", json_integer((json_int_t)w->updated_unix_ms));
+    json_object_set_new(j, "updated_age_ms", json_integer((json_int_t)(now - w->updated_unix_ms)));
+  }
+  char lease[24];
+  snprintf(lease, sizeof lease, "%" PRId64, w->lease); /* int64 beyond 2^53: a string */
+  json_object_set_new(j, "lease", json_string(lease));
+  return j;
+}
+
+static void print_table(FILE *f, const wk_etcd_workers *ws, int64_t now) {
+  int addr_w = (int)strlen("ADDRESS");
+  int ver_w = (int)strlen("VERSION");
+  for (size_t i = 0; i < ws->n; i++) {
+    int a = (int)strlen(ws->items[i].address);
+    int v = (int)strlen(ws->items[i].version);
+    if (a > addr_w) addr_w = a;
+    if (v > ver_w) ver_w = v;
+  }
+  fprintf(f, "%-*s  %-9s  %10s  %7s  %8s  %-*s  %s\n", addr_w, "ADDRESS", "STATE", "FREE/SLOTS",
+          "RUNNING", "RESERVED", ver_w, "VERSION", "UPDATED");
+  for (size_t i = 0; i < ws->n; i++) {
+    const wk_etcd_worker *w = &ws->items[i];
+    if (!w->valid) {
+      fprintf(f, "%-*s  %-9s  %s: %s\n", addr_w, w->address, state_name(w), w->key, w->error);
+      continue;
+    }
+    char slots[32], age[32];
+    snprintf(slots, sizeof slots, "%" PRIu32 "/%" PRIu32, w->free_slots, w->task_slots);
+    format_age(now - w->updated_unix_ms, w->updated_unix_ms > 0, age, sizeof age);
+    fprintf(f, "%-*s  %-9s  %10s  %7" PRIu32 "  %8" PRIu32 "  %-*s  %s%s\n", addr_w, w->address,
+            state_name(w), slots, w->running_tasks, w->reserved_slots, ver_w,
+            *w->version ? w->version : "-", age, w->updated_unix_ms > 0 ? " ago" : "");
+  }
+}
+
+int ctl_cmd_workers(ctl_args *a) {
+  const char *env = getenv("WORKERCTL_ETCD");
+  const char *endpoints = a->set[F_ETCD] ? a->val[F_ETCD] : (env && *env ? env : CTL_DEFAULT_ETCD);
+  const char *prefix = a->set[F_PREFIX] ? a->val[F_PREFIX] : CTL_DEFAULT_PREFIX;
+  if (!*prefix) return ctl_usage_error(a, "--prefix is empty (it would list every etcd key)");
+  char err[256];
+  wk_etcd *c = wk_etcd_new(endpoints, a->deadline_ms, err, sizeof err);
+  if (!c) return ctl_usage_error(a, "%s", err);
+
+  wk_etcd_workers ws;
+  int rc = wk_etcd_list_workers(c, prefix, &ws);
+  if (rc != WK_ETCD_OK) {
+    bool unreachable = rc == WK_ETCD_E_UNREACHABLE;
+    fprintf(stderr, "workerctl: %s etcd (%s); %s\n", unreachable ? "cannot reach" : "error from",
+            endpoints, wk_etcd_errmsg(c));
+    if (a->json) {
+      json_t *e = json_object();
+      json_object_set_new(e, "code", json_string(wk_etcd_rc_name(rc)));
+      json_object_set_new(e, "message", json_string(wk_etcd_errmsg(c)));
+      json_object_set_new(e, "unreachable", json_boolean(unreachable));
+      json_t *j = json_object();
+      json_object_set_new(j, "error", e);
+      ctl_json_print(stdout, j);
+    }
+    wk_etcd_free(c);
+    return unreachable ? CTL_EXIT_UNREACHABLE : CTL_EXIT_STATUS;
+  }
+  int64_t now = now_unix_ms();
+  if (ws.n == 0) {
+    fprintf(stderr, "workerctl: no workers registered under '%s' at %s\n", prefix,
+            wk_etcd_endpoint(c));
+  } else if (a->json) {
+    for (size_t i = 0; i < ws.n; i++) ctl_json_print(stdout, worker_json(&ws.items[i], now));
+  } else {
+    print_table(stdout, &ws, now);
+  }
+  wk_etcd_workers_free(&ws);
+  wk_etcd_free(c);
+  return CTL_EXIT_OK;
+}

@@ -1,0 +1,950 @@
+/* Integration: the etcd client (wk_etcd) and the EtcdPublisher against a real etcd.
+ *
+ * Each test starts its own /usr/bin/etcd (Debian's etcd-server 3.4) on 127.0.0.1 with
+ * free ports and a temporary data dir, with --heartbeat-interval=10
+ * --election-timeout=100 so it is ready in a fraction of a second, and stops it (and
+ * removes the dir) in its teardown. Failures are simulated by killing (SIGKILL),
+ * freezing (SIGSTOP), restarting and wiping that etcd. WK_TEST_ETCD overrides the
+ * binary; WK_TEST_KEEP=1 keeps the data dirs (their etcd.log tells what etcd saw). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "adapters/wk_etcd.h"
+#include "adapters/wk_etcd_publisher.h"
+
+#define ADDR "127.0.0.1:7070"
+#define PREFIX "/workers/"
+#define KEY PREFIX ADDR
+
+/* ---- time and polling ------------------------------------------------------------------ */
+
+static int64_t mono_ms(void) { return wk_etcd_mono_ms(); }
+
+static int64_t wall_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms(int64_t ms) {
+  struct timespec ts = {.tv_sec = (time_t)(ms / 1000), .tv_nsec = (long)(ms % 1000) * 1000000L};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+  }
+}
+
+/* Polls `cond` every 10 ms for up to timeout_ms; evaluates to the ms it took, or -1. */
+#define WAIT_FOR(cond, timeout_ms)               \
+  __extension__({                                \
+    int64_t t0_ = mono_ms(), r_ = -1;            \
+    for (;;) {                                   \
+      if (cond) {                                \
+        r_ = mono_ms() - t0_;                    \
+        break;                                   \
+      }                                          \
+      if (mono_ms() - t0_ > (timeout_ms)) break; \
+      sleep_ms(10);                              \
+    }                                            \
+    r_;                                          \
+  })
+
+/* ---- a real etcd ----------------------------------------------------------------------- */
+
+typedef struct etcd_proc {
+  pid_t pid;
+  char dir[128]; /* temporary root: data/ and etcd.log */
+  char data[160];
+  int client_port, peer_port;
+  char endpoint[64];
+} etcd_proc;
+
+typedef struct fixture {
+  etcd_proc etcd;
+  wk_etcd *check; /* the test's own client, to look at what the publisher wrote */
+  wk_etcd_publisher *pub;
+  pid_t child;
+} fixture;
+
+static int free_port(int *keep_fd) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  assert_true(fd >= 0);
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = 0};
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+  socklen_t sl = sizeof sa;
+  assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
+  *keep_fd = fd;
+  return ntohs(sa.sin_port);
+}
+
+static const char *etcd_binary(void) {
+  const char *b = getenv("WK_TEST_ETCD");
+  return b && *b ? b : "/usr/bin/etcd";
+}
+
+/* Temp dir and two free ports (both sockets held until both are picked). */
+static void etcd_prepare(etcd_proc *e) {
+  memset(e, 0, sizeof *e);
+  snprintf(e->dir, sizeof e->dir, "/tmp/wk-etcd-test-XXXXXX");
+  assert_non_null(mkdtemp(e->dir));
+  snprintf(e->data, sizeof e->data, "%s/data", e->dir);
+  int fd1, fd2;
+  e->client_port = free_port(&fd1);
+  e->peer_port = free_port(&fd2);
+  close(fd1);
+  close(fd2);
+  snprintf(e->endpoint, sizeof e->endpoint, "http://127.0.0.1:%d", e->client_port);
+}
+
+static void etcd_spawn(etcd_proc *e) {
+  char client[64], peer[64], cluster[96], log[200];
+  snprintf(client, sizeof client, "http://127.0.0.1:%d", e->client_port);
+  snprintf(peer, sizeof peer, "http://127.0.0.1:%d", e->peer_port);
+  snprintf(cluster, sizeof cluster, "default=%s", peer);
+  snprintf(log, sizeof log, "%s/etcd.log", e->dir);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+      close(fd);
+    }
+    const char *bin = etcd_binary();
+    execl(bin, bin, "--name", "default", "--data-dir", e->data, "--listen-client-urls", client,
+          "--advertise-client-urls", client, "--listen-peer-urls", peer,
+          "--initial-advertise-peer-urls", peer, "--initial-cluster", cluster,
+          "--heartbeat-interval=10", "--election-timeout=100", (char *)NULL);
+    _exit(127);
+  }
+  e->pid = pid;
+}
+
+/* Waits until etcd answers a read (up to 10 s). */
+static void etcd_wait_ready(etcd_proc *e) {
+  char err[256];
+  wk_etcd *c = wk_etcd_new(e->endpoint, 500, err, sizeof err);
+  assert_non_null(c);
+  wk_etcd_kv kv;
+  bool found;
+  int64_t took = WAIT_FOR(wk_etcd_get(c, "/probe", &kv, &found) == WK_ETCD_OK, 10000);
+  if (took < 0) fprintf(stderr, "etcd at %s not ready: %s\n", e->endpoint, wk_etcd_errmsg(c));
+  wk_etcd_free(c);
+  assert_true(took >= 0);
+}
+
+static void etcd_signal(etcd_proc *e, int sig) {
+  if (e->pid > 0) kill(e->pid, sig);
+}
+
+static void etcd_kill(etcd_proc *e) {
+  if (e->pid <= 0) return;
+  kill(e->pid, SIGCONT);
+  kill(e->pid, SIGKILL);
+  waitpid(e->pid, NULL, 0);
+  e->pid = 0;
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+  (void)sb;
+  (void)flag;
+  (void)ftw;
+  return remove(path);
+}
+
+static void rm_tree(const char *path) { nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
+
+static void etcd_stop(etcd_proc *e) {
+  if (e->pid > 0) {
+    kill(e->pid, SIGCONT);
+    kill(e->pid, SIGTERM);
+    int64_t t0 = mono_ms();
+    while (waitpid(e->pid, NULL, WNOHANG) == 0) {
+      if (mono_ms() - t0 > 3000) {
+        kill(e->pid, SIGKILL);
+        waitpid(e->pid, NULL, 0);
+        break;
+      }
+      sleep_ms(10);
+    }
+    e->pid = 0;
+  }
+  const char *keep = getenv("WK_TEST_KEEP");
+  if (e->dir[0] && !(keep && strcmp(keep, "1") == 0)) rm_tree(e->dir);
+}
+
+/* ---- fixtures ------------------------------------------------------------------------- */
+
+static int setup_prepared(void **state) {
+  fixture *f = calloc(1, sizeof *f);
+  assert_non_null(f);
+  etcd_prepare(&f->etcd);
+  char err[256];
+  f->check = wk_etcd_new(f->etcd.endpoint, 2000, err, sizeof err);
+  assert_non_null(f->check);
+  *state = f;
+  return 0;
+}
+
+static int setup_running(void **state) {
+  setup_prepared(state);
+  fixture *f = *state;
+  etcd_spawn(&f->etcd);
+  etcd_wait_ready(&f->etcd);
+  return 0;
+}
+
+static int teardown(void **state) {
+  fixture *f = *state;
+  if (f->child > 0) {
+    kill(f->child, SIGKILL);
+    waitpid(f->child, NULL, 0);
+  }
+  if (f->pub) wk_etcd_publisher_stop(f->pub, false);
+  wk_etcd_free(f->check);
+  etcd_stop(&f->etcd);
+  free(f);
+  return 0;
+}
+
+/* ---- helpers ------------------------------------------------------------------------------ */
+
+static wk_etcd_publisher_config base_config(const fixture *f) {
+  wk_etcd_publisher_config c = {
+      .endpoints = f->etcd.endpoint,
+      .key_prefix = PREFIX,
+      .advertise_addr = ADDR,
+      .deployment = "block",
+      .service = "worker-test",
+      .version = "0.1.0",
+  };
+  return c;
+}
+
+static wk_etcd_publisher *start_pub(const wk_etcd_publisher_config *cfg) {
+  char err[256] = "";
+  wk_etcd_publisher *p = wk_etcd_publisher_start(cfg, err, sizeof err);
+  if (!p) fprintf(stderr, "publisher: %s\n", err);
+  assert_non_null(p);
+  return p;
+}
+
+static wk_etcd_heartbeat hb_make(uint32_t slots, uint32_t reserved, uint32_t running) {
+  wk_etcd_heartbeat hb = {.task_slots = slots,
+                          .reserved = reserved,
+                          .running = running,
+                          .free = slots - reserved - running,
+                          .ready = true,
+                          .draining = false};
+  return hb;
+}
+
+/* Reads the registration; true when the key exists (then *w is filled). */
+static bool read_worker(fixture *f, wk_etcd_worker *w) {
+  wk_etcd_kv kv;
+  bool found = false;
+  if (wk_etcd_get(f->check, KEY, &kv, &found) != WK_ETCD_OK || !found) return false;
+  wk_etcd_worker_parse(PREFIX, kv.key, kv.value, kv.value_len, kv.lease, w);
+  wk_etcd_kv_free(&kv);
+  return true;
+}
+
+static bool key_exists(fixture *f) {
+  wk_etcd_kv kv;
+  bool found = false;
+  if (wk_etcd_get(f->check, KEY, &kv, &found) != WK_ETCD_OK) return false;
+  wk_etcd_kv_free(&kv);
+  return found;
+}
+
+static bool key_absent(fixture *f) {
+  wk_etcd_kv kv;
+  bool found = true;
+  if (wk_etcd_get(f->check, KEY, &kv, &found) != WK_ETCD_OK) return false;
+  wk_etcd_kv_free(&kv);
+  return !found;
+}
+
+static wk_etcd_publisher_stats stats(wk_etcd_publisher *p) {
+  wk_etcd_publisher_stats s;
+  wk_etcd_publisher_stats_get(p, &s);
+  return s;
+}
+
+/* The key exists with the worker's value; its running_tasks is `running`. */
+static bool registered_with_running(fixture *f, uint32_t running) {
+  wk_etcd_worker w;
+  if (!read_worker(f, &w)) return false;
+  bool ok = w.valid && w.running_tasks == running;
+  wk_etcd_worker_clear(&w);
+  return ok;
+}
+
+/* The key exists with a value put after `after_unix_ms`. */
+static bool registered_after(fixture *f, int64_t after_unix_ms) {
+  wk_etcd_worker w;
+  if (!read_worker(f, &w)) return false;
+  bool ok = w.valid && w.updated_unix_ms > after_unix_ms;
+  wk_etcd_worker_clear(&w);
+  return ok;
+}
+
+static int64_t key_lease(fixture *f) {
+  wk_etcd_worker w;
+  if (!read_worker(f, &w)) return 0;
+  int64_t l = w.lease;
+  wk_etcd_worker_clear(&w);
+  return l;
+}
+
+/* ---- tests: the client on its own ---------------------------------------------------------- */
+
+static void test_helpers(void **state) {
+  (void)state;
+  const char *samples[] = {"", "a", "ab", "abc", "abcd", "/workers/127.0.0.1:7070"};
+  for (size_t i = 0; i < sizeof samples / sizeof samples[0]; i++) {
+    char *enc = wk_etcd_b64_encode(samples[i], strlen(samples[i]));
+    size_t n = 0;
+    char *dec = wk_etcd_b64_decode(enc, strlen(enc), &n);
+    assert_non_null(dec);
+    assert_int_equal(n, strlen(samples[i]));
+    assert_memory_equal(dec, samples[i], n);
+    free(enc);
+    free(dec);
+  }
+  char *enc = wk_etcd_b64_encode("/workers/a", 10);
+  assert_string_equal(enc, "L3dvcmtlcnMvYQ==");
+  free(enc);
+  size_t n;
+  assert_null(wk_etcd_b64_decode("a", 1, &n));
+  assert_null(wk_etcd_b64_decode("ab$d", 4, &n));
+
+  char out[16];
+  assert_int_equal(wk_etcd_prefix_end("/workers/", 9, out), 9);
+  assert_memory_equal(out, "/workers0", 9);
+  assert_int_equal(wk_etcd_prefix_end("a\xff\xff", 3, out), 1);
+  assert_memory_equal(out, "b", 1);
+  assert_int_equal(wk_etcd_prefix_end("", 0, out), 1);
+  assert_int_equal(out[0], '\0');
+
+  char err[128];
+  assert_null(wk_etcd_new("", 100, err, sizeof err));
+  assert_non_null(strstr(err, "empty"));
+  assert_null(wk_etcd_new("127.0.0.1:2379", 100, err, sizeof err));
+  assert_non_null(strstr(err, "http://"));
+  wk_etcd *c = wk_etcd_new(" http://a:1/ , http://b:2 ", 100, err, sizeof err);
+  assert_non_null(c);
+  assert_string_equal(wk_etcd_endpoint(c), "http://a:1");
+  wk_etcd_free(c);
+
+  wk_etcd_worker w;
+  wk_etcd_worker_parse(PREFIX, "/workers/h:1", "nope", 4, 0, &w);
+  assert_false(w.valid);
+  assert_string_equal(w.address, "h:1"); /* from the key */
+  wk_etcd_worker_clear(&w);
+  const char *good =
+      "{\"address\":\"h:2\",\"task_slots\":4,\"reserved_slots\":1,"
+      "\"running_tasks\":1,\"free_slots\":2,\"ready\":true,\"draining\":false,"
+      "\"deployment\":\"block\",\"service\":\"s\",\"version\":\"v\","
+      "\"updated_unix_ms\":5}";
+  wk_etcd_worker_parse(PREFIX, "/workers/h:2", good, strlen(good), 7, &w);
+  assert_true(w.valid);
+  assert_string_equal(w.address, "h:2");
+  assert_int_equal(w.free_slots, 2);
+  assert_int_equal(w.updated_unix_ms, 5);
+  assert_int_equal(w.lease, 7);
+  wk_etcd_worker_clear(&w);
+  const char *bad = "{\"address\":\"h:3\",\"task_slots\":-1,\"free_slots\":1,\"ready\":true}";
+  wk_etcd_worker_parse(PREFIX, "/workers/h:3", bad, strlen(bad), 0, &w);
+  assert_false(w.valid);
+  assert_non_null(strstr(w.error, "task_slots"));
+  wk_etcd_worker_clear(&w);
+
+  wk_etcd_publisher_config cfg = {.endpoints = "http://127.0.0.1:1", .advertise_addr = ""};
+  assert_null(wk_etcd_publisher_start(&cfg, err, sizeof err));
+  assert_non_null(strstr(err, "advertise"));
+  cfg.advertise_addr = ADDR;
+  cfg.lease_ttl_s = 100000;
+  assert_null(wk_etcd_publisher_start(&cfg, err, sizeof err));
+  assert_non_null(strstr(err, "TTL"));
+}
+
+/* Lease and key operations of the client, failover past a dead endpoint. */
+static void test_client_basics(void **state) {
+  fixture *f = *state;
+  int fd;
+  int dead = free_port(&fd);
+  close(fd);
+  char eps[160], err[256];
+  snprintf(eps, sizeof eps, "http://127.0.0.1:%d,%s", dead, f->etcd.endpoint);
+  wk_etcd *c = wk_etcd_new(eps, 1000, err, sizeof err);
+  assert_non_null(c);
+
+  int64_t id = 0, ttl = 0, granted = 0;
+  assert_int_equal(wk_etcd_lease_grant(c, 5, &id, &ttl), WK_ETCD_OK);
+  assert_string_equal(wk_etcd_endpoint(c), f->etcd.endpoint); /* failed over */
+  assert_true(id != 0);
+  assert_int_equal(ttl, 5);
+  assert_int_equal(wk_etcd_lease_keepalive(c, id, &ttl), WK_ETCD_OK);
+  assert_int_equal(ttl, 5);
+  assert_int_equal(wk_etcd_lease_ttl(c, id, &ttl, &granted), WK_ETCD_OK);
+  assert_true(ttl > 0 && ttl <= 5);
+  assert_int_equal(granted, 5);
+
+  assert_int_equal(wk_etcd_put(c, "/t/a", "1", 1, id), WK_ETCD_OK);
+  assert_int_equal(wk_etcd_put(c, "/t/b", "2", 1, 0), WK_ETCD_OK);
+  assert_int_equal(wk_etcd_put(c, "/t0", "x", 1, 0), WK_ETCD_OK); /* outside /t/ */
+  assert_int_equal(wk_etcd_put(c, "/t", "y", 1, 0), WK_ETCD_OK);  /* outside /t/ */
+  assert_int_equal(wk_etcd_put(c, "/t/c", "3", 1, 987654321), WK_ETCD_E_LEASE_NOT_FOUND);
+  assert_non_null(strstr(wk_etcd_errmsg(c), "lease not found"));
+
+  wk_etcd_kvs kvs;
+  assert_int_equal(wk_etcd_range_prefix(c, "/t/", 0, &kvs), WK_ETCD_OK);
+  assert_int_equal(kvs.n, 2);
+  assert_string_equal(kvs.items[0].key, "/t/a");
+  assert_string_equal(kvs.items[0].value, "1");
+  assert_int_equal(kvs.items[0].lease, id);
+  assert_string_equal(kvs.items[1].key, "/t/b");
+  assert_int_equal(kvs.items[1].lease, 0);
+  assert_true(kvs.revision > 0);
+  wk_etcd_kvs_free(&kvs);
+  assert_int_equal(wk_etcd_range_prefix(c, "/t/", 1, &kvs), WK_ETCD_OK);
+  assert_int_equal(kvs.n, 1);
+  wk_etcd_kvs_free(&kvs);
+  assert_int_equal(wk_etcd_range_prefix(c, "/none/", 0, &kvs), WK_ETCD_OK);
+  assert_int_equal(kvs.n, 0);
+  wk_etcd_kvs_free(&kvs);
+
+  int64_t deleted = -1;
+  assert_int_equal(wk_etcd_delete_if_lease(c, "/t/a", id + 1, &deleted), WK_ETCD_OK);
+  assert_int_equal(deleted, 0); /* on another lease: left alone */
+  assert_int_equal(wk_etcd_delete_if_lease(c, "/t/a", id, &deleted), WK_ETCD_OK);
+  assert_int_equal(deleted, 1);
+  assert_int_equal(wk_etcd_delete(c, "/t/b", &deleted), WK_ETCD_OK);
+  assert_int_equal(deleted, 1);
+  assert_int_equal(wk_etcd_delete(c, "/t/b", &deleted), WK_ETCD_OK);
+  assert_int_equal(deleted, 0);
+
+  assert_int_equal(wk_etcd_lease_revoke(c, id), WK_ETCD_OK);
+  assert_int_equal(wk_etcd_lease_revoke(c, id), WK_ETCD_E_LEASE_NOT_FOUND);
+  assert_int_equal(wk_etcd_lease_keepalive(c, id, &ttl), WK_ETCD_E_LEASE_NOT_FOUND);
+  assert_int_equal(wk_etcd_lease_ttl(c, id, &ttl, NULL), WK_ETCD_E_LEASE_NOT_FOUND);
+  wk_etcd_free(c);
+
+  /* Nothing listens: UNREACHABLE quickly, with the endpoint in the message. */
+  snprintf(eps, sizeof eps, "http://127.0.0.1:%d", dead);
+  c = wk_etcd_new(eps, 1000, err, sizeof err);
+  int64_t t0 = mono_ms();
+  assert_int_equal(wk_etcd_lease_grant(c, 5, &id, NULL), WK_ETCD_E_UNREACHABLE);
+  assert_true(mono_ms() - t0 < 1000);
+  assert_non_null(strstr(wk_etcd_errmsg(c), eps));
+  wk_etcd_free(c);
+}
+
+/* Listing the registry and choosing candidates for a submit. */
+static void test_candidates(void **state) {
+  fixture *f = *state;
+  int64_t now = wall_ms();
+  struct {
+    const char *addr;
+    int free, running;
+    bool ready, draining;
+    int64_t age_ms;
+  } ws[] = {
+      {"a:1", 3, 0, true, false, 0},  {"b:1", 5, 0, true, false, 0},
+      {"c:1", 8, 0, true, true, 0},                                       /* draining */
+      {"d:1", 8, 0, false, false, 0},                                     /* not ready */
+      {"e:1", 0, 4, true, false, 0},                                      /* full */
+      {"g:1", 5, 1, true, false, 0},  {"h:1", 9, 0, true, false, 600000}, /* stale */
+  };
+  for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) {
+    char key[64], value[512];
+    snprintf(key, sizeof key, PREFIX "%s", ws[i].addr);
+    snprintf(value, sizeof value,
+             "{\"address\":\"%s\",\"task_slots\":%d,\"reserved_slots\":0,\"running_tasks\":%d,"
+             "\"free_slots\":%d,\"ready\":%s,\"draining\":%s,\"deployment\":\"block\","
+             "\"service\":\"s\",\"version\":\"v\",\"updated_unix_ms\":%" PRId64 "}",
+             ws[i].addr, ws[i].free + ws[i].running, ws[i].running, ws[i].free,
+             ws[i].ready ? "true" : "false", ws[i].draining ? "true" : "false", now - ws[i].age_ms);
+    assert_int_equal(wk_etcd_put(f->check, key, value, strlen(value), 0), WK_ETCD_OK);
+  }
+  assert_int_equal(wk_etcd_put(f->check, PREFIX "f:1", "{oops", 5, 0), WK_ETCD_OK);
+  assert_int_equal(wk_etcd_put(f->check, "/workers0", "{}", 2, 0), WK_ETCD_OK);
+
+  wk_etcd_workers all;
+  assert_int_equal(wk_etcd_list_workers(f->check, PREFIX, &all), WK_ETCD_OK);
+  assert_int_equal(all.n, 8);
+  assert_string_equal(all.items[5].address, "f:1");
+  assert_false(all.items[5].valid);
+  wk_etcd_workers_free(&all);
+
+  wk_etcd_workers cand;
+  char err[256] = "";
+  assert_int_equal(
+      wk_etcd_find_candidates(f->etcd.endpoint, PREFIX, 1000, 60000, 0, &cand, err, sizeof err),
+      WK_ETCD_OK);
+  assert_int_equal(cand.n, 3);
+  assert_string_equal(cand.items[0].address, "b:1"); /* 5 free, 0 running */
+  assert_string_equal(cand.items[1].address, "g:1"); /* 5 free, 1 running */
+  assert_string_equal(cand.items[2].address, "a:1");
+  wk_etcd_workers_free(&cand);
+  /* Without an age limit the stale one (most free) comes first. */
+  assert_int_equal(
+      wk_etcd_find_candidates(f->etcd.endpoint, PREFIX, 1000, 0, 42, &cand, err, sizeof err),
+      WK_ETCD_OK);
+  assert_int_equal(cand.n, 4);
+  assert_string_equal(cand.items[0].address, "h:1");
+  wk_etcd_workers_free(&cand);
+  /* Nothing registered under another prefix. */
+  assert_int_equal(
+      wk_etcd_find_candidates(f->etcd.endpoint, "/nobody/", 1000, 0, 0, &cand, err, sizeof err),
+      WK_ETCD_OK);
+  assert_int_equal(cand.n, 0);
+  wk_etcd_workers_free(&cand);
+  /* An unreachable etcd is an error with a message. */
+  assert_int_equal(
+      wk_etcd_find_candidates("http://127.0.0.1:1", PREFIX, 500, 0, 0, &cand, err, sizeof err),
+      WK_ETCD_E_UNREACHABLE);
+  assert_non_null(strstr(err, "127.0.0.1:1"));
+}
+
+/* ---- tests: the publisher ---------------------------------------------------------------- */
+
+static void test_register(void **state) {
+  fixture *f = *state;
+  wk_etcd_publisher_config cfg = base_config(f);
+  int fd;
+  int dead = free_port(&fd);
+  close(fd);
+  char eps[160];
+  snprintf(eps, sizeof eps, "http://127.0.0.1:%d,%s", dead, f->etcd.endpoint);
+  cfg.endpoints = eps; /* the first endpoint is down: the publisher moves on */
+  int64_t before = wall_ms();
+  f->pub = start_pub(&cfg);
+  assert_string_equal(wk_etcd_publisher_key(f->pub), KEY);
+  /* Nothing is put before the first heartbeat. */
+  sleep_ms(100);
+  assert_true(key_absent(f));
+  wk_etcd_heartbeat hb = hb_make(8, 1, 2);
+  wk_etcd_publisher_update(f->pub, &hb);
+  int64_t took = WAIT_FOR(key_exists(f), 3000);
+  assert_true(took >= 0);
+  fprintf(stderr, "  registered %" PRId64 " ms after the first update\n", took);
+
+  wk_etcd_worker w;
+  assert_true(read_worker(f, &w));
+  assert_true(w.valid);
+  assert_string_equal(w.address, ADDR);
+  assert_int_equal(w.task_slots, 8);
+  assert_int_equal(w.reserved_slots, 1);
+  assert_int_equal(w.running_tasks, 2);
+  assert_int_equal(w.free_slots, 5);
+  assert_true(w.ready);
+  assert_false(w.draining);
+  assert_string_equal(w.deployment, "block");
+  assert_string_equal(w.service, "worker-test");
+  assert_string_equal(w.version, "0.1.0");
+  assert_true(w.updated_unix_ms >= before && w.updated_unix_ms <= wall_ms());
+  int64_t lease = w.lease;
+  wk_etcd_worker_clear(&w);
+
+  /* The exact JSON field names. */
+  wk_etcd_kv kv;
+  bool found;
+  assert_int_equal(wk_etcd_get(f->check, KEY, &kv, &found), WK_ETCD_OK);
+  json_t *j = json_loads(kv.value, 0, NULL);
+  assert_non_null(j);
+  const char *names[] = {"address",    "task_slots", "reserved_slots", "running_tasks",
+                         "free_slots", "ready",      "draining",       "deployment",
+                         "service",    "version",    "updated_unix_ms"};
+  assert_int_equal(json_object_size(j), sizeof names / sizeof names[0]);
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    assert_non_null(json_object_get(j, names[i]));
+  }
+  json_decref(j);
+  wk_etcd_kv_free(&kv);
+
+  /* On a lease of TTL <= 10 s (the default). */
+  assert_true(lease != 0);
+  int64_t ttl = 0, granted = 0;
+  assert_int_equal(wk_etcd_lease_ttl(f->check, lease, &ttl, &granted), WK_ETCD_OK);
+  assert_true(ttl > 0 && ttl <= 10);
+  assert_int_equal(granted, 10);
+
+  /* The thread records a put just after etcd has it. */
+  assert_true(WAIT_FOR(stats(f->pub).registered, 1000) >= 0);
+  wk_etcd_publisher_stats s = stats(f->pub);
+  assert_true(s.registered);
+  assert_int_equal(s.lease_id, lease);
+  assert_int_equal(s.lease_grants, 1);
+  assert_true(s.puts_ok >= 1);
+  assert_int_equal(s.puts_failed, 0);
+  assert_string_equal(s.endpoint, f->etcd.endpoint);
+}
+
+static void test_update_coalescing(void **state) {
+  fixture *f = *state;
+  wk_etcd_publisher_config cfg = base_config(f);
+  cfg.refresh_interval_ms = 60000; /* no refresh puts during the test */
+  f->pub = start_pub(&cfg);
+  wk_etcd_heartbeat hb = hb_make(200, 0, 0);
+  wk_etcd_publisher_update(f->pub, &hb);
+  assert_true(WAIT_FOR(registered_with_running(f, 0), 3000) >= 0);
+  sleep_ms(50);
+  wk_etcd_publisher_stats s0 = stats(f->pub);
+
+  int64_t t0 = mono_ms();
+  for (uint32_t i = 1; i <= 100; i++) {
+    hb = hb_make(200, 0, i);
+    wk_etcd_publisher_update(f->pub, &hb);
+  }
+  int64_t burst = mono_ms() - t0;
+  int64_t took = WAIT_FOR(registered_with_running(f, 100), 2000);
+  assert_true(took >= 0);
+  sleep_ms(200); /* any put still to come would come now */
+  wk_etcd_publisher_stats s1 = stats(f->pub);
+  uint64_t puts = s1.puts_ok - s0.puts_ok;
+  fprintf(stderr,
+          "  100 updates in %" PRId64 " ms → %" PRIu64 " put(s), visible after %" PRId64 " ms\n",
+          burst, puts, took);
+  assert_true(puts >= 1 && puts <= 3);
+  assert_int_equal(s1.updates - s0.updates, 100);
+  assert_true(took <= 500);
+
+  /* Unchanged heartbeats cost nothing. */
+  for (int i = 0; i < 50; i++) wk_etcd_publisher_update(f->pub, &hb);
+  sleep_ms(150);
+  assert_int_equal(stats(f->pub).puts_ok, s1.puts_ok);
+}
+
+static void test_stop_deregister(void **state) {
+  fixture *f = *state;
+  wk_etcd_publisher_config cfg = base_config(f);
+  f->pub = start_pub(&cfg);
+  wk_etcd_heartbeat hb = hb_make(4, 0, 0);
+  wk_etcd_publisher_update(f->pub, &hb);
+  assert_true(WAIT_FOR(key_exists(f), 3000) >= 0);
+  int64_t lease = stats(f->pub).lease_id;
+  assert_true(lease != 0);
+
+  int64_t t0 = mono_ms();
+  assert_int_equal(wk_etcd_publisher_stop(f->pub, true), 0);
+  f->pub = NULL;
+  int64_t took = mono_ms() - t0;
+  fprintf(stderr, "  stop(deregister) took %" PRId64 " ms\n", took);
+  assert_true(took < 2000);
+  assert_true(key_absent(f)); /* at once, not after the TTL */
+  int64_t ttl;
+  assert_int_equal(wk_etcd_lease_ttl(f->check, lease, &ttl, NULL), WK_ETCD_E_LEASE_NOT_FOUND);
+}
+
+static void test_expires_without_deregister(void **state) {
+  fixture *f = *state;
+  /* (a) stop without deregistering: the key lives until its 1 s lease runs out. */
+  wk_etcd_publisher_config cfg = base_config(f);
+  cfg.lease_ttl_s = 1;
+  f->pub = start_pub(&cfg);
+  wk_etcd_heartbeat hb = hb_make(4, 0, 0);
+  wk_etcd_publisher_update(f->pub, &hb);
+  assert_true(WAIT_FOR(key_exists(f), 3000) >= 0);
+  sleep_ms(600); /* a keepalive or two have happened */
+  assert_true(key_exists(f));
+  assert_true(stats(f->pub).keepalives_ok >= 1);
+  int64_t t0 = mono_ms();
+  assert_int_equal(wk_etcd_publisher_stop(f->pub, false), 0);
+  f->pub = NULL;
+  int64_t gone = WAIT_FOR(key_absent(f), 4000);
+  int64_t stop_to_gone = mono_ms() - t0;
+  fprintf(stderr, "  TTL 1 s, stop(no deregister): key gone after %" PRId64 " ms\n", stop_to_gone);
+  assert_true(gone >= 0);
+  assert_true(stop_to_gone <= 2000); /* TTL + 1 s */
+
+  /* (b) a process that dies (SIGKILL) with a publisher on a 2 s lease. */
+  pid_t child = fork();
+  assert_true(child >= 0);
+  if (child == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    cfg.lease_ttl_s = 2;
+    char err[256];
+    wk_etcd_publisher *p = wk_etcd_publisher_start(&cfg, err, sizeof err);
+    if (!p) _exit(1);
+    wk_etcd_publisher_update(p, &hb);
+    for (;;) pause();
+  }
+  f->child = child;
+  assert_true(WAIT_FOR(key_exists(f), 3000) >= 0);
+  int64_t lease = key_lease(f);
+  int64_t ttl = 0, granted = 0;
+  assert_int_equal(wk_etcd_lease_ttl(f->check, lease, &ttl, &granted), WK_ETCD_OK);
+  assert_int_equal(granted, 2);
+  sleep_ms(300);
+  kill(child, SIGKILL);
+  waitpid(child, NULL, 0);
+  f->child = 0;
+  t0 = mono_ms();
+  gone = WAIT_FOR(key_absent(f), 5000);
+  stop_to_gone = mono_ms() - t0;
+  fprintf(stderr, "  TTL 2 s, SIGKILL: key gone after %" PRId64 " ms\n", stop_to_gone);
+  assert_true(gone >= 0);
+  assert_true(stop_to_gone <= 3000); /* TTL + 1 s */
+}
+
+static void test_key_deleted_comes_back(void **state) {
+  fixture *f = *state;
+  wk_etcd_publisher_config cfg = base_config(f);
+  cfg.refresh_interval_ms = 500;
+  f->pub = start_pub(&cfg);
+  wk_etcd_heartbeat hb = hb_make(4, 0, 1);
+  wk_etcd_publisher_update(f->pub, &hb);
+  assert_true(WAIT_FOR(key_exists(f), 3000) >= 0);
+  int64_t lease = key_lease(f);
+  int64_t deleted = 0;
+  assert_int_equal(wk_etcd_delete(f->check, KEY, &deleted), WK_ETCD_OK);
+  assert_int_equal(deleted, 1);
+  int64_t back = WAIT_FOR(key_exists(f), 2000);
+  fprintf(stderr, "  deleted key back after %" PRId64 " ms (refresh 500 ms)\n", back);
+  assert_true(back >= 0);
+  assert_true(back <= 1000);
+  assert_true(registered_with_running(f, 1));
+  assert_int_equal(key_lease(f), lease); /* same lease */
+}
+
+static void test_etcd_killed_and_restarted(void **state) {
+  fixture *f = *state;
+  wk_etcd_publisher_config cfg = base_config(f);
+  cfg.lease_ttl_s = 2;
+  cfg.refresh_interval_ms = 500;
+  cfg.request_timeout_ms = 500;
+  cfg.backoff_max_ms = 1000;
+  f->pub = start_pub(&cfg);
+  wk_etcd_heartbeat hb = hb_make(4, 0, 0);
+  wk_etcd_publisher_update(f->pub, &hb);
+  assert_true(WAIT_FOR(key_exists(f), 3000) >= 0);
+
+  etcd_kill(&f->etcd);
+  assert_true(WAIT_FOR(!stats(f->pub).registered, 3000) >= 0);
+  /* The caller is never held up while etcd is down. */
+  int64_t t0 = mono_ms();
+  for (uint32_t i = 0; i < 100; i++) {
+    hb = hb_make(4, 0, i % 4);
+    wk_etcd_publisher_update(f->pub, &hb);
+  }
+  assert_true(mono_ms() - t0 < 50);
+  hb = hb_make(4, 0, 3);
+  wk_etcd_publisher_update(f->pub, &hb);
+  sleep_ms(2500); /* longer than the TTL */
+  wk_etcd_publisher_stats down = stats(f->pub);
+  assert_false(down.registered);
+  assert_true(down.puts_failed + down.keepalives_failed >= 2);
+  assert_non_null(strstr(down.last_error, f->etcd.endpoint));
+
+  int64_t restart = wall_ms();
+  etcd_spawn(&f->etcd); /* same data dir, same ports */
+  etcd_wait_ready(&f->etcd);
+  int64_t took = WAIT_FOR(registered_after(f, restart) && registered_with_running(f, 3), 5000);
+  fprintf(stderr, "  re-registered %" PRId64 " ms after etcd answered again\n", took);
+  assert_true(took >= 0);
+  assert_true(WAIT_FOR(stats(f->pub).registered, 1000) >= 0); /* the key shows first */
+  /* It stays: keepalives work on the (renewed or new) lease. */
+  sleep_ms(2500);
+  assert_true(key_exists(f));
+  int64_t ttl;
+  assert_int_equal(wk_etcd_lease_ttl(f->check, key_lease(f), &ttl, NULL), WK_ETCD_OK);
+  assert_true(ttl > 0);
+}
+
+static void test_etcd_wiped(void **state) {
+  fixture *f = *state;
+  wk_etcd_publisher_config cfg = base_config(f);
+  cfg.lease_ttl_s = 2;
+  cfg.refresh_interval_ms = 500;
+  cfg.request_timeout_ms = 500;
+  cfg.backoff_max_ms = 1000;
+  f->pub = start_pub(&cfg);
+  wk_etcd_heartbeat hb = hb_make(4, 0, 0);
+  wk_etcd_publisher_update(f->pub, &hb);
+  assert_true(WAIT_FOR(key_exists(f), 3000) >= 0);
+  int64_t lease1 = stats(f->pub).lease_id;
+
+  etcd_kill(&f->etcd);
+  rm_tree(f->etcd.data);
+  etcd_spawn(&f->etcd); /* a fresh, empty etcd on the same ports */
+  etcd_wait_ready(&f->etcd);
+  int64_t took = WAIT_FOR(key_exists(f), 5000);
+  fprintf(stderr, "  re-registered in a wiped etcd after %" PRId64 " ms\n", took);
+  assert_true(took >= 0);
+  wk_etcd_publisher_stats s = stats(f->pub);
+  assert_true(s.lease_grants >= 2);
+  assert_true(s.leases_lost >= 1);
+  int64_t lease2 = key_lease(f);
+  assert_true(lease2 != 0 && lease2 != lease1);
+  assert_int_equal(lease2, s.lease_id);
+  int64_t ttl;
+  assert_int_equal(wk_etcd_lease_ttl(f->check, lease2, &ttl, NULL), WK_ETCD_OK);
+  assert_true(ttl > 0 && ttl <= 2);
+}
+
+static void test_etcd_down_at_start(void **state) {
+  fixture *f = *state; /* etcd prepared, not started */
+  wk_etcd_publisher_config cfg = base_config(f);
+  cfg.lease_ttl_s = 2;
+  cfg.backoff_max_ms = 800;
+  f->pub = start_pub(&cfg);
+  wk_etcd_heartbeat hb = hb_make(4, 0, 0);
+  wk_etcd_publisher_update(f->pub, &hb);
+  sleep_ms(700);
+  wk_etcd_publisher_stats s = stats(f->pub);
+  assert_false(s.registered);
+  assert_true(s.lease_grants_failed >= 2); /* retried */
+  assert_true(s.lease_grants_failed <= 8); /* with backoff, not in a tight loop */
+  assert_non_null(strstr(s.last_error, f->etcd.endpoint));
+
+  etcd_spawn(&f->etcd);
+  etcd_wait_ready(&f->etcd);
+  int64_t took = WAIT_FOR(key_exists(f), 4000);
+  fprintf(stderr, "  registered %" PRId64 " ms after etcd appeared (%" PRIu64 " failed grants)\n",
+          took, stats(f->pub).lease_grants_failed);
+  assert_true(took >= 0);
+  assert_true(WAIT_FOR(stats(f->pub).registered, 1000) >= 0); /* the key shows first */
+}
+
+static void test_etcd_hung(void **state) {
+  fixture *f = *state;
+  wk_etcd_publisher_config cfg = base_config(f);
+  cfg.lease_ttl_s = 2;
+  cfg.refresh_interval_ms = 300;
+  cfg.request_timeout_ms = 300;
+  cfg.backoff_max_ms = 500;
+  f->pub = start_pub(&cfg);
+  wk_etcd_heartbeat hb = hb_make(4, 0, 0);
+  wk_etcd_publisher_update(f->pub, &hb);
+  assert_true(WAIT_FOR(key_exists(f), 3000) >= 0);
+
+  etcd_signal(&f->etcd, SIGSTOP); /* accepts connections, never answers */
+  assert_true(WAIT_FOR(!stats(f->pub).registered, 3000) >= 0);
+  int64_t t0 = mono_ms();
+  hb = hb_make(4, 1, 0);
+  wk_etcd_publisher_update(f->pub, &hb);
+  wk_etcd_publisher_stats s;
+  wk_etcd_publisher_stats_get(f->pub, &s);
+  assert_true(mono_ms() - t0 < 20);
+  assert_non_null(strstr(s.last_error, "imeout"));
+
+  int64_t resumed = wall_ms();
+  etcd_signal(&f->etcd, SIGCONT);
+  int64_t took = WAIT_FOR(stats(f->pub).registered && registered_after(f, resumed), 4000);
+  fprintf(stderr, "  back %" PRId64 " ms after etcd resumed\n", took);
+  assert_true(took >= 0);
+
+  /* Deregistering against a hung etcd is bounded (and reports failure). */
+  etcd_signal(&f->etcd, SIGSTOP);
+  t0 = mono_ms();
+  assert_int_equal(wk_etcd_publisher_stop(f->pub, true), -1);
+  f->pub = NULL;
+  int64_t stop_ms = mono_ms() - t0;
+  fprintf(stderr, "  stop(deregister) against a hung etcd took %" PRId64 " ms\n", stop_ms);
+  assert_true(stop_ms <= WK_ETCD_PUB_DEREGISTER_BUDGET_MS + 300);
+  etcd_signal(&f->etcd, SIGCONT);
+}
+
+/* ---- workerctl workers (when the binary is built alongside) ------------------------------- */
+
+#ifdef WK_WORKERCTL
+static int run_capture(const char *cmd, char *out, size_t len) {
+  FILE *p = popen(cmd, "r");
+  assert_non_null(p);
+  size_t n = fread(out, 1, len - 1, p);
+  out[n] = '\0';
+  int st = pclose(p);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void test_workerctl_workers(void **state) {
+  fixture *f = *state;
+  wk_etcd_publisher_config cfg = base_config(f);
+  f->pub = start_pub(&cfg);
+  wk_etcd_heartbeat hb = hb_make(8, 1, 2);
+  wk_etcd_publisher_update(f->pub, &hb);
+  assert_true(WAIT_FOR(key_exists(f), 3000) >= 0);
+  assert_int_equal(wk_etcd_put(f->check, PREFIX "z:9", "garbage", 7, 0), WK_ETCD_OK);
+
+  char cmd[512], out[4096];
+  snprintf(cmd, sizeof cmd, "%s workers --etcd %s --json", WK_WORKERCTL, f->etcd.endpoint);
+  assert_int_equal(run_capture(cmd, out, sizeof out), 0);
+  char *nl = strchr(out, '\n');
+  assert_non_null(nl);
+  *nl = '\0';
+  json_t *j = json_loads(out, 0, NULL);
+  assert_non_null(j);
+  assert_string_equal(json_string_value(json_object_get(j, "address")), ADDR);
+  assert_string_equal(json_string_value(json_object_get(j, "state")), "ready");
+  assert_int_equal(json_integer_value(json_object_get(j, "free_slots")), 5);
+  assert_int_equal(json_integer_value(json_object_get(j, "task_slots")), 8);
+  assert_int_equal(json_integer_value(json_object_get(j, "running_tasks")), 2);
+  json_decref(j);
+  j = json_loads(nl + 1, JSON_DISABLE_EOF_CHECK, NULL);
+  assert_non_null(j);
+  assert_false(json_is_true(json_object_get(j, "valid")));
+  json_decref(j);
+
+  setenv("WORKERCTL_ETCD", f->etcd.endpoint, 1);
+  snprintf(cmd, sizeof cmd, "%s workers", WK_WORKERCTL);
+  assert_int_equal(run_capture(cmd, out, sizeof out), 0);
+  unsetenv("WORKERCTL_ETCD");
+  fprintf(stderr, "%s", out);
+  assert_non_null(strstr(out, "ADDRESS"));
+  assert_non_null(strstr(out, ADDR));
+  assert_non_null(strstr(out, "5/8"));
+  assert_non_null(strstr(out, "invalid"));
+
+  snprintf(cmd, sizeof cmd, "%s workers --etcd http://127.0.0.1:1 2>/dev/null", WK_WORKERCTL);
+  assert_int_equal(run_capture(cmd, out, sizeof out), 4);
+  snprintf(cmd, sizeof cmd, "%s workers --etcd 127.0.0.1:1 2>/dev/null", WK_WORKERCTL);
+  assert_int_equal(run_capture(cmd, out, sizeof out), 2);
+}
+#endif
+
+int main(void) {
+  signal(SIGPIPE, SIG_IGN);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_helpers),
+      cmocka_unit_test_setup_teardown(test_client_basics, setup_running, teardown),
+      cmocka_unit_test_setup_teardown(test_candidates, setup_running, teardown),
+      cmocka_unit_test_setup_teardown(test_register, setup_running, teardown),
+      cmocka_unit_test_setup_teardown(test_update_coalescing, setup_running, teardown),
+      cmocka_unit_test_setup_teardown(test_stop_deregister, setup_running, teardown),
+      cmocka_unit_test_setup_teardown(test_expires_without_deregister, setup_running, teardown),
+      cmocka_unit_test_setup_teardown(test_key_deleted_comes_back, setup_running, teardown),
+      cmocka_unit_test_setup_teardown(test_etcd_killed_and_restarted, setup_running, teardown),
+      cmocka_unit_test_setup_teardown(test_etcd_wiped, setup_running, teardown),
+      cmocka_unit_test_setup_teardown(test_etcd_down_at_start, setup_prepared, teardown),
+      cmocka_unit_test_setup_teardown(test_etcd_hung, setup_running, teardown),
+#ifdef WK_WORKERCTL
+      cmocka_unit_test_setup_teardown(test_workerctl_workers, setup_running, teardown),
+#endif
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
