@@ -465,6 +465,13 @@ static void handle_frame(wk_conn *conn, const wk_frame *f) {
       conn_close(conn);
       return;
     }
+    if (f->hello.version != WK_FRAME_VERSION) {
+      wk_log(WK_LOG_ERROR, "executor_protocol",
+             "executor pid %u speaks protocol version %u, this worker speaks %u: check --executor-script",
+             f->hello.pid, f->hello.version, WK_FRAME_VERSION);
+      conn_close(conn);
+      return;
+    }
     for (wk_executor *x = pool->executors; x; x = x->next) {
       if (x->running && x->pid == (int)f->hello.pid && !x->conn) {
         conn->exec = x;

@@ -9,6 +9,7 @@ import os
 import struct
 
 HELLO, CALL, RESULT, CANCEL, PING, PONG, SHUTDOWN = range(1, 8)
+SUBCALLS, SUBCALLS_RESULT, STACK_REQUEST, STACK = range(8, 12)
 
 
 def s(b):
@@ -31,6 +32,21 @@ def result(cid, status=0, ctype=0, out=b'{"ok":true}', etype=b"", msg=b"", tb=b"
                  + struct.pack("<QQ", 1500, 20480) + s(so) + s(se))
 
 
+def subcalls(parent, req, args, fn=b"", ep=b"", ctype=0, count=None):
+    n = len(args) if count is None else count
+    return frame(SUBCALLS, struct.pack("<QQ", parent, req) + s(fn) + s(ep)
+                 + struct.pack("<BI", ctype, n) + b"".join(s(a) for a in args))
+
+
+def child(status=0, ctype=0, out=b"", etype=b"", msg=b"", tb=b""):
+    return struct.pack("<BB", status, ctype) + s(out) + s(etype) + s(msg) + s(tb)
+
+
+def subcalls_result(req, kids, count=None):
+    n = len(kids) if count is None else count
+    return frame(SUBCALLS_RESULT, struct.pack("<QI", req, n) + b"".join(kids))
+
+
 SEEDS = {
     "hello": frame(HELLO, struct.pack("<II", 1, 4242)),
     "call_json": call(1),
@@ -48,6 +64,28 @@ SEEDS = {
     "empty_frame": struct.pack("<I", 0),
     "unknown_type": frame(0x42, b"xyz"),
     "oversized_prefix": struct.pack("<IB", 0xFFFFFFF0, CALL),
+    # version 2: subcalls and stack capture
+    "subcalls_json": subcalls(1, 1, [b"1", b"[2,3]", b'{"k":"v"}']),
+    "subcalls_bytes_other_fn": subcalls(7, 2, [b"\x00\x01", b""], fn=b"resize", ep=b"main:resize", ctype=1),
+    "subcalls_result_mixed": subcalls_result(1, [
+        child(out=b"4"),
+        child(status=1, etype=b"ValueError", msg=b"bad", tb=b"Traceback (most recent call last):\n"),
+        child(status=2, ctype=1, out=b"\xff", etype=b"Retryable"),
+    ]),
+    "stack_request": frame(STACK_REQUEST, struct.pack("<Q", 12)),
+    "stack": frame(STACK, struct.pack("<Q", 12) + s(b'  File "main.py", line 3, in handler\n    while True: pass\n')),
+    "stack_empty": frame(STACK, struct.pack("<Q", 13) + s(b"")),
+    "subcalls_count0": subcalls(1, 1, [], count=0),
+    "subcalls_result_count0": subcalls_result(1, [], count=0),
+    "subcalls_result_bad_status": subcalls_result(1, [child(status=3)]),
+    "subcalls_hostile_count": subcalls(1, 1, [b"x"], count=0xFFFFFFFF),
+    "subcalls_trailing": subcalls(1, 1, [b"x", b"y"], count=1),
+    "worker_stream_nested": call(1) + subcalls_result(1, [child(out=b"1")]) + call(2)
+                            + frame(STACK_REQUEST, struct.pack("<Q", 1)) + frame(PING, struct.pack("<Q", 3))
+                            + frame(CANCEL, struct.pack("<Q", 2)) + frame(SHUTDOWN),
+    "executor_stream_nested": frame(HELLO, struct.pack("<II", 2, 4242)) + subcalls(1, 1, [b"1", b"2"])
+                              + result(2) + result(3) + frame(STACK, struct.pack("<Q", 1) + s(b"stack"))
+                              + frame(PONG, struct.pack("<Q", 3)) + result(1),
 }
 
 
