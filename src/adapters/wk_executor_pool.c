@@ -78,6 +78,7 @@ struct wk_pool {
   char sock_path[128];
   uv_pipe_t listener;
   uv_timer_t maintenance;
+  uv_idle_t flusher; /* writes the frames queued during this loop turn, once */
   uint32_t respawn_delay_ms;
   int64_t respawn_at_ms;
   wk_executor *executors;
@@ -599,8 +600,15 @@ static bool can_take(const wk_executor *e, uint32_t depth) {
   return e->running && e->conn && !e->conn->closing && !e->retiring && e->inflight - e->waiting < depth;
 }
 
-/* Sends queued calls to executors with room, least loaded first, and writes each
- * executor's frames in one batch. */
+static void on_flush(uv_idle_t *h) {
+  wk_pool *pool = h->data;
+  uv_idle_stop(h);
+  for (wk_executor *e = pool->executors; e; e = e->next) flush(e);
+}
+
+/* Sends queued calls to executors with room, least loaded first. The frames are
+ * written once per loop turn (on_flush), so calls submitted together go out in one
+ * write per executor. */
 static void dispatch(wk_pool *pool) {
   if (pool->stopping) return;
   uint32_t depth = pool->cfg.pipeline_depth;
@@ -620,8 +628,8 @@ static void dispatch(wk_pool *pool) {
     free(c->frame); /* sent: the bytes are not needed again */
     c->frame = NULL;
     pool->stats.calls_sent++;
+    if (!uv_is_active((uv_handle_t *)&pool->flusher)) uv_idle_start(&pool->flusher, on_flush);
   }
-  for (wk_executor *e = pool->executors; e; e = e->next) flush(e);
   spawn_if_needed(pool);
 }
 
@@ -830,7 +838,9 @@ wk_pool *wk_pool_start(uv_loop_t *loop, const wk_pool_config *cfg, wk_exec_callb
   pool->listener.data = pool;
   uv_timer_init(loop, &pool->maintenance);
   pool->maintenance.data = pool;
-  pool->handles_open = 2;
+  uv_idle_init(loop, &pool->flusher);
+  pool->flusher.data = pool;
+  pool->handles_open = 3;
   int rc = uv_pipe_bind(&pool->listener, pool->sock_path);
   if (rc == 0) rc = uv_listen((uv_stream_t *)&pool->listener, 128, on_connection);
   if (rc != 0) {
@@ -863,11 +873,12 @@ static void on_pool_handle_closed(uv_handle_t *h) {
 }
 
 static void maybe_finish_stop(wk_pool *pool) {
-  /* the listener and the timer are the last two handles */
-  if (!pool->stopping || pool->n_structs > 0 || pool->handles_open != 2) return;
+  /* the listener, the timer and the flusher are the last three handles */
+  if (!pool->stopping || pool->n_structs > 0 || pool->handles_open != 3) return;
   if (uv_is_closing((uv_handle_t *)&pool->listener)) return;
   uv_close((uv_handle_t *)&pool->listener, on_pool_handle_closed);
   uv_close((uv_handle_t *)&pool->maintenance, on_pool_handle_closed);
+  uv_close((uv_handle_t *)&pool->flusher, on_pool_handle_closed);
 }
 
 static void close_unmatched(uv_handle_t *h, void *arg) {

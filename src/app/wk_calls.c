@@ -11,7 +11,7 @@
 
 /* One attempt sent to the executors. */
 struct wk_attempt {
-  wk_attempt *next; /* in rt->attempts */
+  wk_attempt *next, *prev; /* in rt->attempts */
   wk_task_rt *rt;
   uint64_t call_id;
   uint64_t group;  /* for a child: its group; 0 for a top-level call */
@@ -43,6 +43,7 @@ struct wk_subcall_group {
 struct wk_calls {
   wk_calls_config cfg;
   wk_disp *disp;
+  wk_attempt **by_slot; /* attempts by wk_disp_call_slot(call_id): O(1) lookups */
   const wk_exec_adapter *exec;
   wk_calls_done_fn done;
   void *ud;
@@ -55,20 +56,20 @@ static wk_task_rt *rt_of(uint64_t key) { return (wk_task_rt *)(uintptr_t)key; }
 
 /* ---- attempts and groups ---------------------------------------------------------- */
 
-static wk_attempt *find_attempt(wk_task_rt *rt, uint64_t call_id) {
-  for (wk_attempt *a = rt->attempts; a; a = a->next) {
-    if (a->call_id == call_id) return a;
-  }
-  return NULL;
+static wk_attempt *find_attempt(const wk_calls *c, wk_task_rt *rt, uint64_t call_id) {
+  wk_attempt *a = c->by_slot[wk_disp_call_slot(call_id)];
+  return (a && a->call_id == call_id && a->rt == rt) ? a : NULL;
 }
 
-static void free_attempt(wk_task_rt *rt, wk_attempt *a) {
-  for (wk_attempt **p = &rt->attempts; *p; p = &(*p)->next) {
-    if (*p == a) {
-      *p = a->next;
-      break;
-    }
+static void free_attempt(wk_calls *c, wk_task_rt *rt, wk_attempt *a) {
+  if (a->prev) {
+    a->prev->next = a->next;
+  } else {
+    rt->attempts = a->next;
   }
+  if (a->next) a->next->prev = a->prev;
+  wk_attempt **slot = &c->by_slot[wk_disp_call_slot(a->call_id)];
+  if (*slot == a) *slot = NULL;
   wk_buf_free(&a->output);
   wk_buf_free(&a->child_bytes);
   free(a);
@@ -147,22 +148,24 @@ static void send_attempt(wk_calls *c, const wk_disp_action *act) {
   a->group = act->depth ? act->group : 0;
   a->index = act->index;
   a->next = rt->attempts;
+  if (rt->attempts) rt->attempts->prev = a;
   rt->attempts = a;
+  c->by_slot[wk_disp_call_slot(a->call_id)] = a;
   a->handle = c->exec->submit(c->exec->impl, &spec, a);
 }
 
 static void cancel_attempt(wk_calls *c, const wk_disp_action *act) {
   wk_task_rt *rt = rt_of(act->task_key);
-  wk_attempt *a = find_attempt(rt, act->call_id);
+  wk_attempt *a = find_attempt(c, rt, act->call_id);
   if (!a) return;
   if (a->handle && !a->answered) c->exec->cancel(c->exec->impl, a->handle);
-  free_attempt(rt, a);
+  free_attempt(c, rt, a);
 }
 
 static void record_call(wk_calls *c, const wk_disp_action *act) {
   (void)c;
   wk_task_rt *rt = rt_of(act->task_key);
-  wk_attempt *a = find_attempt(rt, act->call_id);
+  wk_attempt *a = find_attempt(c, rt, act->call_id);
   wk_rt_call *rc = &rt->rt_calls[act->index];
   rc->done = true;
   rc->failed = act->result != WK_DISP_OK;
@@ -188,14 +191,14 @@ static void record_call(wk_calls *c, const wk_disp_action *act) {
     wk_task_rt_encode_output(act->index, &o, &rc->encoded, rt->first_failure[0] ? NULL : rt->first_failure,
                              sizeof rt->first_failure);
   }
-  if (a) free_attempt(rt, a);
+  if (a) free_attempt(c, rt, a);
 }
 
 static void record_child(wk_calls *c, const wk_disp_action *act) {
   (void)c;
   wk_task_rt *rt = rt_of(act->task_key);
   wk_subcall_group *g = find_group(rt, act->group);
-  wk_attempt *a = find_attempt(rt, act->call_id);
+  wk_attempt *a = find_attempt(c, rt, act->call_id);
   if (g && act->index < g->count) {
     if (a && a->answered) {
       g->child_bytes[act->index] = a->child_bytes; /* moved: the views stay valid */
@@ -209,13 +212,13 @@ static void record_child(wk_calls *c, const wk_disp_action *act) {
       };
     }
   }
-  if (a) free_attempt(rt, a);
+  if (a) free_attempt(c, rt, a);
 }
 
 static void complete_group(wk_calls *c, const wk_disp_action *act) {
   wk_task_rt *rt = rt_of(act->task_key);
   wk_subcall_group *g = find_group(rt, act->group);
-  wk_attempt *parent = find_attempt(rt, act->call_id);
+  wk_attempt *parent = find_attempt(c, rt, act->call_id);
   if (!g) return;
   if (parent && parent->handle && !parent->answered) {
     c->exec->answer_subcalls(c->exec->impl, parent->handle, g->request_id, g->children, g->count);
@@ -280,6 +283,8 @@ wk_calls *wk_calls_create(const wk_calls_config *cfg, const wk_exec_adapter *exe
   if (c->cfg.stream_batch == 0) c->cfg.stream_batch = 256;
   if (c->cfg.stream_low_water == 0) c->cfg.stream_low_water = 128;
   c->disp = wk_disp_create(&cfg->disp);
+  c->by_slot = calloc(cfg->disp.max_calls, sizeof *c->by_slot);
+  if (!c->by_slot) abort();
   c->exec = exec;
   c->done = done;
   c->ud = ud;
@@ -290,6 +295,7 @@ wk_calls *wk_calls_create(const wk_calls_config *cfg, const wk_exec_adapter *exe
 void wk_calls_destroy(wk_calls *c) {
   if (!c) return;
   wk_disp_destroy(c->disp);
+  free(c->by_slot);
   free(c);
 }
 
@@ -341,7 +347,7 @@ void wk_calls_stop(wk_calls *c, wk_task_rt *rt, int64_t now_ms) {
   while (rt->attempts) {
     wk_attempt *a = rt->attempts;
     if (a->handle && !a->answered) c->exec->cancel(c->exec->impl, a->handle);
-    free_attempt(rt, a);
+    free_attempt(c, rt, a);
   }
   while (rt->groups) free_group(rt, rt->groups);
 }
@@ -394,8 +400,8 @@ void wk_calls_on_result(wk_calls *c, void *call_ctx, const wk_call_outcome *o, i
   /* An attempt whose answer made no call final (a retry follows, or nobody waited for
    * it) is over; CALL_DONE and SUBCALL_DONE freed the others. Look it up by call_id:
    * its memory may already hold a new attempt. */
-  wk_attempt *left = find_attempt(rt, call_id);
-  if (left) free_attempt(rt, left);
+  wk_attempt *left = find_attempt(c, rt, call_id);
+  if (left) free_attempt(c, rt, left);
 }
 
 void wk_calls_on_subcalls(wk_calls *c, void *call_ctx, const wk_frame_subcalls *req, int64_t now_ms) {

@@ -129,7 +129,7 @@ static void drop_record(wk_disp *d, uint32_t c, wk_disp_cancel_reason reason) {
       t->waiting--;
       break;
     case WK_DC_FREE:
-      assert(!"dropping a free record");
+      assert(0 && "dropping a free record");
       return;
   }
   wk_heap_remove(&d->deadline_heap, c);
@@ -306,7 +306,7 @@ static void finish_attempt(wk_disp *d, uint32_t c, wk_disp_result r, int64_t now
     case WK_DC_FREE:
     case WK_DC_QUEUED:
     case WK_DC_BACKOFF:
-      assert(!"finishing a record that is not a live attempt");
+      assert(0 && "finishing a record that is not a live attempt");
       return;
   }
   call->group = 0;

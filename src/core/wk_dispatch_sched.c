@@ -105,7 +105,7 @@ static bool pend_wanted(const wk_disp *d, const wk_dpend *p) {
     case WK_DISP_TASK_DONE:
       break;
   }
-  assert(!"pending action of a kind that is never queued");
+  assert(0 && "pending action of a kind that is never queued");
   return false;
 }
 

@@ -28,7 +28,8 @@
  *     succeeds, up to window_max (so a window that is kept full doubles once per
  *     round of answers, like TCP slow start); halved (never below 1) by a RETRYABLE,
  *     EXECUTOR_LOST or TIMEOUT result, the signs of an overloaded backend. Permanent
- *     ERRORs leave it alone: they say nothing about load.
+ *     ERRORs leave it alone: they say nothing about load. Children's results count
+ *     for their task's window like any call's.
  *   - Fairness: tasks with sendable work sit in a round-robin ring; each turn of the
  *     ring gives one call to each task, so a task with 100,000 queued calls delays a
  *     task with one call by at most one turn.
@@ -40,6 +41,10 @@
  *     every admitted attempt is a waiting parent (no deadlock). When its last child
  *     is final the parent is re-admitted (it waits for room like any call, ahead of
  *     its task's other work) and SUBCALLS_COMPLETE is emitted at that moment.
+ *   - Call records (max_calls) bound memory: a top-level call takes one from its
+ *     first SEND to its end (queued calls are a counter), a child from its request.
+ *     A task whose next call needs a record when none is free is parked and gets
+ *     back in line, one task per record freed.
  *
  * Output buffer: actions never get lost. Every decision is recorded inside the
  * dispatcher first and emitted afterwards in this order: CANCEL / CALL_DONE /
@@ -138,6 +143,11 @@ typedef enum wk_disp_result {
   WK_DISP_TIMEOUT = 4,       /* the attempt passed its deadline */
 } wk_disp_result;
 
+/** The call record an attempt id belongs to: a dense number below cfg.max_calls, so
+ * adapters can keep per-attempt state in a plain array (the attempt id itself tells a
+ * retry or a reused record apart). */
+static inline uint32_t wk_disp_call_slot(uint64_t call_id) { return (uint32_t)call_id; }
+
 /** "OK", "ERROR", "RETRYABLE", "EXECUTOR_LOST", "TIMEOUT"; "UNKNOWN" otherwise. */
 const char *wk_disp_result_name(wk_disp_result r);
 
@@ -150,6 +160,7 @@ typedef enum wk_disp_action_kind {
   WK_DISP_TASK_DONE = 6,         /* the task's calls are over: `ok`, `failed` */
 } wk_disp_action_kind;
 
+/** "SEND", "CANCEL", "CALL_DONE", ...; "UNKNOWN" for values outside the enum. */
 const char *wk_disp_action_kind_name(wk_disp_action_kind k);
 
 /* Why a CANCEL was emitted. */
