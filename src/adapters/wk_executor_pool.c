@@ -37,6 +37,7 @@ struct wk_pool_call {
   bool stack_requested;
   int64_t escalated_ms;
   uint32_t waiting; /* SUBCALLS requests not yet answered */
+  bool resumed;     /* its subcalls were answered: it may sit under nested calls */
   char *stack;
   size_t stack_len;
 };
@@ -62,6 +63,7 @@ struct wk_executor {
   wk_pool_call *head, *tail; /* in flight, in send order */
   uint32_t inflight;
   uint32_t waiting; /* in-flight calls waiting on subcalls */
+  uint32_t resumed; /* in-flight calls resumed after subcalls (maybe under nested calls) */
   uint64_t calls_done;
   int64_t last_pong_ms;
   int64_t last_ping_ms;
@@ -97,6 +99,11 @@ struct wk_pool {
   void *stop_arg;
   int handles_open;
 };
+
+/* Calls an executor is busy with: waiting parents run nested calls, and resumed
+ * parents may be stuck under nested calls that need more calls to finish, so neither
+ * counts (the same rule as DispatcherCore's admission). */
+static uint32_t active(const wk_executor *e) { return e->inflight - e->waiting - e->resumed; }
 
 static void dispatch(wk_pool *pool);
 static void maybe_finish_stop(wk_pool *pool);
@@ -143,7 +150,9 @@ static void detach(wk_pool_call *c) {
   list_remove(&e->head, &e->tail, c);
   e->inflight--;
   if (c->waiting) e->waiting--;
+  if (c->resumed) e->resumed--;
   c->waiting = 0;
+  c->resumed = false;
   c->exec = NULL;
   if (e->inflight == 0) e->idle_since_ms = now_ms(e->pool);
 }
@@ -386,7 +395,7 @@ static void spawn_if_needed(wk_pool *pool) {
     live++;
     if (!e->conn) continue;
     ready++;
-    if (e->inflight - e->waiting >= 2) backed_up++;
+    if (active(e) >= 2) backed_up++;
   }
   uint32_t want = pool->cfg.executors_min;
   bool demand = (ready > 0 && backed_up == ready) || pool->queued > 0;
@@ -508,6 +517,10 @@ static void handle_frame(wk_conn *conn, const wk_frame *f) {
         kill_executor(e, "SUBCALLS for a call it was not running");
         return;
       }
+      if (parent->resumed) {
+        parent->resumed = false;
+        e->resumed--;
+      }
       if (parent->waiting++ == 0) e->waiting++;
       if (!parent->cancelled) pool->cb.on_subcalls(pool->cb.ud, parent->ctx, &f->subcalls);
       break;
@@ -597,7 +610,7 @@ static void on_connection(uv_stream_t *server, int status) {
 /* ---- dispatch ----------------------------------------------------------------------- */
 
 static bool can_take(const wk_executor *e, uint32_t depth) {
-  return e->running && e->conn && !e->conn->closing && !e->retiring && e->inflight - e->waiting < depth;
+  return e->running && e->conn && !e->conn->closing && !e->retiring && active(e) < depth;
 }
 
 static void on_flush(uv_idle_t *h) {
@@ -615,7 +628,7 @@ static void dispatch(wk_pool *pool) {
   while (pool->queue_head) {
     wk_executor *best = NULL;
     for (wk_executor *e = pool->executors; e; e = e->next) {
-      if (can_take(e, depth) && (!best || e->inflight - e->waiting < best->inflight - best->waiting)) best = e;
+      if (can_take(e, depth) && (!best || active(e) < active(best))) best = e;
     }
     if (!best) break;
     wk_pool_call *c = pool->queue_head;
@@ -702,7 +715,11 @@ void wk_pool_answer_subcalls(wk_pool *pool, wk_pool_call *parent, uint64_t reque
   (void)pool;
   wk_executor *e = parent->exec;
   if (!e) return;
-  if (parent->waiting && --parent->waiting == 0) e->waiting--;
+  if (parent->waiting && --parent->waiting == 0) {
+    e->waiting--;
+    parent->resumed = true; /* it resumes on top of whatever ran nested meanwhile */
+    e->resumed++;
+  }
   wk_frame f = {.type = WK_FRAME_SUBCALLS_RESULT};
   f.subcalls_result = (wk_frame_subcalls_result){.request_id = request_id, .count = count, .children = children};
   queue_frame(e, &f);

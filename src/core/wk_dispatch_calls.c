@@ -99,6 +99,25 @@ static void push_cancel(wk_disp *d, uint32_t c, wk_disp_cancel_reason reason) {
   }
 }
 
+/* The last child of a waiting parent is final: the parent resumes at once, outside
+ * admission and its task's window (RESUMING until its attempt ends). Its executor
+ * still holds it, and may hold it under calls it ran nested while the parent waited;
+ * making the resume wait for room would let those nested calls' children wait behind
+ * it: a deadlock. SUBCALLS_COMPLETE is queued after the last SUBCALL_DONE. */
+static void resume_now(wk_disp *d, uint32_t pi) {
+  wk_dcall *parent = &d->calls[pi];
+  assert(parent->state == WK_DC_WAITING && parent->group_left == 0 && parent->group != 0);
+  parent->state = WK_DC_RESUMING;
+  wk_dpend *p = wk_disp__pend_push(d, WK_DISP_SUBCALLS_COMPLETE);
+  p->call_id = wk_dcall_id(pi, parent->gen);
+  p->key = d->tasks[parent->task].key;
+  p->task = wk_disp__handle(d, parent->task);
+  p->group = parent->group;
+  p->index = parent->index;
+  p->depth = parent->depth;
+  p->attempts = parent->attempts;
+}
+
 /* Drops a record that has no children left: CANCEL when it is a live attempt, out of
  * its container, off its parent's child list, back to the free list. */
 static void drop_record(wk_disp *d, uint32_t c, wk_disp_cancel_reason reason) {
@@ -121,7 +140,6 @@ static void drop_record(wk_disp *d, uint32_t c, wk_disp_cancel_reason reason) {
       break;
     case WK_DC_RESUMING:
       push_cancel(d, c, reason);
-      wk_disp__resume_remove(d, c);
       t->waiting--;
       break;
     case WK_DC_WAITING:
@@ -164,7 +182,7 @@ void wk_disp__drop_all(wk_disp *d, uint32_t ti) {
    * from the tail every record is dropped after all of its children */
   while (t->members.len > 0) drop_record(d, t->members.tail, WK_DISP_CANCEL_TASK);
   assert(t->inflight == 0 && t->waiting == 0 && t->backoff == 0);
-  assert(t->ready.len == 0 && t->resume.len == 0);
+  assert(t->ready.len == 0);
   t->next_index = t->added;
   wk_disp__unschedule(d, ti);
 }
@@ -279,7 +297,7 @@ static void complete_call(wk_disp *d, uint32_t c, wk_disp_result r) {
   p->parent = pi;
   child_unlink(d, c);
   call_free(d, c);
-  if (parent->group_left == 0) wk_disp__resume_push(d, pi);
+  if (parent->group_left == 0) resume_now(d, pi);
 }
 
 /* The live attempt `c` ended with `r` (an answer, or TIMEOUT from the tick). */
@@ -296,7 +314,6 @@ static void finish_attempt(wk_disp *d, uint32_t c, wk_disp_result r, int64_t now
       d->inflight--;
       break;
     case WK_DC_RESUMING:
-      wk_disp__resume_remove(d, c);
       t->waiting--;
       break;
     case WK_DC_WAITING:
@@ -369,7 +386,7 @@ wk_err wk_disp_add_subcalls(wk_disp *d, uint64_t parent_call_id, uint32_t n, int
     err = WK_ERR_INVALID_ARGUMENT;
   } else if (pi == WK_DNONE) {
     err = WK_ERR_STALE;
-  } else if (d->calls[pi].state != WK_DC_INFLIGHT || n == 0 ||
+  } else if ((d->calls[pi].state != WK_DC_INFLIGHT && d->calls[pi].state != WK_DC_RESUMING) || n == 0 ||
              (uint32_t)d->calls[pi].depth + 1u > d->cfg.max_depth) {
     err = WK_ERR_INVALID_ARGUMENT;
   } else if (n > d->free_calls) {
@@ -382,12 +399,16 @@ wk_err wk_disp_add_subcalls(wk_disp *d, uint64_t parent_call_id, uint32_t n, int
   wk_dcall *parent = &d->calls[pi];
   uint32_t ti = parent->task;
   wk_dtask *t = &d->tasks[ti];
-  assert(t->state == WK_DT_LIVE && t->inflight > 0 && d->inflight > 0);
-  /* the parent leaves admission while it waits: its executor runs nested calls */
+  assert(t->state == WK_DT_LIVE);
+  /* the parent leaves admission while it waits: its executor runs nested calls (a
+   * resumed parent asking again was outside admission already) */
+  if (parent->state == WK_DC_INFLIGHT) {
+    assert(t->inflight > 0 && d->inflight > 0);
+    t->inflight--;
+    d->inflight--;
+    t->waiting++;
+  }
   parent->state = WK_DC_WAITING;
-  t->inflight--;
-  d->inflight--;
-  t->waiting++;
   parent->group = ++d->group_seq;
   uint8_t depth = (uint8_t)(parent->depth + 1u);
   for (uint32_t i = 0; i < n; i++) {

@@ -89,7 +89,6 @@ static const char *check_task(const wk_disp *d, uint32_t ti, const task_count *k
   if (t->waiting != k->waiting + k->resuming) return "task: waiting differs from its records";
   if (t->backoff != k->backoff) return "task: backoff differs from its BACKOFF records";
   if (t->ready.len != k->queued) return "task: ready count differs from its QUEUED records";
-  if (t->resume.len != k->resuming) return "task: resume count differs from its RESUMING records";
   if (t->members.len != k->members) return "task: member count differs from its records";
   if (t->next_index > t->added) return "task: more calls sent than added";
   if (t->finished > t->next_index) return "task: more calls final than sent";
@@ -97,7 +96,6 @@ static const char *check_task(const wk_disp *d, uint32_t ti, const task_count *k
     return "task: succeeded + failed != finished";
   }
   const char *why = check_fifo(d, &t->ready, ti, WK_DC_QUEUED);
-  if (why == NULL) why = check_fifo(d, &t->resume, ti, WK_DC_RESUMING);
   if (why) return why;
   uint32_t n = 0, prev = WK_DNONE;
   for (uint32_t c = t->members.head; c != WK_DNONE; c = d->calls[c].m_next) {

@@ -18,7 +18,7 @@
  *   QUEUED    in its task's ready FIFO (retry after backoff, or a child not yet sent)
  *   INFLIGHT  sent; counted in task->inflight and d->inflight
  *   WAITING   a parent waiting on children (not counted in admission)
- *   RESUMING  a parent whose children are all final, in its task's resume FIFO
+ *   RESUMING  a parent whose children are all final, running again outside admission
  *   BACKOFF   in d->backoff_heap until its retry time
  * INFLIGHT, WAITING and RESUMING are "live attempts": call_id = gen << 32 | index
  * names them, and they sit in d->deadline_heap when their deadline is finite.
@@ -38,7 +38,7 @@ typedef struct wk_dcall {
   uint32_t task;   /* task record index */
   uint32_t index;  /* top-level: call index; child: position in its group */
   uint32_t parent; /* parent record, WK_DNONE at depth 0 */
-  uint32_t q_prev, q_next; /* ready or resume FIFO; q_next links the free list */
+  uint32_t q_prev, q_next; /* ready FIFO; q_next links the free list */
   uint32_t m_prev, m_next; /* task member list */
   uint32_t s_prev, s_next; /* parent's child list */
   uint32_t child_head;     /* first live child (WAITING only) */
@@ -86,7 +86,6 @@ typedef struct wk_dtask {
   uint32_t d_prev, d_next; /* TASK_DONE FIFO */
   wk_dlist members;        /* every record of the task (m_prev/m_next) */
   wk_dlist ready;          /* QUEUED records (q_prev/q_next) */
-  wk_dlist resume;         /* RESUMING records (q_prev/q_next) */
   uint64_t succeeded, retried, subcalls;
 } wk_dtask;
 
@@ -168,8 +167,6 @@ void wk_disp__unschedule(wk_disp *d, uint32_t t);
 void wk_disp__flush(wk_disp *d, int64_t now_ms, bool sends, wk_disp_out *out);
 void wk_disp__ready_push(wk_disp *d, uint32_t c);
 void wk_disp__ready_remove(wk_disp *d, uint32_t c);
-void wk_disp__resume_push(wk_disp *d, uint32_t c);
-void wk_disp__resume_remove(wk_disp *d, uint32_t c);
 
 /* ---- wk_dispatch_calls.c ---- */
 uint32_t wk_disp__call_alloc(wk_disp *d, uint32_t t);

@@ -9,13 +9,13 @@
 /* ---- eligibility and the ring -------------------------------------------------- */
 
 bool wk_disp__needs_record(const wk_dtask *t) {
-  return t->resume.len == 0 && t->ready.len == 0 && t->next_index < t->added;
+  return t->ready.len == 0 && t->next_index < t->added;
 }
 
 bool wk_disp__eligible(const wk_disp *d, const wk_dtask *t) {
   (void)d;
   if (t->state != WK_DT_LIVE || t->inflight >= t->window) return false;
-  return t->resume.len > 0 || t->ready.len > 0 || t->next_index < t->added;
+  return t->ready.len > 0 || t->next_index < t->added;
 }
 
 void wk_disp__unschedule(wk_disp *d, uint32_t ti) {
@@ -64,19 +64,6 @@ void wk_disp__ready_remove(wk_disp *d, uint32_t c) {
   WK_DL_REMOVE(&d->tasks[call->task].ready, d->calls, c, q_prev, q_next);
 }
 
-void wk_disp__resume_push(wk_disp *d, uint32_t c) {
-  wk_dcall *call = &d->calls[c];
-  assert(call->state == WK_DC_WAITING && call->group_left == 0);
-  call->state = WK_DC_RESUMING;
-  WK_DL_PUSH_TAIL(&d->tasks[call->task].resume, d->calls, c, q_prev, q_next);
-}
-
-void wk_disp__resume_remove(wk_disp *d, uint32_t c) {
-  wk_dcall *call = &d->calls[c];
-  assert(call->state == WK_DC_RESUMING);
-  WK_DL_REMOVE(&d->tasks[call->task].resume, d->calls, c, q_prev, q_next);
-}
-
 /* ---- emission ------------------------------------------------------------------------ */
 
 static wk_disp_action *emit(wk_disp_out *out) {
@@ -100,8 +87,13 @@ static bool pend_wanted(const wk_disp *d, const wk_dpend *p) {
       return (parent->state == WK_DC_WAITING || parent->state == WK_DC_RESUMING) &&
              parent->group == p->group;
     }
+    case WK_DISP_SUBCALLS_COMPLETE: {
+      /* still wanted while that attempt is resuming on that group */
+      const wk_dcall *parent = &d->calls[(uint32_t)p->call_id];
+      return parent->state == WK_DC_RESUMING && parent->gen == (uint32_t)(p->call_id >> 32) &&
+             parent->group == p->group;
+    }
     case WK_DISP_SEND:
-    case WK_DISP_SUBCALLS_COMPLETE:
     case WK_DISP_TASK_DONE:
       break;
   }
@@ -174,30 +166,9 @@ static void send_attempt(wk_disp *d, uint32_t c, int64_t now_ms, wk_disp_out *ou
   }
 }
 
-/* One unit of the task's work: resume a parent, send a retry or child, or send the
- * next new top-level call. The caller checked admission, the window and room. */
+/* One unit of the task's work: send a retry or child, or the next new top-level call. The caller checked admission, the window and room. */
 static void send_unit(wk_disp *d, uint32_t ti, int64_t now_ms, wk_disp_out *out) {
   wk_dtask *t = &d->tasks[ti];
-  if (t->resume.len > 0) {
-    uint32_t c = t->resume.head;
-    wk_dcall *call = &d->calls[c];
-    wk_disp__resume_remove(d, c);
-    assert(t->inflight < t->window && d->inflight < d->capacity);
-    call->state = WK_DC_INFLIGHT;
-    t->waiting--;
-    t->inflight++;
-    d->inflight++;
-    wk_disp_action *a = emit(out);
-    a->kind = WK_DISP_SUBCALLS_COMPLETE;
-    a->task = wk_disp__handle(d, ti);
-    a->task_key = t->key;
-    a->call_id = wk_dcall_id(c, call->gen);
-    a->group = call->group;
-    a->index = call->index;
-    a->depth = call->depth;
-    call->group = 0;
-    return;
-  }
   uint32_t c;
   if (t->ready.len > 0) {
     c = t->ready.head;

@@ -205,7 +205,7 @@ wk_err wk_disp_add_task(wk_disp *d, uint64_t task_key, const wk_disp_task_params
   t->where = WK_DW_NOWHERE;
   t->window = d->cfg.window_initial;
   t->l_prev = t->l_next = t->d_prev = t->d_next = WK_DNONE;
-  t->members = t->ready = t->resume = (wk_dlist){WK_DNONE, WK_DNONE, 0};
+  t->members = t->ready = (wk_dlist){WK_DNONE, WK_DNONE, 0};
   d->n_tasks++;
   *task = wk_dtask_handle(i, t->gen);
   assert(*task != 0);
@@ -299,7 +299,10 @@ wk_err wk_disp_task_info_get(const wk_disp *d, uint32_t task, wk_disp_task_info 
   info->window = t->window;
   info->inflight = t->inflight;
   info->waiting = t->waiting;
-  info->resuming = t->resume.len;
+  info->resuming = 0; /* a view: walk the task's records */
+  for (uint32_t c = t->members.head; c != WK_DNONE; c = d->calls[c].m_next) {
+    if (d->calls[c].state == WK_DC_RESUMING) info->resuming++;
+  }
   info->backoff = t->backoff;
   info->ready = t->ready.len;
   info->queued = t->state == WK_DT_LIVE ? t->added - t->next_index : 0;

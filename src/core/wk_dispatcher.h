@@ -39,8 +39,12 @@
  *   - A parent waiting on its children counts against neither the window nor the
  *     global admission while it waits, so children always get executors even when
  *     every admitted attempt is a waiting parent (no deadlock). When its last child
- *     is final the parent is re-admitted (it waits for room like any call, ahead of
- *     its task's other work) and SUBCALLS_COMPLETE is emitted at that moment.
+ *     is final the parent resumes at once (SUBCALLS_COMPLETE right after the last
+ *     SUBCALL_DONE) and stays outside admission until its attempt ends: its executor
+ *     still holds it, possibly under calls it ran nested while the parent waited, and
+ *     making the resume wait for room could leave those nested calls' children
+ *     waiting behind it. Resumed parents may therefore take the executors beyond
+ *     `capacity`, by at most the number of parents that asked for subcalls.
  *   - Call records (max_calls) bound memory: a top-level call takes one from its
  *     first SEND to its end (queued calls are a counter), a child from its request.
  *     A task whose next call needs a record when none is free is parked and gets
@@ -277,7 +281,7 @@ wk_err wk_disp_call_finished(wk_disp *d, uint64_t call_id, wk_disp_result r, int
  * The parent leaves admission and waits; `*group` (never 0, unique) names the batch.
  * Each child ends with SUBCALL_DONE {group, position, result}; children are retried
  * per the task's policy but their failures do not count against the task (the
- * parent decides). When the last is final the parent is re-admitted and
+ * parent decides). When the last is final the parent resumes (outside admission) and
  * SUBCALLS_COMPLETE {group, parent call_id} is emitted. Then emits.
  * Errors (nothing changes): STALE (parent_call_id names no attempt in flight),
  * INVALID_ARGUMENT (n == 0, the parent is already waiting, depth over max_depth,
@@ -307,8 +311,8 @@ typedef struct wk_disp_task_info {
   bool last;      /* no more calls will be added */
   uint32_t window;
   uint32_t inflight;  /* attempts counted in admission (not waiting parents) */
-  uint32_t waiting;   /* parents waiting on children or for re-admission */
-  uint32_t resuming;  /* of those, parents whose children are all final (re-admission) */
+  uint32_t waiting;   /* parents waiting on children, or resumed (outside admission) */
+  uint32_t resuming;  /* of those, parents resumed after their children, running outside admission */
   uint32_t backoff;   /* calls waiting out a backoff */
   uint32_t ready;     /* retries and children queued */
   uint32_t queued;    /* top-level calls added but never sent */
