@@ -224,6 +224,10 @@ int wk_app_run(const wk_app_config *cfg) {
       .max_inline_output_bytes = cfg->max_inline_output_bytes,
       .max_calls_per_task = cfg->max_calls_per_task,
       .builders = &builders,
+      .builder_concurrency = cfg->builder_concurrency,
+      .scan_concurrency = cfg->scan_concurrency,
+      .executor_concurrency = cfg->executor_concurrency,
+      .plugin_concurrency = cfg->plugin_concurrency,
   };
   wk_disp_config_default(&ocfg.calls.disp);
   ocfg.calls.disp.max_inflight = 0; /* set from the pool's capacity once executors are up */

@@ -43,6 +43,10 @@ typedef struct wk_app_config {
   uint32_t task_window_max;     /* a task's calls in flight at most (ramp-up ceiling) */
   uint32_t subcall_max_depth;   /* ctx.call nesting allowed */
   uint32_t max_calls_in_flight; /* dispatcher call records (all tasks) */
+  uint32_t builder_concurrency;  /* phase semaphores: tasks in each phase at once */
+  uint32_t scan_concurrency;
+  uint32_t executor_concurrency;
+  uint32_t plugin_concurrency;
   char log_level[16];
 } wk_app_config;
 

@@ -35,13 +35,22 @@ typedef struct wk_event {
   wk_rpc *rpc;
 } wk_event;
 
-typedef enum step_kind { STEP_BUILDER = 1, STEP_WRITER = 2, STEP_CALLS_DONE = 3 } step_kind;
+typedef enum step_kind { STEP_BUILDER = 1, STEP_WRITER = 2, STEP_CALLS_DONE = 3, STEP_CALLS = 4 } step_kind;
 
 typedef struct wk_step {
   struct wk_step *next;
   step_kind kind;
   wk_task_rt *rt;
 } wk_step;
+
+/* A phase semaphore: at most `limit` tasks in the phase at once; the others wait
+ * in FIFO order (the seed's builderSem, scanSem, executorSem, pluginSem). */
+typedef enum sem_id { SEM_BUILDER = 0, SEM_SCAN = 1, SEM_EXECUTOR = 2, SEM_PLUGIN = 3, SEM_COUNT = 4 } sem_id;
+
+typedef struct wk_sem {
+  uint32_t limit, used;
+  wk_task_rt *head, *tail; /* waiting, each holding a reference */
+} wk_sem;
 
 typedef struct health_watch {
   struct health_watch *next;
@@ -69,6 +78,7 @@ struct wk_orch {
   uv_timer_t tick;
   uv_timer_t deadline;
   wk_step *steps_head, *steps_tail;
+  wk_sem sems[SEM_COUNT];
   health_watch *health_watchers;
   bool closing;
   int handles_open;
@@ -76,6 +86,9 @@ struct wk_orch {
 };
 
 static void maybe_free(wk_orch *o);
+static bool sem_acquire(wk_orch *o, sem_id id, wk_task_rt *rt);
+static void sem_release(wk_orch *o, sem_id id, wk_task_rt *rt);
+static void release_all_sems(wk_orch *o, wk_task_rt *rt);
 
 static int64_t loop_now(wk_orch *o) {
   uv_update_time(o->loop);
@@ -176,6 +189,8 @@ static void on_activation_work(uv_work_t *w);
 static void on_activation_done(uv_work_t *w, int status);
 
 static void start_calls(wk_orch *o, wk_task_rt *rt) {
+  if (!sem_acquire(o, SEM_EXECUTOR, rt)) return;
+  if (rt->streaming && !sem_acquire(o, SEM_SCAN, rt)) return;
   if (rt->calls_total == 0) {
     rt->calls_ok = true;
     defer_step(o, STEP_CALLS_DONE, rt);
@@ -215,6 +230,7 @@ static void exec_cmds(wk_orch *o, const wk_cmds *cmds) {
         r = c->u.converge.result;
         wk_calls_stop(o->calls, rt, o->now_ms);
         rt->converged = true;
+        release_all_sems(o, rt);
         log_task_finished(o, rt, r);
         wk_subs_on_terminal(o->subs, r, o->wall_offset_ms);
         wk_task_rt_unref(rt); /* the core's reference */
@@ -229,6 +245,51 @@ static void exec_cmds(wk_orch *o, const wk_cmds *cmds) {
   }
 }
 
+/* Takes the semaphore for rt, or queues rt (with a reference) and returns false; the
+ * step runs when a holder releases. */
+static bool sem_acquire(wk_orch *o, sem_id id, wk_task_rt *rt) {
+  wk_sem *s = &o->sems[id];
+  if (rt->sems_held & (1u << id)) return true;
+  if (s->limit == 0 || s->used < s->limit) {
+    s->used++;
+    rt->sems_held = (uint8_t)(rt->sems_held | (1u << id));
+    return true;
+  }
+  wk_task_rt_ref(rt);
+  rt->sem_next = NULL;
+  if (s->tail) {
+    s->tail->sem_next = rt;
+  } else {
+    s->head = rt;
+  }
+  s->tail = rt;
+  return false;
+}
+
+/* Gives the semaphore back and lets the first live waiter take it. */
+static void sem_release(wk_orch *o, sem_id id, wk_task_rt *rt) {
+  wk_sem *s = &o->sems[id];
+  if (!(rt->sems_held & (1u << id))) return;
+  rt->sems_held = (uint8_t)(rt->sems_held & ~(1u << id));
+  s->used--;
+  while (s->head && (s->limit == 0 || s->used < s->limit)) {
+    wk_task_rt *next = s->head;
+    s->head = next->sem_next;
+    if (!s->head) s->tail = NULL;
+    if (!next->converged) {
+      /* hand the semaphore over, then run its step later (never from inside exec_cmds) */
+      s->used++;
+      next->sems_held = (uint8_t)(next->sems_held | (1u << id));
+      defer_step(o, id == SEM_BUILDER ? STEP_BUILDER : id == SEM_PLUGIN ? STEP_WRITER : STEP_CALLS, next);
+    }
+    wk_task_rt_unref(next);
+  }
+}
+
+static void release_all_sems(wk_orch *o, wk_task_rt *rt) {
+  for (int id = 0; id < SEM_COUNT; id++) sem_release(o, (sem_id)id, rt);
+}
+
 static void phase_finished(wk_orch *o, wk_task_rt *rt, wk_phase phase, const wk_phase_outcome *out) {
   wk_transition_result tr;
   wk_core_handle_phase_finished(o->core, rt->task_id, strlen(rt->task_id), phase, out, o->now_ms, &tr);
@@ -236,6 +297,7 @@ static void phase_finished(wk_orch *o, wk_task_rt *rt, wk_phase phase, const wk_
 }
 
 static void run_builder(wk_orch *o, wk_task_rt *rt) {
+  if (!sem_acquire(o, SEM_BUILDER, rt)) return;
   wk_phase_outcome out = {.ok = true};
   char err[512];
   const wk_builder *b = wk_builder_registry_find(o->cfg.builders, rt->builder);
@@ -264,6 +326,7 @@ static void run_builder(wk_orch *o, wk_task_rt *rt) {
       out = (wk_phase_outcome){.ok = false, .failure_code = WK_FAIL_BUILDER_FAILED, .message = err};
     }
   }
+  sem_release(o, SEM_BUILDER, rt);
   phase_finished(o, rt, WK_PHASE_BUILDER, &out);
 }
 
@@ -271,6 +334,8 @@ static void report_calls(wk_orch *o, wk_task_rt *rt) {
   if (rt->calls_reported) return;
   rt->calls_reported = true;
   wk_calls_stop(o->calls, rt, o->now_ms);
+  sem_release(o, SEM_SCAN, rt);
+  sem_release(o, SEM_EXECUTOR, rt);
   wk_buf outputs = {0};
   wk_task_rt_collect_outputs(rt, &outputs);
   bool ok = rt->calls_ok;
@@ -302,12 +367,14 @@ static void report_calls(wk_orch *o, wk_task_rt *rt) {
 }
 
 static void run_writer(wk_orch *o, wk_task_rt *rt) {
+  if (!sem_acquire(o, SEM_PLUGIN, rt)) return;
   wk_phase_outcome out = {.ok = true};
   char err[256];
   if (rt->result_handler[0]) {
     snprintf(err, sizeof err, "no writer plugin named '%s' in this worker", rt->result_handler);
     out = (wk_phase_outcome){.ok = false, .failure_code = WK_FAIL_PLUGIN_NOT_FOUND, .message = err};
   }
+  sem_release(o, SEM_PLUGIN, rt);
   phase_finished(o, rt, WK_PHASE_WRITER, &out);
 }
 
@@ -321,6 +388,7 @@ static void run_steps(wk_orch *o) {
         case STEP_BUILDER: run_builder(o, s->rt); break;
         case STEP_WRITER: run_writer(o, s->rt); break;
         case STEP_CALLS_DONE: report_calls(o, s->rt); break;
+        case STEP_CALLS: start_calls(o, s->rt); break;
       }
     }
     wk_task_rt_unref(s->rt);
@@ -691,6 +759,10 @@ wk_orch *wk_orch_create(uv_loop_t *loop, const wk_orch_config *cfg, char *err, s
   o->loop = loop;
   o->cfg = *cfg;
   o->core = wk_core_create(&cfg->core);
+  o->sems[SEM_BUILDER].limit = cfg->builder_concurrency;
+  o->sems[SEM_SCAN].limit = cfg->scan_concurrency;
+  o->sems[SEM_EXECUTOR].limit = cfg->executor_concurrency;
+  o->sems[SEM_PLUGIN].limit = cfg->plugin_concurrency;
   o->calls = wk_calls_create(&cfg->calls, &o->exec, calls_done, o, err, err_len);
   if (!o->calls) {
     wk_core_destroy(o->core);

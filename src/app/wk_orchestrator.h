@@ -32,6 +32,10 @@ typedef struct wk_orch_config {
   uint32_t max_calls_per_task;
   const wk_builder_registry *builders;
   wk_calls_config calls;      /* the dispatcher and stream refills */
+  uint32_t builder_concurrency;  /* phase semaphores (0 = unlimited) */
+  uint32_t scan_concurrency;
+  uint32_t executor_concurrency;
+  uint32_t plugin_concurrency;
 } wk_orch_config;
 
 /** Creates the orchestrator on `loop` with a fresh core (not ready). Returns NULL with

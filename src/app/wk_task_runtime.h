@@ -37,6 +37,8 @@ struct wk_task_rt {
   wk_orch *orch;
   uint32_t refs;
   bool converged; /* the core handed the context back: no more core events */
+  uint8_t sems_held; /* bit per phase semaphore (wk_orchestrator.c) */
+  struct wk_task_rt *sem_next; /* in a phase semaphore's wait queue */
 
   char task_id[WK_TASK_ID_MAX + 1];
   char function[129];

@@ -241,3 +241,16 @@ def test_range_of_ten_million_with_bounded_memory(worker_factory):
     assert len(r.outputs) == 10000
     assert sum(values(r)) == sum(range(10000000))
     assert peak < 150 * 1024, "worker RSS peaked at %d KiB" % peak
+
+
+def test_executor_semaphore_serialises_calls_phases(worker_factory):
+    w = worker_factory("--executor-concurrency", "1", executors=2)
+    w.wait_serving()
+    w.deploy("stamp", "import time\ndef handler(args, ctx):\n    t0 = time.time()\n"
+                      "    time.sleep(0.5)\n    return [t0, time.time()]\n")
+    submit(w, "sem-a", "stamp", {})
+    submit(w, "sem-b", "stamp", {})
+    a = values(w.wait_terminal("sem-a"))[0]
+    b = values(w.wait_terminal("sem-b"))[0]
+    first, second = sorted([a, b])
+    assert second[0] >= first[1] - 0.01, "the second task's calls ran beside the first's"
