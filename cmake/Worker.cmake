@@ -16,7 +16,6 @@ target_link_libraries(wk_plugins PUBLIC PkgConfig::JANSSON)
 add_library(wk_app STATIC
   src/lib/wk_buf.c
   src/adapters/wk_executor_pool.c
-  src/app/wk_log.c
   src/app/wk_fs.c
   src/app/wk_wire.c
   src/app/wk_task_runtime.c
@@ -24,14 +23,20 @@ add_library(wk_app STATIC
   src/app/wk_subscriptions.c
   src/app/wk_orchestrator.c
   src/app/wk_config.c
-  src/app/wk_app.c)
+  src/app/wk_app.c
+  src/app/wk_profile.c)
 target_include_directories(wk_app PUBLIC ${CMAKE_SOURCE_DIR}/src)
-target_compile_definitions(wk_app PRIVATE _GNU_SOURCE WK_PYTHON_DIR="${CMAKE_SOURCE_DIR}/python")
+target_compile_definitions(wk_app PRIVATE _GNU_SOURCE WK_PYTHON_DIR="${CMAKE_SOURCE_DIR}/python" WK_VERSION="${PROJECT_VERSION}")
 target_compile_options(wk_app PRIVATE ${WK_WARNINGS})
-target_link_libraries(wk_app PUBLIC wk_core wk_proto wk_adapters_frame wk_grpc_server wk_code_store
+target_link_libraries(wk_app PUBLIC wk_core wk_proto wk_adapters_frame wk_grpc_server wk_code_store wk_etcd_publisher wk_log
   wk_plugins PkgConfig::LIBUV PkgConfig::JANSSON PkgConfig::GRPC PkgConfig::YAML Threads::Threads)
 
 add_executable(worker cmd/worker/main.c)
 target_compile_options(worker PRIVATE ${WK_WARNINGS})
 target_compile_definitions(worker PRIVATE _GNU_SOURCE)
 target_link_libraries(worker PRIVATE wk_app)
+
+add_executable(bundle_worker cmd/bundle_worker/main.c)
+target_compile_options(bundle_worker PRIVATE ${WK_WARNINGS})
+target_compile_definitions(bundle_worker PRIVATE _GNU_SOURCE)
+target_link_libraries(bundle_worker PRIVATE wk_app)

@@ -24,7 +24,9 @@
 #include "app/wk_config.h"
 #include "app/wk_fs.h"
 #include "app/wk_log.h"
+#include "adapters/wk_etcd_publisher.h"
 #include "app/wk_orchestrator.h"
+#include "app/wk_profile.h"
 
 #ifndef WK_PYTHON_DIR
 #define WK_PYTHON_DIR "python"
@@ -57,6 +59,9 @@ typedef struct wk_app {
   char scratch_root[1024];
   bool own_scratch_root;
   uint32_t capacity; /* last executor capacity handed to the dispatcher */
+  const wk_profile *profile;
+  wk_etcd_publisher *publisher; /* NULL when stand-alone */
+  char advertise_addr[256];
 } wk_app;
 
 static sigset_t stop_signals;
@@ -91,8 +96,53 @@ static void on_pool_stopped(void *arg) {
   uv_close((uv_handle_t *)&app->signal_async, NULL);
 }
 
+/* The registration value follows the slot table (the publisher coalesces). */
+static void publish(wk_app *app) {
+  if (!app->publisher || !app->orch) return;
+  wk_heartbeat hb = wk_orch_heartbeat(app->orch);
+  wk_etcd_heartbeat eh = {
+      .task_slots = hb.task_slots,
+      .reserved = hb.reserved,
+      .running = hb.running,
+      .free = hb.free,
+      .ready = hb.ready,
+      .draining = hb.draining,
+  };
+  wk_etcd_publisher_update(app->publisher, &eh);
+}
+
+static void start_registration(wk_app *app) {
+  const wk_app_config *cfg = app->cfg;
+  if (!cfg->etcd_endpoints[0]) {
+    wk_log(WK_LOG_INFO, "registration_off", "no etcd_endpoints: running stand-alone (not registered)");
+    return;
+  }
+  char err[512];
+  wk_etcd_publisher_config pc = {
+      .endpoints = cfg->etcd_endpoints,
+      .key_prefix = cfg->registry_prefix[0] ? cfg->registry_prefix : app->profile->registry_prefix,
+      .advertise_addr = app->advertise_addr,
+      .lease_ttl_s = (int64_t)cfg->etcd_lease_ttl_s,
+      .refresh_interval_ms = cfg->heartbeat_interval_ms,
+      .deployment = wk_deployment_name(app->profile->deployment),
+      .service = app->profile->service,
+      .version = WK_VERSION,
+  };
+  app->publisher = wk_etcd_publisher_start(&pc, err, sizeof err);
+  if (!app->publisher) {
+    wk_log(WK_LOG_ERROR, "registration_failed", "cannot start the etcd publisher: %s", err);
+    return;
+  }
+  publish(app);
+}
+
 static void stop_everything(wk_app *app) {
   enter(app, APP_STOPPING);
+  if (app->publisher) {
+    /* deregister: delete the key and revoke the lease before the port closes */
+    wk_etcd_publisher_stop(app->publisher, true);
+    app->publisher = NULL;
+  }
   wk_log(WK_LOG_INFO, "worker_stopping", "stopping the gRPC server and the executors");
   wk_grpc_server_stop(app->server);
   app->server = NULL;
@@ -105,6 +155,7 @@ static void on_phase_timer(uv_timer_t *t) {
   wk_app *app = t->data;
   int64_t now = app_now(app);
   int64_t in_phase = now - app->phase_started_ms;
+  publish(app);
   if (app->orch && app->pool && app->phase != APP_STARTING) {
     /* SyncExecutorSnapshots: the dispatcher admits what the ready executors can hold */
     uint32_t capacity = wk_pool_capacity(app->pool);
@@ -118,6 +169,7 @@ static void on_phase_timer(uv_timer_t *t) {
       if (wk_pool_ready_executors(app->pool) >= app->cfg->executors || in_phase > 15000) {
         wk_orch_set_ready(app->orch, true);
         enter(app, APP_SERVING);
+        start_registration(app);
         wk_log_json(WK_LOG_INFO, "worker_ready",
                     json_pack("{s:i,s:i}", "executors_ready", (int)wk_pool_ready_executors(app->pool),
                               "task_slots", (int)app->cfg->task_slots));
@@ -165,7 +217,7 @@ static void on_signal(uv_async_t *a) {
   on_phase_timer(&app->phase_timer);
 }
 
-int wk_app_run(const wk_app_config *cfg) {
+int wk_app_run(const wk_app_config *cfg, const wk_profile *profile) {
   char err[2048];
   if (wk_app_config_validate(cfg, err, sizeof err) != 0) {
     fprintf(stderr, "worker: invalid configuration:\n%s", err);
@@ -181,7 +233,7 @@ int wk_app_run(const wk_app_config *cfg) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
   signal(SIGPIPE, SIG_IGN);
 
-  wk_app app = {.cfg = cfg};
+  wk_app app = {.cfg = cfg, .profile = profile};
   pthread_mutex_init(&app.mu, NULL);
   uv_loop_init(&app.loop);
   uv_async_init(&app.loop, &app.signal_async, on_signal);
@@ -201,10 +253,11 @@ int wk_app_run(const wk_app_config *cfg) {
     app.own_scratch_root = true;
   }
 
+  /* the Profile decides which builders exist: an unlisted one is BUILDER_NOT_FOUND */
   static wk_builder_registry builders;
-  wk_builder_registry_add(&builders, "single");
-  wk_builder_registry_add(&builders, "map");
-  wk_builder_registry_add(&builders, "range");
+  for (size_t i = 0; i < WK_PROFILE_NAMES_MAX && profile->builders[i]; i++) {
+    wk_builder_registry_add(&builders, profile->builders[i]);
+  }
 
   /* executors load code by absolute path */
   char code_root[PATH_MAX];
@@ -297,6 +350,14 @@ int wk_app_run(const wk_app_config *cfg) {
   if (wk_grpc_server_start(&scfg, wk_orch_sink(app.orch), &app.server, &port, err, sizeof err) != 0) {
     fprintf(stderr, "worker: cannot serve on %s: %s\n", cfg->listen_addr, err);
     return 1;
+  }
+  if (cfg->advertise_addr[0]) {
+    snprintf(app.advertise_addr, sizeof app.advertise_addr, "%s", cfg->advertise_addr);
+  } else {
+    /* the listen host with the port actually bound */
+    const char *colon = strrchr(cfg->listen_addr, ':');
+    int host_len = colon ? (int)(colon - cfg->listen_addr) : (int)strlen(cfg->listen_addr);
+    snprintf(app.advertise_addr, sizeof app.advertise_addr, "%.*s:%d", host_len, cfg->listen_addr, port);
   }
   wk_log_json(WK_LOG_INFO, "worker_listening",
               json_pack("{s:s,s:i,s:s,s:i}", "listen_addr", cfg->listen_addr, "port", port,

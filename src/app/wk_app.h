@@ -43,6 +43,13 @@ typedef struct wk_app_config {
   uint32_t task_window_max;     /* a task's calls in flight at most (ramp-up ceiling) */
   uint32_t subcall_max_depth;   /* ctx.call nesting allowed */
   uint32_t max_calls_in_flight; /* dispatcher call records (all tasks) */
+  char etcd_endpoints[1024];    /* comma-separated http://host:port; "" = stand-alone */
+  char registry_prefix[256];    /* "" = the Profile's */
+  char advertise_addr[256];     /* "" = listen_addr with its bound port */
+  uint64_t etcd_lease_ttl_s;
+  int64_t heartbeat_interval_ms; /* registration value refreshed at least this often */
+  char shadow_target_addr[256]; /* "" = no shadow forwarding */
+  uint32_t shadow_sample_percent;
   uint32_t builder_concurrency;  /* phase semaphores: tasks in each phase at once */
   uint32_t scan_concurrency;
   uint32_t executor_concurrency;
@@ -57,8 +64,10 @@ void wk_app_config_default(wk_app_config *cfg);
  * returns the number of problems (0 = valid). */
 int wk_app_config_validate(const wk_app_config *cfg, char *err, size_t err_len);
 
-/** Runs the worker until SIGINT/SIGTERM: start-up, serve, drain, shutdown. Returns
- * the process exit code (0 after a clean stop). */
-int wk_app_run(const wk_app_config *cfg);
+struct wk_profile;
+
+/** Runs the worker until SIGINT/SIGTERM: start-up, serve, drain, shutdown, wired as
+ * the Profile says. Returns the process exit code (0 after a clean stop). */
+int wk_app_run(const wk_app_config *cfg, const struct wk_profile *profile);
 
 #endif

@@ -110,6 +110,25 @@ static const wk_config_item table[] = {
      .help = "how deep ctx.call may nest"},
     {FIELD(max_calls_in_flight), .type = WK_CONFIG_UINT, .def = "65536", .min = 1024,
      .max = 67108864, .help = "call records held at once, all tasks together"},
+    /* registration and shadow traffic */
+    {FIELD(etcd_endpoints), .type = WK_CONFIG_STRING, .def = "", .min = 0,
+     .max = STRMAX(etcd_endpoints), .meta = "URLS",
+     .help = "etcd endpoints, comma-separated http://host:port (empty = stand-alone)"},
+    {FIELD(registry_prefix), .type = WK_CONFIG_STRING, .def = "", .min = 0,
+     .max = STRMAX(registry_prefix), .meta = "PREFIX",
+     .help = "etcd key prefix the worker registers under (empty = the profile's)"},
+    {FIELD(advertise_addr), .type = WK_CONFIG_STRING, .def = "", .min = 0,
+     .max = STRMAX(advertise_addr), .meta = "HOST:PORT",
+     .help = "address coordinators dial, registered in etcd (empty = listen_addr's bound address)"},
+    {FIELD(etcd_lease_ttl_s), .type = WK_CONFIG_UINT, .def = "10", .min = 1, .max = 3600,
+     .help = "etcd lease TTL in seconds: a dead worker's key is gone this long after"},
+    {FIELD(heartbeat_interval_ms), .type = WK_CONFIG_MS, .def = "3000", .min = 10,
+     .max = 3600000, .help = "the registration value is re-put at least this often"},
+    {FIELD(shadow_target_addr), .type = WK_CONFIG_STRING, .def = "", .min = 0,
+     .max = STRMAX(shadow_target_addr), .meta = "HOST:PORT",
+     .help = "mirror sampled successful submissions to this worker (empty = off)"},
+    {FIELD(shadow_sample_percent), .type = WK_CONFIG_UINT, .def = "100", .min = 0, .max = 100,
+     .help = "percent of successful submissions mirrored to shadow_target_addr"},
     {FIELD(builder_concurrency), .type = WK_CONFIG_UINT, .def = "4", .min = 1, .max = 65536,
      .help = "tasks in their builder phase at once (the builder semaphore)"},
     {FIELD(scan_concurrency), .type = WK_CONFIG_UINT, .def = "4", .min = 1, .max = 65536,
@@ -1014,10 +1033,27 @@ int wk_config_apply_flags(wk_app_config *cfg, const wk_config_cli *cli,
 
 int wk_config_load(wk_app_config *cfg, wk_config_sources *sources, const wk_config_cli *cli,
                    char *const envp[], char *err, size_t len) {
+  return wk_config_load_tuned(cfg, sources, cli, envp, NULL, err, len);
+}
+
+int wk_config_load_tuned(wk_app_config *cfg, wk_config_sources *sources, const wk_config_cli *cli,
+                         char *const envp[], void (*tune)(wk_app_config *cfg), char *err,
+                         size_t len) {
   errs e = errs_init(err, len);
   wk_config_sources local;
   if (!sources) sources = &local;
   wk_config_defaults(cfg, sources);
+  if (tune) {
+    /* the Profile's tune-defaults: only built-in defaults change, and say so */
+    wk_app_config before = *cfg;
+    tune(cfg);
+    for (size_t i = 0; i < N_ITEMS; i++) {
+      const wk_config_item *it = &table[i];
+      if (memcmp((const char *)&before + it->offset, (const char *)cfg + it->offset, it->size) != 0) {
+        set_source(sources, i, WK_CONFIG_FROM_DEFAULT, "profile");
+      }
+    }
+  }
   const char *path = cli && cli->config_path ? cli->config_path : env_lookup(envp, "WORKER_CONFIG");
   if (path && path[0]) load_file(cfg, path, sources, &e);
   apply_env(cfg, envp, sources, &e);

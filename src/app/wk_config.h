@@ -179,6 +179,13 @@ int wk_config_apply_flags(wk_app_config *cfg, const wk_config_cli *cli,
 int wk_config_load(wk_app_config *cfg, wk_config_sources *sources, const wk_config_cli *cli,
                    char *const envp[], char *err, size_t len);
 
+/** wk_config_load with the Profile's tune-defaults: `tune` (may be NULL) changes the
+ * built-in defaults before the file, the environment and the flags apply; settings
+ * it changed show the source "default, profile". */
+int wk_config_load_tuned(wk_app_config *cfg, wk_config_sources *sources, const wk_config_cli *cli,
+                         char *const envp[], void (*tune)(wk_app_config *cfg), char *err,
+                         size_t len);
+
 /* ---- checking and showing ------------------------------------------------------- */
 
 /** Checks every value against the table's ranges, lengths and choices, then the

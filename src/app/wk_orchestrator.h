@@ -63,6 +63,9 @@ void wk_orch_set_ready(wk_orch *orch, bool ready);
 /** Starts draining: new slots and submits are UNAVAILABLE, health NOT_SERVING. */
 void wk_orch_set_draining(wk_orch *orch);
 
+/** The capacity view derived from the core's slot table (DeriveHeartbeat). */
+wk_heartbeat wk_orch_heartbeat(wk_orch *orch);
+
 /** Tasks submitted and not yet terminal. */
 uint32_t wk_orch_live_tasks(const wk_orch *orch);
 

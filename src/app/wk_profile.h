@@ -1,0 +1,44 @@
+/* wk_profile.h: what an entry point declares about its deployment (the seed's
+ * Profile): a label, names for observability and registration, the call builders and
+ * writer plugins it enables, and how it tunes built-in defaults. wk_app_main is the
+ * single wiring and start-up / shutdown sequence: an entry point only declares its
+ * Profile and calls it. */
+#ifndef WK_PROFILE_H
+#define WK_PROFILE_H
+
+#include <stddef.h>
+
+#include "app/wk_app.h"
+
+typedef enum wk_deployment {
+  WK_DEPLOYMENT_BLOCK = 0,  /* one worker per block of capacity */
+  WK_DEPLOYMENT_BUNDLE = 1, /* bundled with its functions */
+} wk_deployment;
+
+#define WK_PROFILE_NAMES_MAX 16
+
+typedef struct wk_profile {
+  wk_deployment deployment;  /* a label only (logs, registration value) */
+  const char *service;       /* service name in logs and the registration value */
+  const char *registry_prefix; /* etcd prefix unless registry_prefix is configured */
+  const char *usage_service; /* where usage records go ("" = the log only) */
+  const char *builders[WK_PROFILE_NAMES_MAX]; /* call builders enabled; NULL-terminated */
+  const char *plugins[WK_PROFILE_NAMES_MAX];  /* writer plugins enabled; NULL-terminated */
+  void (*tune_defaults)(wk_app_config *cfg);  /* changes built-in defaults only; may be NULL */
+} wk_profile;
+
+/** "block" or "bundle". */
+const char *wk_deployment_name(wk_deployment d);
+
+/** Checks the Profile: a known deployment, a service name, a registry prefix that
+ * starts and ends with '/', builders and plugins that exist. Writes one line per
+ * problem into err; returns their number. */
+int wk_profile_validate(const wk_profile *p, char *err, size_t len);
+
+/** The whole program: reads the configuration (defaults, the Profile's tuning, the
+ * file, the environment, the flags), validates it and the Profile, and runs the
+ * worker until it is stopped. Returns the process exit code (2 for a bad
+ * configuration, 0 after a clean stop). */
+int wk_app_main(const wk_profile *profile, int argc, char **argv);
+
+#endif
