@@ -760,7 +760,14 @@ static int connect_worker(bench *b) {
   return 0;
 }
 
-static const char *verdict(double ratio) { return ratio <= TARGET_RATIO ? "PASS" : "MISS"; }
+/* PASS or MISS against the target; a MISS is marked "(noise)" when the control series
+ * C differs from H at least as much as R does (max(C/H, H/C) >= R/H), so the gap cannot
+ * be told from the machine's noise at that moment. */
+static const char *verdict(double ratio, double noise) {
+  if (ratio <= TARGET_RATIO) return "PASS";
+  double spread = noise >= 1.0 ? noise : (noise > 0 ? 1.0 / noise : 0);
+  return spread >= ratio ? "MISS (noise)" : "MISS";
+}
 
 int main(int argc, char **argv) {
   bench b;
@@ -886,6 +893,7 @@ int main(int argc, char **argv) {
   printf("   %-9s %-19s %9s %9s %9s %9s %9s %9s %6s\n", "in-flight", "method", "calls",
          "calls/s", "p50", "p99", "srv-cpu", "exhausted", "errors");
   bool all_pass = true;
+  bool misses_all_noise = true; /* every MISS is marked (noise) */
   char verdicts[N_CONCURRENCY][128];
   for (size_t ci = 0; ci < N_CONCURRENCY; ci++) {
     unsigned k = k_concurrency[ci];
@@ -929,13 +937,16 @@ int main(int argc, char **argv) {
     bool pass = r50 <= TARGET_RATIO && r99 <= TARGET_RATIO && series[0].ok > 0 &&
                 series[1].ok > 0;
     all_pass = all_pass && pass;
+    if (strcmp(verdict(r50, n50), "MISS") == 0 || strcmp(verdict(r99, n99), "MISS") == 0) {
+      misses_all_noise = false;
+    }
     printf("   %-9u %-19s %9s %9s %8.2fx %8.2fx %8.2fx   p50 %s, p99 %s\n", k, "ratio R/H", "", "",
-           r50, r99, cpu[0] > 0 ? cpu[1] / cpu[0] : 0, verdict(r50), verdict(r99));
+           r50, r99, cpu[0] > 0 ? cpu[1] / cpu[0] : 0, verdict(r50, n50), verdict(r99, n99));
     printf("   %-9u %-19s %9s %9s %8.2fx %8.2fx %8.2fx\n", k, "noise floor C/H", "", "", n50, n99,
            cpu[0] > 0 ? cpu[2] / cpu[0] : 0);
     snprintf(verdicts[ci], sizeof verdicts[ci],
              "K=%-2u p50 %.2fx %s, p99 %.2fx %s   (noise floor C/H: p50 %.2fx, p99 %.2fx)", k, r50,
-             verdict(r50), r99, verdict(r99), n50, n99);
+             verdict(r50, n50), r99, verdict(r99, n99), n50, n99);
     char label[32];
     snprintf(label, sizeof label, "K=%u", k);
     cpu_print(label, &c0, &c1);
@@ -1001,7 +1012,11 @@ int main(int argc, char **argv) {
   }
 
   printf("\nsummary: RequestTaskSlot within %.1fx of Health.Check at every concurrency: %s\n",
-         TARGET_RATIO, all_pass ? "PASS" : "MISS");
+         TARGET_RATIO,
+         all_pass            ? "PASS"
+         : misses_all_noise ? "MISS, every miss within the noise floor (rerun on a quiet machine, "
+                              "or with a longer --seconds-per-point)"
+                            : "MISS");
   for (size_t ci = 0; ci < N_CONCURRENCY; ci++) printf("   %s\n", verdicts[ci]);
   print_loadavg("at end");
   pthread_mutex_lock(&g_err.mu);

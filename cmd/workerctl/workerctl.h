@@ -23,14 +23,19 @@ enum {
                                a local operation (deploy) failed */
   CTL_EXIT_USAGE = 2,       /* bad command line, bad ARGS JSON */
   CTL_EXIT_STATUS = 3,      /* the worker answered an error status */
-  CTL_EXIT_UNREACHABLE = 4, /* the worker could not be reached, or the deadline passed */
+  CTL_EXIT_UNREACHABLE = 4, /* the worker could not be reached, or the deadline passed;
+                               submit found no worker in etcd, or etcd was unreachable */
 };
 
 #define CTL_DEFAULT_ADDR "127.0.0.1:7070"
 #define CTL_DEFAULT_DEADLINE_MS 10000
+#define CTL_STR2(x) #x
+#define CTL_STR(x) CTL_STR2(x) /* a macro's value as a string literal */
 #define CTL_MAX_POSITIONAL 256u /* positional arguments (task ids of a watch) */
 #define CTL_MAX_KV 128u         /* --label / --option / --result-option pairs each */
 #define CTL_TASK_ID_MAX 128u
+#define CTL_SUBMIT_MAX_TRIES 8 /* workers a submit picked from etcd tries at most (a plain
+                                 number: it is also printed in the help text) */
 
 /* ---- command line ------------------------------------------------------------------ */
 
@@ -83,7 +88,10 @@ typedef struct ctl_args {
   const char *val[F_COUNT]; /* last value of each flag that takes one */
   ctl_kvs labels, options, result_options;
   /* resolved globals */
-  const char *addr;
+  const char *addr;  /* the worker: --addr, $WORKERCTL_ADDR, the default, or (submit
+                        without either) the candidate picked from etcd being tried */
+  bool addr_given;   /* --addr or a non-empty $WORKERCTL_ADDR */
+  bool discovered;   /* addr was picked from etcd (submit): outputs name the worker */
   bool json;
   int64_t deadline_ms;
 } ctl_args;
@@ -125,6 +133,13 @@ int ctl_cmd_epochs(ctl_args *a);
 #define CTL_DEFAULT_ETCD "http://127.0.0.1:2379"
 #define CTL_DEFAULT_PREFIX "/workers/"
 int ctl_cmd_workers(ctl_args *a);
+/** The etcd endpoints: --etcd, else $WORKERCTL_ETCD, else CTL_DEFAULT_ETCD. */
+const char *ctl_etcd_endpoints(const ctl_args *a);
+/** The registry prefix: --prefix, else CTL_DEFAULT_PREFIX. */
+const char *ctl_etcd_prefix(const ctl_args *a);
+/** Reports a failed etcd request (rc a negative wk_etcd_rc, msg its message) on stderr,
+ * and as {"error":{...}} with --json; returns 4 (unreachable) or 3 (any other error). */
+int ctl_report_etcd_error(const ctl_args *a, const char *endpoints, int rc, const char *msg);
 
 /* ---- output (workerctl_format.c) ---------------------------------------------------- */
 
@@ -143,8 +158,10 @@ void ctl_print_result(FILE *f, const Worker__V1__TaskResult *r);
 json_t *ctl_result_json(const Worker__V1__TaskResult *r);
 void ctl_print_event(FILE *f, const Worker__V1__TaskEvent *e);
 json_t *ctl_event_json(const Worker__V1__TaskEvent *e);
-void ctl_print_submit(FILE *f, const Worker__V1__SubmitTaskResponse *r);
-json_t *ctl_submit_json(const Worker__V1__SubmitTaskResponse *r);
+/** worker: the address the task went to, printed when it was picked from etcd (NULL:
+ * not printed, the output of a submit to --addr). */
+void ctl_print_submit(FILE *f, const Worker__V1__SubmitTaskResponse *r, const char *worker);
+json_t *ctl_submit_json(const Worker__V1__SubmitTaskResponse *r, const char *worker);
 void ctl_print_slot(FILE *f, const char *task_id, const Worker__V1__RequestTaskSlotResponse *r,
                     int64_t now_unix_ms);
 json_t *ctl_slot_json(const Worker__V1__RequestTaskSlotResponse *r);

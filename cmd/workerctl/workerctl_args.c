@@ -55,7 +55,8 @@ const ctl_command ctl_commands[] = {
      "submit FUNCTION [ARGS] [--task-id ID] [--slot-id N] [--builder NAME] [--epoch N]\n"
      "       [--entrypoint MOD:ATTR] [--bytes] [--args-file PATH] [--timeout-ms N]\n"
      "       [--continue MAX_FAILED] [--retries N] [--label K=V]... [--option K=V]...\n"
-     "       [--result-handler TYPE] [--result-option K=V]... [--watch]",
+     "       [--result-handler TYPE] [--result-option K=V]... [--watch]\n"
+     "       [--etcd ENDPOINTS] [--prefix P]",
      "Submits a task running FUNCTION (SubmitTask). ARGS is JSON text (default: null),\n"
      "checked locally; it goes to the builder as is.\n"
      "  --task-id ID        task id (default: generated, t-<unix ms hex>-<random hex>)\n"
@@ -73,11 +74,27 @@ const ctl_command ctl_commands[] = {
      "  --option K=V        builder option (repeatable)\n"
      "  --result-handler T  writer plugin (file, redis, postgres; default: outputs inline)\n"
      "  --result-option K=V writer plugin option (repeatable)\n"
-     "  --watch             wait for the task and print its result (exit 1 if it failed)\n",
+     "  --watch             wait for the task and print its result (exit 1 if it failed)\n"
+     "\n"
+     "The worker: --addr, else $WORKERCTL_ADDR, else one picked from the etcd registry\n"
+     "(see `workerctl workers`): a ready, not draining worker with free slots, the most\n"
+     "free slots first (ties spread at random). A worker that answers RESOURCE_EXHAUSTED\n"
+     "or UNAVAILABLE, or cannot be reached, is skipped for the next (a line on stderr\n"
+     "each); at most " CTL_STR(CTL_SUBMIT_MAX_TRIES) " are tried. One that does not answer within "
+     "--deadline-ms is\n"
+     "not skipped: it may have taken the task. The chosen worker is printed with the\n"
+     "result (\"worker\" with --json) and --watch watches on it; get, watch and cancel\n"
+     "need it as --addr. Exit 4 when no worker qualifies or etcd cannot be reached, 3\n"
+     "when etcd answers an error.\n"
+     "  --etcd ENDPOINTS    comma-separated http://host:port (default: $WORKERCTL_ETCD,\n"
+     "                      else " CTL_DEFAULT_ETCD ")\n"
+     "  --prefix P          registry prefix (default: " CTL_DEFAULT_PREFIX ")\n"
+     "--etcd or --prefix pick from etcd even when $WORKERCTL_ADDR is set; they do not go\n"
+     "with --addr.\n",
      BIT(F_TASK_ID) | BIT(F_SLOT_ID) | BIT(F_BUILDER) | BIT(F_EPOCH) | BIT(F_ENTRYPOINT) |
          BIT(F_BYTES) | BIT(F_ARGS_FILE) | BIT(F_TIMEOUT_MS) | BIT(F_CONTINUE) |
          BIT(F_RETRIES) | BIT(F_LABEL) | BIT(F_OPTION) | BIT(F_RESULT_HANDLER) |
-         BIT(F_RESULT_OPTION) | BIT(F_WATCH),
+         BIT(F_RESULT_OPTION) | BIT(F_WATCH) | BIT(F_ETCD) | BIT(F_PREFIX),
      1, 2, ctl_cmd_submit},
     {"get", "get TASK_ID",
      "Prints the task's current snapshot or its retained result (GetTaskResult).\n", 0, 1, 1,
@@ -133,7 +150,9 @@ void ctl_print_help(FILE *f) {
   fprintf(f,
           "\n"
           "Global options (also accepted after the command):\n"
-          "  --addr HOST:PORT    the worker (default: $WORKERCTL_ADDR, else %s)\n"
+          "  --addr HOST:PORT    the worker (default: $WORKERCTL_ADDR, else %s;\n"
+          "                      submit without either picks one from etcd: see\n"
+          "                      `workerctl submit --help`)\n"
           "  --json              print one JSON object per line per result or event:\n"
           "                      proto field names, enums by name (\"SUCCEEDED\"), 64-bit\n"
           "                      numbers as JSON numbers, JSON outputs embedded as JSON,\n"
@@ -150,7 +169,9 @@ void ctl_print_help(FILE *f) {
           "  2  usage error: bad command, option, number or ARGS JSON\n"
           "  3  the worker answered an error status (NOT_FOUND, INVALID_ARGUMENT,\n"
           "     RESOURCE_EXHAUSTED, ...), printed as \"workerctl: CODE: message\"\n"
-          "  4  the worker could not be reached (connection failed, or the deadline passed)\n",
+          "  4  the worker could not be reached (connection failed, or the deadline passed);\n"
+          "     etcd could not be reached, or (submit) no ready worker with free slots is\n"
+          "     registered there\n",
           CTL_DEFAULT_ADDR, CTL_DEFAULT_DEADLINE_MS);
 }
 
@@ -317,6 +338,7 @@ int ctl_parse(int argc, char **argv, ctl_args *a) {
   }
 
   const char *env = getenv("WORKERCTL_ADDR");
+  a->addr_given = a->set[F_ADDR] || (env && *env);
   a->addr = a->set[F_ADDR] ? a->val[F_ADDR] : (env && *env ? env : CTL_DEFAULT_ADDR);
   if (!*a->addr) {
     ctl_usage_error(a, "--addr is empty");

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "adapters/wk_code_store.h"
+#include "adapters/wk_etcd.h"
 #include "adapters/wk_grpc_client.h"
 #include "grpc/health/v1/health.pb-c.h"
 #include "workerctl.h"
@@ -63,6 +64,7 @@ static int report_status(const ctl_args *a, const wk_grpc_status *st) {
     json_t *m = json_string(st->message);
     json_object_set_new(e, "message", m ? m : json_string(""));
     json_object_set_new(e, "unreachable", json_boolean(unreachable));
+    if (a->discovered) json_object_set_new(e, "worker", json_string(a->addr));
     json_t *j = json_object();
     json_object_set_new(j, "error", e);
     ctl_json_print(stdout, j);
@@ -111,7 +113,9 @@ static int call_once(const ctl_args *a, const char *method, const ProtobufCMessa
 /* Prints a TaskResult and returns the exit code its state implies. */
 static int print_result(const ctl_args *a, const Worker__V1__TaskResult *r) {
   if (a->json) {
-    ctl_json_print(stdout, ctl_result_json(r));
+    json_t *j = ctl_result_json(r);
+    if (a->discovered) json_object_set_new(j, "worker", json_string(a->addr));
+    ctl_json_print(stdout, j);
   } else {
     ctl_print_result(stdout, r);
   }
@@ -350,6 +354,119 @@ typedef struct kv_entries {
 /* protobuf-c messages hold `char *`; packing only reads them. */
 static char *mutable_str(const char *s) { return (char *)(uintptr_t)s; }
 
+/* ---- submit to a worker picked from etcd ---------------------------------------------- */
+
+static uint64_t tie_seed(void) {
+  uint64_t s = 0;
+  if (getrandom(&s, sizeof s, 0) != (ssize_t)sizeof s) {
+    s = (uint64_t)now_unix_ms() * UINT64_C(0x9e3779b97f4a7c15) ^ (uint64_t)getpid();
+  }
+  return s | 1u; /* 0 would order ties by address: every client on the same worker */
+}
+
+/* The index of the first candidate after `from` whose address was not tried yet
+ * (candidates[0..from] were); n when there is none. */
+static size_t next_untried(const wk_etcd_workers *cands, size_t from) {
+  for (size_t i = from + 1; i < cands->n; i++) {
+    bool dup = false;
+    for (size_t k = 0; k <= from && !dup; k++) {
+      dup = strcmp(cands->items[k].address, cands->items[i].address) == 0;
+    }
+    if (!dup) return i;
+  }
+  return cands->n;
+}
+
+/* Submits req to the workers registered under the prefix in etcd, best first, moving
+ * on while a worker answers RESOURCE_EXHAUSTED or UNAVAILABLE (or cannot be reached).
+ * Other answers, DEADLINE_EXCEEDED included (the worker may have taken the task), end
+ * the search. Returns 0 with *out the chosen worker's client (a->addr its address,
+ * owned by *cands: free it after the last use of a->addr) and *resp the answer, or an
+ * exit code after reporting the failure. */
+static int submit_discovered(ctl_args *a, const ProtobufCMessage *req, wk_etcd_workers *cands,
+                             wk_grpc_client **out, wk_grpc_buf *resp) {
+  const char *endpoints = ctl_etcd_endpoints(a);
+  const char *prefix = ctl_etcd_prefix(a);
+  *out = NULL;
+  if (!*prefix) return ctl_usage_error(a, "--prefix is empty");
+  char err[512];
+  int erc = wk_etcd_find_candidates(endpoints, prefix, a->deadline_ms, 0, tie_seed(), cands, err,
+                                    sizeof err);
+  if (erc == WK_ETCD_E_INVALID) return ctl_usage_error(a, "--etcd: %s", err);
+  if (erc != WK_ETCD_OK) return ctl_report_etcd_error(a, endpoints, erc, err);
+  if (cands->n == 0) {
+    char msg[1024];
+    snprintf(msg, sizeof msg,
+             "no ready worker with free slots registered under %s in etcd %s (see workerctl "
+             "workers --etcd %s --prefix %s; or pass --addr HOST:PORT)",
+             prefix, endpoints, endpoints, prefix);
+    fprintf(stderr, "workerctl: %s\n", msg);
+    if (a->json) {
+      json_t *e = json_object();
+      json_object_set_new(e, "code", json_string("NO_WORKER"));
+      json_t *m = json_string(msg);
+      json_object_set_new(e, "message", m ? m : json_string(""));
+      json_object_set_new(e, "unreachable", json_true());
+      json_t *j = json_object();
+      json_object_set_new(j, "error", e);
+      ctl_json_print(stdout, j);
+    }
+    return CTL_EXIT_UNREACHABLE;
+  }
+
+  size_t len;
+  uint8_t *buf = pack(req, &len);
+  wk_grpc_client_options opts = {.max_recv_message_bytes = 0, .user_agent = USER_AGENT};
+  a->discovered = true;
+  size_t tries = 0;
+  for (size_t i = 0; i < cands->n; i = next_untried(cands, i)) {
+    a->addr = cands->items[i].address;
+    tries++;
+    wk_grpc_client *c = NULL;
+    wk_grpc_status st;
+    char oerr[256];
+    if (wk_grpc_client_open(a->addr, &opts, &c, oerr, sizeof oerr) != 0) {
+      st.code = GRPC_STATUS_UNAVAILABLE;
+      st.reached_server = false;
+      snprintf(st.message, sizeof st.message, "%s", oerr);
+    } else if (wk_grpc_client_unary(c, M_SUBMIT, buf, len, NULL, 0, a->deadline_ms, resp, &st) ==
+               GRPC_STATUS_OK) {
+      free(buf);
+      *out = c;
+      return 0;
+    }
+    wk_grpc_client_close(c);
+    bool skip = st.code == GRPC_STATUS_RESOURCE_EXHAUSTED || st.code == GRPC_STATUS_UNAVAILABLE;
+    size_t next = next_untried(cands, i);
+    if (skip && next < cands->n && tries < (size_t)CTL_SUBMIT_MAX_TRIES) {
+      const char *code = wk_grpc_status_name(st.code);
+      if (st.reached_server) {
+        fprintf(stderr, "workerctl: %s answered %s; trying %s\n", a->addr, code,
+                cands->items[next].address);
+      } else {
+        fprintf(stderr, "workerctl: cannot reach %s (%s); trying %s\n", a->addr, code,
+                cands->items[next].address);
+      }
+      continue;
+    }
+    free(buf);
+    int rc = report_status(a, &st);
+    if (skip && tries > 1) {
+      fprintf(stderr,
+              "workerctl: none of the %zu workers tried took the task (registered under %s in "
+              "etcd %s)%s\n",
+              tries, prefix, endpoints,
+              next < cands->n ? "; stopped at the limit of " CTL_STR(CTL_SUBMIT_MAX_TRIES) " tries"
+                              : "");
+    }
+    return rc;
+  }
+  free(buf); /* not reached: the loop returns at its last candidate */
+  return CTL_EXIT_UNREACHABLE;
+}
+
+/* ---- submit ------------------------------------------------------------------------------ */
+
 int ctl_cmd_submit(ctl_args *a) {
   const char *function = a->pos[0];
   if (!wk_code_store_valid_function_name(function)) {
@@ -361,6 +478,17 @@ int ctl_cmd_submit(ctl_args *a) {
   bool raw = a->set[F_BYTES];
   if (a->npos == 2 && a->set[F_ARGS_FILE]) {
     return ctl_usage_error(a, "give ARGS or --args-file, not both");
+  }
+  /* Where to: --addr (or $WORKERCTL_ADDR) as always, else a worker from etcd. An
+   * explicit --etcd or --prefix asks for etcd over $WORKERCTL_ADDR. */
+  bool etcd_flags = a->set[F_ETCD] || a->set[F_PREFIX];
+  if (a->set[F_ADDR] && etcd_flags) {
+    return ctl_usage_error(a, "give --addr (this worker) or --etcd/--prefix (pick one from "
+                              "etcd), not both");
+  }
+  bool discover = !a->set[F_ADDR] && (!a->addr_given || etcd_flags);
+  if (discover && a->set[F_SLOT_ID]) {
+    return ctl_usage_error(a, "--slot-id is a slot on one worker: give that worker's --addr");
   }
 
   /* ---- arguments of the function, checked before anything is sent */
@@ -514,37 +642,42 @@ int ctl_cmd_submit(ctl_args *a) {
   rh.n_options = a->result_options.n;
   rh.options = kv->rh_option_ptrs;
 
-  /* ---- send, then maybe watch */
+  /* ---- send, then maybe watch (on the same worker) */
   wk_grpc_client *c = NULL;
-  rc = open_client(a, &c);
   wk_grpc_buf resp = {NULL, 0};
-  if (rc == 0) rc = call(a, c, M_SUBMIT, &req.base, &resp);
+  wk_etcd_workers cands = {NULL, 0}; /* owns a->addr when discovered */
+  if (discover) {
+    rc = submit_discovered(a, &req.base, &cands, &c, &resp);
+  } else {
+    rc = open_client(a, &c);
+    if (rc == 0) rc = call(a, c, M_SUBMIT, &req.base, &resp);
+  }
   free(kv);
   free(args);
-  if (rc != 0) {
-    wk_grpc_client_close(c);
-    return rc;
+  Worker__V1__SubmitTaskResponse *r = NULL;
+  if (rc == 0) {
+    r = worker__v1__submit_task_response__unpack(NULL, resp.len, resp.data);
+    wk_grpc_buf_free(&resp);
+    if (!r) rc = report_decode_error(a, "SubmitTaskResponse");
   }
-  Worker__V1__SubmitTaskResponse *r =
-      worker__v1__submit_task_response__unpack(NULL, resp.len, resp.data);
-  wk_grpc_buf_free(&resp);
-  if (!r) {
-    wk_grpc_client_close(c);
-    return report_decode_error(a, "SubmitTaskResponse");
-  }
-  if (!a->set[F_WATCH]) {
-    if (a->json) {
-      ctl_json_print(stdout, ctl_submit_json(r));
+  if (rc == 0) {
+    const char *worker = a->discovered ? a->addr : NULL;
+    if (!a->set[F_WATCH]) {
+      if (a->json) {
+        ctl_json_print(stdout, ctl_submit_json(r, worker));
+      } else {
+        ctl_print_submit(stdout, r, worker);
+      }
     } else {
-      ctl_print_submit(stdout, r);
+      if (!a->json) ctl_print_submit(stdout, r, worker);
+      char *ids[1] = {task_id};
+      rc = watch_tasks(a, c, ids, 1, true);
     }
-  } else {
-    if (!a->json) ctl_print_submit(stdout, r);
-    char *ids[1] = {task_id};
-    rc = watch_tasks(a, c, ids, 1, true);
   }
-  worker__v1__submit_task_response__free_unpacked(r, NULL);
+  if (r) worker__v1__submit_task_response__free_unpacked(r, NULL);
   wk_grpc_client_close(c);
+  a->addr = NULL; /* it may point into cands */
+  wk_etcd_workers_free(&cands);
   return rc;
 }
 

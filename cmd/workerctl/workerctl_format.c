@@ -353,17 +353,18 @@ json_t *ctl_event_json(const Worker__V1__TaskEvent *e) {
   return j;
 }
 
-void ctl_print_submit(FILE *f, const Worker__V1__SubmitTaskResponse *r) {
+void ctl_print_submit(FILE *f, const Worker__V1__SubmitTaskResponse *r, const char *worker) {
   char b[32];
-  fprintf(f, "submitted task %s slot %" PRIu64 " %s%s\n", r->task_id, r->slot_id,
-          state_name(r->state, b, sizeof b),
+  fprintf(f, "submitted task %s slot %" PRIu64 " %s%s%s%s\n", r->task_id, r->slot_id,
+          state_name(r->state, b, sizeof b), worker ? " on worker " : "", worker ? worker : "",
           r->duplicate ? " (duplicate: the task was already known)" : "");
   fflush(f);
 }
 
-json_t *ctl_submit_json(const Worker__V1__SubmitTaskResponse *r) {
+json_t *ctl_submit_json(const Worker__V1__SubmitTaskResponse *r, const char *worker) {
   char b[32];
   json_t *j = json_object();
+  if (worker) json_object_set_new(j, "worker", json_str(worker));
   json_object_set_new(j, "task_id", json_str(r->task_id));
   json_object_set_new(j, "slot_id", ctl_json_u64(r->slot_id));
   json_object_set_new(j, "state", json_str(state_name(r->state, b, sizeof b)));

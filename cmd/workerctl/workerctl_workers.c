@@ -92,10 +92,36 @@ static void print_table(FILE *f, const wk_etcd_workers *ws, int64_t now) {
   }
 }
 
-int ctl_cmd_workers(ctl_args *a) {
+const char *ctl_etcd_endpoints(const ctl_args *a) {
+  if (a->set[F_ETCD]) return a->val[F_ETCD];
   const char *env = getenv("WORKERCTL_ETCD");
-  const char *endpoints = a->set[F_ETCD] ? a->val[F_ETCD] : (env && *env ? env : CTL_DEFAULT_ETCD);
-  const char *prefix = a->set[F_PREFIX] ? a->val[F_PREFIX] : CTL_DEFAULT_PREFIX;
+  return env && *env ? env : CTL_DEFAULT_ETCD;
+}
+
+const char *ctl_etcd_prefix(const ctl_args *a) {
+  return a->set[F_PREFIX] ? a->val[F_PREFIX] : CTL_DEFAULT_PREFIX;
+}
+
+int ctl_report_etcd_error(const ctl_args *a, const char *endpoints, int rc, const char *msg) {
+  bool unreachable = rc == WK_ETCD_E_UNREACHABLE;
+  fprintf(stderr, "workerctl: %s etcd (%s); %s\n", unreachable ? "cannot reach" : "error from",
+          endpoints, msg);
+  if (a->json) {
+    json_t *e = json_object();
+    json_object_set_new(e, "code", json_string(wk_etcd_rc_name(rc)));
+    json_t *m = json_string(msg);
+    json_object_set_new(e, "message", m ? m : json_string(""));
+    json_object_set_new(e, "unreachable", json_boolean(unreachable));
+    json_t *j = json_object();
+    json_object_set_new(j, "error", e);
+    ctl_json_print(stdout, j);
+  }
+  return unreachable ? CTL_EXIT_UNREACHABLE : CTL_EXIT_STATUS;
+}
+
+int ctl_cmd_workers(ctl_args *a) {
+  const char *endpoints = ctl_etcd_endpoints(a);
+  const char *prefix = ctl_etcd_prefix(a);
   if (!*prefix) return ctl_usage_error(a, "--prefix is empty (it would list every etcd key)");
   char err[256];
   wk_etcd *c = wk_etcd_new(endpoints, a->deadline_ms, err, sizeof err);
@@ -104,20 +130,9 @@ int ctl_cmd_workers(ctl_args *a) {
   wk_etcd_workers ws;
   int rc = wk_etcd_list_workers(c, prefix, &ws);
   if (rc != WK_ETCD_OK) {
-    bool unreachable = rc == WK_ETCD_E_UNREACHABLE;
-    fprintf(stderr, "workerctl: %s etcd (%s); %s\n", unreachable ? "cannot reach" : "error from",
-            endpoints, wk_etcd_errmsg(c));
-    if (a->json) {
-      json_t *e = json_object();
-      json_object_set_new(e, "code", json_string(wk_etcd_rc_name(rc)));
-      json_object_set_new(e, "message", json_string(wk_etcd_errmsg(c)));
-      json_object_set_new(e, "unreachable", json_boolean(unreachable));
-      json_t *j = json_object();
-      json_object_set_new(j, "error", e);
-      ctl_json_print(stdout, j);
-    }
+    rc = ctl_report_etcd_error(a, endpoints, rc, wk_etcd_errmsg(c));
     wk_etcd_free(c);
-    return unreachable ? CTL_EXIT_UNREACHABLE : CTL_EXIT_STATUS;
+    return rc;
   }
   int64_t now = now_unix_ms();
   if (ws.n == 0) {

@@ -442,6 +442,7 @@ static int request(wk_etcd *c, const char *path, json_t *body, json_t **answer) 
         break;
       }
       c->current = idx;
+      c->err[0] = '\0'; /* an earlier endpoint's failure is not this call's */
       *answer = j;
       rc = WK_ETCD_OK;
       break;

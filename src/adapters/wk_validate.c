@@ -458,6 +458,7 @@ static bool scan_message(const ProtobufCMessageDescriptor *d, const uint8_t *buf
     if (!read_varint(buf, len, &pos, &key)) goto malformed;
     unsigned wire = (unsigned)(key & 7u);
     uint64_t number = key >> 3;
+    if (number == 0) goto malformed; /* no field 0; protobuf-c accepts an overlong tag 0 */
     uint64_t skip;
     switch (wire) {
       case 0:

@@ -25,6 +25,7 @@
 #include "app/wk_fs.h"
 #include "app/wk_log.h"
 #include "adapters/wk_etcd_publisher.h"
+#include "adapters/wk_shadow.h"
 #include "app/wk_orchestrator.h"
 #include "app/wk_profile.h"
 
@@ -61,6 +62,8 @@ typedef struct wk_app {
   uint32_t capacity; /* last executor capacity handed to the dispatcher */
   const wk_profile *profile;
   wk_etcd_publisher *publisher; /* NULL when stand-alone */
+  wk_shadow *shadow;            /* NULL without shadow_target_addr */
+  int64_t shadow_logged_ms;
   char advertise_addr[256];
 } wk_app;
 
@@ -146,6 +149,11 @@ static void stop_everything(wk_app *app) {
   wk_log(WK_LOG_INFO, "worker_stopping", "stopping the gRPC server and the executors");
   wk_grpc_server_stop(app->server);
   app->server = NULL;
+  if (app->shadow) {
+    wk_orch_set_shadow(app->orch, NULL);
+    wk_shadow_stop(app->shadow); /* logs its final counts */
+    app->shadow = NULL;
+  }
   wk_orch_close(app->orch);
   app->orch = NULL;
   wk_pool_stop(app->pool, on_pool_stopped, app);
@@ -156,6 +164,16 @@ static void on_phase_timer(uv_timer_t *t) {
   int64_t now = app_now(app);
   int64_t in_phase = now - app->phase_started_ms;
   publish(app);
+  if (app->shadow && now - app->shadow_logged_ms >= 30000) {
+    app->shadow_logged_ms = now;
+    wk_shadow_stats st;
+    wk_shadow_stats_get(app->shadow, &st);
+    wk_log_json(WK_LOG_INFO, "shadow_stats",
+                json_pack("{s:s,s:I,s:I,s:I,s:I,s:I}", "target", wk_shadow_target(app->shadow), "offered",
+                          (json_int_t)st.offered, "mirrored", (json_int_t)st.mirrored, "failed",
+                          (json_int_t)st.failed, "dropped", (json_int_t)st.dropped, "sampled_out",
+                          (json_int_t)st.sampled_out));
+  }
   if (app->orch && app->pool && app->phase != APP_STARTING) {
     /* SyncExecutorSnapshots: the dispatcher admits what the ready executors can hold */
     uint32_t capacity = wk_pool_capacity(app->pool);
@@ -338,6 +356,19 @@ int wk_app_run(const wk_app_config *cfg, const wk_profile *profile) {
   wk_orch_set_executor(app.orch, wk_pool_adapter(app.pool));
 
   grpc_init();
+  if (cfg->shadow_target_addr[0]) {
+    wk_shadow_config shc = {
+        .target = cfg->shadow_target_addr,
+        .sample_rate = (double)cfg->shadow_sample_percent / 100.0,
+        .seed = (uint64_t)getpid(),
+    };
+    app.shadow = wk_shadow_start(&shc, err, sizeof err);
+    if (!app.shadow) {
+      fprintf(stderr, "worker: shadow forwarding to %s: %s\n", cfg->shadow_target_addr, err);
+      return 2;
+    }
+    wk_orch_set_shadow(app.orch, app.shadow);
+  }
   wk_grpc_server_config scfg = {
       .listen_addr = cfg->listen_addr,
       .max_message_bytes = cfg->max_message_bytes,

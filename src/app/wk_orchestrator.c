@@ -16,6 +16,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "adapters/wk_shadow.h"
 #include "app/wk_calls.h"
 #include "app/wk_log.h"
 #include "app/wk_subscriptions.h"
@@ -64,6 +65,7 @@ struct wk_orch {
   wk_core *core;
   wk_exec_adapter exec;
   wk_calls *calls; /* the calls phase: DispatcherCore and the attempts */
+  wk_shadow *shadow; /* mirrors sampled submissions to another worker; NULL = off */
   wk_subs *subs;
   int64_t wall_offset_ms;
   int64_t now_ms;
@@ -519,7 +521,11 @@ static void handle_submit(wk_orch *o, wk_rpc *rpc) {
         .retry_on_timeout = p->retry_on_timeout,
     };
   }
+  char shadow_md[8] = "";
+  bool is_shadow = wk_rpc_metadata(rpc, WK_SHADOW_METADATA_KEY, shadow_md, sizeof shadow_md) &&
+                   wk_shadow_is_shadow_request(shadow_md);
   wk_task_rt *rt = wk_task_rt_create(o, req, traceparent, o->now_ms, o->cfg.core.default_task_timeout_ms);
+  if (is_shadow) rt->result_handler[0] = '\0'; /* shadow traffic never reaches a writer */
   wk_submit_result res;
   wk_core_handle_submit(o->core, &sr, rt, o->now_ms, &res);
   if (!res.adapter_ctx_taken) wk_task_rt_unref(rt);
@@ -535,6 +541,15 @@ static void handle_submit(wk_orch *o, wk_rpc *rpc) {
   resp.duplicate = res.duplicate;
   resp.accepted_unix_ms = res.accepted_ms + o->wall_offset_ms;
   reply_packed(rpc, &resp.base);
+  if (!res.duplicate && o->shadow && !is_shadow) {
+    /* mirrored after the primary succeeded; the forwarder never blocks */
+    size_t n = worker__v1__submit_task_request__get_packed_size(req);
+    uint8_t *bytes = malloc(n ? n : 1);
+    if (!bytes) abort();
+    worker__v1__submit_task_request__pack(req, bytes);
+    wk_shadow_offer(o->shadow, bytes, n);
+    free(bytes);
+  }
   if (!res.duplicate) {
     wk_log_json(WK_LOG_INFO, "task_accepted",
                 json_pack("{s:s,s:s,s:I,s:s}", "task_id", req->task_id, "function",
@@ -783,6 +798,8 @@ wk_orch *wk_orch_create(uv_loop_t *loop, const wk_orch_config *cfg, char *err, s
 }
 
 void wk_orch_set_executor(wk_orch *o, wk_exec_adapter exec) { o->exec = exec; }
+
+void wk_orch_set_shadow(wk_orch *o, wk_shadow *shadow) { o->shadow = shadow; }
 
 void wk_orch_set_capacity(wk_orch *o, uint32_t calls) {
   loop_now(o);

@@ -54,6 +54,10 @@ void wk_orch_on_call_result(void *orch, void *call_ctx, const wk_call_outcome *o
 /** The executor adapter's subcall callback; pass it with `orch` as user data. */
 void wk_orch_on_subcalls(void *orch, void *call_ctx, const wk_frame_subcalls *req);
 
+struct wk_shadow;
+/** Mirrors sampled successful submissions through `shadow` (not owned; NULL = off). */
+void wk_orch_set_shadow(wk_orch *orch, struct wk_shadow *shadow);
+
 /** Calls the executors can hold in flight (the dispatcher's admission limit). */
 void wk_orch_set_capacity(wk_orch *orch, uint32_t calls);
 

@@ -133,3 +133,45 @@ def test_sigterm_under_load_loses_no_accepted_task(worker_factory, etcd):
     assert not missing, "accepted tasks without a terminal event: %s (errors %s)" % (missing[:5], errors[:5])
     assert all(s in (pb.TASK_STATE_SUCCEEDED, pb.TASK_STATE_FAILED) for s in results.values())
     assert key not in etcd.range_prefix(PREFIX)  # deregistered
+
+
+def test_shadow_traffic_reaches_the_target_without_its_result_handler(worker_factory):
+    target = worker_factory()
+    target.wait_serving()
+    target.deploy("echo")
+    primary = worker_factory("--shadow-target-addr", target.addr)
+    primary.wait_serving()
+    primary.deploy("echo")
+    handler = pb.ResultHandler(type="file")
+    primary.submit("shadowed", "echo", {"x": 1}, result_handler=handler)
+    p = primary.wait_terminal("shadowed")
+    assert p.failure_code == pb.FAILURE_CODE_PLUGIN_NOT_FOUND  # the primary kept its handler
+    # the mirror arrived with the same task id, and ran without the handler
+    t = wait_for(lambda: _result_or_none(target, "shadowed"), timeout=10)
+    assert t is not None
+    t = target.wait_terminal("shadowed")
+    assert t.state == pb.TASK_STATE_SUCCEEDED and t.failure_code == 0
+
+
+def _result_or_none(w, task_id):
+    try:
+        return w.stub.GetTaskResult(pb.GetTaskResultRequest(task_id=task_id), timeout=2)
+    except grpc.RpcError:
+        return None
+
+
+def test_shadow_target_down_never_delays_or_fails_the_primary(worker_factory):
+    from etcd_fixture import free_port
+    primary = worker_factory("--shadow-target-addr", "127.0.0.1:%d" % free_port())
+    primary.wait_serving()
+    primary.deploy("echo")
+    t0 = time.time()
+    for i in range(50):
+        primary.submit("p-%d" % i, "echo", {"i": i})
+    assert time.time() - t0 < 5
+    for i in range(50):
+        assert primary.wait_terminal("p-%d" % i).state == pb.TASK_STATE_SUCCEEDED
+    assert primary.stop() == 0
+    stopped = primary.events("shadow_stopped")
+    assert stopped and stopped[0]["offered"] == 50
+    assert stopped[0]["mirrored"] == 0 and stopped[0]["failed"] + stopped[0]["dropped"] + stopped[0].get("discarded", 0) >= 1

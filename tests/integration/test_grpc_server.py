@@ -433,6 +433,7 @@ GARBAGE = [
     b"\x0a\x40abc",                                   # a length past the end
     b"\x0f",                                          # wire type 7
     b"\x0b\x0c",                                      # a group
+    b"\x80\x00\x00",                                  # field 0 (an overlong tag protobuf-c accepts)
 ]
 
 

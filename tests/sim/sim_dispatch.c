@@ -13,8 +13,16 @@
  * them EXECUTOR_LOST, capacity down until they restart), stall (never answer: the
  * deadline or the task timeout must end the attempt), answer twice, answer late
  * (after a cancel, a timeout or a retry), and ask for subcalls (sometimes past the
- * depth limit or the call records). Output buffers are random and small (1..24
- * actions), so emission is resumed with wk_disp_poll all the time.
+ * depth limit or the call records), also again after being resumed. Output buffers
+ * are random and small (1..24 actions), so emission is resumed with wk_disp_poll all
+ * the time.
+ *
+ * Most executors (each with probability 3/4 per seed) run like the Python executor:
+ * one call at a time, arrivals in a FIFO, and a call that waits for subcalls runs the
+ * next arrivals nested, so the calls it holds form a stack; only the top of the stack
+ * answers or asks, and a resumed parent goes on only once the calls sent after it
+ * and nested above it have returned. The others answer any of their calls in any
+ * order.
  *
  * The simulation keeps its own view of every attempt, group and task, built only from
  * the actions, and checks after every dispatcher call and every step:
@@ -23,8 +31,13 @@
  *   - a CALL_DONE names an attempt of that very index and carries the result the
  *     executor gave it (or TIMEOUT after a deadline CANCEL); TASK_DONE's failure
  *     count and ok agree with the policy;
- *   - admission: after any SEND the global inflight <= capacity and the task's
- *     inflight <= its window; the dispatcher's inflight/waiting counts equal ours;
+ *   - admission: counted inflight <= capacity at all times (unless the pool shrank
+ *     under the calls), after any SEND the task's inflight <= its window; resumed
+ *     parents are outside both: SUBCALLS_COMPLETE changes neither count, and the
+ *     dispatcher's inflight / waiting / resuming counts equal ours;
+ *   - a parent resumes at once: SUBCALLS_COMPLETE comes right after its group's last
+ *     SUBCALL_DONE, whatever admission and the window say, so no parent whose
+ *     children are all final is left waiting once the output is drained;
  *   - answers are accepted exactly for live attempts and STALE otherwise;
  *   - a cancelled or ended task gets no SEND, CALL_DONE or TASK_DONE afterwards;
  *   - outputs land in call order: the bytes WorkerCore hands to the writer hold, at
@@ -32,6 +45,10 @@
  *   - work conservation: after every step, a task with sendable work and room in its
  *     window is sent to unless admission is full or call records ran out (no stall,
  *     no deadlock with every admitted attempt a waiting parent);
+ *   - no deadlock under nesting: while the pool has capacity, some attempt can always
+ *     go on (a call on top of its executor's stack, or on a free executor), or no
+ *     task has work waiting for admission. (Re-admitting resumed parents broke this:
+ *     a parent held under nested calls kept the slot their children needed.)
  *   - wk_disp_check_invariants and wk_core_check_invariants hold.
  * At the end of a seed, executors restart, every attempt is answered, time runs on,
  * and every task must converge; both cores must be empty and the allocator balanced.
@@ -69,6 +86,7 @@
 #define SIM_BUF_MAX 256u
 #define SIM_CALLS_MAX 240u         /* calls per task */
 #define SIM_CHILDREN_MAX 5u
+#define SIM_EXEC_SLOTS 256u        /* calls held by one executor (> max_calls) */
 
 /* ---- run-wide state: what a failure report needs ------------------------------ */
 
@@ -131,7 +149,9 @@ static void sa_free(void *ud, void *ptr, size_t size) {
 
 /* ---- the simulation's model ----------------------------------------------------- */
 
-enum { A_RUNNING = 1, A_WAITING = 2, A_DEAD = 3 };
+/* RUNNING: sent, counted in admission; WAITING: asked for subcalls; RESUMED: its
+ * SUBCALLS_COMPLETE came, running again outside admission; DEAD: over in our view. */
+enum { A_RUNNING = 1, A_WAITING = 2, A_DEAD = 3, A_RESUMED = 4 };
 enum { B_NORMAL = 0, B_STALL = 1, B_TWICE = 2 };
 enum { S_PREPARING = 0, S_BUILDER = 1, S_CALLS = 2, S_WRITER = 3, S_TERMINAL = 4 };
 
@@ -140,6 +160,7 @@ typedef struct att {
   uint32_t task;   /* sim task index = task_key */
   uint32_t index;  /* call index or child position */
   uint64_t group;  /* 0 at depth 0 */
+  uint64_t wait_group; /* the group it asked for last, 0 before */
   uint32_t depth;
   uint32_t attempt;
   uint32_t executor;
@@ -180,7 +201,8 @@ typedef struct stask {
   uint8_t out_cnt[SIM_CALLS_MAX];
   uint8_t out_res[SIM_CALLS_MAX];
   uint32_t failed_seen, done_seen;
-  uint32_t admitted, waiting;
+  uint32_t admitted, waiting; /* waiting: WAITING + RESUMED, as the dispatcher counts */
+  uint32_t resumed;
   uint32_t win; /* the window as our model of the rule computes it */
   uint32_t last_att[SIM_CALLS_MAX]; /* latest attempt of each call, index + 1 */
   bool sent_in_batch;
@@ -188,6 +210,13 @@ typedef struct stask {
   uint8_t outputs[SIM_CALLS_MAX * 8];
   size_t outputs_len;
 } stask;
+
+/* One executor's calls when it runs them nested (see the file comment). */
+typedef struct sexec {
+  bool nested;
+  uint32_t stack[SIM_EXEC_SLOTS], n_stack; /* started calls (att indices), top last */
+  uint32_t queue[SIM_EXEC_SLOTS], n_queue; /* arrived, not started yet */
+} sexec;
 
 typedef struct sim {
   wk_rng rng;
@@ -200,14 +229,18 @@ typedef struct sim {
   /* executors */
   uint32_t n_exec, depth_per_exec;
   bool exec_alive[SIM_EXEC_MAX];
+  sexec ex[SIM_EXEC_MAX];
   uint32_t capacity;
+  bool shrunk; /* the pool shrank under the calls: admitted may exceed capacity */
   /* attempts */
   att *atts;
   uint32_t n_atts;
   uint32_t *hash; /* att index + 1, 0 = empty */
   uint32_t live[SIM_ATT_MAX];
   uint32_t n_live;
-  uint32_t admitted;
+  uint32_t admitted, resumed;
+  uint8_t prev_kind; /* the last action booked, for SUBCALLS_COMPLETE's place */
+  uint64_t prev_group;
   uint64_t stale_pool[SIM_STALE_POOL];
   uint32_t n_stale;
   /* groups, tasks */
@@ -222,12 +255,12 @@ typedef struct sim {
   bool batch_sent;
   /* counters for the summary */
   uint64_t n_sends, n_calls_done, n_stale_ok, n_subcalls, n_tasks_ok, n_tasks_failed;
-  uint64_t n_timeouts, n_crashes, n_cancels;
+  uint64_t n_timeouts, n_crashes, n_cancels, n_resumes, n_held, n_reasks;
 } sim;
 
 static uint64_t g_total_sends, g_total_done, g_total_stale, g_total_subcalls;
 static uint64_t g_total_tasks_ok, g_total_tasks_failed, g_total_timeouts, g_total_crashes;
-static uint64_t g_total_converged;
+static uint64_t g_total_converged, g_total_resumes, g_total_held, g_total_reasks;
 static uint64_t g_fail_codes[WK_FAIL_COUNT];
 
 static wk_disp_action g_buf[SIM_BUF_MAX];
@@ -294,6 +327,57 @@ static void live_remove(sim *s, att *a) {
   a->live_pos = UINT32_MAX;
 }
 
+/* ---- executors that run calls nested -------------------------------------------------- */
+
+/* Starts arrivals while nothing runs or the top of the stack waits for subcalls. */
+static void ex_advance(sim *s, sexec *e) {
+  while (e->n_queue > 0 &&
+         (e->n_stack == 0 || s->atts[e->stack[e->n_stack - 1]].state == A_WAITING)) {
+    CHECK(e->n_stack < SIM_EXEC_SLOTS, "executor stack overflow");
+    e->stack[e->n_stack++] = e->queue[0];
+    e->n_queue--;
+    memmove(e->queue, e->queue + 1, e->n_queue * sizeof e->queue[0]);
+  }
+}
+
+static void ex_arrive(sim *s, att *x) {
+  sexec *e = &s->ex[x->executor];
+  if (!e->nested) return;
+  CHECK(e->n_queue < SIM_EXEC_SLOTS, "executor queue overflow");
+  e->queue[e->n_queue++] = att_index(s, x);
+  ex_advance(s, e);
+}
+
+static bool ex_take_out(uint32_t *arr, uint32_t *n, uint32_t i) {
+  for (uint32_t k = 0; k < *n; k++) {
+    if (arr[k] != i) continue;
+    (*n)--;
+    memmove(arr + k, arr + k + 1, (*n - k) * sizeof arr[0]);
+    return true;
+  }
+  return false;
+}
+
+/* The attempt is over (answered, cancelled, lost): off its executor's stack or queue.
+ * (A cancelled call in the middle of a stack unwinds as soon as the calls above it
+ * return; the dispatcher has forgotten it already, so it simply goes.) */
+static void ex_leave(sim *s, att *x) {
+  sexec *e = &s->ex[x->executor];
+  if (!e->nested) return;
+  uint32_t i = att_index(s, x);
+  CHECK(ex_take_out(e->stack, &e->n_stack, i) || ex_take_out(e->queue, &e->n_queue, i),
+        "attempt %#" PRIx64 " not held by its executor", x->call_id);
+  ex_advance(s, e);
+}
+
+/* True when the attempt can go on by itself: it runs (sent or resumed) and is the
+ * top of its executor's stack, or its executor answers in any order. */
+static bool att_can_go_on(const sim *s, const att *x) {
+  if (x->state != A_RUNNING && x->state != A_RESUMED) return false;
+  const sexec *e = &s->ex[x->executor];
+  return !e->nested || (e->n_stack > 0 && e->stack[e->n_stack - 1] == att_index(s, x));
+}
+
 /* The attempt is over in our view (answered or cancelled). */
 static void att_kill(sim *s, att *a) {
   stask *t = &s->tasks[a->task];
@@ -304,9 +388,15 @@ static void att_kill(sim *s, att *a) {
   } else if (a->state == A_WAITING) {
     CHECK(t->waiting > 0, "waiting count underflow");
     t->waiting--;
+  } else if (a->state == A_RESUMED) {
+    CHECK(t->waiting > 0 && t->resumed > 0 && s->resumed > 0, "resumed count underflow");
+    t->waiting--;
+    t->resumed--;
+    s->resumed--;
   }
   a->state = A_DEAD;
   live_remove(s, a);
+  ex_leave(s, a);
   s->stale_pool[s->n_stale++ % SIM_STALE_POOL] = a->call_id;
 }
 
@@ -431,6 +521,7 @@ static void on_send(sim *s, const wk_disp_action *a) {
   x->deadline_ms = a->deadline_ms;
   x->state = A_RUNNING;
   x->executor = pick_executor(s);
+  ex_arrive(s, x);
   uint32_t r = below(s, 100);
   x->behavior = r < 3 ? B_STALL : r < 8 ? B_TWICE : B_NORMAL;
   if (a->depth == 0) {
@@ -468,7 +559,7 @@ static void on_send(sim *s, const wk_disp_action *a) {
 static void on_cancel(sim *s, const wk_disp_action *a) {
   att *x = att_find(s, a->call_id);
   CHECK(x != NULL, "CANCEL of unknown call id %#" PRIx64, a->call_id);
-  CHECK(x->state == A_RUNNING || x->state == A_WAITING,
+  CHECK(x->state == A_RUNNING || x->state == A_WAITING || x->state == A_RESUMED,
         "CANCEL of call id %#" PRIx64 " that is not in flight", a->call_id);
   CHECK(a->task_key == x->task, "CANCEL with the wrong task key");
   if (a->reason == WK_DISP_CANCEL_DEADLINE) {
@@ -542,14 +633,20 @@ static void on_subcalls_complete(sim *s, const wk_disp_action *a) {
   CHECK(g->used && !g->complete, "SUBCALLS_COMPLETE twice for group %" PRIu64, a->group);
   CHECK(g->done_mask == (1u << g->n) - 1u, "SUBCALLS_COMPLETE before every child is final");
   att *p = &s->atts[g->parent];
-  CHECK(a->call_id == p->call_id && p->state == A_WAITING, "SUBCALLS_COMPLETE for the wrong parent");
+  CHECK(a->call_id == p->call_id && p->state == A_WAITING && p->wait_group == a->group,
+        "SUBCALLS_COMPLETE for the wrong parent");
+  CHECK(a->index == p->index && a->depth == p->depth, "SUBCALLS_COMPLETE names another call");
+  /* right after the group's last SUBCALL_DONE, nothing in between */
+  CHECK(s->prev_kind == WK_DISP_SUBCALL_DONE && s->prev_group == a->group,
+        "SUBCALLS_COMPLETE of group %" PRIu64 " not right after its last SUBCALL_DONE",
+        a->group);
   g->complete = true;
-  p->state = A_RUNNING;
-  t->waiting--;
-  t->admitted++;
-  s->admitted++;
-  t->sent_in_batch = true;
-  s->batch_sent = true;
+  /* resumed outside admission and the window: neither count moves */
+  p->state = A_RESUMED;
+  t->resumed++;
+  s->resumed++;
+  s->n_resumes++;
+  if (!att_can_go_on(s, p)) s->n_held++; /* held under calls nested above it */
 }
 
 static void on_task_done(sim *s, const wk_disp_action *a) {
@@ -594,6 +691,12 @@ static void bookkeep(sim *s, const wk_disp_action *a) {
   sim_fail("action of unknown kind %d", (int)a->kind);
 }
 
+static void book(sim *s, const wk_disp_action *a) {
+  bookkeep(s, a);
+  s->prev_kind = (uint8_t)a->kind;
+  s->prev_group = a->group;
+}
+
 /* Counts and limits after a batch of actions. */
 static void check_accounting(sim *s) {
   wk_disp_stats st = wk_disp_stats_get(s->disp);
@@ -612,6 +715,8 @@ static void check_accounting(sim *s) {
           info.inflight, t->admitted);
     CHECK(info.waiting == t->waiting, "task %s: dispatcher waiting %u, ours %u", t->id,
           info.waiting, t->waiting);
+    CHECK(info.resuming == t->resumed, "task %s: dispatcher resuming %u, ours %u", t->id,
+          info.resuming, t->resumed);
     CHECK(info.window == t->win, "task %s: window %u, the rule says %u", t->id, info.window, t->win);
     if (t->sent_in_batch) {
       CHECK(info.inflight <= info.window, "task %s: window exceeded: %u in flight, window %u",
@@ -629,14 +734,15 @@ static void begin_out(sim *s, wk_disp_out *o) {
   o->more = false;
 }
 
-/* Round robin within one send loop: a task gets two units in a row only when it is
- * the only task in the ring, so no other task may be sent to after that. */
+/* Round robin within one send loop: a task gets two SENDs in a row only when it is
+ * the only task in the ring, so no other task may be sent to after that. (A
+ * SUBCALLS_COMPLETE is no unit of the send loop: it comes out with the SUBCALL_DONEs.) */
 static void check_round_robin(const wk_disp_out *o) {
   uint64_t seq[SIM_BUF_MAX];
   uint32_t n = 0;
   for (uint32_t i = 0; i < o->count; i++) {
     const wk_disp_action *a = &o->items[i];
-    if (a->kind == WK_DISP_SEND || a->kind == WK_DISP_SUBCALLS_COMPLETE) seq[n++] = a->task_key;
+    if (a->kind == WK_DISP_SEND) seq[n++] = a->task_key;
   }
   for (uint32_t i = 0; i + 1 < n; i++) {
     if (seq[i] != seq[i + 1]) continue;
@@ -652,7 +758,7 @@ static void check_round_robin(const wk_disp_out *o) {
  * are compared once everything decided has come out. */
 static void drain_out(sim *s, wk_disp_out *o) {
   for (;;) {
-    for (uint32_t i = 0; i < o->count; i++) bookkeep(s, &o->items[i]);
+    for (uint32_t i = 0; i < o->count; i++) book(s, &o->items[i]);
     check_round_robin(o);
     if (!o->more) {
       check_accounting(s);
@@ -942,7 +1048,7 @@ static void step_time(sim *s, int64_t dt) {
 
 /* The executor answers attempt x with r; the dispatcher must accept exactly live ones. */
 static void answer(sim *s, att *x, wk_disp_result r) {
-  bool live = x->state == A_RUNNING || x->state == A_WAITING;
+  bool live = x->state == A_RUNNING || x->state == A_WAITING || x->state == A_RESUMED;
   vlog("  answer %#" PRIx64 " (%s, task %u idx %u depth %u) %s\n", x->call_id,
        live ? "live" : "stale", x->task, x->index, x->depth, wk_disp_result_name(r));
   if (live) {
@@ -970,19 +1076,20 @@ static wk_disp_result random_result(sim *s) {
   return WK_DISP_EXECUTOR_LOST;
 }
 
-static att *pick_live(sim *s, bool running_only, bool include_stalled) {
-  if (s->n_live == 0) return NULL;
-  for (int tries = 0; tries < 8; tries++) {
-    att *x = &s->atts[s->live[below(s, s->n_live)]];
-    if (running_only && x->state != A_RUNNING) continue;
-    if (!include_stalled && x->behavior == B_STALL) continue;
-    return x;
+/* A random attempt that can answer or ask now: running (sent or resumed), on top of
+ * its executor's stack when that executor nests, and not stalled. */
+static att *pick_live(sim *s) {
+  static uint32_t cand[SIM_ATT_MAX];
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < s->n_live; i++) {
+    const att *x = &s->atts[s->live[i]];
+    if (x->behavior != B_STALL && att_can_go_on(s, x)) cand[n++] = s->live[i];
   }
-  return NULL;
+  return n == 0 ? NULL : &s->atts[cand[below(s, n)]];
 }
 
 static void step_answer(sim *s) {
-  att *x = pick_live(s, true, false);
+  att *x = pick_live(s);
   if (x == NULL) return;
   answer(s, x, random_result(s));
   if (x->behavior == B_TWICE) answer(s, x, random_result(s)); /* the duplicate: STALE */
@@ -999,10 +1106,11 @@ static void step_stale_answer(sim *s) {
 /* An answer whose consequences stay pending in the dispatcher (a full output buffer),
  * then, before anything is emitted, the task is aborted or the child's parent dies:
  * the CALL_DONE / SUBCALL_DONE / TASK_DONE decided by the answer must never come out
- * (only CANCELs may). The answered attempt is a RUNNING one, so the answer itself
- * cancels nothing unless it ends the task, and then the abort path follows. */
+ * (only CANCELs may). The answered attempt runs (sent or resumed) and has no
+ * children, so the answer itself cancels nothing unless it ends the task, and then
+ * the abort path follows. */
 static void step_deferred(sim *s) {
-  att *x = pick_live(s, true, false);
+  att *x = pick_live(s);
   if (x == NULL) return;
   stask *t = &s->tasks[x->task];
   if (t->stage != S_CALLS || t->disp_closed) return;
@@ -1030,7 +1138,7 @@ static void step_deferred(sim *s) {
 }
 
 static void step_subcalls(sim *s) {
-  att *x = pick_live(s, true, false);
+  att *x = pick_live(s);
   if (x == NULL) return;
   stask *t = &s->tasks[x->task];
   uint32_t n = pct(s, 3) ? 0 : 1 + below(s, SIM_CHILDREN_MAX);
@@ -1057,11 +1165,20 @@ static void step_subcalls(sim *s) {
     g->used = true;
     g->parent = att_index(s, x);
     g->n = n;
+    if (x->state == A_RESUMED) {
+      /* asking again: it was outside admission already */
+      t->resumed--;
+      s->resumed--;
+      s->n_reasks++;
+    } else {
+      t->admitted--;
+      s->admitted--;
+      t->waiting++;
+    }
     x->state = A_WAITING;
-    t->admitted--;
-    s->admitted--;
-    t->waiting++;
+    x->wait_group = group;
     s->n_subcalls += n;
+    ex_advance(s, &s->ex[x->executor]); /* it runs the next arrivals nested */
   }
   drain_out(s, &o);
   run_effects(s);
@@ -1083,6 +1200,7 @@ static void step_crash(sim *s) {
   s->exec_alive[e] = false;
   s->n_crashes++;
   s->capacity -= s->depth_per_exec;
+  s->shrunk = true;
   wk_disp_set_capacity(s->disp, s->capacity);
   /* every attempt on it is lost; answers for ones cancelled meanwhile are STALE */
   uint32_t victims[SIM_ATT_MAX > 4096 ? 4096 : SIM_ATT_MAX];
@@ -1091,6 +1209,7 @@ static void step_crash(sim *s) {
     if (s->atts[s->live[i]].executor == e) victims[n++] = s->live[i];
   }
   for (uint32_t k = 0; k < n; k++) answer(s, &s->atts[victims[k]], WK_DISP_EXECUTOR_LOST);
+  CHECK(s->ex[e].n_stack == 0 && s->ex[e].n_queue == 0, "crashed executor still holds calls");
   disp_poll(s);
   run_effects(s);
 }
@@ -1138,7 +1257,7 @@ static void check_work_conserving(sim *s) {
     if (t->disp == 0 || t->disp_closed) continue;
     wk_disp_task_info info;
     CHECK(wk_disp_task_info_get(s->disp, t->disp, &info) == WK_OK, "task handle lost");
-    bool recorded_work = info.ready > 0 || info.resuming > 0;
+    bool recorded_work = info.ready > 0; /* resumed parents are no work to send */
     bool work = recorded_work || info.queued > 0;
     if (!work || info.inflight >= info.window || st.inflight >= st.capacity) continue;
     CHECK(!recorded_work && no_records,
@@ -1149,13 +1268,69 @@ static void check_work_conserving(sim *s) {
   }
 }
 
+/* Admission counts sent attempts only, never resumed parents: at most `capacity`, unless
+ * the pool shrank under the calls (then no SEND until enough of them end). Resumed
+ * parents are the only load beyond it. */
+static void check_admission(sim *s) {
+  wk_disp_stats st = wk_disp_stats_get(s->disp);
+  CHECK(st.inflight == s->admitted, "dispatcher inflight %u, ours %u (resumed parents %u)",
+        st.inflight, s->admitted, s->resumed);
+  if (s->admitted <= s->capacity) {
+    s->shrunk = false;
+  } else {
+    CHECK(s->shrunk, "admission exceeded: %u in flight, capacity %u (resumed parents %u)",
+          s->admitted, s->capacity, s->resumed);
+  }
+  uint32_t waiting = 0, resumed = 0;
+  for (uint32_t i = 0; i < s->n_live; i++) {
+    const att *x = &s->atts[s->live[i]];
+    waiting += x->state == A_WAITING;
+    resumed += x->state == A_RESUMED;
+    /* resumed at once: no parent whose children are all final still waits */
+    if (x->state == A_WAITING) {
+      const sgroup *g = &s->groups[x->wait_group];
+      CHECK(g->done_mask != (1u << g->n) - 1u,
+            "parent %#" PRIx64 " not resumed: group %" PRIu64 " is final (%u in flight, capacity %u)",
+            x->call_id, x->wait_group, st.inflight, st.capacity);
+    }
+  }
+  CHECK(resumed == s->resumed, "resumed parents: %u live, counted %u", resumed, s->resumed);
+  CHECK(s->admitted + waiting + resumed == s->n_live, "live attempts do not add up");
+}
+
+/* While the pool has capacity, some attempt must be able to go on by itself, or no task
+ * may have work waiting for admission: otherwise only a deadline could end the wait. */
+static void check_no_deadlock(sim *s) {
+  if (s->capacity == 0) return;
+  for (uint32_t i = 0; i < s->n_live; i++) {
+    if (att_can_go_on(s, &s->atts[s->live[i]])) return; /* stalled ones end by deadline */
+  }
+  wk_disp_stats st = wk_disp_stats_get(s->disp);
+  bool records = st.live_calls < s->dcfg.max_calls;
+  for (uint32_t k = 0; k < s->n_live_tasks; k++) {
+    stask *t = &s->tasks[s->live_task[k]];
+    if (t->disp == 0 || t->disp_closed) continue;
+    wk_disp_task_info info;
+    CHECK(wk_disp_task_info_get(s->disp, t->disp, &info) == WK_OK, "task handle lost");
+    bool work = info.ready > 0 || (info.queued > 0 && records);
+    CHECK(!work || info.inflight >= info.window,
+          "deadlock: no attempt can go on (%u live: %u counted in flight, %u resumed, held "
+          "under nested calls), yet task %s has work waiting: ready %u queued %u, global %u / "
+          "capacity %u",
+          s->n_live, s->admitted, s->resumed, t->id, info.ready, info.queued, st.inflight,
+          st.capacity);
+  }
+}
+
 static void check_step(sim *s) {
   const char *why = wk_disp_check_invariants(s->disp);
   CHECK(why == NULL, "dispatcher invariant: %s", why);
   why = wk_core_check_invariants(s->core);
   CHECK(why == NULL, "core invariant: %s", why);
   CHECK(!wk_disp_pending(s->disp), "actions left pending after a full poll");
+  check_admission(s);
   check_work_conserving(s);
+  check_no_deadlock(s);
 }
 
 static void random_step(sim *s) {
@@ -1209,7 +1384,10 @@ static void setup(sim *s, uint64_t seed) {
 
   s->n_exec = 1 + below(s, 4);
   s->depth_per_exec = 1 + below(s, 3);
-  for (uint32_t e = 0; e < s->n_exec; e++) s->exec_alive[e] = true;
+  for (uint32_t e = 0; e < s->n_exec; e++) {
+    s->exec_alive[e] = true;
+    s->ex[e].nested = pct(s, 75);
+  }
   s->capacity = s->n_exec * s->depth_per_exec;
   wk_disp_config_default(&s->dcfg);
   s->dcfg.max_inflight = s->capacity;
@@ -1248,7 +1426,7 @@ static void drain(sim *s) {
     g_run.step++;
     bool acted = false;
     for (uint32_t tries = 0; tries < 64 && s->n_live > 0; tries++) {
-      att *x = pick_live(s, true, false);
+      att *x = pick_live(s);
       if (x == NULL) break;
       answer(s, x, WK_DISP_OK);
       acted = true;
@@ -1297,6 +1475,9 @@ static void teardown(sim *s) {
   g_total_tasks_failed += s->n_tasks_failed;
   g_total_timeouts += s->n_timeouts;
   g_total_crashes += s->n_crashes;
+  g_total_resumes += s->n_resumes;
+  g_total_held += s->n_held;
+  g_total_reasks += s->n_reasks;
   free(s->atts);
   free(s->hash);
   free(s->groups);
@@ -1378,6 +1559,9 @@ int main(int argc, char **argv) {
          one ? 1 : seeds, total_steps, secs, g_total_sends, g_total_done, g_total_stale,
          g_total_subcalls, g_total_timeouts, g_total_crashes, g_total_converged, g_total_tasks_ok,
          g_total_tasks_failed);
+  printf("sim_dispatch: %" PRIu64 " parents resumed (%" PRIu64 " of them held under nested calls"
+         " at that moment), %" PRIu64 " asked again after resuming\n",
+         g_total_resumes, g_total_held, g_total_reasks);
   printf("sim_dispatch: failures by code:");
   for (int c = 1; c < WK_FAIL_COUNT; c++) {
     if (g_fail_codes[c]) printf(" %s %" PRIu64, wk_failure_code_name((wk_failure_code)c), g_fail_codes[c]);

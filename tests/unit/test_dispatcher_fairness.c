@@ -1,6 +1,7 @@
 /* test_dispatcher_fairness.c: round robin across tasks, a small task behind a huge
- * one, priorities inside a task (resumed parents, then retries and children, then
- * new calls), and tasks parked while call records run out. */
+ * one, priorities inside a task (retries and children, then new calls; a resumed
+ * parent takes no turn: it resumes at once, outside admission), and tasks parked
+ * while call records run out. */
 #include "test_dispatcher_fixture.h"
 
 static wk_disp_config wide_config(uint32_t capacity) {
@@ -136,14 +137,28 @@ static void test_priorities_inside_a_task(void **state) {
   DFX_KINDS(fx, "dS"); /* one child left: a new call takes the slot */
   assert_int_equal(fx->out.items[1].index, 2);
   uint64_t c2 = fx->out.items[1].call_id;
-  /* the last child: the parent is resumed ahead of new call 3 once there is room */
+  /* the last child: the parent resumes at once, outside admission, so the slot the
+   * child freed goes to new call 3 in the same output */
   (void)DFX_FINISH(fx, k1, WK_DISP_OK, 5);
-  DFX_KINDS(fx, "dC");
+  DFX_KINDS(fx, "dCS");
   assert_int_equal(fx->out.items[1].call_id, c0);
   assert_int_equal(fx->out.items[1].group, g);
-  (void)DFX_FINISH(fx, c2, WK_DISP_OK, 6);
+  assert_int_equal(fx->out.items[2].index, 3);
+  assert_int_equal(fx->out.items[2].depth, 0);
+  uint64_t c3 = fx->out.items[2].call_id;
+  assert_int_equal(wk_disp_stats_get(fx->d).inflight, 2); /* calls 2 and 3 */
+  assert_int_equal(DFX_INFO(fx, t).resuming, 1);
+  /* the resumed parent ends: no slot was held, none is freed, nothing is sent */
+  (void)DFX_FINISH(fx, c0, WK_DISP_OK, 6);
+  DFX_KINDS(fx, "D");
+  assert_int_equal(fx->out.items[0].index, 0);
+  /* a call that held a slot ends: the next new call takes it */
+  (void)DFX_FINISH(fx, c2, WK_DISP_OK, 7);
   DFX_KINDS(fx, "DS");
-  assert_int_equal(fx->out.items[1].index, 3);
+  assert_int_equal(fx->out.items[1].index, 4);
+  (void)DFX_FINISH(fx, c3, WK_DISP_OK, 8);
+  DFX_KINDS(fx, "DS");
+  assert_int_equal(fx->out.items[1].index, 5);
 }
 
 static void test_tasks_park_while_records_run_out(void **state) {
