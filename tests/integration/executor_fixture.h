@@ -1,0 +1,206 @@
+/* executor_fixture.h: what the executor integration tests share: a temporary
+ * directory with a listening Unix socket, a real executor process connected to it,
+ * framed I/O with timeouts, and function code written on the fly. Included by
+ * test_executor_roundtrip.c and test_executor_features.c. */
+#ifndef EXECUTOR_FIXTURE_H
+#define EXECUTOR_FIXTURE_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <errno.h>
+#include <ftw.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "adapters/wk_frame.h"
+
+#ifndef WK_SOURCE_DIR
+#error "WK_SOURCE_DIR must name the repository root"
+#endif
+
+extern char **environ;
+
+#define IO_TIMEOUT_MS 10000
+#define MAX_FRAME WK_FRAME_MAX_DEFAULT
+#define MAX_BLOCKS 1024 /* copies a test keeps (mini worker) */
+
+typedef struct fixture {
+  char dir[64];        /* mkdtemp, 0700 */
+  char sock_path[128]; /* dir/exec.sock */
+  char fn_root[128];   /* dir/fn: function code, fn_root/<name>/<epoch>/main.py */
+  char scratch[128];   /* dir/scratch */
+  int listen_fd;
+  int fd; /* the executor's connection */
+  pid_t pid;
+  bool reaped;
+  int exit_status; /* waitpid status once reaped */
+  wk_frame_buf rbuf;
+  wk_frame_buf wbuf;
+  uint64_t next_call_id;
+  void *blocks[MAX_BLOCKS]; /* heap copies freed at teardown */
+  size_t n_blocks;
+} fixture;
+
+/* ---- small helpers ---------------------------------------------------------------- */
+
+static inline int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static inline int remaining_ms(int64_t deadline) {
+  int64_t left = deadline - now_ms();
+  return left < 0 ? 0 : (int)left;
+}
+
+static inline void write_file(const char *path, const char *text) {
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  assert_int_equal(fputs(text, f) >= 0, 1);
+  assert_int_equal(fclose(f), 0);
+}
+
+static inline void mkdir_p(const char *path) {
+  char tmp[256];
+  size_t n = strlen(path);
+  assert_true(n < sizeof tmp);
+  memcpy(tmp, path, n + 1);
+  for (char *p = tmp + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = '\0';
+    if (mkdir(tmp, 0700) != 0) assert_int_equal(errno, EEXIST);
+    *p = '/';
+  }
+  if (mkdir(tmp, 0700) != 0) assert_int_equal(errno, EEXIST);
+}
+
+/* Writes fn_root/<name>/<epoch>/<file> with `text`. */
+static inline void write_function(const fixture *fx, const char *name, unsigned epoch, const char *file,
+                           const char *text) {
+  char dir[256];
+  char path[320];
+  snprintf(dir, sizeof dir, "%s/%s/%u", fx->fn_root, name, epoch);
+  mkdir_p(dir);
+  snprintf(path, sizeof path, "%s/%s", dir, file);
+  write_file(path, text);
+}
+
+static inline int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+  (void)st;
+  (void)ftw;
+  return flag == FTW_DP ? rmdir(path) : unlink(path);
+}
+
+/* ---- the executor process ------------------------------------------------------------ */
+
+static inline const char *python_path(void) {
+  const char *p = getenv("WK_TEST_PYTHON");
+  return (p && *p) ? p : "/usr/bin/python3";
+}
+
+/* Waits up to `timeout_ms` for the child to exit; true when it did. */
+static inline bool wait_child(fixture *fx, int timeout_ms) {
+  if (fx->reaped) return true;
+  int64_t deadline = now_ms() + timeout_ms;
+  for (;;) {
+    int st = 0;
+    pid_t r = waitpid(fx->pid, &st, WNOHANG);
+    if (r == fx->pid) {
+      fx->reaped = true;
+      fx->exit_status = st;
+      return true;
+    }
+    assert_int_equal(r, 0);
+    if (now_ms() >= deadline) return false;
+    struct timespec ts = {0, 5 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+}
+
+static inline void write_all(fixture *fx, const uint8_t *p, size_t n) {
+  int64_t deadline = now_ms() + IO_TIMEOUT_MS;
+  while (n > 0) {
+    struct pollfd pfd = {fx->fd, POLLOUT, 0};
+    int pr = poll(&pfd, 1, remaining_ms(deadline));
+    if (pr < 0 && errno == EINTR) continue;
+    assert_true(pr == 1); /* else: timed out writing to the executor */
+    ssize_t w = send(fx->fd, p, n, MSG_NOSIGNAL);
+    if (w < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    assert_true(w > 0);
+    p += w;
+    n -= (size_t)w;
+  }
+}
+
+/* Sends (and clears) what was encoded into wbuf, in one write where the kernel allows. */
+static inline void flush(fixture *fx) {
+  write_all(fx, wk_frame_buf_bytes(&fx->wbuf), wk_frame_buf_size(&fx->wbuf));
+  wk_frame_buf_clear(&fx->wbuf);
+}
+
+static inline void queue_frame(fixture *fx, const wk_frame *f) {
+  assert_int_equal(wk_frame_encode(&fx->wbuf, f, MAX_FRAME), WK_FRAME_OK);
+}
+
+/* Receives the next frame. Its views point into rbuf and stay valid until the next
+ * recv_frame (which may reserve, moving the buffer). */
+static inline void recv_frame(fixture *fx, wk_frame *f) {
+  int64_t deadline = now_ms() + IO_TIMEOUT_MS;
+  for (;;) {
+    size_t size = 0;
+    wk_frame_rc rc = wk_frame_decode(wk_frame_buf_bytes(&fx->rbuf), wk_frame_buf_size(&fx->rbuf),
+                                     MAX_FRAME, f, &size);
+    if (rc == WK_FRAME_OK) {
+      wk_frame_buf_consume(&fx->rbuf, size);
+      return;
+    }
+    if (rc != WK_FRAME_NEED_MORE) fail_msg("bad frame from the executor: %s", wk_frame_rc_name(rc));
+    struct pollfd pfd = {fx->fd, POLLIN, 0};
+    int pr = poll(&pfd, 1, remaining_ms(deadline));
+    if (pr < 0 && errno == EINTR) continue;
+    if (pr == 0) fail_msg("timed out after %d ms waiting for a frame", IO_TIMEOUT_MS);
+    assert_int_equal(pr, 1);
+    size_t want = size > wk_frame_buf_size(&fx->rbuf) ? size - wk_frame_buf_size(&fx->rbuf) : 0;
+    if (want < 65536) want = 65536;
+    uint8_t *dst = wk_frame_buf_reserve(&fx->rbuf, want);
+    ssize_t r = recv(fx->fd, dst, want, 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r == 0) fail_msg("executor closed the socket while a frame was expected");
+    assert_true(r > 0);
+    wk_frame_buf_commit(&fx->rbuf, (size_t)r);
+  }
+}
+
+/* True when the executor closes its side within the timeout, with no bytes first. */
+static inline bool expect_eof(fixture *fx, int timeout_ms) {
+  int64_t deadline = now_ms() + timeout_ms;
+  for (;;) {
+    struct pollfd pfd = {fx->fd, POLLIN, 0};
+    int pr = poll(&pfd, 1, remaining_ms(deadline));
+    if (pr == 0) return false;
+    if (pr < 0 && errno == EINTR) continue;
+    uint8_t b[64];
+    ssize_t r = recv(fx->fd, b, sizeof b, 0);
+    if (r < 0 && errno == EINTR) continue;
+    return r <= 0;
+  }
+}
+
+#endif
