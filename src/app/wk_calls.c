@@ -233,7 +233,6 @@ static void process(wk_calls *c) {
     for (uint32_t i = 0; i < c->out.count; i++) {
       const wk_disp_action *act = &c->actions[i];
       wk_task_rt *rt = rt_of(act->task_key);
-      if (getenv("WK_DEBUG_CALLS")) fprintf(stderr, "ACT %s call=%llu parent=%llu group=%llu idx=%u depth=%u\n", wk_disp_action_kind_name(act->kind), (unsigned long long)act->call_id, (unsigned long long)act->parent_call_id, (unsigned long long)act->group, act->index, act->depth);
       switch (act->kind) {
         case WK_DISP_SEND: send_attempt(c, act); break;
         case WK_DISP_CANCEL: cancel_attempt(c, act); break;

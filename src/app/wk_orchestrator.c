@@ -821,6 +821,8 @@ void wk_orch_set_draining(wk_orch *o) {
 
 uint32_t wk_orch_live_tasks(const wk_orch *o) { return wk_core_live_tasks(o->core); }
 
+uv_loop_t *wk_orch_loop(wk_orch *o) { return o->loop; }
+
 wk_heartbeat wk_orch_heartbeat(wk_orch *o) { return wk_core_derive_heartbeat(o->core, loop_now(o)); }
 
 uint32_t wk_orch_open_streams(const wk_orch *o) {

@@ -70,6 +70,9 @@ void wk_orch_set_draining(wk_orch *orch);
 /** The capacity view derived from the core's slot table (DeriveHeartbeat). */
 wk_heartbeat wk_orch_heartbeat(wk_orch *orch);
 
+/** The loop the orchestrator runs on. */
+uv_loop_t *wk_orch_loop(wk_orch *orch);
+
 /** Tasks submitted and not yet terminal. */
 uint32_t wk_orch_live_tasks(const wk_orch *orch);
 

@@ -8,6 +8,7 @@
 
 #include "adapters/wk_code_store.h"
 #include "app/wk_fs.h"
+#include "app/wk_orchestrator.h"
 #include "app/wk_wire.h"
 
 static void copy_str(char *dst, size_t cap, const char *src) {
@@ -62,9 +63,31 @@ wk_task_rt *wk_task_rt_create(wk_orch *orch, const Worker__V1__SubmitTaskRequest
 
 void wk_task_rt_ref(wk_task_rt *rt) { rt->refs++; }
 
+/* Removing a scratch directory can wait on the disk (ext4 with discard: ~0.1 ms per
+ * rmdir, far more at times): it runs on the threadpool, never on the actor. */
+typedef struct scratch_removal {
+  uv_work_t work;
+  char path[PATH_MAX];
+} scratch_removal;
+
+static void remove_scratch(uv_work_t *w) { wk_fs_remove_tree(((scratch_removal *)w->data)->path); }
+static void removed_scratch(uv_work_t *w, int status) {
+  (void)status;
+  free(w->data);
+}
+
 void wk_task_rt_unref(wk_task_rt *rt) {
   if (--rt->refs > 0) return;
-  if (rt->scratch_created) wk_fs_remove_tree(rt->scratch_dir);
+  if (rt->scratch_created) {
+    scratch_removal *r = malloc(sizeof *r);
+    if (!r) abort();
+    memcpy(r->path, rt->scratch_dir, sizeof r->path);
+    r->work.data = r;
+    if (uv_queue_work(wk_orch_loop(rt->orch), &r->work, remove_scratch, removed_scratch) != 0) {
+      wk_fs_remove_tree(r->path);
+      free(r);
+    }
+  }
   for (uint64_t i = 0; rt->rt_calls && i < rt->calls_total; i++) wk_buf_free(&rt->rt_calls[i].encoded);
   free(rt->rt_calls);
   wk_call_list_free(&rt->calls);

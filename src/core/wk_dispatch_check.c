@@ -42,6 +42,11 @@ static const char *check_call(const wk_disp *d, uint32_t c) {
   if (call->state == WK_DC_RESUMING && call->group_left != 0) {
     return "call: RESUMING with children left";
   }
+  /* only QUEUED records sit in a FIFO (the ready FIFO): a resumed parent is in none,
+   * it runs outside admission until its attempt ends */
+  if (call->state != WK_DC_QUEUED && (call->q_prev != WK_DNONE || call->q_next != WK_DNONE)) {
+    return "call: FIFO links on a record that is not QUEUED";
+  }
   /* the child list */
   uint32_t n = 0, prev = WK_DNONE;
   for (uint32_t k = call->child_head; k != WK_DNONE; k = d->calls[k].s_next) {
@@ -129,6 +134,62 @@ static const char *check_task(const wk_disp *d, uint32_t ti, const task_count *k
   return NULL;
 }
 
+/* The pending queue: known kinds only; every SUBCALLS_COMPLETE right behind the
+ * SUBCALL_DONE of its group's last child (unless that one was emitted already), and
+ * one still wanted only for a RESUMING attempt on that group, at most one each. */
+static const char *check_pending(const wk_disp *d, uint32_t resuming) {
+  uint32_t wanted_complete = 0;
+  for (uint32_t k = 0; k < d->pend_count; k++) {
+    uint32_t at = d->pend_head + k;
+    if (at >= d->pend_cap) at -= d->pend_cap;
+    const wk_dpend *p = &d->pend[at];
+    switch ((wk_disp_action_kind)p->kind) {
+      case WK_DISP_CANCEL:
+      case WK_DISP_CALL_DONE:
+        break;
+      case WK_DISP_SUBCALL_DONE:
+        if (p->parent >= d->cfg.max_calls || p->group == 0) {
+          return "pending: SUBCALL_DONE without its parent record or group";
+        }
+        break;
+      case WK_DISP_SUBCALLS_COMPLETE: {
+        uint32_t c = (uint32_t)p->call_id;
+        if (c >= d->cfg.max_calls || p->group == 0) {
+          return "pending: SUBCALLS_COMPLETE names no record";
+        }
+        if (k > 0) {
+          uint32_t before = at == 0 ? d->pend_cap - 1 : at - 1;
+          const wk_dpend *b = &d->pend[before];
+          if (b->kind != WK_DISP_SUBCALL_DONE || b->group != p->group || b->parent != c) {
+            return "pending: SUBCALLS_COMPLETE not right after its last SUBCALL_DONE";
+          }
+        }
+        const wk_dcall *call = &d->calls[c];
+        bool wanted = call->state == WK_DC_RESUMING && call->gen == (uint32_t)(p->call_id >> 32) &&
+                      call->group == p->group;
+        if (wanted) {
+          wanted_complete++;
+          if (p->task != wk_disp__handle(d, call->task) || p->depth != call->depth ||
+              p->index != call->index) {
+            return "pending: SUBCALLS_COMPLETE differs from its parent's attempt";
+          }
+        }
+        break;
+      }
+      case WK_DISP_SEND:
+      case WK_DISP_TASK_DONE:
+        return "pending: SEND or TASK_DONE in the pending queue";
+      default:
+        return "pending: action of unknown kind";
+    }
+  }
+  /* a group is resumed once and never reused: at most one wanted per RESUMING record */
+  if (wanted_complete > resuming) {
+    return "pending: more SUBCALLS_COMPLETEs wanted than RESUMING records";
+  }
+  return NULL;
+}
+
 static const char *check_list(const wk_disp *d, const wk_dlist *l, uint8_t where, bool done) {
   uint32_t n = 0, prev = WK_DNONE;
   uint32_t c = l->head;
@@ -176,7 +237,7 @@ const char *wk_disp_check_invariants(const wk_disp *d) {
   if (why == NULL) why = check_list(d, &d->done, 0, true);
   if (why) return why;
 
-  uint32_t free_calls = 0, inflight = 0;
+  uint32_t free_calls = 0, inflight = 0, resuming = 0;
   for (uint32_t c = 0; c < nc; c++) {
     const wk_dcall *call = &d->calls[c];
     if (call->state == WK_DC_FREE) {
@@ -190,6 +251,7 @@ const char *wk_disp_check_invariants(const wk_disp *d) {
     why = check_call(d, c);
     if (why) return why;
     if (call->state == WK_DC_INFLIGHT) inflight++;
+    if (call->state == WK_DC_RESUMING) resuming++;
   }
   if (free_calls != d->free_calls) return "disp: free record count differs";
   uint32_t n = 0;
@@ -197,8 +259,13 @@ const char *wk_disp_check_invariants(const wk_disp *d) {
     if (++n > free_calls || d->calls[c].state != WK_DC_FREE) return "disp: free list broken";
   }
   if (n != free_calls) return "disp: free list length differs";
+  /* admission counts INFLIGHT records only: WAITING and RESUMING parents are outside */
   if (inflight != d->inflight) return "disp: global inflight differs from INFLIGHT records";
-  if (d->pend_count > d->pend_cap) return "disp: pending queue over capacity";
+  if (d->pend_count > d->pend_cap || d->pend_head >= d->pend_cap) {
+    return "disp: pending queue over capacity";
+  }
+  why = check_pending(d, resuming);
+  if (why) return why;
 
   /* per-task counts, one task at a time over its member list */
   uint32_t sum_inflight = 0;

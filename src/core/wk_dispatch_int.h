@@ -102,10 +102,14 @@ static inline uint64_t wk_dcall_id(uint32_t index, uint32_t gen) {
 }
 
 /* ---- pending actions -----------------------------------------------------------------
- * CANCEL, CALL_DONE and SUBCALL_DONE are recorded here when decided and emitted by
- * the next emission with room. Each record adds at most one CANCEL and one *_DONE
- * between two moments when the queue is empty (a new attempt needs a SEND, and SENDs
- * are emitted only when this queue is empty), so 2 x max_calls entries suffice. */
+ * CANCEL, CALL_DONE, SUBCALL_DONE and SUBCALLS_COMPLETE are recorded here when decided
+ * and emitted by the next emission with room. Between two moments when the queue is
+ * empty, each record adds at most one CANCEL, one *_DONE and one SUBCALLS_COMPLETE: a
+ * second of any needs a new attempt or new children to be sent, SENDs are emitted only
+ * when this queue is empty, and a record freed meanwhile is reused only for a QUEUED
+ * child, which adds nothing before its SEND. So 3 x max_calls entries suffice. (2 x is
+ * not enough: a chain parent <- child <- grandchild whose deadlines pass in one tick,
+ * grandchild first, adds CANCEL, SUBCALL_DONE and SUBCALLS_COMPLETE per level.) */
 typedef struct wk_dpend {
   uint64_t call_id;
   uint64_t key;            /* task key */

@@ -1,6 +1,6 @@
 /* wk_dispatch_sched.c: DispatcherCore's scheduling: the ring of tasks that may send
- * next, the per-task FIFOs, and emission: pending CANCEL / *_DONE actions, TASK_DONEs,
- * then SENDs and SUBCALLS_COMPLETEs while admission and the windows allow. */
+ * next, the per-task FIFOs, and emission: pending CANCEL / *_DONE / SUBCALLS_COMPLETE
+ * actions, TASK_DONEs, then SENDs while admission and the windows allow. */
 #include <assert.h>
 #include <string.h>
 

@@ -79,7 +79,7 @@ wk_disp *wk_disp_create(const wk_disp_config *cfg) {
   d->ring = d->parked = d->done = (wk_dlist){WK_DNONE, WK_DNONE, 0};
   wk_heap_init(&d->backoff_heap, nc, a);
   wk_heap_init(&d->deadline_heap, nc, a);
-  d->pend_cap = 2 * nc;
+  d->pend_cap = 3 * nc; /* see wk_dispatch_int.h: CANCEL + *_DONE + SUBCALLS_COMPLETE */
   d->pend = wk_xcalloc(a, d->pend_cap, sizeof *d->pend);
   return d;
 }

@@ -33,9 +33,8 @@
  *   - Fairness: tasks with sendable work sit in a round-robin ring; each turn of the
  *     ring gives one call to each task, so a task with 100,000 queued calls delays a
  *     task with one call by at most one turn.
- *   - Within a task: parents whose subcalls are all final are resumed first, then
- *     retries and children (one FIFO, in the order they became ready), then new
- *     top-level calls in index order.
+ *   - Within a task: retries and children first (one FIFO, in the order they became
+ *     ready), then new top-level calls in index order.
  *   - A parent waiting on its children counts against neither the window nor the
  *     global admission while it waits, so children always get executors even when
  *     every admitted attempt is a waiting parent (no deadlock). When its last child
@@ -52,12 +51,12 @@
  *
  * Output buffer: actions never get lost. Every decision is recorded inside the
  * dispatcher first and emitted afterwards in this order: CANCEL / CALL_DONE /
- * SUBCALL_DONE in the order they were decided, then TASK_DONE, then SENDs and
- * SUBCALLS_COMPLETEs. When the buffer fills, emission stops, `out->more` is set, and
+ * SUBCALL_DONE / SUBCALLS_COMPLETE in the order they were decided, then TASK_DONE,
+ * then SENDs. When the buffer fills, emission stops, `out->more` is set, and
  * the rest is emitted by the next call (wk_disp_poll with room). SENDs are emitted
  * only once everything decided before them is out, so any buffer size >= 1 works
  * (bigger buffers just mean fewer calls). The pending queue is preallocated
- * (2 x max_calls entries): no entry point ever fails for lack of room.
+ * (3 x max_calls entries): no entry point ever fails for lack of room.
  *
  * Completion guarantees: every top-level call index of a task gets at most one
  * CALL_DONE, and exactly one before a TASK_DONE with ok = true. CALL_DONEs of a task
@@ -124,7 +123,7 @@ void wk_disp_config_default(wk_disp_config *cfg);
 wk_err wk_disp_config_validate(const wk_disp_config *cfg, const char **why);
 
 /** Creates a dispatcher with no tasks; preallocates every record, queue and heap
- * (about 240 bytes per call record, 190 per task). Returns NULL when `cfg` is invalid.
+ * (about 300 bytes per call record, 190 per task). Returns NULL when `cfg` is invalid.
  * The caller owns it and releases it with wk_disp_destroy. */
 wk_disp *wk_disp_create(const wk_disp_config *cfg);
 
@@ -325,7 +324,8 @@ typedef struct wk_disp_task_info {
   uint64_t subcalls;  /* children requested */
 } wk_disp_task_info;
 
-/** Fills `*info` for the task. Errors: NOT_FOUND. */
+/** Fills `*info` for the task; O(the task's live call records) for `resuming`.
+ * Errors: NOT_FOUND. */
 wk_err wk_disp_task_info_get(const wk_disp *d, uint32_t task, wk_disp_task_info *info);
 
 typedef struct wk_disp_stats {

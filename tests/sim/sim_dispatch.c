@@ -1290,7 +1290,8 @@ static void check_admission(sim *s) {
     if (x->state == A_WAITING) {
       const sgroup *g = &s->groups[x->wait_group];
       CHECK(g->done_mask != (1u << g->n) - 1u,
-            "parent %#" PRIx64 " not resumed: group %" PRIu64 " is final (%u in flight, capacity %u)",
+            "parent %#" PRIx64 " not resumed: group %" PRIu64 " is final (%u in flight, "
+            "capacity %u)",
             x->call_id, x->wait_group, st.inflight, st.capacity);
     }
   }
