@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what is missing, then builds and runs every layer
-# twice — a Release build, and an ASan+UBSan build — and fails when any test fails.
+# twice — a Release build, and an ASan+UBSan build — then the libFuzzer targets in a
+# third, Clang build (build/fuzz), and fails when any test fails.
 #   unit         cmocka tests of the cores and containers
 #   sim          the deterministic simulation (>= 2 million steps over many seeds)
 #   integration  adapters with real peers (frame codec, Python executor, gRPC server)
 #   e2e          the real worker binary, real executors, real gRPC clients
-#   fuzz         each libFuzzer target briefly (clang builds only)
+#   fuzz         each libFuzzer target: its seed corpus replayed, then a short mutation
+#                run (clang builds only: the third build below; about a minute)
 # Usage: scripts/test.sh [ctest -L label regex]   (e.g. scripts/test.sh unit)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -22,6 +24,19 @@ run_build() { # name, cmake args...
   WK_BUILD_DIR="$root/$dir" ctest --test-dir "$dir" --output-on-failure -j "$jobs" ${label:+-L "$label"}
 }
 
+# libFuzzer needs Clang: configure build/fuzz with it and build only the fuzz targets
+# (tests/fuzz/CMakeLists.txt compiles the decoders' sources into each one).
+run_fuzz() {
+  local dir="build/fuzz"
+  CC=clang cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  cmake --build "$dir" -j "$jobs" --target fuzz_frame fuzz_validate fuzz_config fuzz_etcd
+  echo "== ctest in $dir"
+  ctest --test-dir "$dir" --output-on-failure -j "$jobs" -L fuzz
+}
+
 run_build release
 WK_SIM_STEPS=${WK_SIM_STEPS_ASAN:-500000} run_build asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWK_SANITIZE=ON
+if [ -z "$label" ] || [[ fuzz =~ $label ]]; then
+  run_fuzz
+fi
 echo "all tests passed"

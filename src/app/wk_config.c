@@ -180,8 +180,15 @@ static void vappend(errs *e, const char *fmt, va_list ap) {
   if (!e->buf || e->len == 0) return;
   size_t used = strlen(e->buf);
   if (used + 1 >= e->len) return;
+  size_t start = used;
   vsnprintf(e->buf + used, e->len - used, fmt, ap);
   used = strlen(e->buf);
+  /* values echoed from files, the environment or flags may hold control bytes: keep
+   * one problem on one line, and no terminal escapes */
+  for (size_t i = start; i < used; i++) {
+    unsigned char ch = (unsigned char)e->buf[i];
+    if (ch < 0x20 || ch == 0x7f) e->buf[i] = '?';
+  }
   if (used + 1 < e->len) {
     e->buf[used] = '\n';
     e->buf[used + 1] = '\0';

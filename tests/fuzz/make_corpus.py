@@ -1,12 +1,24 @@
 #!/usr/bin/env python3
-"""Writes the seed corpus of fuzz_frame into corpus/frame/ beside this script.
+"""Writes the seed corpora of the fuzz targets into corpus/<name>/ beside this script.
 
-The frames are built here with struct, independently of the C encoder, so replaying
-the corpus (fuzz_frame -runs=0 corpus/frame) also checks that the C decoder agrees
-with docs/executor-protocol.md. Re-run after a protocol change and commit the files.
+  frame     executor frames, built here with struct, independently of the C encoder, so
+            replaying the corpus (fuzz_frame -runs=0 corpus/frame) also checks that the
+            C decoder agrees with docs/executor-protocol.md
+  validate  a method byte, then a gRPC request message (protobuf wire format, encoded
+            here by hand from proto/worker/v1/worker.proto and health.proto)
+  config    config files (YAML)
+  etcd      an operation byte, a knobs byte, then etcd JSON-gateway answers
+            (input formats: the comments at the top of fuzz_<name>.c)
+
+Usage: make_corpus.py [name ...]   (no name: every corpus). Files are only written,
+never deleted, so crash reproducers copied into a corpus directory stay. Re-run after a
+protocol or format change and commit the files.
 """
+import base64
+import json
 import os
 import struct
+import sys
 
 HELLO, CALL, RESULT, CANCEL, PING, PONG, SHUTDOWN = range(1, 8)
 SUBCALLS, SUBCALLS_RESULT, STACK_REQUEST, STACK = range(8, 12)
@@ -89,13 +101,363 @@ SEEDS = {
 }
 
 
+# ---- validate: gRPC requests ---------------------------------------------------------
+# First byte: the method (low 3 bits: 0 RequestTaskSlot, 1 SubmitTask, 2 GetTaskResult,
+# 3 WatchTasks, 4 CancelTask, 5 Health.Check, 6 Health.Watch, 7 unknown), bit 3: tight
+# limits (timeout 1000 ms, 4 watched tasks).
+SLOT, SUBMIT, GET, WATCH, CANCEL, HEALTH_CHECK, HEALTH_WATCH, UNKNOWN = range(8)
+TIGHT = 8
+
+
+def varint(n):
+    out = b""
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out += bytes([b | 0x80])
+        else:
+            return out + bytes([b])
+
+
+def pb_varint(field, n):
+    return varint(field << 3) + varint(n)
+
+
+def pb_bytes(field, b):
+    if isinstance(b, str):
+        b = b.encode()
+    return varint(field << 3 | 2) + varint(len(b)) + b
+
+
+def pb_double(field, x):
+    return varint(field << 3 | 1) + struct.pack("<d", x)
+
+
+def pb_map(field, pairs):
+    return b"".join(pb_bytes(field, pb_bytes(1, k) + pb_bytes(2, v)) for k, v in pairs)
+
+
+def req(method, body=b""):
+    return bytes([method]) + body
+
+
+def function(name="echo", type_="", entrypoint="", args=b"", ctype=0, epoch=0, options=()):
+    body = b""
+    if type_:
+        body += pb_bytes(1, type_)
+    if name is not None:
+        body += pb_bytes(2, name)
+    if epoch:
+        body += pb_varint(3, epoch)
+    if entrypoint:
+        body += pb_bytes(4, entrypoint)
+    if args:
+        body += pb_bytes(5, args)
+    if ctype:
+        body += pb_varint(6, ctype)
+    return body + pb_map(7, options)
+
+
+def submit(task_id="task-1", fn=None, extra=b""):
+    return pb_bytes(1, task_id) + pb_bytes(3, function() if fn is None else fn) + extra
+
+
+SUBMIT_FULL = (pb_bytes(1, "task-7f3a") + pb_varint(2, 12)
+               + pb_bytes(3, function("resize.images", "map", "main:handler", b"[1,2,3]", 0, 3,
+                                      [("chunk", "4"), ("order", "keep")]))
+               + pb_bytes(4, pb_bytes(1, "file") + pb_map(2, [("path", "/tmp/out.jsonl")]))
+               + pb_varint(5, 60000)
+               + pb_bytes(6, pb_varint(1, 1) + pb_varint(2, 3))
+               + pb_bytes(7, pb_varint(1, 3) + pb_varint(2, 100) + pb_varint(3, 1000)
+                          + pb_double(4, 2.0) + pb_varint(5, 1) + pb_varint(6, 1))
+               + pb_map(8, [("team", "ml"), ("env", "prod")])
+               + pb_varint(9, 5000))
+
+VALIDATE_SEEDS = {
+    "slot_ok": req(SLOT, pb_bytes(1, "task-1") + pb_varint(2, 30000)),
+    "slot_empty": req(SLOT),
+    "slot_ttl_too_long": req(SLOT, pb_bytes(1, "task-1") + pb_varint(2, 1 << 41)),
+    "slot_id_space": req(SLOT, pb_bytes(1, "task 1")),
+    "slot_id_129": req(SLOT, pb_bytes(1, "t" * 129)),
+    "submit_full": req(SUBMIT, SUBMIT_FULL),
+    "submit_minimal": req(SUBMIT, submit()),
+    "submit_tight_timeout": req(SUBMIT | TIGHT, submit(extra=pb_varint(5, 5000))),
+    "submit_no_function": req(SUBMIT, pb_bytes(1, "task-1")),
+    "submit_name_dot": req(SUBMIT, submit(fn=function(".hidden"))),
+    "submit_name_bad_byte": req(SUBMIT, submit(fn=function("a/b"))),
+    "submit_type_upper": req(SUBMIT, submit(fn=function(type_="Map"))),
+    "submit_entrypoint_bad": req(SUBMIT, submit(fn=function(entrypoint="main:"))),
+    "submit_entrypoint_dotted": req(SUBMIT, submit(fn=function(entrypoint="pkg.mod:Cls.run"))),
+    "submit_content_type_5": req(SUBMIT, submit(fn=function(ctype=5))),
+    "submit_name_utf8_bad": req(SUBMIT, submit(fn=pb_bytes(2, b"ech\xff"))),
+    "submit_label_nul": req(SUBMIT, submit(extra=pb_map(8, [(b"k\x00", "v")]))),
+    "submit_label_utf8": req(SUBMIT, submit(extra=pb_map(8, [("k", "\u00e9\u4e2d\U0001f600")]))),
+    "submit_labels_65": req(SUBMIT, submit(extra=pb_map(8, [("k%d" % i, "v") for i in range(65)]))),
+    "submit_failure_mode_9": req(SUBMIT, submit(extra=pb_bytes(6, pb_varint(1, 9)))),
+    "submit_retry_nan": req(SUBMIT, submit(extra=pb_bytes(7, pb_double(4, float("nan"))))),
+    "submit_retry_backoff_order": req(SUBMIT, submit(extra=pb_bytes(7, pb_varint(2, 500) + pb_varint(3, 100)))),
+    "submit_result_handler_bad": req(SUBMIT, submit(extra=pb_bytes(4, pb_bytes(1, "File!")))),
+    "submit_unknown_fields": req(SUBMIT, submit(extra=pb_varint(99, 1) + pb_bytes(100, b"\xff\x00")
+                                                 + varint(101 << 3 | 5) + b"\x01\x02\x03\x04")),
+    "submit_function_twice": req(SUBMIT, submit(extra=pb_bytes(3, function(entrypoint="m:f")))),
+    "submit_truncated": req(SUBMIT, SUBMIT_FULL[:57]),
+    "submit_group_wiretype": req(SUBMIT, submit() + varint(20 << 3 | 3) + varint(20 << 3 | 4)),
+    "submit_overlong_varint": req(SUBMIT, pb_bytes(1, "task-1") + varint(5 << 3) + b"\xff" * 10 + b"\x01"),
+    # field number 0 in an overlong tag (0x80 0x00): protobuf-c accepts it, the scan must not
+    "slot_field0_overlong": req(SLOT, pb_bytes(1, "task-1") + b"\x80\x00" + varint(1)),
+    "health_field0_overlong": req(HEALTH_CHECK, b"\x80\x80\x00\x00"),
+    "submit_field0_nested": req(SUBMIT, submit(fn=function() + b"\x80\x00\x05")),
+    "get_ok": req(GET, pb_bytes(1, "task-1")),
+    "get_wrong_wiretype": req(GET, pb_varint(1, 7)),
+    "watch_three": req(WATCH, b"".join(pb_bytes(1, "task-%d" % i) for i in range(3))),
+    "watch_dup": req(WATCH, b"".join(pb_bytes(1, t) for t in ["a", "b", "c", "b", "a"])),
+    "watch_none": req(WATCH),
+    "watch_tight_5": req(WATCH | TIGHT, b"".join(pb_bytes(1, "t%d" % i) for i in range(5))),
+    "cancel_ok": req(CANCEL, pb_bytes(1, "task-1") + pb_bytes(2, "user asked")),
+    "cancel_reason_1025": req(CANCEL, pb_bytes(1, "task-1") + pb_bytes(2, "r" * 1025)),
+    "health_check": req(HEALTH_CHECK, pb_bytes(1, "worker.v1.WorkerService")),
+    "health_check_empty": req(HEALTH_CHECK),
+    "health_watch_long": req(HEALTH_WATCH, pb_bytes(1, "s" * 257)),
+    "unknown_method": req(UNKNOWN, pb_bytes(1, "task-1")),
+}
+
+# ---- config: YAML files ---------------------------------------------------------------
+
+CONFIG_SEEDS = {
+    "full.yaml": b"""# a Worker's settings
+listen_addr: "0.0.0.0:7070"
+task_slots: 32
+code_root: /srv/worker/code
+scratch_root: ""
+executors: 4
+executors_max: 8
+pipeline_depth: 16
+executor_idle_timeout_ms: 5m
+max_calls_per_executor: 100000
+max_executor_rss_mb: 2048
+executor_heartbeat_interval_ms: 2s
+executor_heartbeat_timeout_ms: 10s
+executor_rlimit_as_mb: 0
+executor_rlimit_nofile: 4096
+executor_rlimit_cpu_s: 0
+python: /usr/bin/python3
+executor_script: python/worker_executor.py
+python_path: python
+result_retention_ms: 10m
+max_retained_results: 10000
+max_retained_bytes: 256MiB
+watch_disconnect_grace_ms: 10s
+default_slot_ttl_ms: 30s
+max_slot_ttl_ms: 10m
+default_task_timeout_ms: 10m
+max_task_timeout_ms: 1h
+drain_timeout_ms: 30s
+cancel_grace_ms: 2000ms
+tick_ms: 500
+max_message_bytes: 4MiB
+max_inline_output_bytes: 4194304B
+max_calls_per_task: 1000000
+task_window_max: 256
+subcall_max_depth: 4
+max_calls_in_flight: 65536
+etcd_endpoints: "http://10.0.0.5:2379,http://10.0.0.6:2379"
+registry_prefix: /workers/
+advertise_addr: "10.0.0.9:7070"
+etcd_lease_ttl_s: 10
+heartbeat_interval_ms: 1s
+shadow_target_addr: ""
+shadow_sample_percent: 0
+builder_concurrency: 4
+scan_concurrency: 4
+executor_concurrency: 4
+plugin_concurrency: 4
+log_level: info
+""",
+    "minimal.yaml": b"task_slots: 8\n",
+    "empty.yaml": b"",
+    "comments_only.yaml": b"# nothing set\n\n# here\n",
+    "null_document.yaml": b"---\n~\n...\n",
+    "problems.yaml": b"""task_slot: 4
+executors: "2"
+pipeline_depth: [1, 2]
+tick_ms: {a: 1}
+drain_timeout_ms:
+log_level: loud
+task_slots: many
+task_slots: 3
+max_message_bytes: 4MB
+max_task_timeout_ms: 1d
+max_retained_results: -1
+executor_rlimit_nofile: 99999999999999999999
+cancel_grace_ms: -5s
+? [complex, key]
+: 1
+""",
+    "syntax_error.yaml": b"task_slots: [1, 2\nexecutors: 2\n",
+    "syntax_error_indent.yaml": b"task_slots: 4\n  executors: 2\n",
+    "tab_indent.yaml": b"task_slots:\n\t4\n",
+    "two_documents.yaml": b"---\ntask_slots: 4\n---\nexecutors: 2\n",
+    "scalar_root.yaml": b"just some text\n",
+    "list_root.yaml": b"- task_slots\n- 4\n",
+    "flow_mapping.yaml": b"{task_slots: 4, executors: 2, log_level: debug}\n",
+    "anchor_alias.yaml": b"task_slots: &n 4\nexecutors: *n\n",
+    "tags.yaml": b"task_slots: !!int 4\ncode_root: !!str /srv/code\n",
+    "block_scalars.yaml": b"python_path: |\n  /a\n  /b\ncode_root: >-\n  /srv\n  code\n",
+    "quoted_escapes.yaml": b'python: "/usr/bin/py\\x41"\ncode_root: \'/srv/it\'\'s\'\n',
+    "nul_escape.yaml": b'python: "/usr/bin/\\0python3"\n',
+    "newline_in_value.yaml": b'log_level: "in\\nfo"\n',
+    "bad_utf8.yaml": b"code_root: /srv/\xff\xfe\n",
+    "utf8_bom.yaml": b"\xef\xbb\xbftask_slots: 4\n",
+    "utf16le.yaml": b"\xff\xfe" + "task_slots: 4\nlog_level: warn\n".encode("utf-16-le"),
+    "too_long.yaml": b"listen_addr: " + b"a" * 300 + b":1\n",
+    "limits.yaml": b"max_retained_bytes: 1TiB\nmax_calls_per_executor: 18446744073709551615\n"
+                   b"executor_idle_timeout_ms: 9223372036854775807\nmax_message_bytes: 0B\n",
+    "nulls.yaml": b"scratch_root: ~\nregistry_prefix: null\nadvertise_addr:\n",
+}
+
+# ---- etcd: JSON-gateway answers -------------------------------------------------------
+# byte 0: operation; byte 1: knobs (bit 0: two endpoints; bits 1-7: body chunk size);
+# then answers separated by "\n--\n", each an outcome digit and the body:
+# 0 HTTP 200, 1 400, 2 404, 3 500, 4 503, 5 no status, 6 refused, 7 timeout after the body.
+(E_WORKER_PARSE, E_B64, E_GRANT, E_KEEPALIVE, E_REVOKE, E_TTL, E_PUT, E_GET, E_RANGE,
+ E_DELETE, E_DELETE_IF_LEASE, E_LIST_WORKERS) = range(12)
+TWO_ENDPOINTS = 1
+
+
+def chunks(n):
+    return n << 1
+
+
+def etcd(op, knobs=0, *answers):
+    return bytes([op, knobs]) + b"\n--\n".join(a.encode() if isinstance(a, str) else a for a in answers)
+
+
+def j(obj):
+    return json.dumps(obj, separators=(",", ":"))
+
+
+HEADER = {"cluster_id": "14841639068965178418", "member_id": "10276657743932975437",
+          "revision": "12", "raft_term": "2"}
+LEASE_NOT_FOUND = j({"error": "etcdserver: requested lease not found", "code": 5,
+                     "message": "etcdserver: requested lease not found"})
+UNAVAILABLE = j({"error": "etcdserver: leader changed", "code": 14, "message": "etcdserver: leader changed"})
+
+
+def b64(s):
+    return base64.b64encode(s if isinstance(s, bytes) else s.encode()).decode()
+
+
+def worker_value(addr, free=13, ready=True, draining=False, **extra):
+    v = {"address": addr, "task_slots": 16, "reserved_slots": 1,
+         "running_tasks": 16 - free - 1 if isinstance(free, int) else 2, "free_slots": free, "ready": ready, "draining": draining, "deployment": "prod",
+         "service": "worker", "version": "0.1.0", "updated_unix_ms": 1700000000000}
+    v.update(extra)
+    return j(v)
+
+
+def kv(key, value, lease="7587862074529284868", rev="12"):
+    return {"key": b64(key), "value": b64(value), "create_revision": "3", "mod_revision": rev,
+            "version": "1", "lease": lease}
+
+
+RANGE_WORKERS = j({"header": HEADER, "kvs": [
+    kv("/workers/10.0.0.1:7070", worker_value("10.0.0.1:7070", free=3)),
+    kv("/workers/10.0.0.2:7070", worker_value("", free=9)),
+    kv("/workers/10.0.0.3:7070", worker_value("10.0.0.3:7070", draining=True)),
+    kv("/workers/10.0.0.4:7070", "not json"),
+    kv("/workers/10.0.0.5:7070", worker_value("10.0.0.5:7070", free=9, running_tasks=0)),
+], "count": "5"})
+
+ETCD_SEEDS = {
+    "worker_valid": etcd(E_WORKER_PARSE, 0, worker_value("10.0.0.1:7070")),
+    "worker_no_address": etcd(E_WORKER_PARSE, 0, worker_value("")),
+    "worker_null_prefix": etcd(E_WORKER_PARSE, 1, worker_value("")),
+    "worker_key_outside_prefix": etcd(E_WORKER_PARSE, 2, worker_value("")),
+    "worker_string_numbers": etcd(E_WORKER_PARSE, 0, worker_value("a:1", free="13", updated_unix_ms="17")),
+    "worker_negative": etcd(E_WORKER_PARSE, 0, worker_value("a:1", free=-1)),
+    "worker_u32_overflow": etcd(E_WORKER_PARSE, 0, worker_value("a:1", task_slots=4294967296)),
+    "worker_ready_string": etcd(E_WORKER_PARSE, 0, worker_value("a:1", ready="yes")),
+    "worker_missing_slots": etcd(E_WORKER_PARSE, 0, j({"address": "a:1", "ready": True})),
+    "worker_not_json": etcd(E_WORKER_PARSE, 0, "{\"address\": "),
+    "worker_array": etcd(E_WORKER_PARSE, 0, "[1,2]"),
+    "worker_nul_inside": etcd(E_WORKER_PARSE, 0, b'{"address":"a\x00b"}'),
+    "worker_escaped_nul": etcd(E_WORKER_PARSE, 0, '{"address":"a\\u0000b","deployment":"\\u00e9"}'),
+    "b64_padded": etcd(E_B64, 0, "aGVsbG8gd29ybGQ="),
+    "b64_unpadded": etcd(E_B64, 0, "aGVsbG8"),
+    "b64_urlsafe": etcd(E_B64, 0, "-_-_AA=="),
+    "b64_bad_length": etcd(E_B64, 0, "aGVsb"),
+    "b64_bad_char": etcd(E_B64, 0, "aGV*bG8="),
+    "b64_only_padding": etcd(E_B64, 0, "===="),
+    "grant_ok": etcd(E_GRANT, 0, "0" + j({"header": HEADER, "ID": "7587862074529284868", "TTL": "10"})),
+    "grant_numbers": etcd(E_GRANT, 0, "0" + j({"ID": 7587862074529284868, "TTL": 10})),
+    "grant_error_field": etcd(E_GRANT, 0, "0" + j({"ID": "1", "TTL": "10", "error": "etcdserver: too many leases"})),
+    "grant_zero_ttl": etcd(E_GRANT, 0, "0" + j({"ID": "1", "TTL": "0"})),
+    "grant_bad_id": etcd(E_GRANT, 0, "0" + j({"ID": "12x", "TTL": "10"})),
+    "grant_failover": etcd(E_GRANT, TWO_ENDPOINTS, "4" + UNAVAILABLE, "0" + j({"ID": "5", "TTL": "10"})),
+    "keepalive_ok": etcd(E_KEEPALIVE, 0, "0" + j({"result": {"header": HEADER, "ID": "7", "TTL": "10"}})),
+    "keepalive_gone": etcd(E_KEEPALIVE, 0, "0" + j({"result": {"header": HEADER, "ID": "7"}})),
+    "keepalive_error": etcd(E_KEEPALIVE, 0, "0" + j({"error": {"grpc_code": 5, "http_code": 404, "code": 5,
+                                                             "message": "etcdserver: requested lease not found"}})),
+    "keepalive_result_not_object": etcd(E_KEEPALIVE, 0, '0{"result":[]}'),
+    "keepalive_chunked": etcd(E_KEEPALIVE, chunks(3), "0" + j({"result": {"ID": "7", "TTL": "9"}})),
+    "revoke_ok": etcd(E_REVOKE, 0, "0" + j({"header": HEADER})),
+    "revoke_not_found": etcd(E_REVOKE, 0, "2" + LEASE_NOT_FOUND),
+    "ttl_ok": etcd(E_TTL, 0, "0" + j({"header": HEADER, "ID": "7", "TTL": "5", "grantedTTL": "10"})),
+    "ttl_gone": etcd(E_TTL, 0, "0" + j({"ID": "7", "TTL": "-1"})),
+    "ttl_malformed": etcd(E_TTL, 0, "0" + j({"TTL": True})),
+    "put_ok": etcd(E_PUT, 0, "0" + j({"header": HEADER})),
+    "put_lease_not_found": etcd(E_PUT, 0, "1" + LEASE_NOT_FOUND),
+    "put_refused_then_ok": etcd(E_PUT, TWO_ENDPOINTS, "6", "0{}"),
+    "put_500_no_body_twice": etcd(E_PUT, TWO_ENDPOINTS, "3", "3"),
+    "put_500_text": etcd(E_PUT, 0, "3upstream connect error"),
+    "put_timeout_partial": etcd(E_PUT, 0, '7{"header":'),
+    "put_no_status": etcd(E_PUT, 0, "5"),
+    "put_not_json": etcd(E_PUT, 0, "0<html>hello</html>"),
+    "put_empty_200": etcd(E_PUT, 0, "0"),
+    "put_array_200": etcd(E_PUT, 0, "0[]"),
+    "get_found": etcd(E_GET, 0, "0" + j({"header": HEADER, "kvs": [kv("/workers/k", "v")], "count": "1"})),
+    "get_absent": etcd(E_GET, 0, "0" + j({"header": HEADER})),
+    "get_empty_value": etcd(E_GET, 0, "0" + j({"header": HEADER, "kvs": [{"key": b64("/workers/k")}]})),
+    "get_binary_value": etcd(E_GET, 0, "0" + j({"kvs": [kv("/workers/k", b"\x00\xff\x01")]})),
+    "range_workers": etcd(E_RANGE, 0, "0" + RANGE_WORKERS),
+    "range_bad_b64": etcd(E_RANGE, 0, "0" + j({"header": HEADER, "kvs": [{"key": "!!", "value": "dg=="}]})),
+    "range_kvs_not_array": etcd(E_RANGE, 0, "0" + j({"header": HEADER, "kvs": {"key": "a2V5"}})),
+    "range_entry_not_object": etcd(E_RANGE, 0, "0" + j({"kvs": [kv("/workers/a", "1"), 5]})),
+    "range_bad_revision": etcd(E_RANGE, 0, "0" + j({"header": {"revision": "x"}, "kvs": []})),
+    "range_chunked_failover": etcd(E_RANGE, TWO_ENDPOINTS | chunks(7), "7" + RANGE_WORKERS[:40], "0" + RANGE_WORKERS),
+    "delete_ok": etcd(E_DELETE, 0, "0" + j({"header": HEADER, "deleted": "1"})),
+    "delete_malformed": etcd(E_DELETE, 0, "0" + j({"deleted": "one"})),
+    "delete_if_lease_ok": etcd(E_DELETE_IF_LEASE, 0, "0" + j({"header": HEADER, "succeeded": True, "responses": [
+        {"response_delete_range": {"header": HEADER, "deleted": "1"}}]})),
+    "delete_if_lease_other": etcd(E_DELETE_IF_LEASE, 0, "0" + j({"header": HEADER, "succeeded": False})),
+    "delete_if_lease_odd": etcd(E_DELETE_IF_LEASE, 0, "0" + j({"succeeded": True, "responses": {}})),
+    "list_workers": etcd(E_LIST_WORKERS, 0, "0" + RANGE_WORKERS),
+    "list_workers_failover": etcd(E_LIST_WORKERS, TWO_ENDPOINTS, "1" + j({"code": 4, "message": "context deadline exceeded"}),
+                                  "0" + RANGE_WORKERS),
+    "list_workers_empty": etcd(E_LIST_WORKERS, 0, "0" + j({"header": HEADER})),
+}
+
+CORPORA = {
+    "frame": SEEDS,
+    "validate": VALIDATE_SEEDS,
+    "config": CONFIG_SEEDS,
+    "etcd": ETCD_SEEDS,
+}
+
+
 def main():
-    out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus", "frame")
-    os.makedirs(out, exist_ok=True)
-    for name, data in sorted(SEEDS.items()):
-        with open(os.path.join(out, name), "wb") as f:
-            f.write(data)
-    print("wrote %d seeds to %s" % (len(SEEDS), out))
+    names = sys.argv[1:] or sorted(CORPORA)
+    for name in names:
+        if name not in CORPORA:
+            sys.exit("make_corpus.py: no corpus named %r (have: %s)" % (name, ", ".join(sorted(CORPORA))))
+        out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus", name)
+        os.makedirs(out, exist_ok=True)
+        seeds = CORPORA[name]
+        for seed, data in sorted(seeds.items()):
+            with open(os.path.join(out, seed), "wb") as f:
+                f.write(data)
+        print("wrote %d seeds to %s" % (len(seeds), out))
 
 
 if __name__ == "__main__":
