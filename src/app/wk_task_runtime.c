@@ -120,6 +120,15 @@ void wk_task_rt_activate(wk_task_rt *rt, const char *code_root, const char *scra
   rt->activation_rc = 0;
 }
 
+/* A NUL-terminated copy of a byte view; an empty view (ptr may be NULL) gives "". */
+static char *dup_view(wk_frame_bytes b) {
+  char *s = malloc((size_t)b.len + 1);
+  if (!s) abort();
+  if (b.len) memcpy(s, b.ptr, b.len);
+  s[b.len] = '\0';
+  return s;
+}
+
 void wk_task_rt_encode_output(uint32_t index, const wk_call_outcome *o, wk_buf *out, char *failure,
                               size_t failure_len) {
   Worker__V1__CallOutput m = WORKER__V1__CALL_OUTPUT__INIT;
@@ -133,9 +142,9 @@ void wk_task_rt_encode_output(uint32_t index, const wk_call_outcome *o, wk_buf *
     m.outcome_case = WORKER__V1__CALL_OUTPUT__OUTCOME_VALUE;
     m.value = (ProtobufCBinaryData){o->output.len, (uint8_t *)(uintptr_t)o->output.ptr};
   } else {
-    type = strndup((const char *)o->error_type.ptr, o->error_type.len);
-    message = strndup((const char *)o->error_message.ptr, o->error_message.len);
-    traceback = strndup((const char *)o->traceback.ptr, o->traceback.len);
+    type = dup_view(o->error_type);
+    message = dup_view(o->error_message);
+    traceback = dup_view(o->traceback);
     if (!type || !message || !traceback) abort();
     error.type = type;
     error.message = message;
