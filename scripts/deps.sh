@@ -17,6 +17,8 @@ PACKAGES=(
   etcd-server
   # configuration file (YAML)
   libyaml-dev
+  # writer plugins (redis, postgres) and the servers their tests start
+  libhiredis-dev redis-server postgresql
 )
 
 missing=()

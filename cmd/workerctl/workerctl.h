@@ -65,6 +65,11 @@ typedef enum ctl_flag_id {
   F_CODE_ROOT,
   F_ETCD,
   F_PREFIX,
+  F_TLS_CA,
+  F_TLS_CERT,
+  F_TLS_KEY,
+  F_TLS_SERVER_NAME,
+  F_TOKEN,
   F_COUNT
 } ctl_flag_id;
 
@@ -94,6 +99,12 @@ typedef struct ctl_args {
   bool discovered;   /* addr was picked from etcd (submit): outputs name the worker */
   bool json;
   int64_t deadline_ms;
+  /* transport security (NULL: not set); any tls_* set means TLS */
+  const char *tls_ca;          /* --tls-ca, else $WORKERCTL_TLS_CA */
+  const char *tls_cert;        /* --tls-cert */
+  const char *tls_key;         /* --tls-key */
+  const char *tls_server_name; /* --tls-server-name */
+  const char *token;           /* --token, else $WORKERCTL_TOKEN */
 } ctl_args;
 
 struct ctl_command {

@@ -39,10 +39,17 @@ static const ctl_flag flags[F_COUNT] = {
     [F_CODE_ROOT] = {"code-root", true, false},
     [F_ETCD] = {"etcd", true, false},
     [F_PREFIX] = {"prefix", true, false},
+    [F_TLS_CA] = {"tls-ca", true, false},
+    [F_TLS_CERT] = {"tls-cert", true, false},
+    [F_TLS_KEY] = {"tls-key", true, false},
+    [F_TLS_SERVER_NAME] = {"tls-server-name", true, false},
+    [F_TOKEN] = {"token", true, false},
 };
 
 #define BIT(f) ((uint64_t)1 << (f))
-#define GLOBAL_FLAGS (BIT(F_ADDR) | BIT(F_JSON) | BIT(F_DEADLINE_MS) | BIT(F_HELP))
+#define GLOBAL_FLAGS                                                                    \
+  (BIT(F_ADDR) | BIT(F_JSON) | BIT(F_DEADLINE_MS) | BIT(F_HELP) | BIT(F_TLS_CA) |         \
+   BIT(F_TLS_CERT) | BIT(F_TLS_KEY) | BIT(F_TLS_SERVER_NAME) | BIT(F_TOKEN))
 
 /* ---- commands ----------------------------------------------------------------------- */
 
@@ -138,7 +145,9 @@ const size_t ctl_command_count = sizeof ctl_commands / sizeof ctl_commands[0];
 
 void ctl_print_help(FILE *f) {
   fprintf(f,
-          "usage: workerctl [--addr HOST:PORT] [--json] [--deadline-ms N] COMMAND ...\n"
+          "usage: workerctl [--addr HOST:PORT] [--json] [--deadline-ms N]\n"
+          "                 [--tls-ca FILE [--tls-cert FILE --tls-key FILE]\n"
+          "                 [--tls-server-name NAME]] [--token TOKEN] COMMAND ...\n"
           "\n"
           "A client of the Worker's gRPC API, the tool that deploys function code, and a\n"
           "reader of the Workers' etcd registry (workers).\n"
@@ -161,14 +170,32 @@ void ctl_print_help(FILE *f) {
           "                      none unless given\n"
           "  --help              this text; `workerctl COMMAND --help` for a command\n"
           "\n"
+          "Transport security (gRPC commands; the worker's grpc TLS and token settings):\n"
+          "  --tls-ca FILE       speak TLS and trust the worker's certificate only if a CA\n"
+          "                      in FILE (PEM) signed it (default: $WORKERCTL_TLS_CA).\n"
+          "                      Without any --tls-* option (or the variable): plaintext\n"
+          "  --tls-cert FILE     client certificate (PEM) for a worker that requires mutual\n"
+          "                      TLS; with --tls-key\n"
+          "  --tls-key FILE      the client certificate's private key (PEM, unencrypted)\n"
+          "  --tls-server-name N the name the worker's certificate must carry when it is not\n"
+          "                      the host in --addr (implies TLS)\n"
+          "  --token TOKEN       send \"authorization: Bearer TOKEN\" with every call, for a\n"
+          "                      worker with an auth token (default: $WORKERCTL_TOKEN; the\n"
+          "                      variable keeps it out of `ps`; without TLS it travels in\n"
+          "                      clear text)\n"
+          "A TLS handshake that fails (untrusted certificate, missing client certificate, a\n"
+          "plaintext worker) is exit 4; a missing or wrong token is UNAUTHENTICATED, exit 3.\n"
+          "\n"
           "Exit codes:\n"
           "  0  success; for submit --watch, get and watch: the task SUCCEEDED or is still\n"
           "     running\n"
           "  1  the task ended FAILED or CANCELLED (any of them, for watch); health is not\n"
           "     SERVING; deploy failed\n"
-          "  2  usage error: bad command, option, number or ARGS JSON\n"
+          "  2  usage error: bad command, option, number or ARGS JSON; a --tls-* file that\n"
+          "     cannot be read or is not PEM\n"
           "  3  the worker answered an error status (NOT_FOUND, INVALID_ARGUMENT,\n"
-          "     RESOURCE_EXHAUSTED, ...), printed as \"workerctl: CODE: message\"\n"
+          "     RESOURCE_EXHAUSTED, UNAUTHENTICATED, ...), printed as\n"
+          "     \"workerctl: CODE: message\"\n"
           "  4  the worker could not be reached (connection failed, or the deadline passed);\n"
           "     etcd could not be reached, or (submit) no ready worker with free slots is\n"
           "     registered there\n",
@@ -342,6 +369,39 @@ int ctl_parse(int argc, char **argv, ctl_args *a) {
   a->addr = a->set[F_ADDR] ? a->val[F_ADDR] : (env && *env ? env : CTL_DEFAULT_ADDR);
   if (!*a->addr) {
     ctl_usage_error(a, "--addr is empty");
+    return -1;
+  }
+  static const struct {
+    ctl_flag_id flag;
+    const char *env;
+  } secs[] = {{F_TLS_CA, "WORKERCTL_TLS_CA"},
+              {F_TLS_CERT, NULL},
+              {F_TLS_KEY, NULL},
+              {F_TLS_SERVER_NAME, NULL},
+              {F_TOKEN, "WORKERCTL_TOKEN"}};
+  const char *sec[sizeof secs / sizeof secs[0]];
+  for (size_t i = 0; i < sizeof secs / sizeof secs[0]; i++) {
+    ctl_flag_id f = secs[i].flag;
+    const char *v = NULL;
+    if (a->set[f]) {
+      v = a->val[f];
+      if (!*v) {
+        ctl_usage_error(a, "--%s is empty", flags[f].name);
+        return -1;
+      }
+    } else if (secs[i].env) {
+      const char *e = getenv(secs[i].env);
+      if (e && *e) v = e;
+    }
+    sec[i] = v;
+  }
+  a->tls_ca = sec[0];
+  a->tls_cert = sec[1];
+  a->tls_key = sec[2];
+  a->tls_server_name = sec[3];
+  a->token = sec[4];
+  if ((a->tls_cert != NULL) != (a->tls_key != NULL)) {
+    ctl_usage_error(a, "--tls-cert and --tls-key go together (a client certificate and its key)");
     return -1;
   }
   a->json = a->set[F_JSON];

@@ -33,10 +33,27 @@ static int64_t now_unix_ms(void) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* The client options: user agent, TLS files and token from the command line. */
+static wk_grpc_client_options client_options(const ctl_args *a) {
+  wk_grpc_client_options opts = {.max_recv_message_bytes = 0,
+                                 .user_agent = USER_AGENT,
+                                 .ca_file = a->tls_ca,
+                                 .cert_file = a->tls_cert,
+                                 .key_file = a->tls_key,
+                                 .server_name = a->tls_server_name,
+                                 .token = a->token};
+  return opts;
+}
+
 static int open_client(const ctl_args *a, wk_grpc_client **c) {
-  char err[256];
-  wk_grpc_client_options opts = {.max_recv_message_bytes = 0, .user_agent = USER_AGENT};
-  if (wk_grpc_client_open(a->addr, &opts, c, err, sizeof err) != 0) {
+  char err[1536];
+  wk_grpc_client_options opts = client_options(a);
+  int rc = wk_grpc_client_open(a->addr, &opts, c, err, sizeof err);
+  if (rc == -2) {
+    /* a TLS file or the token: the command line (or environment) is at fault */
+    return ctl_usage_error(a, "%s", err);
+  }
+  if (rc != 0) {
     fprintf(stderr, "workerctl: %s\n", err);
     return CTL_EXIT_UNREACHABLE;
   }
@@ -55,6 +72,15 @@ static int report_status(const ctl_args *a, const wk_grpc_status *st) {
   } else if (unreachable) {
     fprintf(stderr, "workerctl: cannot reach the worker at %s: %s: %s\n", a->addr, code,
             st->message);
+    /* A TLS worker closes a plaintext connection, and a mutual-TLS one a connection
+     * without a client certificate, with no word on why. */
+    bool tls = a->tls_ca || a->tls_cert || a->tls_server_name;
+    if (strstr(st->message, "Socket closed") != NULL && !tls) {
+      fprintf(stderr, "workerctl: (if the worker serves TLS, pass --tls-ca FILE)\n");
+    } else if (strstr(st->message, "Socket closed") != NULL && !a->tls_cert) {
+      fprintf(stderr, "workerctl: (if the worker requires mutual TLS, pass --tls-cert FILE "
+                      "--tls-key FILE)\n");
+    }
   } else {
     fprintf(stderr, "workerctl: %s: %s\n", code, st->message);
   }
@@ -416,7 +442,7 @@ static int submit_discovered(ctl_args *a, const ProtobufCMessage *req, wk_etcd_w
 
   size_t len;
   uint8_t *buf = pack(req, &len);
-  wk_grpc_client_options opts = {.max_recv_message_bytes = 0, .user_agent = USER_AGENT};
+  wk_grpc_client_options opts = client_options(a);
   a->discovered = true;
   size_t tries = 0;
   for (size_t i = 0; i < cands->n; i = next_untried(cands, i)) {
@@ -424,11 +450,16 @@ static int submit_discovered(ctl_args *a, const ProtobufCMessage *req, wk_etcd_w
     tries++;
     wk_grpc_client *c = NULL;
     wk_grpc_status st;
-    char oerr[256];
-    if (wk_grpc_client_open(a->addr, &opts, &c, oerr, sizeof oerr) != 0) {
+    char oerr[1536];
+    int orc = wk_grpc_client_open(a->addr, &opts, &c, oerr, sizeof oerr);
+    if (orc == -2) { /* a TLS file or the token: the same for every worker */
+      free(buf);
+      return ctl_usage_error(a, "%s", oerr);
+    }
+    if (orc != 0) {
       st.code = GRPC_STATUS_UNAVAILABLE;
       st.reached_server = false;
-      snprintf(st.message, sizeof st.message, "%s", oerr);
+      snprintf(st.message, sizeof st.message, "%.1000s", oerr);
     } else if (wk_grpc_client_unary(c, M_SUBMIT, buf, len, NULL, 0, a->deadline_ms, resp, &st) ==
                GRPC_STATUS_OK) {
       free(buf);

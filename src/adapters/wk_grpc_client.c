@@ -23,9 +23,14 @@
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
 
+#include "adapters/wk_pem.h"
+
+#define TOKEN_MAX 4096u /* as the server's WK_GRPC_AUTH_TOKEN_MAX */
+
 struct wk_grpc_client {
   grpc_channel *channel;
   char *target;
+  char *authorization; /* "Bearer <token>", or NULL */
 };
 
 struct wk_grpc_stream {
@@ -81,13 +86,22 @@ static void destroy_cq(grpc_completion_queue *cq) {
   grpc_completion_queue_destroy(cq);
 }
 
-static grpc_metadata *make_md(const wk_grpc_md *md, size_t n) {
-  if (n == 0) return NULL;
-  grpc_metadata *out = calloc(n, sizeof *out);
+/* The call's metadata: the caller's n pairs, then the client's authorization (if
+ * any). *count is the total. */
+static grpc_metadata *make_md(const wk_grpc_client *c, const wk_grpc_md *md, size_t n,
+                              size_t *count) {
+  size_t total = n + (c->authorization ? 1u : 0u);
+  *count = total;
+  if (total == 0) return NULL;
+  grpc_metadata *out = calloc(total, sizeof *out);
   if (!out) abort();
   for (size_t i = 0; i < n; i++) {
     out[i].key = grpc_slice_from_copied_string(md[i].key);
     out[i].value = grpc_slice_from_copied_string(md[i].value ? md[i].value : "");
+  }
+  if (c->authorization) {
+    out[n].key = grpc_slice_from_static_string("authorization");
+    out[n].value = grpc_slice_from_copied_string(c->authorization);
   }
   return out;
 }
@@ -168,6 +182,75 @@ const char *wk_grpc_status_name(grpc_status_code code) {
 
 /* ---- client ---------------------------------------------------------------------- */
 
+static bool opt_on(const char *v) { return v && *v; }
+
+/* The TLS material of opts (NULL fields: not set). */
+typedef struct tls_files {
+  char *ca;
+  char *cert;
+  char *key;
+} tls_files;
+
+static void tls_files_free(tls_files *t) {
+  wk_pem_free(t->ca);
+  wk_pem_free(t->cert);
+  wk_pem_free(t->key);
+  memset(t, 0, sizeof *t);
+}
+
+/* Checks the security options and reads their files: 0, or -1 with a reason. */
+static int load_security(const wk_grpc_client_options *opts, tls_files *t, char *err,
+                         size_t err_len) {
+  memset(t, 0, sizeof *t);
+  if (!opts) return 0;
+  if (opt_on(opts->token)) {
+    size_t n = strnlen(opts->token, TOKEN_MAX + 1);
+    bool ok = n <= TOKEN_MAX;
+    for (size_t i = 0; ok && i < n; i++) {
+      unsigned char ch = (unsigned char)opts->token[i];
+      ok = ch > 0x20 && ch < 0x7f;
+    }
+    if (!ok) {
+      if (err && err_len) {
+        snprintf(err, err_len,
+                 "the token must be 1..%u printable ASCII characters without spaces",
+                 TOKEN_MAX);
+      }
+      return -1;
+    }
+  }
+  if (opt_on(opts->cert_file) != opt_on(opts->key_file)) {
+    if (err && err_len) {
+      snprintf(err, err_len,
+               "a TLS client certificate needs both cert_file and key_file (only %s is set)",
+               opt_on(opts->cert_file) ? "cert_file" : "key_file");
+    }
+    return -1;
+  }
+  char why[1400] = "";
+  bool ok = true;
+  if (opt_on(opts->ca_file)) {
+    t->ca = wk_pem_read(opts->ca_file, WK_PEM_CERTIFICATES, "CA file", why, sizeof why);
+    ok = t->ca != NULL;
+  }
+  if (ok && opt_on(opts->cert_file)) {
+    t->cert = wk_pem_read(opts->cert_file, WK_PEM_CERTIFICATES, "client certificate file", why,
+                          sizeof why);
+    ok = t->cert != NULL;
+    if (ok) {
+      t->key =
+          wk_pem_read(opts->key_file, WK_PEM_PRIVATE_KEY, "client key file", why, sizeof why);
+      ok = t->key != NULL;
+    }
+  }
+  if (!ok) {
+    tls_files_free(t);
+    if (err && err_len) snprintf(err, err_len, "%s", why);
+    return -1;
+  }
+  return 0;
+}
+
 int wk_grpc_client_open(const char *target, const wk_grpc_client_options *opts,
                         wk_grpc_client **out, char *err, size_t err_len) {
   *out = NULL;
@@ -175,16 +258,29 @@ int wk_grpc_client_open(const char *target, const wk_grpc_client_options *opts,
     if (err && err_len) snprintf(err, err_len, "no server address given");
     return -1;
   }
+  tls_files tls;
+  if (load_security(opts, &tls, err, err_len) != 0) return -2;
+  bool use_tls = opts && (opt_on(opts->ca_file) || opt_on(opts->cert_file) ||
+                          opt_on(opts->key_file) || opt_on(opts->server_name));
+
   wk_grpc_client *c = calloc(1, sizeof *c);
   if (!c) abort();
   c->target = strdup(target);
   if (!c->target) abort();
+  if (opts && opt_on(opts->token)) {
+    size_t n = strlen(opts->token);
+    c->authorization = malloc(n + sizeof "Bearer ");
+    if (!c->authorization) abort();
+    memcpy(c->authorization, "Bearer ", sizeof "Bearer " - 1);
+    memcpy(c->authorization + sizeof "Bearer " - 1, opts->token, n + 1);
+  }
 
   size_t max_recv = opts && opts->max_recv_message_bytes ? opts->max_recv_message_bytes
                                                          : WK_GRPC_DEFAULT_MAX_RECV;
   char key_recv[] = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
   char key_ua[] = GRPC_ARG_PRIMARY_USER_AGENT_STRING;
-  grpc_arg args[2];
+  char key_name[] = GRPC_SSL_TARGET_NAME_OVERRIDE_ARG;
+  grpc_arg args[3];
   size_t nargs = 0;
   args[nargs].type = GRPC_ARG_INTEGER;
   args[nargs].key = key_recv;
@@ -199,18 +295,39 @@ int wk_grpc_client_open(const char *target, const wk_grpc_client_options *opts,
     args[nargs].value.string = ua;
     nargs++;
   }
+  char *name = NULL;
+  if (use_tls && opt_on(opts->server_name)) {
+    name = strdup(opts->server_name);
+    if (!name) abort();
+    args[nargs].type = GRPC_ARG_STRING;
+    args[nargs].key = key_name;
+    args[nargs].value.string = name;
+    nargs++;
+  }
   grpc_channel_args chargs = {.num_args = nargs, .args = args};
 
   grpc_init();
-  grpc_channel_credentials *creds = grpc_insecure_credentials_create();
-  c->channel = grpc_channel_create(target, creds, &chargs);
-  grpc_channel_credentials_release(creds);
+  grpc_channel_credentials *creds;
+  if (use_tls) {
+    grpc_ssl_pem_key_cert_pair pair = {.private_key = tls.key, .cert_chain = tls.cert};
+    /* gRPC copies the PEM text */
+    creds = grpc_ssl_credentials_create_ex(tls.ca, tls.cert ? &pair : NULL, NULL, NULL);
+  } else {
+    creds = grpc_insecure_credentials_create();
+  }
+  tls_files_free(&tls);
+  c->channel = creds ? grpc_channel_create(target, creds, &chargs) : NULL;
+  if (creds) grpc_channel_credentials_release(creds);
   free(ua);
+  free(name);
   if (!c->channel) {
     grpc_shutdown();
     free(c->target);
+    wk_pem_free(c->authorization);
     free(c);
-    if (err && err_len) snprintf(err, err_len, "cannot create a channel to %s", target);
+    if (err && err_len) {
+      snprintf(err, err_len, "cannot create a %schannel to %s", use_tls ? "TLS " : "", target);
+    }
     return -1;
   }
   *out = c;
@@ -221,6 +338,7 @@ void wk_grpc_client_close(wk_grpc_client *c) {
   if (!c) return;
   grpc_channel_destroy(c->channel);
   free(c->target);
+  wk_pem_free(c->authorization);
   free(c);
   grpc_shutdown();
 }
@@ -243,7 +361,8 @@ grpc_status_code wk_grpc_client_unary(wk_grpc_client *c, const char *method, con
                                              method_slice, NULL, deadline_of(deadline_ms), NULL);
   grpc_slice_unref(method_slice);
 
-  grpc_metadata *gmd = make_md(md, md_count);
+  size_t gmd_count = 0;
+  grpc_metadata *gmd = make_md(c, md, md_count, &gmd_count);
   grpc_byte_buffer *req_bb = make_bb(req, req_len);
   grpc_byte_buffer *resp_bb = NULL;
   grpc_metadata_array initial_md, trailing_md;
@@ -256,7 +375,7 @@ grpc_status_code wk_grpc_client_unary(wk_grpc_client *c, const char *method, con
   grpc_op ops[6];
   memset(ops, 0, sizeof ops);
   ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
-  ops[0].data.send_initial_metadata.count = md_count;
+  ops[0].data.send_initial_metadata.count = gmd_count;
   ops[0].data.send_initial_metadata.metadata = gmd;
   ops[1].op = GRPC_OP_SEND_MESSAGE;
   ops[1].data.send_message.send_message = req_bb;
@@ -293,7 +412,7 @@ grpc_status_code wk_grpc_client_unary(wk_grpc_client *c, const char *method, con
 
   if (resp_bb) grpc_byte_buffer_destroy(resp_bb);
   grpc_byte_buffer_destroy(req_bb);
-  free_md(gmd, md_count);
+  free_md(gmd, gmd_count);
   grpc_metadata_array_destroy(&initial_md);
   grpc_metadata_array_destroy(&trailing_md);
   grpc_slice_unref(details);
@@ -332,8 +451,7 @@ int wk_grpc_stream_open(wk_grpc_client *c, const char *method, const uint8_t *re
   s->call = grpc_channel_create_call(c->channel, NULL, GRPC_PROPAGATE_DEFAULTS, s->cq,
                                      method_slice, NULL, deadline_of(deadline_ms), NULL);
   grpc_slice_unref(method_slice);
-  s->md = make_md(md, md_count);
-  s->md_count = md_count;
+  s->md = make_md(c, md, md_count, &s->md_count);
   s->send_bb = make_bb(req, req_len);
   grpc_metadata_array_init(&s->initial_md);
   grpc_metadata_array_init(&s->trailing_md);
@@ -343,7 +461,7 @@ int wk_grpc_stream_open(wk_grpc_client *c, const char *method, const uint8_t *re
   grpc_op ops[4];
   memset(ops, 0, sizeof ops);
   ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
-  ops[0].data.send_initial_metadata.count = md_count;
+  ops[0].data.send_initial_metadata.count = s->md_count;
   ops[0].data.send_initial_metadata.metadata = s->md;
   ops[1].op = GRPC_OP_SEND_MESSAGE;
   ops[1].data.send_message.send_message = s->send_bb;

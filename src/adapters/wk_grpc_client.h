@@ -17,6 +17,11 @@
  * stream is used by one thread at a time, except wk_grpc_stream_cancel, which any
  * thread may call while another blocks in wk_grpc_stream_next.
  *
+ * Security: plaintext by default; TLS (and mutual TLS with a client certificate) and
+ * a bearer token through wk_grpc_client_options. The token is sent as the metadata
+ * "authorization: Bearer <token>" on every call, over TLS or not (without TLS anyone on
+ * the path can read it).
+ *
  * Global state: none beyond gRPC's own; each open client holds one grpc_init()
  * reference, released by wk_grpc_client_close (grpc_shutdown). */
 #ifndef WK_GRPC_CLIENT_H
@@ -61,14 +66,29 @@ typedef struct wk_grpc_buf {
 typedef struct wk_grpc_client_options {
   size_t max_recv_message_bytes; /* 0 = WK_GRPC_DEFAULT_MAX_RECV */
   const char *user_agent;        /* primary user agent; NULL = gRPC's own */
+  /* TLS is on when any of the next four is set (NULL or "" = unset). Files are read
+   * by wk_grpc_client_open only. */
+  const char *ca_file;     /* PEM CA certificate(s) that must have signed the server's
+                              certificate; unset = gRPC's default roots
+                              ($GRPC_DEFAULT_SSL_ROOTS_FILE_PATH or its roots.pem) */
+  const char *cert_file;   /* PEM client certificate chain for mutual TLS; needs key_file */
+  const char *key_file;    /* PEM (unencrypted) private key of cert_file */
+  const char *server_name; /* the name the server's certificate must carry, instead of
+                              the target's host (GRPC_SSL_TARGET_NAME_OVERRIDE_ARG) */
+  const char *token;       /* set = "authorization: Bearer <token>" on every call;
+                              printable ASCII without spaces */
 } wk_grpc_client_options;
 
 /** Frees the bytes of b (NULL data is fine) and zeroes it. */
 void wk_grpc_buf_free(wk_grpc_buf *b);
 
-/** Creates a client for `target` ("host:port", or any gRPC target URI) over plaintext
- * HTTP/2. Connects lazily, at the first call. opts may be NULL. Returns 0, or -1 with
- * a reason in err (empty target, channel creation failed). */
+/** Creates a client for `target` ("host:port", or any gRPC target URI) over HTTP/2,
+ * plaintext or TLS as opts say. Connects lazily, at the first call: a failed TLS
+ * handshake (untrusted server, missing or rejected client certificate, plaintext
+ * server) shows as UNAVAILABLE on the calls. opts may be NULL. Returns 0; -1 with a
+ * reason in err when the target is empty or the channel cannot be created; -2 with a
+ * reason when an option is invalid (a TLS file unreadable or not PEM, cert_file
+ * without key_file, a token with spaces). */
 int wk_grpc_client_open(const char *target, const wk_grpc_client_options *opts,
                         wk_grpc_client **out, char *err, size_t err_len);
 

@@ -24,6 +24,11 @@
  * gate, waits for the count to reach zero, and only then shuts the CQ down: nothing
  * can post to a CQ that is shut down, whichever thread the sink answers from.
  *
+ * Security. TLS and mutual TLS are gRPC core's (ssl server credentials on the port);
+ * the files are read and checked (wk_pem.h) at start. The bearer token is checked on
+ * the CQ thread as a call is accepted, before its request is decoded: a call without
+ * it is answered UNAUTHENTICATED like an invalid one, and never reaches the sink.
+ *
  * Locks: rpc->mu guards one rpc's send state; the gate is atomic (its mutex only
  * wakes stop); server->list_mu guards the live list and is never held with rpc->mu. */
 #define _GNU_SOURCE /* pthread_setname_np */
@@ -46,6 +51,7 @@
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
 
+#include "adapters/wk_pem.h"
 #include "adapters/wk_validate.h"
 
 /* ---- constants ---------------------------------------------------------------- */
@@ -81,7 +87,8 @@ static const method_info k_methods[WK_RPC_METHOD_COUNT] = {
 typedef enum tag_kind {
   TAG_REQUEST,       /* request_slot: a registered method's call arrived */
   TAG_GENERIC,       /* generic_slot: a call for an unknown method arrived */
-  TAG_UNIMPLEMENTED, /* unimplemented_call: its answer batch is done */
+  TAG_UNIMPLEMENTED, /* unimplemented_call: its answer batch is done (UNIMPLEMENTED, or
+                        UNAUTHENTICATED for an unknown method without the token) */
   TAG_CLOSE,         /* wk_rpc: RECV_CLOSE_ON_SERVER is done */
   TAG_SEND,          /* wk_rpc: a send batch is done */
   TAG_SHUTDOWN,      /* the server has shut down */
@@ -172,8 +179,10 @@ struct wk_rpc {
 };
 
 struct wk_grpc_server {
-  wk_grpc_server_config cfg;
+  wk_grpc_server_config cfg; /* the TLS and token pointers are NULL: not kept */
   char *listen_addr;
+  char *auth_token; /* NULL: no token required */
+  size_t auth_token_len;
   wk_validate_limits limits;
   wk_grpc_server_sink sink;
   atomic_uint refs; /* the owner's (until stop) plus one per rpc */
@@ -296,6 +305,7 @@ static void server_free(wk_grpc_server *s) {
   pthread_mutex_destroy(&s->list_mu);
   pthread_cond_destroy(&s->list_cv);
   free(s->listen_addr);
+  wk_pem_free(s->auth_token);
   free(s);
 }
 
@@ -380,20 +390,73 @@ static bool rpc_try_ref(wk_rpc *r) {
   return false;
 }
 
-static void copy_metadata(wk_rpc *r, const grpc_metadata_array *md) {
-  if (md->count == 0) return;
-  size_t total = 0;
+/* ---- the bearer token -------------------------------------------------------- */
+
+static bool ascii_equal_nocase(const uint8_t *a, const char *b, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    unsigned char x = a[i];
+    unsigned char y = (unsigned char)b[i];
+    if (x >= 'A' && x <= 'Z') x = (unsigned char)(x - 'A' + 'a');
+    if (y >= 'A' && y <= 'Z') y = (unsigned char)(y - 'A' + 'a');
+    if (x != y) return false;
+  }
+  return true;
+}
+
+static bool is_authorization_key(const grpc_slice *key) {
+  static const char name[] = "authorization";
+  return GRPC_SLICE_LENGTH(*key) == sizeof name - 1 &&
+         ascii_equal_nocase(GRPC_SLICE_START_PTR(*key), name, sizeof name - 1);
+}
+
+/* Compares got[0..got_len) with the token in time that depends on the token's length
+ * only, never on where the bytes differ. */
+static bool token_equal(const wk_grpc_server *s, const uint8_t *got, size_t got_len) {
+  unsigned diff = got_len == s->auth_token_len ? 0u : 1u;
+  for (size_t i = 0; i < s->auth_token_len; i++) {
+    unsigned char g = i < got_len ? got[i] : 0;
+    diff |= (unsigned)(g ^ (unsigned char)s->auth_token[i]);
+  }
+  return diff == 0;
+}
+
+/* True when no token is required, or one "authorization" entry of md is "Bearer
+ * <token>" (the scheme in any case, as RFC 6750 allows). */
+static bool token_ok(const wk_grpc_server *s, const grpc_metadata_array *md) {
+  static const char scheme[] = "bearer ";
+  if (s->auth_token == NULL) return true;
+  bool ok = false;
   for (size_t i = 0; i < md->count; i++) {
+    if (!is_authorization_key(&md->metadata[i].key)) continue;
+    const grpc_slice *v = &md->metadata[i].value;
+    size_t n = GRPC_SLICE_LENGTH(*v);
+    const uint8_t *p = GRPC_SLICE_START_PTR(*v);
+    if (n < sizeof scheme - 1 || !ascii_equal_nocase(p, scheme, sizeof scheme - 1)) continue;
+    if (token_equal(s, p + (sizeof scheme - 1), n - (sizeof scheme - 1))) ok = true;
+  }
+  return ok;
+}
+
+/* Copies the request metadata the sink may read: all of it but "authorization". */
+static void copy_metadata(wk_rpc *r, const grpc_metadata_array *md) {
+  size_t total = 0;
+  size_t kept = 0;
+  for (size_t i = 0; i < md->count; i++) {
+    if (is_authorization_key(&md->metadata[i].key)) continue;
     total += GRPC_SLICE_LENGTH(md->metadata[i].key) + 1;
     total += GRPC_SLICE_LENGTH(md->metadata[i].value) + 1;
+    kept++;
   }
-  r->md = xcalloc(md->count, sizeof *r->md);
+  if (kept == 0) return;
+  r->md = xcalloc(kept, sizeof *r->md);
   r->md_blob = xcalloc(total, 1);
   char *p = r->md_blob;
+  size_t at = 0;
   for (size_t i = 0; i < md->count; i++) {
+    if (is_authorization_key(&md->metadata[i].key)) continue;
     const grpc_slice *k = &md->metadata[i].key;
     const grpc_slice *v = &md->metadata[i].value;
-    md_entry *e = &r->md[i];
+    md_entry *e = &r->md[at++];
     e->key_len = GRPC_SLICE_LENGTH(*k);
     memcpy(p, GRPC_SLICE_START_PTR(*k), e->key_len);
     e->key = p;
@@ -403,7 +466,8 @@ static void copy_metadata(wk_rpc *r, const grpc_metadata_array *md) {
     e->value = p;
     p += e->value_len + 1;
   }
-  r->md_count = md->count;
+  r->md_count = kept;
+  assert(at == kept);
   assert(p == r->md_blob + total);
 }
 
@@ -633,6 +697,7 @@ static void on_request(request_slot *slot, bool ok) {
   slot->call = NULL;
   slot->payload = NULL;
   assert(call != NULL);
+  bool authenticated = token_ok(s, &slot->md);
   wk_rpc *r = rpc_new(s, slot->method, call, &slot->md);
   grpc_metadata_array_destroy(&slot->md);
   grpc_metadata_array_init(&slot->md);
@@ -656,7 +721,11 @@ static void on_request(request_slot *slot, bool ok) {
       rpc_unref_not_last(r);
     }
   }
-  if (close_started) {
+  if (close_started && !authenticated) {
+    if (payload != NULL) grpc_byte_buffer_destroy(payload);
+    finish_with(r, GRPC_STATUS_UNAUTHENTICATED,
+                xstrndup(WK_GRPC_UNAUTHENTICATED_MESSAGE, STATUS_MESSAGE_MAX), true);
+  } else if (close_started) {
     dispatch_request(s, r, payload);
   } else {
     /* stopping (or a broken call): drop it; the final unref cancels the call */
@@ -668,7 +737,9 @@ static void on_request(request_slot *slot, bool ok) {
   rpc_unref(r); /* the accept reference */
 }
 
-static void answer_unimplemented(wk_grpc_server *s, grpc_call *call, const char *message) {
+/* Answers a call that has no rpc (an unknown method) with code/message. */
+static void answer_status(wk_grpc_server *s, grpc_call *call, grpc_status_code code,
+                          const char *message) {
   if (!gate_enter(s)) {
     grpc_call_unref(call);
     return;
@@ -681,13 +752,15 @@ static void answer_unimplemented(wk_grpc_server *s, grpc_call *call, const char 
   memset(ops, 0, sizeof ops);
   ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
   ops[1].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
-  ops[1].data.send_status_from_server.status = GRPC_STATUS_UNIMPLEMENTED;
+  ops[1].data.send_status_from_server.status = code;
   ops[1].data.send_status_from_server.status_details = &u->details;
   ops[2].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
   ops[2].data.recv_close_on_server.cancelled = &u->cancelled;
   grpc_call_error e = grpc_call_start_batch(call, ops, 3, &u->tag, NULL);
   if (e != GRPC_CALL_OK) {
-    log_error("unimplemented answer refused: %s", grpc_call_error_to_string(e));
+    log_error("%s answer refused: %s",
+              code == GRPC_STATUS_UNIMPLEMENTED ? "unimplemented" : "unauthenticated",
+              grpc_call_error_to_string(e));
     gate_leave(s);
     grpc_call_unref(call);
     grpc_slice_unref(u->details);
@@ -709,6 +782,16 @@ static void on_generic(generic_slot *g, bool ok) {
   }
   grpc_call *call = g->call;
   g->call = NULL;
+  if (!token_ok(s, &g->md)) {
+    /* no word on which methods exist to a caller without the token */
+    grpc_call_details_destroy(&g->details);
+    grpc_call_details_init(&g->details);
+    grpc_metadata_array_destroy(&g->md);
+    grpc_metadata_array_init(&g->md);
+    post_generic(s, g);
+    answer_status(s, call, GRPC_STATUS_UNAUTHENTICATED, WK_GRPC_UNAUTHENTICATED_MESSAGE);
+    return;
+  }
   char message[UNKNOWN_PATH_MAX + 64];
   size_t n = GRPC_SLICE_LENGTH(g->details.method);
   const uint8_t *p = GRPC_SLICE_START_PTR(g->details.method);
@@ -730,7 +813,7 @@ static void on_generic(generic_slot *g, bool ok) {
   grpc_metadata_array_destroy(&g->md);
   grpc_metadata_array_init(&g->md);
   post_generic(s, g);
-  answer_unimplemented(s, call, message);
+  answer_status(s, call, GRPC_STATUS_UNIMPLEMENTED, message);
 }
 
 /* ---- the completion-queue thread ---------------------------------------------- */
@@ -763,6 +846,106 @@ static void *cq_thread_main(void *arg) {
 }
 
 /* ---- start and stop ----------------------------------------------------------- */
+
+static bool setting_on(const char *v) { return v != NULL && v[0] != '\0'; }
+
+/* The TLS files, read at start (NULL: not configured). */
+typedef struct tls_files {
+  char *cert;
+  char *key;
+  char *client_ca;
+} tls_files;
+
+static void tls_files_free(tls_files *t) {
+  wk_pem_free(t->cert);
+  wk_pem_free(t->key);
+  wk_pem_free(t->client_ca);
+  memset(t, 0, sizeof *t);
+}
+
+__attribute__((format(printf, 3, 4))) static void set_err(char *err, size_t err_len,
+                                                          const char *fmt, ...) {
+  if (err == NULL || err_len == 0) return;
+  va_list ap;
+  va_start(ap, fmt);
+  (void)vsnprintf(err, err_len, fmt, ap);
+  va_end(ap);
+}
+
+/* Checks the security settings of cfg and reads its TLS files into *t. Returns 0, or
+ * -1 with a reason in err (and nothing to free). */
+static int load_security(const wk_grpc_server_config *cfg, tls_files *t, char *err,
+                         size_t err_len) {
+  memset(t, 0, sizeof *t);
+  bool cert = setting_on(cfg->tls_cert_file);
+  bool key = setting_on(cfg->tls_key_file);
+  bool ca = setting_on(cfg->tls_client_ca_file);
+  if (cert != key) {
+    set_err(err, err_len,
+            "grpc server: TLS needs both tls_cert_file and tls_key_file (only %s is set)",
+            cert ? "tls_cert_file" : "tls_key_file");
+    return -1;
+  }
+  if (ca && !cert) {
+    set_err(err, err_len,
+            "grpc server: tls_client_ca_file (mutual TLS) needs tls_cert_file and "
+            "tls_key_file too");
+    return -1;
+  }
+  if (cfg->auth_token != NULL && cfg->auth_token[0] != '\0') {
+    size_t n = strnlen(cfg->auth_token, WK_GRPC_AUTH_TOKEN_MAX + 1);
+    if (n > WK_GRPC_AUTH_TOKEN_MAX) {
+      set_err(err, err_len, "grpc server: auth_token is longer than %u characters",
+              WK_GRPC_AUTH_TOKEN_MAX);
+      return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+      unsigned char c = (unsigned char)cfg->auth_token[i];
+      if (c <= 0x20 || c >= 0x7f) {
+        set_err(err, err_len,
+                "grpc server: auth_token must be printable ASCII without spaces (character "
+                "%zu is not)",
+                i + 1);
+        return -1;
+      }
+    }
+  }
+  if (!cert) return 0;
+  char why[1400];
+  t->cert = wk_pem_read(cfg->tls_cert_file, WK_PEM_CERTIFICATES, "tls_cert_file", why,
+                        sizeof why);
+  if (t->cert != NULL) {
+    t->key = wk_pem_read(cfg->tls_key_file, WK_PEM_PRIVATE_KEY, "tls_key_file", why,
+                         sizeof why);
+  }
+  if (t->key != NULL && ca) {
+    t->client_ca = wk_pem_read(cfg->tls_client_ca_file, WK_PEM_CERTIFICATES,
+                               "tls_client_ca_file", why, sizeof why);
+  }
+  if (t->cert == NULL || t->key == NULL || (ca && t->client_ca == NULL)) {
+    tls_files_free(t);
+    set_err(err, err_len, "grpc server: %s", why);
+    return -1;
+  }
+  return 0;
+}
+
+/* The port's credentials: TLS (mutual when t->client_ca is set) or plaintext. */
+static grpc_server_credentials *make_credentials(const tls_files *t) {
+  if (t->cert == NULL) return grpc_insecure_server_credentials_create();
+  grpc_ssl_pem_key_cert_pair pair = {.private_key = t->key, .cert_chain = t->cert};
+  /* gRPC copies the PEM text */
+  grpc_ssl_server_certificate_config *cc =
+      grpc_ssl_server_certificate_config_create(t->client_ca, &pair, 1);
+  if (cc == NULL) return NULL;
+  grpc_ssl_server_credentials_options *opts =
+      grpc_ssl_server_credentials_create_options_using_config(
+          t->client_ca != NULL ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+                               : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE,
+          cc);
+  if (opts == NULL) return NULL;
+  return grpc_ssl_server_credentials_create_with_options(opts);
+}
 
 /* Tears down a server that never started its thread (start failed). */
 static void abandon_server(wk_grpc_server *s) {
@@ -801,6 +984,8 @@ int wk_grpc_server_start(const wk_grpc_server_config *cfg, wk_grpc_server_sink s
     return -1;
   }
   *out = NULL;
+  tls_files tls;
+  if (load_security(cfg, &tls, err, err_len) != 0) return -1;
   grpc_init();
 
   wk_grpc_server *s = xcalloc(1, sizeof *s);
@@ -811,6 +996,14 @@ int wk_grpc_server_start(const wk_grpc_server_config *cfg, wk_grpc_server_sink s
   s->cfg = *cfg;
   s->listen_addr = xstrndup(cfg->listen_addr, 1024);
   s->cfg.listen_addr = s->listen_addr;
+  s->cfg.tls_cert_file = NULL;
+  s->cfg.tls_key_file = NULL;
+  s->cfg.tls_client_ca_file = NULL;
+  s->cfg.auth_token = NULL;
+  if (setting_on(cfg->auth_token)) {
+    s->auth_token = xstrndup(cfg->auth_token, WK_GRPC_AUTH_TOKEN_MAX);
+    s->auth_token_len = strlen(s->auth_token);
+  }
   if (s->cfg.max_message_bytes == 0) s->cfg.max_message_bytes = WK_GRPC_DEFAULT_MAX_MESSAGE_BYTES;
   if (s->cfg.max_message_bytes > INT_MAX) s->cfg.max_message_bytes = INT_MAX;
   if (s->cfg.max_timeout_ms == 0) s->cfg.max_timeout_ms = WK_GRPC_DEFAULT_MAX_TIMEOUT_MS;
@@ -846,20 +1039,44 @@ int wk_grpc_server_start(const wk_grpc_server_config *cfg, wk_grpc_server_sink s
       if (err != NULL) {
         (void)snprintf(err, err_len, "grpc server: cannot register %s", k_methods[m].path);
       }
+      tls_files_free(&tls);
       abandon_server(s);
       return -1;
     }
   }
-  grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
+  grpc_server_credentials *creds = make_credentials(&tls);
+  bool with_tls = tls.cert != NULL;
+  tls_files_free(&tls);
+  if (creds == NULL) {
+    set_err(err, err_len, "grpc server: gRPC refused the TLS settings (tls_cert_file, "
+                          "tls_key_file, tls_client_ca_file)");
+    abandon_server(s);
+    return -1;
+  }
   int bound = grpc_server_add_http2_port(s->server, s->listen_addr, creds);
   grpc_server_credentials_release(creds);
-  if (bound <= 0) {
-    if (err != NULL) {
-      (void)snprintf(err, err_len,
-                     "grpc server: cannot listen on %s (address in use, not local, or not "
-                     "host:port)",
-                     s->listen_addr);
+  if (bound <= 0 && with_tls) {
+    /* gRPC builds its TLS context here: a key that is not the certificate's, or a
+     * certificate OpenSSL cannot load, fails the port as an unusable address does.
+     * Binding without TLS tells the two apart (the server is abandoned either way). */
+    grpc_server_credentials *plain = grpc_insecure_server_credentials_create();
+    int probe = grpc_server_add_http2_port(s->server, s->listen_addr, plain);
+    grpc_server_credentials_release(plain);
+    if (probe > 0) {
+      set_err(err, err_len,
+              "grpc server: gRPC (OpenSSL) refused the TLS certificate or key: does "
+              "tls_key_file belong to the first certificate of tls_cert_file, and do "
+              "tls_cert_file and tls_client_ca_file hold valid certificates? (gRPC's own "
+              "log line above says more)");
+      abandon_server(s);
+      return -1;
     }
+  }
+  if (bound <= 0) {
+    set_err(err, err_len,
+            "grpc server: cannot listen on %s (address in use, not local, or not "
+            "host:port)",
+            s->listen_addr);
     abandon_server(s);
     return -1;
   }

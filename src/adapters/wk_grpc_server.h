@@ -12,7 +12,23 @@
  * on_rpc and gives it back with wk_rpc_release once it will touch the rpc no more
  * (after wk_rpc_reply/wk_rpc_fail for unary calls; after wk_rpc_finish, or after
  * on_closed, for streams). The server frees the rpc when gRPC is done with it and
- * the sink's reference is released. */
+ * the sink's reference is released.
+ *
+ * Transport security (see wk_grpc_server_config):
+ *   - TLS: with tls_cert_file and tls_key_file the port speaks only TLS (plaintext
+ *     clients fail at the handshake: gRPC reports UNAVAILABLE to them).
+ *   - Mutual TLS: with tls_client_ca_file too, every client must present a
+ *     certificate that chains to one of those CAs, or the handshake fails.
+ *   - Bearer token: with auth_token, every call, Health.Check and Health.Watch
+ *     included (a load balancer's health probe must send it too), must carry the
+ *     metadata "authorization: Bearer <auth_token>" (the scheme matched
+ *     case-insensitively, the token compared in constant time); otherwise it is
+ *     answered UNAUTHENTICATED "missing or wrong bearer token; pass --token /
+ *     WORKERCTL_TOKEN" on the completion-queue thread and never reaches the sink.
+ *     Unknown methods are answered UNAUTHENTICATED too, before UNIMPLEMENTED. The
+ *     token works without TLS, but then travels in clear text.
+ *   The files are read once, at start; an unreadable file or one that is not PEM of
+ *   the right kind fails the start with a message naming the setting and the file. */
 #ifndef WK_GRPC_SERVER_H
 #define WK_GRPC_SERVER_H
 
@@ -65,6 +81,17 @@ typedef struct wk_grpc_server_config {
   uint64_t max_timeout_ms;      /* timeout_ms above this: INVALID_ARGUMENT */
   uint32_t max_watch_tasks;     /* task_ids per WatchTasks request */
   uint32_t max_stream_queue;    /* queued messages per stream before wk_rpc_send fails */
+  /* Transport security; NULL or "" leaves a setting off. Paths are read at start only
+   * (the strings need not outlive wk_grpc_server_start). */
+  const char *tls_cert_file;      /* PEM certificate chain, server certificate first:
+                                     with tls_key_file, the port speaks TLS only */
+  const char *tls_key_file;       /* PEM private key of that certificate (unencrypted) */
+  const char *tls_client_ca_file; /* PEM CA certificate(s): set = mutual TLS, every client
+                                     must present a certificate they signed (needs
+                                     tls_cert_file and tls_key_file) */
+  const char *auth_token;         /* set = every call must send "authorization: Bearer
+                                     <auth_token>"; 1..4096 printable ASCII characters,
+                                     no spaces */
 } wk_grpc_server_config;
 /* A zero limit above selects its default: */
 #define WK_GRPC_DEFAULT_MAX_MESSAGE_BYTES ((size_t)4 << 20)
@@ -72,8 +99,15 @@ typedef struct wk_grpc_server_config {
 #define WK_GRPC_DEFAULT_MAX_WATCH_TASKS 1024u
 #define WK_GRPC_DEFAULT_MAX_STREAM_QUEUE 256u
 
+#define WK_GRPC_AUTH_TOKEN_MAX 4096u
+/* The status message of a call refused for its token (UNAUTHENTICATED). */
+#define WK_GRPC_UNAUTHENTICATED_MESSAGE \
+  "missing or wrong bearer token; pass --token / WORKERCTL_TOKEN"
+
 /** Binds, starts the server and its completion-queue thread. Writes the bound port
- * to *port. Returns 0, or -1 with a reason in err (e.g. the address is in use). */
+ * to *port. Returns 0, or -1 with a reason in err (e.g. the address is in use, a TLS
+ * file is unreadable or not PEM, the key does not belong to the certificate, an
+ * auth_token with spaces). */
 int wk_grpc_server_start(const wk_grpc_server_config *cfg, wk_grpc_server_sink sink,
                          wk_grpc_server **out, int *port, char *err, size_t err_len);
 
@@ -90,7 +124,8 @@ wk_rpc_method wk_rpc_method_of(const wk_rpc *rpc);
 const void *wk_rpc_request(const wk_rpc *rpc);
 /** Value of a request metadata key (e.g. "x-shadow-submit", "traceparent") copied
  * into buf (NUL-terminated, cut to buf_len - 1 bytes); returns false when absent.
- * Keys match case-insensitively. */
+ * Keys match case-insensitively. "authorization" is consumed by the server and
+ * always absent here (the token never reaches the sink). */
 bool wk_rpc_metadata(const wk_rpc *rpc, const char *key, char *buf, size_t buf_len);
 /** Peer address as gRPC reports it ("ipv4:127.0.0.1:5555"). */
 const char *wk_rpc_peer(const wk_rpc *rpc);

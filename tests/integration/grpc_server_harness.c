@@ -9,12 +9,20 @@
  *   GetTaskResult    NOT_FOUND "no task"
  *   WatchTasks       SNAPSHOT, PHASE_CHANGED, TERMINAL per task id, then OK
  *   CancelTask       TaskResult: the task_id, CANCELLED, failure_message = reason
+ *                    ("authorization visible to the sink" if wk_rpc_metadata shows
+ *                    that key, which the server must consume)
  *   Health.Check     SERVING for "" and "worker.v1.WorkerService", else NOT_FOUND
  *   Health.Watch     SERVING (SERVICE_UNKNOWN for other names), then holds the
  *                    stream open until the client goes away
  * Streams are released when on_closed arrives (never before).
  *
- * Usage: grpc_server_harness [host:port]   (default 127.0.0.1:0)
+ * Usage: grpc_server_harness [--tls-cert PEM --tls-key PEM [--tls-client-ca PEM]]
+ *                            [--token TOKEN] [host:port]   (default 127.0.0.1:0)
+ *   --tls-cert/--tls-key  serve TLS only (wk_grpc_server_config.tls_cert_file/_key_file)
+ *   --tls-client-ca       require client certificates signed by it (mutual TLS)
+ *   --token               require "authorization: Bearer TOKEN" on every call
+ * (used by tests/integration/test_grpc_tls.py). A failed start prints
+ * "harness: <reason>" on stderr and exits 1.
  * Environment: WK_HARNESS_MAX_MESSAGE_BYTES (default 1 MiB),
  *              WK_HARNESS_MAX_STREAM_QUEUE (default 256; WatchTasks answers
  *              RESOURCE_EXHAUSTED "stream queue full" when a send is refused),
@@ -176,6 +184,10 @@ static void handle(wk_rpc *rpc) {
       resp.state = WORKER__V1__TASK_STATE__TASK_STATE_CANCELLED;
       resp.failure_code = WORKER__V1__FAILURE_CODE__FAILURE_CODE_CANCELLED;
       resp.failure_message = req->reason;
+      /* the server consumes the bearer token: the sink must never see it */
+      if (wk_rpc_metadata(rpc, "authorization", NULL, 0)) {
+        resp.failure_message = (char *)(uintptr_t) "authorization visible to the sink";
+      }
       reply_packed(rpc, &resp.base);
       wk_rpc_release(rpc);
       return;
@@ -260,16 +272,46 @@ int main(int argc, char **argv) {
   const char *mq = getenv("WK_HARNESS_MAX_STREAM_QUEUE");
   if (mq != NULL && mq[0] != '\0') max_queue = (uint32_t)strtoul(mq, NULL, 10);
 
+  const char *listen_addr = "127.0.0.1:0";
+  const char *tls_cert = NULL;
+  const char *tls_key = NULL;
+  const char *tls_client_ca = NULL;
+  const char *token = NULL;
+  for (int i = 1; i < argc; i++) {
+    const char **dst = NULL;
+    if (strcmp(argv[i], "--tls-cert") == 0) dst = &tls_cert;
+    else if (strcmp(argv[i], "--tls-key") == 0) dst = &tls_key;
+    else if (strcmp(argv[i], "--tls-client-ca") == 0) dst = &tls_client_ca;
+    else if (strcmp(argv[i], "--token") == 0) dst = &token;
+    if (dst == NULL) {
+      if (argv[i][0] == '-') {
+        fprintf(stderr, "harness: unknown option %s\n", argv[i]);
+        return 2;
+      }
+      listen_addr = argv[i];
+      continue;
+    }
+    if (i + 1 >= argc) {
+      fprintf(stderr, "harness: %s needs a value\n", argv[i]);
+      return 2;
+    }
+    *dst = argv[++i];
+  }
+
   pthread_t actor;
   if (pthread_create(&actor, NULL, actor_main, NULL) != 0) return 2;
 
   wk_grpc_server_config cfg = {
-      .listen_addr = argc > 1 ? argv[1] : "127.0.0.1:0",
+      .listen_addr = listen_addr,
       .max_message_bytes = max_message,
       .max_ttl_ms = 3600u * 1000u,
       .max_timeout_ms = 3600u * 1000u,
       .max_watch_tasks = 64,
       .max_stream_queue = max_queue,
+      .tls_cert_file = tls_cert,
+      .tls_key_file = tls_key,
+      .tls_client_ca_file = tls_client_ca,
+      .auth_token = token,
   };
   wk_grpc_server_sink sink = {.on_rpc = on_rpc, .on_closed = on_closed, .ud = NULL};
   wk_grpc_server *server = NULL;

@@ -1,0 +1,28 @@
+# Writer plugins (src/plugins/wk_writer_*.c, DESIGN.md §6): file (JSON lines, temp file
+# + rename), redis (XADD with hiredis), postgres (COPY with libpq), and their registry
+# (src/plugins/wk_writers.h). Needs wk_proto (cmake/Proto.cmake) for CallOutput.
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(HIREDIS REQUIRED IMPORTED_TARGET hiredis)
+pkg_check_modules(LIBPQ REQUIRED IMPORTED_TARGET libpq)
+if(NOT TARGET PkgConfig::JANSSON)
+  pkg_check_modules(JANSSON REQUIRED IMPORTED_TARGET jansson)
+endif()
+
+# The growable buffer on its own (wk_app also compiles src/lib/wk_buf.c; archives
+# pull only one copy into a program).
+if(NOT TARGET wk_buf)
+  add_library(wk_buf STATIC ${CMAKE_SOURCE_DIR}/src/lib/wk_buf.c)
+  target_include_directories(wk_buf PUBLIC ${CMAKE_SOURCE_DIR}/src)
+  target_compile_options(wk_buf PRIVATE ${WK_WARNINGS})
+endif()
+
+add_library(wk_writers STATIC
+  ${CMAKE_SOURCE_DIR}/src/plugins/wk_writers.c
+  ${CMAKE_SOURCE_DIR}/src/plugins/wk_writer_file.c
+  ${CMAKE_SOURCE_DIR}/src/plugins/wk_writer_redis.c
+  ${CMAKE_SOURCE_DIR}/src/plugins/wk_writer_postgres.c)
+target_include_directories(wk_writers PUBLIC ${CMAKE_SOURCE_DIR}/src)
+target_compile_definitions(wk_writers PRIVATE _GNU_SOURCE)
+target_compile_options(wk_writers PRIVATE ${WK_WARNINGS})
+target_link_libraries(wk_writers PUBLIC wk_buf wk_proto PkgConfig::JANSSON PkgConfig::HIREDIS
+  PkgConfig::LIBPQ)
