@@ -15,6 +15,8 @@ PACKAGES=(
   protobuf-compiler protobuf-compiler-grpc python3 python3-grpcio python3-protobuf python3-pytest
   # servers started by the tests
   etcd-server
+  # certificates made at test time
+  openssl
   # configuration file (YAML)
   libyaml-dev
   # writer plugins (redis, postgres) and the servers their tests start

@@ -376,6 +376,10 @@ int wk_app_run(const wk_app_config *cfg, const wk_profile *profile) {
       .max_timeout_ms = (uint64_t)cfg->max_task_timeout_ms,
       .max_watch_tasks = 1024,
       .max_stream_queue = 4096,
+      .tls_cert_file = cfg->tls_cert_file,
+      .tls_key_file = cfg->tls_key_file,
+      .tls_client_ca_file = cfg->tls_client_ca_file,
+      .auth_token = cfg->auth_token,
   };
   int port = 0;
   if (wk_grpc_server_start(&scfg, wk_orch_sink(app.orch), &app.server, &port, err, sizeof err) != 0) {

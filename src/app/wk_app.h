@@ -48,6 +48,10 @@ typedef struct wk_app_config {
   char advertise_addr[256];     /* "" = listen_addr with its bound port */
   uint64_t etcd_lease_ttl_s;
   int64_t heartbeat_interval_ms; /* registration value refreshed at least this often */
+  char tls_cert_file[1024];      /* "" = plaintext gRPC */
+  char tls_key_file[1024];
+  char tls_client_ca_file[1024]; /* set = mutual TLS required */
+  char auth_token[512];          /* set = every RPC needs "authorization: Bearer <token>" */
   char shadow_target_addr[256]; /* "" = no shadow forwarding */
   uint32_t shadow_sample_percent;
   uint32_t builder_concurrency;  /* phase semaphores: tasks in each phase at once */

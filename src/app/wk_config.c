@@ -110,6 +110,18 @@ static const wk_config_item table[] = {
      .help = "how deep ctx.call may nest"},
     {FIELD(max_calls_in_flight), .type = WK_CONFIG_UINT, .def = "65536", .min = 1024,
      .max = 67108864, .help = "call records held at once, all tasks together"},
+    /* transport security */
+    {FIELD(tls_cert_file), .type = WK_CONFIG_STRING, .def = "", .min = 0,
+     .max = STRMAX(tls_cert_file), .meta = "PEM",
+     .help = "server certificate chain (PEM); with tls_key_file turns TLS on"},
+    {FIELD(tls_key_file), .type = WK_CONFIG_STRING, .def = "", .min = 0,
+     .max = STRMAX(tls_key_file), .meta = "PEM", .help = "server private key (PEM, unencrypted)"},
+    {FIELD(tls_client_ca_file), .type = WK_CONFIG_STRING, .def = "", .min = 0,
+     .max = STRMAX(tls_client_ca_file), .meta = "PEM",
+     .help = "CA for client certificates: set = mutual TLS required"},
+    {FIELD(auth_token), .type = WK_CONFIG_STRING, .def = "", .min = 0, .max = STRMAX(auth_token),
+     .meta = "TOKEN",
+     .help = "set = every RPC (health included) needs 'authorization: Bearer TOKEN'"},
     /* registration and shadow traffic */
     {FIELD(etcd_endpoints), .type = WK_CONFIG_STRING, .def = "", .min = 0,
      .max = STRMAX(etcd_endpoints), .meta = "URLS",
