@@ -15,7 +15,7 @@ trap 'kill -TERM $worker_pid 2>/dev/null || true; wait $worker_pid 2>/dev/null |
 mkdir -p "$work/code"
 port=${WORKER_PORT:-7070}
 
-"$bin/worker" --listen "127.0.0.1:$port" --code-root "$work/code" --executors 2 2>"$work/worker.log" &
+env -u WORKER_PORT "$bin/worker" --listen "127.0.0.1:$port" --code-root "$work/code" --executors 2 2>"$work/worker.log" &
 worker_pid=$!
 export WORKERCTL_ADDR="127.0.0.1:$port"
 
