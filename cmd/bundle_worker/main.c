@@ -13,6 +13,7 @@ static const wk_profile bundle_profile = {
     .registry_prefix = "/bundle-workers/",
     .usage_service = "",
     .builders = {"single", "map"},
+    .plugins = {"file"},
     .tune_defaults = tune_bundle,
 };
 

@@ -9,6 +9,7 @@ static const wk_profile block_profile = {
     .registry_prefix = "/workers/",
     .usage_service = "",
     .builders = {"single", "map", "range"},
+    .plugins = {"file", "redis", "postgres"},
 };
 
 int main(int argc, char **argv) { return wk_app_main(&block_profile, argc, argv); }

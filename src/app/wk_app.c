@@ -28,6 +28,7 @@
 #include "adapters/wk_shadow.h"
 #include "app/wk_orchestrator.h"
 #include "app/wk_profile.h"
+#include "plugins/wk_writers.h"
 
 #ifndef WK_PYTHON_DIR
 #define WK_PYTHON_DIR "python"
@@ -288,6 +289,30 @@ int wk_app_run(const wk_app_config *cfg, const wk_profile *profile) {
     memcpy(app.scratch_root, scratch_abs, strlen(scratch_abs) + 1);
   }
 
+  /* writers: those the Profile enables and the configuration gives a backend; each is
+   * checked now, before anything binds (an unreachable Redis is a bad configuration) */
+  static wk_writer_settings writer_settings;
+  writer_settings = (wk_writer_settings){
+      .output_dir = cfg->output_dir,
+      .redis_addr = cfg->redis_addr,
+      .postgres_dsn = cfg->postgres_dsn,
+  };
+  const char *writers[16] = {0};
+  size_t n_writers = 0;
+  for (size_t i = 0; i < WK_PROFILE_NAMES_MAX && profile->plugins[i] && n_writers < 15; i++) {
+    const char *name = profile->plugins[i];
+    bool configured = (strcmp(name, "file") == 0 && cfg->output_dir[0]) ||
+                      (strcmp(name, "redis") == 0 && cfg->redis_addr[0]) ||
+                      (strcmp(name, "postgres") == 0 && cfg->postgres_dsn[0]);
+    if (!configured) continue;
+    const wk_writer *w = wk_writer_find(name);
+    if (w->validate(&writer_settings, err, sizeof err) != 0) {
+      fprintf(stderr, "worker: writer plugin %s: %s\n", name, err);
+      return 2;
+    }
+    writers[n_writers++] = name;
+  }
+
   wk_orch_config ocfg = {
       .code_root = code_root,
       .scratch_root = app.scratch_root,
@@ -295,11 +320,13 @@ int wk_app_run(const wk_app_config *cfg, const wk_profile *profile) {
       .max_inline_output_bytes = cfg->max_inline_output_bytes,
       .max_calls_per_task = cfg->max_calls_per_task,
       .builders = &builders,
+      .writer_settings = &writer_settings,
       .builder_concurrency = cfg->builder_concurrency,
       .scan_concurrency = cfg->scan_concurrency,
       .executor_concurrency = cfg->executor_concurrency,
       .plugin_concurrency = cfg->plugin_concurrency,
   };
+  memcpy(ocfg.writers, writers, sizeof writers);
   wk_disp_config_default(&ocfg.calls.disp);
   ocfg.calls.disp.max_inflight = 0; /* set from the pool's capacity once executors are up */
   ocfg.calls.disp.window_initial = 8;

@@ -110,6 +110,14 @@ static const wk_config_item table[] = {
      .help = "how deep ctx.call may nest"},
     {FIELD(max_calls_in_flight), .type = WK_CONFIG_UINT, .def = "65536", .min = 1024,
      .max = 67108864, .help = "call records held at once, all tasks together"},
+    /* writer plugins (a plugin the profile enables runs when its setting is set) */
+    {FIELD(output_dir), .type = WK_CONFIG_STRING, .def = "", .min = 0, .max = STRMAX(output_dir),
+     .meta = "DIR", .help = "file writer: directory for <task_id>.jsonl outputs (empty = off)"},
+    {FIELD(redis_addr), .type = WK_CONFIG_STRING, .def = "", .min = 0, .max = STRMAX(redis_addr),
+     .meta = "HOST:PORT", .help = "redis writer: server outputs are XADDed to (empty = off)"},
+    {FIELD(postgres_dsn), .type = WK_CONFIG_STRING, .def = "", .min = 0,
+     .max = STRMAX(postgres_dsn), .meta = "DSN",
+     .help = "postgres writer: libpq connection string outputs are COPYed through (empty = off)"},
     /* transport security */
     {FIELD(tls_cert_file), .type = WK_CONFIG_STRING, .def = "", .min = 0,
      .max = STRMAX(tls_cert_file), .meta = "PEM",

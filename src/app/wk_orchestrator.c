@@ -88,6 +88,7 @@ struct wk_orch {
 };
 
 static void maybe_free(wk_orch *o);
+static void run_steps(wk_orch *o);
 static bool sem_acquire(wk_orch *o, sem_id id, wk_task_rt *rt);
 static void sem_release(wk_orch *o, sem_id id, wk_task_rt *rt);
 static void release_all_sems(wk_orch *o, wk_task_rt *rt);
@@ -368,16 +369,78 @@ static void report_calls(wk_orch *o, wk_task_rt *rt) {
   wk_buf_free(&outputs);
 }
 
-static void run_writer(wk_orch *o, wk_task_rt *rt) {
-  if (!sem_acquire(o, SEM_PLUGIN, rt)) return;
-  wk_phase_outcome out = {.ok = true};
-  char err[256];
-  if (rt->result_handler[0]) {
-    snprintf(err, sizeof err, "no writer plugin named '%s' in this worker", rt->result_handler);
-    out = (wk_phase_outcome){.ok = false, .failure_code = WK_FAIL_PLUGIN_NOT_FOUND, .message = err};
+static const wk_writer *enabled_writer(const wk_orch *o, const char *name) {
+  for (size_t i = 0; i < sizeof o->cfg.writers / sizeof o->cfg.writers[0] && o->cfg.writers[i]; i++) {
+    if (strcmp(o->cfg.writers[i], name) == 0) return wk_writer_find(name);
   }
+  return NULL;
+}
+
+/* The writer runs on the threadpool (it blocks on fsync and the network). */
+static void on_writer_work(uv_work_t *w) {
+  wk_task_rt *rt = w->data;
+  wk_writer_task t = {
+      .settings = rt->orch->cfg.writer_settings,
+      .task_id = rt->task_id,
+      .function = rt->function,
+      .epoch = rt->epoch,
+      .options = rt->handler_options,
+      .n_options = rt->n_handler_options,
+      .outputs = rt->writer_outputs.data,
+      .outputs_len = rt->writer_outputs.len,
+  };
+  rt->writer_rc = rt->writer->write(rt->writer, &t, &rt->writer_results, rt->writer_error,
+                                    sizeof rt->writer_error);
+}
+
+static void on_writer_done(uv_work_t *w, int status) {
+  wk_task_rt *rt = w->data;
+  wk_orch *o = rt->orch;
+  o->jobs--;
+  if (o->closing) {
+    wk_task_rt_unref(rt);
+    maybe_free(o);
+    return;
+  }
+  loop_now(o);
   sem_release(o, SEM_PLUGIN, rt);
-  phase_finished(o, rt, WK_PHASE_WRITER, &out);
+  if (!rt->converged) {
+    wk_phase_outcome out = {.ok = true, .data = {rt->writer_results.data, rt->writer_results.len}};
+    if (status != 0 || rt->writer_rc != 0) {
+      out = (wk_phase_outcome){.ok = false,
+                               .failure_code = WK_FAIL_PLUGIN_FAILED,
+                               .message = status ? "the writer was cancelled" : rt->writer_error};
+    }
+    phase_finished(o, rt, WK_PHASE_WRITER, &out);
+  }
+  wk_task_rt_unref(rt);
+  run_steps(o);
+}
+
+static void run_writer(wk_orch *o, wk_task_rt *rt) {
+  if (!rt->result_handler[0]) { /* outputs stay inline in the TaskResult */
+    wk_phase_outcome out = {.ok = true};
+    phase_finished(o, rt, WK_PHASE_WRITER, &out);
+    return;
+  }
+  const wk_writer *w = enabled_writer(o, rt->result_handler);
+  if (!w) {
+    char err[300];
+    snprintf(err, sizeof err,
+             "no writer plugin named '%s' is enabled and configured on this worker (known: %s)",
+             rt->result_handler, wk_writer_names());
+    wk_phase_outcome out = {.ok = false, .failure_code = WK_FAIL_PLUGIN_NOT_FOUND, .message = err};
+    phase_finished(o, rt, WK_PHASE_WRITER, &out);
+    return;
+  }
+  if (!sem_acquire(o, SEM_PLUGIN, rt)) return;
+  rt->writer = w;
+  wk_buf_clear(&rt->writer_outputs);
+  wk_task_rt_collect_outputs(rt, &rt->writer_outputs);
+  wk_task_rt_ref(rt);
+  rt->writer_job.data = rt;
+  o->jobs++;
+  uv_queue_work(o->loop, &rt->writer_job, on_writer_work, on_writer_done);
 }
 
 static void run_steps(wk_orch *o) {

@@ -20,6 +20,7 @@
 #include "adapters/wk_grpc_server.h"
 #include "core/wk_core.h"
 #include "plugins/wk_builders.h"
+#include "plugins/wk_writers.h"
 
 typedef struct wk_orch wk_orch;
 
@@ -32,6 +33,8 @@ typedef struct wk_orch_config {
   uint32_t max_calls_per_task;
   const wk_builder_registry *builders;
   wk_calls_config calls;      /* the dispatcher and stream refills */
+  const wk_writer_settings *writer_settings; /* shared by every writer; lives as long */
+  const char *writers[16];      /* writers enabled and configured (NULL-terminated) */
   uint32_t builder_concurrency;  /* phase semaphores (0 = unlimited) */
   uint32_t scan_concurrency;
   uint32_t executor_concurrency;

@@ -8,6 +8,7 @@
 
 #include "app/wk_config.h"
 #include "plugins/wk_builders.h"
+#include "plugins/wk_writers.h"
 
 const char *wk_deployment_name(wk_deployment d) {
   switch (d) {
@@ -45,7 +46,10 @@ int wk_profile_validate(const wk_profile *p, char *err, size_t len) {
     }
   }
   for (size_t i = 0; i < WK_PROFILE_NAMES_MAX && p->plugins[i]; i++) {
-    add(err, len, &n, "profile: no writer plugin named '%s' in this build\n", p->plugins[i]);
+    if (!wk_writer_find(p->plugins[i])) {
+      add(err, len, &n, "profile: no writer plugin named '%s' (known: %s)\n", p->plugins[i],
+          wk_writer_names());
+    }
   }
   return n;
 }

@@ -31,6 +31,17 @@ wk_task_rt *wk_task_rt_create(wk_orch *orch, const Worker__V1__SubmitTaskRequest
   copy_str(rt->result_handler, sizeof rt->result_handler,
            req->result_handler ? req->result_handler->type : "");
   copy_str(rt->traceparent, sizeof rt->traceparent, traceparent);
+  if (req->result_handler && req->result_handler->n_options) {
+    size_t n = req->result_handler->n_options; /* bounded by request validation */
+    rt->handler_options = calloc(n, sizeof *rt->handler_options);
+    if (!rt->handler_options) abort();
+    for (size_t i = 0; i < n; i++) {
+      rt->handler_options[i].key = strdup(req->result_handler->options[i]->key);
+      rt->handler_options[i].value = strdup(req->result_handler->options[i]->value);
+      if (!rt->handler_options[i].key || !rt->handler_options[i].value) abort();
+    }
+    rt->n_handler_options = n;
+  }
   rt->args_len = fn->args.len;
   if (rt->args_len) {
     rt->args = malloc(rt->args_len);
@@ -90,6 +101,13 @@ void wk_task_rt_unref(wk_task_rt *rt) {
   }
   for (uint64_t i = 0; rt->rt_calls && i < rt->calls_total; i++) wk_buf_free(&rt->rt_calls[i].encoded);
   free(rt->rt_calls);
+  for (size_t i = 0; i < rt->n_handler_options; i++) {
+    free((void *)(uintptr_t)rt->handler_options[i].key);
+    free((void *)(uintptr_t)rt->handler_options[i].value);
+  }
+  free(rt->handler_options);
+  wk_buf_free(&rt->writer_outputs);
+  wk_buf_free(&rt->writer_results);
   wk_call_list_free(&rt->calls);
   free(rt->args);
   free(rt);

@@ -18,6 +18,7 @@
 #include "core/wk_core.h"
 #include "lib/wk_buf.h"
 #include "plugins/wk_builders.h"
+#include "plugins/wk_writers.h"
 #include "worker/v1/worker.pb-c.h"
 
 typedef struct wk_orch wk_orch;
@@ -45,6 +46,13 @@ struct wk_task_rt {
   char entrypoint[257];
   char builder[33];
   char result_handler[33];
+  wk_writer_option *handler_options; /* ResultHandler.options, copied (keys and values) */
+  size_t n_handler_options;
+  uv_work_t writer_job;              /* the writer phase on the threadpool */
+  const struct wk_writer *writer;
+  wk_buf writer_outputs, writer_results;
+  int writer_rc;
+  char writer_error[512];
   char traceparent[64];
   uint8_t *args;
   size_t args_len;
