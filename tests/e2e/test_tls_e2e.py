@@ -3,11 +3,12 @@ certificate made by openssl at test time, reached by grpcio and workerctl."""
 
 import os
 import subprocess
+import time
 
 import grpc
 import pytest
 
-from conftest import WORKERCTL, Worker, health_pb2, pb, pb_grpc
+from conftest import WORKERCTL, HealthStub, Worker, health_pb2, pb, pb_grpc
 
 TOKEN = "s3cret-token"
 
@@ -32,6 +33,17 @@ def test_tls_and_token(tmp_path, cert):
         ch = grpc.secure_channel(w.addr, creds)
         stub = pb_grpc.WorkerServiceStub(ch)
         md = [("authorization", "Bearer " + TOKEN)]
+        health = HealthStub(ch)
+        deadline = time.time() + 30
+        while True:  # ready once its executors are up
+            try:
+                if health.Check(health_pb2.HealthCheckRequest(), timeout=2, metadata=md).status == \
+                        health_pb2.HealthCheckResponse.SERVING:
+                    break
+            except grpc.RpcError:
+                pass
+            assert time.time() < deadline, "the TLS worker never became SERVING"
+            time.sleep(0.05)
         # without the token: UNAUTHENTICATED
         with pytest.raises(grpc.RpcError) as e:
             stub.GetTaskResult(pb.GetTaskResultRequest(task_id="x"), timeout=5)
