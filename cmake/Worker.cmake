@@ -24,6 +24,7 @@ add_library(wk_app STATIC
   src/app/wk_orchestrator.c
   src/app/wk_config.c
   src/app/wk_app.c
+  src/app/wk_audit.c
   src/app/wk_profile.c)
 target_include_directories(wk_app PUBLIC ${CMAKE_SOURCE_DIR}/src)
 target_compile_definitions(wk_app PRIVATE _GNU_SOURCE WK_PYTHON_DIR="${CMAKE_SOURCE_DIR}/python" WK_VERSION="${PROJECT_VERSION}")

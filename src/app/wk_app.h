@@ -52,6 +52,9 @@ typedef struct wk_app_config {
   char tls_key_file[1024];
   char tls_client_ca_file[1024]; /* set = mutual TLS required */
   char auth_token[512];          /* set = every RPC needs "authorization: Bearer <token>" */
+  char audit_allow[1024];       /* functions allowed (comma-separated, '*' suffix); "" = all */
+  char audit_deny[1024];        /* functions refused, checked first */
+  char usage_log[1024];         /* usage records appended here as JSON lines ("" = log only) */
   char output_dir[1024];        /* file writer: where <task_id>.jsonl files go ("" = off) */
   char redis_addr[256];         /* redis writer: host:port ("" = off) */
   char postgres_dsn[1024];      /* postgres writer: libpq connection string ("" = off) */

@@ -110,6 +110,13 @@ static const wk_config_item table[] = {
      .help = "how deep ctx.call may nest"},
     {FIELD(max_calls_in_flight), .type = WK_CONFIG_UINT, .def = "65536", .min = 1024,
      .max = 67108864, .help = "call records held at once, all tasks together"},
+    /* audit and usage */
+    {FIELD(audit_allow), .type = WK_CONFIG_STRING, .def = "", .min = 0, .max = STRMAX(audit_allow),
+     .meta = "LIST", .help = "functions this worker runs: comma-separated names, '*' suffix for a prefix (empty = all)"},
+    {FIELD(audit_deny), .type = WK_CONFIG_STRING, .def = "", .min = 0, .max = STRMAX(audit_deny),
+     .meta = "LIST", .help = "functions refused at activation (ACTIVATION_FAILED), checked before audit_allow"},
+    {FIELD(usage_log), .type = WK_CONFIG_STRING, .def = "", .min = 0, .max = STRMAX(usage_log),
+     .meta = "FILE", .help = "usage sink: one JSON usage record per task appended here (empty = the log only)"},
     /* writer plugins (a plugin the profile enables runs when its setting is set) */
     {FIELD(output_dir), .type = WK_CONFIG_STRING, .def = "", .min = 0, .max = STRMAX(output_dir),
      .meta = "DIR", .help = "file writer: directory for <task_id>.jsonl outputs (empty = off)"},

@@ -10,7 +10,9 @@
  *     reach a freed runtime. */
 #include "app/wk_orchestrator.h"
 
+#include <fcntl.h>
 #include <pthread.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -172,6 +174,45 @@ static void defer_step(wk_orch *o, step_kind kind, wk_task_rt *rt) {
 
 /* ---- command execution ---------------------------------------------------------- */
 
+/* Usage records go to the usage sink file on the threadpool (a disk write never
+ * blocks the actor); appends of one line each with O_APPEND do not interleave. */
+typedef struct usage_job {
+  uv_work_t work;
+  const char *path;
+  char *line;
+  size_t len;
+} usage_job;
+
+static void usage_write(uv_work_t *w) {
+  usage_job *j = w->data;
+  int fd = open(j->path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
+  if (fd < 0) return;
+  ssize_t n = write(fd, j->line, j->len);
+  (void)n;
+  close(fd);
+}
+
+static void usage_done(uv_work_t *w, int status) {
+  (void)status;
+  usage_job *j = w->data;
+  free(j->line);
+  free(j);
+}
+
+static void append_usage(wk_orch *o, const json_t *usage) {
+  char *text = json_dumps(usage, JSON_COMPACT);
+  if (!text) return;
+  usage_job *j = calloc(1, sizeof *j);
+  if (!j) abort();
+  j->len = strlen(text);
+  j->line = realloc(text, j->len + 2);
+  if (!j->line) abort();
+  j->line[j->len++] = '\n';
+  j->path = o->cfg.usage_log;
+  j->work.data = j;
+  uv_queue_work(o->loop, &j->work, usage_write, usage_done);
+}
+
 static void log_task_finished(wk_orch *o, const wk_task_rt *rt, const wk_task_result *r) {
   const wk_task_statistic *s = &r->statistic;
   json_t *f = json_pack(
@@ -185,6 +226,21 @@ static void log_task_finished(wk_orch *o, const wk_task_rt *rt, const wk_task_re
       (json_int_t)s->calls.bytes_in, "bytes_out", (json_int_t)s->calls.bytes_out, "accepted_unix_ms",
       (json_int_t)(s->accepted_ms + o->wall_offset_ms));
   if (rt->traceparent[0]) json_object_set_new(f, "traceparent", json_string(rt->traceparent));
+  /* the usage record: what the task cost, per phase */
+  json_t *usage = json_pack(
+      "{s:s,s:s,s:s,s:s,s:I,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "task_id", rt->task_id,
+      "function", rt->function, "deployment", o->cfg.deployment ? o->cfg.deployment : "",
+      "service", o->cfg.service ? o->cfg.service : "", "code_epoch", (json_int_t)r->code_epoch, "state",
+      wk_task_state_name(r->state), "cpu_us", (json_int_t)s->calls.executor_cpu_us, "wall_ms",
+      (json_int_t)(s->finished_ms - s->accepted_ms), "builder_ms",
+      (json_int_t)(s->builder_finished_ms - s->builder_started_ms), "calls_ms",
+      (json_int_t)(s->calls_finished_ms - s->calls_started_ms), "writer_ms",
+      (json_int_t)(s->writer_finished_ms - s->writer_started_ms), "bytes_in",
+      (json_int_t)s->calls.bytes_in, "bytes_out", (json_int_t)s->calls.bytes_out, "calls",
+      (json_int_t)s->calls.calls_total, "retries", (json_int_t)s->calls.calls_retried, "finished_unix_ms",
+      (json_int_t)(s->finished_ms + o->wall_offset_ms));
+  if (o->cfg.usage_log && o->cfg.usage_log[0]) append_usage(o, usage);
+  json_object_set_new(f, "usage", usage);
   wk_log_json(WK_LOG_INFO, "task_finished", f);
 }
 
@@ -465,7 +521,8 @@ static void run_steps(wk_orch *o) {
 
 static void on_activation_work(uv_work_t *w) {
   wk_task_rt *rt = w->data;
-  wk_task_rt_activate(rt, rt->orch->cfg.code_root, rt->orch->cfg.scratch_root);
+  const wk_orch_config *cfg = &rt->orch->cfg;
+  wk_task_rt_activate(rt, cfg->code_root, cfg->scratch_root, cfg->audit_allow, cfg->audit_deny);
 }
 
 static void on_activation_done(uv_work_t *w, int status) {
@@ -544,6 +601,10 @@ static void handle_request_slot(wk_orch *o, wk_rpc *rpc) {
   wk_buf_free(&b);
 }
 
+static const char *rt_builder_name(const Worker__V1__SubmitTaskRequest *req) {
+  return (req->function->type && req->function->type[0]) ? req->function->type : "single";
+}
+
 /* Digest of the request without its slot id: a reused task id must carry the same
  * request to be a duplicate. */
 static uint64_t request_digest(const Worker__V1__SubmitTaskRequest *req) {
@@ -614,10 +675,16 @@ static void handle_submit(wk_orch *o, wk_rpc *rpc) {
     free(bytes);
   }
   if (!res.duplicate) {
-    wk_log_json(WK_LOG_INFO, "task_accepted",
-                json_pack("{s:s,s:s,s:I,s:s}", "task_id", req->task_id, "function",
-                          req->function->name, "slot_id", (json_int_t)res.slot_id, "peer",
-                          wk_rpc_peer(rpc)));
+    /* the audit line: who asked for what, once per accepted submission */
+    json_t *a = json_pack("{s:s,s:s,s:s,s:I,s:s,s:s,s:I,s:I,s:I,s:b}", "task_id", req->task_id, "function",
+                          req->function->name, "builder", rt_builder_name(req), "epoch_requested",
+                          (json_int_t)req->function->epoch, "result_handler",
+                          req->result_handler && !is_shadow ? req->result_handler->type : "", "peer",
+                          wk_rpc_peer(rpc), "slot_id", (json_int_t)res.slot_id, "args_bytes",
+                          (json_int_t)req->function->args.len, "timeout_ms", (json_int_t)req->timeout_ms,
+                          "shadow", is_shadow);
+    if (traceparent[0]) json_object_set_new(a, "traceparent", json_string(traceparent));
+    wk_log_json(WK_LOG_INFO, "audit", a);
   }
   exec_cmds(o, &res.cmds);
 }

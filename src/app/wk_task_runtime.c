@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include "adapters/wk_code_store.h"
+#include "app/wk_audit.h"
 #include "app/wk_fs.h"
 #include "app/wk_orchestrator.h"
 #include "app/wk_wire.h"
@@ -113,8 +114,14 @@ void wk_task_rt_unref(wk_task_rt *rt) {
   free(rt);
 }
 
-void wk_task_rt_activate(wk_task_rt *rt, const char *code_root, const char *scratch_root) {
+void wk_task_rt_activate(wk_task_rt *rt, const char *code_root, const char *scratch_root,
+                         const char *audit_allow, const char *audit_deny) {
   rt->activation_rc = -1;
+  if (!wk_audit_permits(audit_allow, audit_deny, rt->function, rt->activation_error,
+                        sizeof rt->activation_error)) {
+    rt->activation_code = WK_FAIL_ACTIVATION_FAILED;
+    return;
+  }
   if (wk_code_store_resolve(code_root, rt->function, rt->requested_epoch, &rt->epoch, rt->code_dir,
                             sizeof rt->code_dir, rt->activation_error,
                             sizeof rt->activation_error) != 0) {

@@ -105,10 +105,12 @@ wk_task_rt *wk_task_rt_create(wk_orch *orch, const Worker__V1__SubmitTaskRequest
 void wk_task_rt_ref(wk_task_rt *rt);
 void wk_task_rt_unref(wk_task_rt *rt);
 
-/** Activation, run on a threadpool thread: resolves and pins the epoch in
- * `code_root`, creates the scratch directory under `scratch_root`. Sets
- * activation_rc 0, or -1 with activation_code and activation_error. */
-void wk_task_rt_activate(wk_task_rt *rt, const char *code_root, const char *scratch_root);
+/** Activation, run on a threadpool thread: checks the AuditGate (allow/deny lists),
+ * resolves and pins the epoch in `code_root`, creates the scratch directory under
+ * `scratch_root`. Sets activation_rc 0, or -1 with activation_code and
+ * activation_error. */
+void wk_task_rt_activate(wk_task_rt *rt, const char *code_root, const char *scratch_root,
+                         const char *audit_allow, const char *audit_deny);
 
 /** Encodes a call outcome as a TaskResult field-7 record (CallOutput `index`) into
  * `out`; `failure` (may be NULL) gets "call N failed: Type: message" on an error. */
