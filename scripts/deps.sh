@@ -10,7 +10,7 @@ PACKAGES=(
   libcmocka-dev valgrind
   # runtime libraries
   libgrpc-dev protobuf-c-compiler libprotobuf-c-dev libuv1-dev
-  libcurl4-openssl-dev libjansson-dev
+  libcurl4-openssl-dev libjansson-dev libmicrohttpd-dev
   # protocol tooling and end-to-end test clients
   protobuf-compiler protobuf-compiler-grpc python3 python3-grpcio python3-protobuf python3-pytest
   # servers started by the tests

@@ -321,6 +321,7 @@ int wk_app_run(const wk_app_config *cfg, const wk_profile *profile) {
       .max_calls_per_task = cfg->max_calls_per_task,
       .builders = &builders,
       .writer_settings = &writer_settings,
+      .io_scope_max_bytes = cfg->io_scope_max_mb * 1024u * 1024u,
       .audit_allow = cfg->audit_allow,
       .audit_deny = cfg->audit_deny,
       .usage_log = cfg->usage_log,

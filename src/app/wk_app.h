@@ -52,6 +52,7 @@ typedef struct wk_app_config {
   char tls_key_file[1024];
   char tls_client_ca_file[1024]; /* set = mutual TLS required */
   char auth_token[512];          /* set = every RPC needs "authorization: Bearer <token>" */
+  uint64_t io_scope_max_mb;     /* a task's scratch directory at most (0 = unbounded) */
   char audit_allow[1024];       /* functions allowed (comma-separated, '*' suffix); "" = all */
   char audit_deny[1024];        /* functions refused, checked first */
   char usage_log[1024];         /* usage records appended here as JSON lines ("" = log only) */

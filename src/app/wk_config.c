@@ -110,6 +110,9 @@ static const wk_config_item table[] = {
      .help = "how deep ctx.call may nest"},
     {FIELD(max_calls_in_flight), .type = WK_CONFIG_UINT, .def = "65536", .min = 1024,
      .max = 67108864, .help = "call records held at once, all tasks together"},
+    {FIELD(io_scope_max_mb), .type = WK_CONFIG_UINT, .def = "1024", .min = 0, .max = 1048576,
+     .help = "a task's scratch directory at most, in MiB, checked every tick while its calls run "
+             "(over it the calls phase fails; 0 = unbounded)"},
     /* audit and usage */
     {FIELD(audit_allow), .type = WK_CONFIG_STRING, .def = "", .min = 0, .max = STRMAX(audit_allow),
      .meta = "LIST", .help = "functions this worker runs: comma-separated names, '*' suffix for a prefix (empty = all)"},

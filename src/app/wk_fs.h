@@ -6,4 +6,8 @@
  * when something could not be removed (errno set). */
 int wk_fs_remove_tree(const char *path);
 
+/** Bytes allocated on disk under `path` (files and directories, no symlinks
+ * followed); 0 when it cannot be read. */
+unsigned long long wk_fs_tree_bytes(const char *path);
+
 #endif

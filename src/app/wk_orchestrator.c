@@ -20,6 +20,7 @@
 
 #include "adapters/wk_shadow.h"
 #include "app/wk_calls.h"
+#include "app/wk_fs.h"
 #include "app/wk_log.h"
 #include "app/wk_subscriptions.h"
 #include "app/wk_task_runtime.h"
@@ -87,6 +88,7 @@ struct wk_orch {
   bool closing;
   int handles_open;
   uint32_t jobs; /* activation jobs on the threadpool: the orchestrator outlives them */
+  wk_task_rt *scopes; /* runtimes in their calls phase, for the IO scope bound */
 };
 
 static void maybe_free(wk_orch *o);
@@ -247,6 +249,69 @@ static void log_task_finished(wk_orch *o, const wk_task_rt *rt, const wk_task_re
 static void on_activation_work(uv_work_t *w);
 static void on_activation_done(uv_work_t *w, int status);
 
+/* ---- IO scope bound: a task's scratch directory is measured on every tick (on the
+ * threadpool) while its calls run; over io_scope_max_bytes its calls phase fails ---- */
+
+static void scope_track(wk_orch *o, wk_task_rt *rt) {
+  if (!o->cfg.io_scope_max_bytes || !rt->scratch_created || rt->in_scope_list) return;
+  rt->in_scope_list = true;
+  rt->scope_prev = NULL;
+  rt->scope_next = o->scopes;
+  if (o->scopes) o->scopes->scope_prev = rt;
+  o->scopes = rt;
+}
+
+static void scope_untrack(wk_orch *o, wk_task_rt *rt) {
+  if (!rt->in_scope_list) return;
+  rt->in_scope_list = false;
+  if (rt->scope_prev) {
+    rt->scope_prev->scope_next = rt->scope_next;
+  } else {
+    o->scopes = rt->scope_next;
+  }
+  if (rt->scope_next) rt->scope_next->scope_prev = rt->scope_prev;
+}
+
+static void scope_measure(uv_work_t *w) {
+  wk_task_rt *rt = w->data;
+  rt->scope_bytes = wk_fs_tree_bytes(rt->scratch_dir);
+}
+
+static void scope_measured(uv_work_t *w, int status) {
+  (void)status;
+  wk_task_rt *rt = w->data;
+  wk_orch *o = rt->orch;
+  o->jobs--;
+  rt->scope_measuring = false;
+  if (o->closing) {
+    wk_task_rt_unref(rt);
+    maybe_free(o);
+    return;
+  }
+  if (!rt->converged && rt->in_scope_list && !rt->calls_reported &&
+      rt->scope_bytes > o->cfg.io_scope_max_bytes) {
+    rt->scope_exceeded = true;
+    rt->calls_ok = false;
+    snprintf(rt->first_failure, sizeof rt->first_failure,
+             "the task's scratch directory holds %llu bytes, over io_scope_max_mb (%llu bytes)",
+             (unsigned long long)rt->scope_bytes, (unsigned long long)o->cfg.io_scope_max_bytes);
+    defer_step(o, STEP_CALLS_DONE, rt);
+  }
+  wk_task_rt_unref(rt);
+  run_steps(o);
+}
+
+static void scope_check_all(wk_orch *o) {
+  for (wk_task_rt *rt = o->scopes; rt; rt = rt->scope_next) {
+    if (rt->scope_measuring) continue;
+    rt->scope_measuring = true;
+    wk_task_rt_ref(rt);
+    rt->scope_job.data = rt;
+    o->jobs++;
+    uv_queue_work(o->loop, &rt->scope_job, scope_measure, scope_measured);
+  }
+}
+
 static void start_calls(wk_orch *o, wk_task_rt *rt) {
   if (!sem_acquire(o, SEM_EXECUTOR, rt)) return;
   if (rt->streaming && !sem_acquire(o, SEM_SCAN, rt)) return;
@@ -255,6 +320,7 @@ static void start_calls(wk_orch *o, wk_task_rt *rt) {
     defer_step(o, STEP_CALLS_DONE, rt);
     return;
   }
+  scope_track(o, rt);
   wk_calls_start(o->calls, rt, o->now_ms);
 }
 
@@ -288,6 +354,7 @@ static void exec_cmds(wk_orch *o, const wk_cmds *cmds) {
       case WK_CMD_CONVERGE:
         r = c->u.converge.result;
         wk_calls_stop(o->calls, rt, o->now_ms);
+        scope_untrack(o, rt);
         rt->converged = true;
         release_all_sems(o, rt);
         log_task_finished(o, rt, r);
@@ -392,6 +459,7 @@ static void run_builder(wk_orch *o, wk_task_rt *rt) {
 static void report_calls(wk_orch *o, wk_task_rt *rt) {
   if (rt->calls_reported) return;
   rt->calls_reported = true;
+  scope_untrack(o, rt);
   wk_calls_stop(o->calls, rt, o->now_ms);
   sem_release(o, SEM_SCAN, rt);
   sem_release(o, SEM_EXECUTOR, rt);
@@ -401,7 +469,9 @@ static void report_calls(wk_orch *o, wk_task_rt *rt) {
   char msg[700];
   const char *message = NULL;
   wk_failure_code code = WK_FAIL_NONE;
-  if (!ok) {
+  if (!ok && rt->scope_exceeded) {
+    message = rt->first_failure;
+  } else if (!ok) {
     snprintf(msg, sizeof msg, "%u of %llu calls failed; first: %s", rt->calls_failed,
              (unsigned long long)rt->calls_total, rt->first_failure);
     message = msg;
@@ -868,6 +938,7 @@ static void tick(wk_orch *o) {
   }
   wk_core_purge_expired_results(o->core, o->now_ms);
   wk_calls_tick(o->calls, o->now_ms);
+  scope_check_all(o);
   run_steps(o);
   reschedule_deadline(o);
 }

@@ -33,6 +33,7 @@ typedef struct wk_orch_config {
   uint32_t max_calls_per_task;
   const wk_builder_registry *builders;
   wk_calls_config calls;      /* the dispatcher and stream refills */
+  uint64_t io_scope_max_bytes;          /* a task's scratch directory at most (0 = unbounded) */
   const char *audit_allow, *audit_deny; /* the AuditGate, checked at activation */
   const char *usage_log;                /* "" = usage records only in task_finished */
   const char *deployment, *service;     /* labels of usage records */

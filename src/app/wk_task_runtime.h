@@ -92,6 +92,13 @@ struct wk_task_rt {
   bool calls_reported;
   wk_call_stats stats;
   char first_failure[512];
+  /* IO scope bound: the runtime sits on the orchestrator's list while in its calls phase */
+  wk_task_rt *scope_prev, *scope_next;
+  bool in_scope_list;
+  bool scope_measuring;      /* a size measurement is on the threadpool */
+  bool scope_exceeded;
+  uint64_t scope_bytes;      /* last measured size of the scratch directory */
+  uv_work_t scope_job;
 };
 
 /** Creates a runtime from a validated SubmitTaskRequest (copies what it needs);

@@ -56,3 +56,25 @@ def test_audit_gate_usage_sink_and_traceparent(worker_factory, tmp_path):
     assert u["state"] == "SUCCEEDED" and u["calls"] == 1 and u["bytes_in"] > 0 and u["bytes_out"] > 0
     assert u["deployment"] == "block" and u["service"] == "worker"
     assert u["wall_ms"] >= u["calls_ms"] >= 0 and "cpu_us" in u
+
+
+def test_scratch_directory_is_bounded_and_removed(worker_factory):
+    import os
+    w = worker_factory("--io-scope-max-mb", "1")
+    w.wait_serving()
+    w.deploy("filler", "import os, time\n"
+                       "def handler(args, ctx):\n"
+                       "    with open(os.path.join(ctx.scratch_dir, 'big'), 'wb') as f:\n"
+                       "        f.write(b'x' * (args['mb'] << 20))\n"
+                       "        f.flush(); os.fsync(f.fileno())\n"
+                       "    time.sleep(args.get('sleep', 0))\n"
+                       "    return ctx.scratch_dir\n")
+    w.submit("small", "filler", {"mb": 0})
+    r = w.wait_terminal("small")
+    assert r.state == pb.TASK_STATE_SUCCEEDED
+    scratch = json.loads(r.outputs[0].value)
+    assert wait_for(lambda: not os.path.exists(scratch), timeout=5), "scratch dir left behind"
+    w.submit("big", "filler", {"mb": 3, "sleep": 5})
+    r = w.wait_terminal("big", timeout=20)
+    assert r.state == pb.TASK_STATE_FAILED and r.failure_code == pb.FAILURE_CODE_CALL_FAILED
+    assert "io_scope_max_mb" in r.failure_message
