@@ -606,7 +606,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
   return ret;
 }
 
-static void set_err(char *err, size_t err_len, const char *fmt, ...) {
+__attribute__((format(printf, 3, 4))) static void set_err(char *err, size_t err_len,
+                                                       const char *fmt, ...) {
   if (!err || err_len == 0) return;
   va_list ap;
   va_start(ap, fmt);
