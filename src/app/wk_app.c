@@ -244,6 +244,31 @@ int wk_app_run(const wk_app_config *cfg, const wk_profile *profile) {
   }
   wk_log_set_level((wk_log_level)wk_log_parse_level(cfg->log_level));
 
+  /* writers: those the Profile enables and the configuration gives a backend; each is
+   * checked now, before anything binds (an unreachable Redis is a bad configuration) */
+  static wk_writer_settings writer_settings;
+  writer_settings = (wk_writer_settings){
+      .output_dir = cfg->output_dir,
+      .redis_addr = cfg->redis_addr,
+      .postgres_dsn = cfg->postgres_dsn,
+  };
+  const char *writers[16] = {0};
+  size_t n_writers = 0;
+  for (size_t i = 0; i < WK_PROFILE_NAMES_MAX && profile->plugins[i] && n_writers < 15; i++) {
+    const char *name = profile->plugins[i];
+    bool configured = (strcmp(name, "file") == 0 && cfg->output_dir[0]) ||
+                      (strcmp(name, "redis") == 0 && cfg->redis_addr[0]) ||
+                      (strcmp(name, "postgres") == 0 && cfg->postgres_dsn[0]);
+    if (!configured) continue;
+    const wk_writer *w = wk_writer_find(name);
+    if (w->validate(&writer_settings, err, sizeof err) != 0) {
+      fprintf(stderr, "worker: writer plugin %s: %s\n", name, err);
+      return 2;
+    }
+    writers[n_writers++] = name;
+  }
+
+
   /* gRPC's threads inherit this mask: only the signal thread sees the stop signals */
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
@@ -287,30 +312,6 @@ int wk_app_run(const wk_app_config *cfg, const wk_profile *profile) {
   char scratch_abs[PATH_MAX];
   if (realpath(app.scratch_root, scratch_abs) && strlen(scratch_abs) < sizeof app.scratch_root) {
     memcpy(app.scratch_root, scratch_abs, strlen(scratch_abs) + 1);
-  }
-
-  /* writers: those the Profile enables and the configuration gives a backend; each is
-   * checked now, before anything binds (an unreachable Redis is a bad configuration) */
-  static wk_writer_settings writer_settings;
-  writer_settings = (wk_writer_settings){
-      .output_dir = cfg->output_dir,
-      .redis_addr = cfg->redis_addr,
-      .postgres_dsn = cfg->postgres_dsn,
-  };
-  const char *writers[16] = {0};
-  size_t n_writers = 0;
-  for (size_t i = 0; i < WK_PROFILE_NAMES_MAX && profile->plugins[i] && n_writers < 15; i++) {
-    const char *name = profile->plugins[i];
-    bool configured = (strcmp(name, "file") == 0 && cfg->output_dir[0]) ||
-                      (strcmp(name, "redis") == 0 && cfg->redis_addr[0]) ||
-                      (strcmp(name, "postgres") == 0 && cfg->postgres_dsn[0]);
-    if (!configured) continue;
-    const wk_writer *w = wk_writer_find(name);
-    if (w->validate(&writer_settings, err, sizeof err) != 0) {
-      fprintf(stderr, "worker: writer plugin %s: %s\n", name, err);
-      return 2;
-    }
-    writers[n_writers++] = name;
   }
 
   wk_orch_config ocfg = {
