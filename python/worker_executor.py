@@ -14,8 +14,7 @@ thread owns the socket's read side, so PING is answered, CANCEL is noted and
 STACK_REQUEST is answered even while a call runs. A call that waits for its subcalls
 (ctx.call / ctx.map) keeps running the CALLs that arrive meanwhile, nested on the main
 thread. RESULTs are buffered and written in batches: flushed when the main thread runs
-out of queued calls, every FLUSH_COUNT results (so the Worker refills the pipeline
-before it drains), when the buffer passes FLUSH_BYTES, and by a flusher thread within
+out of queued calls, when the buffer passes FLUSH_BYTES, and by a flusher thread within
 about one interpreter switch interval while further calls run. Writes are serialised by
 a lock.
 
@@ -64,8 +63,6 @@ ERROR_TEXT_MAX = 64 << 10  # cap on error message and traceback, each
 EOF_GRACE_S = 2.0  # after the Worker hung up, a running call gets this long to finish
 RECV_SIZE = 256 << 10
 FLUSH_BYTES = 64 << 10  # buffered RESULT bytes that force a write
-FLUSH_COUNT = 8  # buffered RESULTs that force a write: the Worker refills the pipeline
-                  # while this executor still has calls queued, instead of after it ran dry
 DEFAULT_ENTRYPOINT = "main:handler"
 DEFAULT_MAX_NESTING = 32  # running calls at once: one outer call plus nested ones
 THREAD_STACK = 512 << 10  # the executor's own threads (matters under --rlimit-as-mb)
@@ -838,7 +835,7 @@ class Executor(object):
                     "%d calls already running in this executor (waiting for subcalls); "
                     "limit %d" % (len(self.running), self.max_nesting)))
                 continue
-            if self.post(self.execute(item)) >= FLUSH_BYTES or len(self.obuf) >= FLUSH_COUNT:
+            if self.post(self.execute(item)) >= FLUSH_BYTES:
                 self.flush()
 
     def take(self, wait):
