@@ -18,12 +18,14 @@ typedef enum wk_stage {
 } wk_stage;
 
 typedef struct wk_task {
+  /* what every lookup reads first sits together: hash, stage, length, the id itself */
   uint64_t hash;
+  uint8_t stage;        /* wk_stage */
+  uint8_t id_len;
+  char id[WK_TASK_ID_MAX + 1];
   uint32_t slot;        /* slot index while RESERVED/ACTIVE, else WK_NONE */
   uint32_t link_prev;   /* retention FIFO (TERMINAL) */
   uint32_t link_next;   /* retention FIFO (TERMINAL) or free list (FREE) */
-  uint8_t stage;        /* wk_stage */
-  uint8_t id_len;
   bool digest_known;    /* false for a reservation cancelled before any submit */
   bool watch_attached;
   bool watch_ever_attached;
@@ -39,7 +41,6 @@ typedef struct wk_task {
   wk_retry_policy retry;
   void *adapter_ctx;
   wk_task_result result;
-  char id[WK_TASK_ID_MAX + 1];
 } wk_task;
 
 typedef struct wk_slot {
