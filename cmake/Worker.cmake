@@ -14,7 +14,6 @@ target_compile_options(wk_plugins PRIVATE ${WK_WARNINGS})
 target_link_libraries(wk_plugins PUBLIC PkgConfig::JANSSON)
 
 add_library(wk_app STATIC
-  src/lib/wk_buf.c
   src/adapters/wk_executor_pool.c
   src/app/wk_fs.c
   src/app/wk_wire.c

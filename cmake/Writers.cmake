@@ -6,15 +6,7 @@ pkg_check_modules(HIREDIS REQUIRED IMPORTED_TARGET hiredis)
 pkg_check_modules(LIBPQ REQUIRED IMPORTED_TARGET libpq)
 if(NOT TARGET PkgConfig::JANSSON)
   pkg_check_modules(JANSSON REQUIRED IMPORTED_TARGET jansson)
-endif()
 
-# The growable buffer on its own (wk_app also compiles src/lib/wk_buf.c; archives
-# pull only one copy into a program).
-if(NOT TARGET wk_buf)
-  add_library(wk_buf STATIC ${CMAKE_SOURCE_DIR}/src/lib/wk_buf.c)
-  target_include_directories(wk_buf PUBLIC ${CMAKE_SOURCE_DIR}/src)
-  target_compile_options(wk_buf PRIVATE ${WK_WARNINGS})
-endif()
 
 add_library(wk_writers STATIC
   ${CMAKE_SOURCE_DIR}/src/plugins/wk_writers.c
@@ -24,5 +16,5 @@ add_library(wk_writers STATIC
 target_include_directories(wk_writers PUBLIC ${CMAKE_SOURCE_DIR}/src)
 target_compile_definitions(wk_writers PRIVATE _GNU_SOURCE)
 target_compile_options(wk_writers PRIVATE ${WK_WARNINGS})
-target_link_libraries(wk_writers PUBLIC wk_buf wk_proto PkgConfig::JANSSON PkgConfig::HIREDIS
+target_link_libraries(wk_writers PUBLIC wk_lib wk_proto PkgConfig::JANSSON PkgConfig::HIREDIS
   PkgConfig::LIBPQ)

@@ -32,6 +32,61 @@
 
 #ifndef WK_SOURCE_DIR
 #error "WK_SOURCE_DIR must name the repository root"
+/* ---- building calls ---------------------------------------------------------------- */
+
+typedef struct call_spec {
+  const char *function;
+  unsigned epoch;
+  const char *entrypoint; /* NULL: empty (the executor's default main:handler) */
+  wk_frame_content content_type;
+  const uint8_t *args;
+  size_t args_len;
+  uint32_t call_index;
+  uint32_t deadline_ms;
+} call_spec;
+
+/* Encodes a CALL into wbuf (not sent yet); returns its call_id. */
+static inline uint64_t queue_call(fixture *fx, const call_spec *cs) {
+  char code_dir[256];
+  snprintf(code_dir, sizeof code_dir, "%s/%s/%u", fx->fn_root, cs->function, cs->epoch);
+  wk_frame f;
+  memset(&f, 0, sizeof f);
+  f.type = WK_FRAME_CALL;
+  f.call.call_id = fx->next_call_id++;
+  f.call.task_id = wk_frame_bytes_cstr("task-it");
+  f.call.function = wk_frame_bytes_cstr(cs->function);
+  f.call.epoch = cs->epoch;
+  f.call.code_dir = wk_frame_bytes_cstr(code_dir);
+  f.call.entrypoint = wk_frame_bytes_cstr(cs->entrypoint);
+  f.call.content_type = cs->content_type;
+  f.call.call_index = cs->call_index;
+  f.call.deadline_ms = cs->deadline_ms;
+  f.call.scratch_dir = wk_frame_bytes_cstr(fx->scratch);
+  f.call.traceparent = wk_frame_bytes_cstr("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+  f.call.args.ptr = cs->args;
+  f.call.args.len = (uint32_t)cs->args_len;
+  queue_frame(fx, &f);
+  return f.call.call_id;
+}
+
+static inline uint64_t queue_json_call(fixture *fx, const char *function, const char *json, uint32_t index) {
+  call_spec cs = {function, 1, NULL, WK_FRAME_CONTENT_JSON, (const uint8_t *)json, strlen(json),
+                  index, 30000};
+  return queue_call(fx, &cs);
+}
+
+static inline void queue_u64_frame(fixture *fx, wk_frame_type type, uint64_t v) {
+  wk_frame f;
+  memset(&f, 0, sizeof f);
+  f.type = type;
+  if (type == WK_FRAME_CANCEL) {
+    f.cancel.call_id = v;
+  } else {
+    f.ping.nonce = v;
+  }
+  queue_frame(fx, &f);
+}
+
 #endif
 
 extern char **environ;
@@ -201,6 +256,61 @@ static inline bool expect_eof(fixture *fx, int timeout_ms) {
     if (r < 0 && errno == EINTR) continue;
     return r <= 0;
   }
+}
+
+/* ---- building calls ---------------------------------------------------------------- */
+
+typedef struct call_spec {
+  const char *function;
+  unsigned epoch;
+  const char *entrypoint; /* NULL: empty (the executor's default main:handler) */
+  wk_frame_content content_type;
+  const uint8_t *args;
+  size_t args_len;
+  uint32_t call_index;
+  uint32_t deadline_ms;
+} call_spec;
+
+/* Encodes a CALL into wbuf (not sent yet); returns its call_id. */
+static inline uint64_t queue_call(fixture *fx, const call_spec *cs) {
+  char code_dir[256];
+  snprintf(code_dir, sizeof code_dir, "%s/%s/%u", fx->fn_root, cs->function, cs->epoch);
+  wk_frame f;
+  memset(&f, 0, sizeof f);
+  f.type = WK_FRAME_CALL;
+  f.call.call_id = fx->next_call_id++;
+  f.call.task_id = wk_frame_bytes_cstr("task-it");
+  f.call.function = wk_frame_bytes_cstr(cs->function);
+  f.call.epoch = cs->epoch;
+  f.call.code_dir = wk_frame_bytes_cstr(code_dir);
+  f.call.entrypoint = wk_frame_bytes_cstr(cs->entrypoint);
+  f.call.content_type = cs->content_type;
+  f.call.call_index = cs->call_index;
+  f.call.deadline_ms = cs->deadline_ms;
+  f.call.scratch_dir = wk_frame_bytes_cstr(fx->scratch);
+  f.call.traceparent = wk_frame_bytes_cstr("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+  f.call.args.ptr = cs->args;
+  f.call.args.len = (uint32_t)cs->args_len;
+  queue_frame(fx, &f);
+  return f.call.call_id;
+}
+
+static inline uint64_t queue_json_call(fixture *fx, const char *function, const char *json, uint32_t index) {
+  call_spec cs = {function, 1, NULL, WK_FRAME_CONTENT_JSON, (const uint8_t *)json, strlen(json),
+                  index, 30000};
+  return queue_call(fx, &cs);
+}
+
+static inline void queue_u64_frame(fixture *fx, wk_frame_type type, uint64_t v) {
+  wk_frame f;
+  memset(&f, 0, sizeof f);
+  f.type = type;
+  if (type == WK_FRAME_CANCEL) {
+    f.cancel.call_id = v;
+  } else {
+    f.ping.nonce = v;
+  }
+  queue_frame(fx, &f);
 }
 
 #endif
