@@ -13,8 +13,6 @@ WK_GRPC_HARNESS_WRAPPER, when set, prefixes the harness command line, e.g.
 """
 
 import concurrent.futures
-import importlib
-import importlib.util
 import math
 import os
 import queue
@@ -22,12 +20,13 @@ import shlex
 import signal
 import statistics
 import subprocess
-import sys
 import threading
 import time
 
 import grpc
 import pytest
+
+import grpc_stubs
 
 SOURCE_DIR = os.environ.get("WK_SOURCE_DIR") or os.path.abspath(
     os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -47,31 +46,9 @@ INVALID = grpc.StatusCode.INVALID_ARGUMENT
 
 # ---- stubs ----------------------------------------------------------------------------
 
-class Stubs:
-    pass
-
-
 @pytest.fixture(scope="session")
 def pb(tmp_path_factory):
-    out = tmp_path_factory.mktemp("stubs")
-    subprocess.run(
-        ["protoc", f"--python_out={out}", f"--grpc_python_out={out}",
-         "--plugin=protoc-gen-grpc_python=/usr/bin/grpc_python_plugin",
-         "-I", "proto", "proto/worker/v1/worker.proto", "proto/grpc/health/v1/health.proto"],
-        cwd=SOURCE_DIR, check=True)
-    # Regular packages, so nothing else named "worker" on sys.path can shadow them.
-    for d in ("worker", os.path.join("worker", "v1")):
-        open(os.path.join(out, d, "__init__.py"), "w").close()
-    sys.path.insert(0, str(out))
-    s = Stubs()
-    s.w = importlib.import_module("worker.v1.worker_pb2")
-    s.wg = importlib.import_module("worker.v1.worker_pb2_grpc")
-    # grpc/health/... would shadow the grpc package itself: load the module by path.
-    spec = importlib.util.spec_from_file_location(
-        "wk_health_pb2", os.path.join(out, "grpc", "health", "v1", "health_pb2.py"))
-    s.h = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(s.h)
-    return s
+    return grpc_stubs.generate(tmp_path_factory.mktemp("stubs"), SOURCE_DIR, "wk_health_pb2")
 
 
 # ---- the harness process ----------------------------------------------------------------

@@ -17,19 +17,18 @@ Without WK_WORKERCTL the workerctl tests are skipped. WK_OPENSSL names the opens
 binary (default: openssl on PATH).
 """
 
-import importlib
-import importlib.util
 import os
 import queue
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 
 import grpc
 import pytest
+
+import grpc_stubs
 
 SOURCE_DIR = os.environ.get("WK_SOURCE_DIR") or os.path.abspath(
     os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -127,30 +126,9 @@ def certs(tmp_path_factory):
 
 # ---- stubs ----------------------------------------------------------------------------
 
-class Stubs:
-    pass
-
-
 @pytest.fixture(scope="session")
 def pb(tmp_path_factory):
-    out = tmp_path_factory.mktemp("stubs")
-    subprocess.run(
-        ["protoc", f"--python_out={out}", f"--grpc_python_out={out}",
-         "--plugin=protoc-gen-grpc_python=/usr/bin/grpc_python_plugin",
-         "-I", "proto", "proto/worker/v1/worker.proto", "proto/grpc/health/v1/health.proto"],
-        cwd=SOURCE_DIR, check=True)
-    for d in ("worker", os.path.join("worker", "v1")):
-        open(os.path.join(out, d, "__init__.py"), "w").close()
-    sys.path.insert(0, str(out))
-    s = Stubs()
-    s.w = importlib.import_module("worker.v1.worker_pb2")
-    s.wg = importlib.import_module("worker.v1.worker_pb2_grpc")
-    # grpc/health/... would shadow the grpc package itself: load the module by path.
-    spec = importlib.util.spec_from_file_location(
-        "wk_tls_health_pb2", os.path.join(out, "grpc", "health", "v1", "health_pb2.py"))
-    s.h = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(s.h)
-    return s
+    return grpc_stubs.generate(tmp_path_factory.mktemp("stubs"), SOURCE_DIR, "wk_tls_health_pb2")
 
 
 # ---- the harness process ----------------------------------------------------------------
