@@ -6,7 +6,7 @@ pkg_check_modules(HIREDIS REQUIRED IMPORTED_TARGET hiredis)
 pkg_check_modules(LIBPQ REQUIRED IMPORTED_TARGET libpq)
 if(NOT TARGET PkgConfig::JANSSON)
   pkg_check_modules(JANSSON REQUIRED IMPORTED_TARGET jansson)
-
+endif()
 
 add_library(wk_writers STATIC
   ${CMAKE_SOURCE_DIR}/src/plugins/wk_writers.c
