@@ -165,7 +165,10 @@ def _result_or_none(w, task_id):
 
 def test_shadow_target_down_never_delays_or_fails_the_primary(worker_factory):
     from etcd_fixture import free_port
-    primary = worker_factory("--shadow-target-addr", "127.0.0.1:%d" % free_port())
+    # 50 submissions back to back: give them 64 slots, so that a slow machine where
+    # the echo calls finish later than the submissions arrive still admits every one
+    primary = worker_factory("--shadow-target-addr", "127.0.0.1:%d" % free_port(),
+                             "--task-slots", "64")
     primary.wait_serving()
     primary.deploy("echo")
     t0 = time.time()
