@@ -23,12 +23,13 @@ add_library(wk_app STATIC
   src/app/wk_orchestrator.c
   src/app/wk_config.c
   src/app/wk_app.c
+  src/app/wk_app_metrics.c
   src/app/wk_audit.c
   src/app/wk_profile.c)
 target_include_directories(wk_app PUBLIC ${CMAKE_SOURCE_DIR}/src)
 target_compile_definitions(wk_app PRIVATE _GNU_SOURCE WK_PYTHON_DIR="${CMAKE_SOURCE_DIR}/python" WK_VERSION="${PROJECT_VERSION}")
 target_compile_options(wk_app PRIVATE ${WK_WARNINGS})
-target_link_libraries(wk_app PUBLIC wk_core wk_proto wk_adapters_frame wk_grpc_server wk_code_store wk_etcd_publisher wk_shadow wk_writers wk_log
+target_link_libraries(wk_app PUBLIC wk_core wk_proto wk_adapters_frame wk_grpc_server wk_code_store wk_etcd_publisher wk_shadow wk_writers wk_metrics wk_log
   wk_plugins PkgConfig::LIBUV PkgConfig::JANSSON PkgConfig::GRPC PkgConfig::YAML Threads::Threads)
 
 add_executable(worker cmd/worker/main.c)

@@ -13,6 +13,7 @@ PACKAGES=(
   libcurl4-openssl-dev libjansson-dev libmicrohttpd-dev
   # protocol tooling and end-to-end test clients
   protobuf-compiler protobuf-compiler-grpc python3 python3-grpcio python3-protobuf python3-pytest
+  python3-prometheus-client
   # servers started by the tests
   etcd-server
   # certificates made at test time

@@ -560,6 +560,9 @@ static void start_send_locked(wk_rpc *r) {
     rpc_unref_not_last(r);
     return;
   }
+  if (want_status && r->server->cfg.on_status) {
+    r->server->cfg.on_status(r->server->cfg.on_status_ud, k_methods[r->method].name, (int)r->finish_code);
+  }
   r->send_in_flight = true;
   r->initial_md_sent = true;
   r->inflight_msg = bb;
@@ -765,7 +768,9 @@ static void answer_status(wk_grpc_server *s, grpc_call *call, grpc_status_code c
     grpc_call_unref(call);
     grpc_slice_unref(u->details);
     free(u);
+    return;
   }
+  if (s->cfg.on_status) s->cfg.on_status(s->cfg.on_status_ud, "unknown", (int)code);
 }
 
 static void on_unimplemented_done(unimplemented_call *u) {

@@ -24,6 +24,7 @@
 #include "app/wk_config.h"
 #include "app/wk_fs.h"
 #include "app/wk_log.h"
+#include "app/wk_app_metrics.h"
 #include "adapters/wk_etcd_publisher.h"
 #include "adapters/wk_shadow.h"
 #include "app/wk_orchestrator.h"
@@ -66,7 +67,12 @@ typedef struct wk_app {
   wk_shadow *shadow;            /* NULL without shadow_target_addr */
   int64_t shadow_logged_ms;
   char advertise_addr[256];
+  wk_app_metrics *metrics;            /* NULL without metrics_addr */
+  wk_metrics_server *metrics_server;
+  int64_t metrics_sampled_ms;
 } wk_app;
+
+enum { METRICS_SAMPLE_MS = 250 }; /* gauges and snapshot counters lag at most this */
 
 static sigset_t stop_signals;
 
@@ -140,7 +146,28 @@ static void start_registration(wk_app *app) {
   publish(app);
 }
 
+/* Copies what the pool, the core, the publisher and the shadow own into the metrics. */
+static void sample_metrics(wk_app *app) {
+  if (!app->metrics || !app->orch || !app->pool) return;
+  wk_pool_stats pool = wk_pool_get_stats(app->pool);
+  wk_etcd_publisher_stats etcd;
+  wk_shadow_stats shadow;
+  if (app->publisher) wk_etcd_publisher_stats_get(app->publisher, &etcd);
+  if (app->shadow) wk_shadow_stats_get(app->shadow, &shadow);
+  wk_app_metrics_sample s = {
+      .heartbeat = wk_orch_heartbeat(app->orch),
+      .live_tasks = wk_orch_live_tasks(app->orch),
+      .open_streams = wk_orch_open_streams(app->orch),
+      .pool = &pool,
+      .executors_ready = wk_pool_ready_executors(app->pool),
+      .etcd = app->publisher ? &etcd : NULL,
+      .shadow = app->shadow ? &shadow : NULL,
+  };
+  wk_app_metrics_sample_now(app->metrics, &s);
+}
+
 static void stop_everything(wk_app *app) {
+  sample_metrics(app); /* the last word of the publisher and the shadow */
   enter(app, APP_STOPPING);
   if (app->publisher) {
     /* deregister: delete the key and revoke the lease before the port closes */
@@ -165,6 +192,10 @@ static void on_phase_timer(uv_timer_t *t) {
   int64_t now = app_now(app);
   int64_t in_phase = now - app->phase_started_ms;
   publish(app);
+  if (now - app->metrics_sampled_ms >= METRICS_SAMPLE_MS) {
+    app->metrics_sampled_ms = now;
+    sample_metrics(app);
+  }
   if (app->shadow && now - app->shadow_logged_ms >= 30000) {
     app->shadow_logged_ms = now;
     wk_shadow_stats st;
@@ -278,6 +309,24 @@ int wk_app_run(const wk_app_config *cfg, const wk_profile *profile) {
   signal(SIGPIPE, SIG_IGN);
 
   wk_app app = {.cfg = cfg, .profile = profile};
+  if (cfg->metrics_addr[0]) {
+    /* bound before anything else listens: a bad metrics_addr stops the start */
+    app.metrics = wk_app_metrics_new();
+    if (!app.metrics) {
+      fprintf(stderr, "worker: out of memory for the metrics\n");
+      return 1;
+    }
+    uint16_t metrics_port = 0;
+    app.metrics_server = wk_metrics_server_start(wk_app_metrics_registry(app.metrics), cfg->metrics_addr,
+                                                 &metrics_port, err, sizeof err);
+    if (!app.metrics_server) {
+      fprintf(stderr, "worker: metrics_addr %s: %s\n", cfg->metrics_addr, err);
+      wk_app_metrics_free(app.metrics);
+      return 2;
+    }
+    wk_log_json(WK_LOG_INFO, "metrics_listening",
+                json_pack("{s:s,s:i}", "metrics_addr", cfg->metrics_addr, "port", (int)metrics_port));
+  }
   pthread_mutex_init(&app.mu, NULL);
   uv_loop_init(&app.loop);
   uv_async_init(&app.loop, &app.signal_async, on_signal);
@@ -332,6 +381,8 @@ int wk_app_run(const wk_app_config *cfg, const wk_profile *profile) {
       .scan_concurrency = cfg->scan_concurrency,
       .executor_concurrency = cfg->executor_concurrency,
       .plugin_concurrency = cfg->plugin_concurrency,
+      .on_task_finished = app.metrics ? wk_app_metrics_on_task_finished : NULL,
+      .on_task_finished_ud = app.metrics,
   };
   memcpy(ocfg.writers, writers, sizeof writers);
   wk_disp_config_default(&ocfg.calls.disp);
@@ -414,6 +465,8 @@ int wk_app_run(const wk_app_config *cfg, const wk_profile *profile) {
       .tls_key_file = cfg->tls_key_file,
       .tls_client_ca_file = cfg->tls_client_ca_file,
       .auth_token = cfg->auth_token,
+      .on_status = app.metrics ? wk_app_metrics_on_rpc_status : NULL,
+      .on_status_ud = app.metrics,
   };
   int port = 0;
   if (wk_grpc_server_start(&scfg, wk_orch_sink(app.orch), &app.server, &port, err, sizeof err) != 0) {
@@ -444,6 +497,8 @@ int wk_app_run(const wk_app_config *cfg, const wk_profile *profile) {
   uv_loop_close(&app.loop);
   grpc_shutdown();
   if (app.own_scratch_root) wk_fs_remove_tree(app.scratch_root);
+  wk_metrics_server_stop(app.metrics_server); /* served until the very end */
+  wk_app_metrics_free(app.metrics);
   pthread_mutex_destroy(&app.mu);
   wk_log(WK_LOG_INFO, "worker_stopped", "clean shutdown");
   return 0;

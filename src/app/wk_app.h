@@ -60,6 +60,7 @@ typedef struct wk_app_config {
   char redis_addr[256];         /* redis writer: host:port ("" = off) */
   char postgres_dsn[1024];      /* postgres writer: libpq connection string ("" = off) */
   char shadow_target_addr[256]; /* "" = no shadow forwarding */
+  char metrics_addr[256];       /* "" = no Prometheus endpoint */
   uint32_t shadow_sample_percent;
   uint32_t builder_concurrency;  /* phase semaphores: tasks in each phase at once */
   uint32_t scan_concurrency;

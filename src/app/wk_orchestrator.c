@@ -358,6 +358,7 @@ static void exec_cmds(wk_orch *o, const wk_cmds *cmds) {
         rt->converged = true;
         release_all_sems(o, rt);
         log_task_finished(o, rt, r);
+        if (o->cfg.on_task_finished) o->cfg.on_task_finished(o->cfg.on_task_finished_ud, r);
         wk_subs_on_terminal(o->subs, r, o->wall_offset_ms);
         wk_task_rt_unref(rt); /* the core's reference */
         break;

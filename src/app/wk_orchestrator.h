@@ -43,6 +43,10 @@ typedef struct wk_orch_config {
   uint32_t scan_concurrency;
   uint32_t executor_concurrency;
   uint32_t plugin_concurrency;
+  /* Called on the loop thread once per converged task, after its task_finished log
+   * line (metrics); NULL = none. */
+  void (*on_task_finished)(void *ud, const wk_task_result *r);
+  void *on_task_finished_ud;
 } wk_orch_config;
 
 /** Creates the orchestrator on `loop` with a fresh core (not ready). Returns NULL with
