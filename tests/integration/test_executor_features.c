@@ -723,19 +723,22 @@ static void test_ping_while_busy(void **state) {
                  "    while time.monotonic() < end:\n"
                  "        n += 1\n"
                  "    return 'busy'\n");
-  uint64_t a = queue_json_call(fx, "sleepy", "2", 0);
+  /* The property: the PONG arrives while the call still runs (before its RESULT, which
+   * recv_frame would otherwise return). The bound is loose: a loaded 2-core machine
+   * (a parallel ASan build) has delayed the PONG by 600 ms; the calls run 3 s. */
+  uint64_t a = queue_json_call(fx, "sleepy", "3", 0);
   flush(fx);
   struct timespec ts = {0, 200 * 1000 * 1000};
   nanosleep(&ts, NULL);
-  ping_within(fx, 41, 100, "a call sleeps");
+  ping_within(fx, 41, 1500, "a call sleeps");
   wk_frame f;
   recv_result(fx, a, &f);
   assert_bytes_str(f.result.output, "\"slept\"");
 
-  uint64_t b = queue_json_call(fx, "busy", "1.5", 1);
+  uint64_t b = queue_json_call(fx, "busy", "3", 1);
   flush(fx);
   nanosleep(&ts, NULL);
-  ping_within(fx, 42, 250, "a call spins in Python"); /* the 5 ms switch interval, plus slack */
+  ping_within(fx, 42, 1500, "a call spins in Python"); /* the GIL's 5 ms switch interval */
   recv_result(fx, b, &f);
   assert_bytes_str(f.result.output, "\"busy\"");
 }
