@@ -87,13 +87,14 @@ FUNCTIONS = {
 class Worker(object):
     """A running worker process."""
 
-    def __init__(self, tmp, extra_args=(), executors=2, python="/usr/bin/python3", env=None):
+    def __init__(self, tmp, extra_args=(), executors=2, python="/usr/bin/python3", env=None,
+                 wrapper=(), start_timeout=20):
         self.tmp = tmp
         self.code_root = os.path.join(tmp, "code")
         os.makedirs(self.code_root, exist_ok=True)
         self.logs = []
         self.lock = threading.Lock()
-        args = [WORKER, "--listen", "127.0.0.1:0", "--code-root", self.code_root,
+        args = list(wrapper) + [WORKER, "--listen", "127.0.0.1:0", "--code-root", self.code_root,
                 "--executors", str(executors), "--python", python] + list(extra_args)
         self.proc = subprocess.Popen(args, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                      env=env)
@@ -101,7 +102,7 @@ class Worker(object):
         self.listening = threading.Event()
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
-        if not self.listening.wait(20):
+        if not self.listening.wait(start_timeout):
             self.kill()
             raise RuntimeError("worker did not start listening: %s" % self.logs)
         self.addr = "127.0.0.1:%d" % self.port
