@@ -2,20 +2,30 @@
 """bench_calls: call execution figures on one real worker, measured in one run.
 
     /usr/bin/python3 bench/bench_calls.py [--build build/release] [--executors 2]
+                                          [--map-executors 1,2] [--reps 2] [--floor-runs 3]
 
 Prints:
   - the executor floor: one executor fed no-op CALL frames from memory (no worker),
-    from bench_executor_floor;
-  - calls/s of one 100,000-item no-op map task through the worker, and its ratio to
-    floor x executors (target >= 0.7);
-  - no-op tasks/s end to end with 64 tasks in flight (submit + watch to terminal);
-  - the worker's peak RSS during a 10-million `range` task (chunk 1000: 10,000 calls).
-The machine has 2 cores: the worker, its executors and this client share them."""
+    from bench_executor_floor (pipeline depth 64, as many calls as the map task), run
+    before, between and after the map measurements (a shared virtual machine's speed
+    drifts by 20% from one second to the next): every run and the median, which the
+    ratios use;
+  - for each executor count in --map-executors (a fresh worker each, pipeline depth 64):
+    calls/s of one 100,000-item no-op map task through the worker (--reps runs, and
+    their median), the CPU time per call of the worker and of the executors, and the
+    ratio to floor x executors (target >= 0.7);
+  - with --executors executors: no-op tasks/s end to end with 64 tasks in flight
+    (submit + watch to terminal), and the worker's peak RSS during a 10-million `range`
+    task (chunk 1000: 10,000 calls).
+Everything shares the machine's cores (printed): the worker, its executors and this
+client. With as many executors as cores, the executors and the worker oversubscribe the
+machine; the 1-executor ratio shows the pipeline without that contention."""
 
 import argparse
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -29,45 +39,96 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "e2e"))
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default=os.path.join(ROOT, "build", "release"))
-    ap.add_argument("--executors", type=int, default=2)
+    ap.add_argument("--executors", type=int, default=2,
+                    help="executors of the worker for the tasks/s and range figures")
+    ap.add_argument("--map-executors", default="1,2",
+                    help="executor counts to measure the map task with (comma-separated)")
     ap.add_argument("--map-items", type=int, default=100000)
+    ap.add_argument("--reps", type=int, default=2, help="map runs per executor count")
     args = ap.parse_args()
     os.environ["WK_BUILD_DIR"] = os.path.abspath(args.build)
     from conftest import Worker, pb, pb_grpc  # noqa: E402 (after WK_BUILD_DIR is set)
     import grpc
 
-    floor_out = subprocess.run([os.path.join(args.build, "bench", "bench_executor_floor")],
-                               capture_output=True, text=True, timeout=300).stdout
-    m = re.search(r"([0-9.]+) calls/s", floor_out)
-    floor = float(m.group(1)) if m else float("nan")
-    print("executor floor (1 executor, frames from memory): %.0f calls/s" % floor)
+    cores = os.cpu_count() or 0
+    print("machine: %d cores (os.cpu_count), shared by the worker, its executors and this client" % cores)
+    floors = []
 
-    tmp = tempfile.mkdtemp(prefix="bench-calls-")
-    w = Worker(tmp, extra_args=["--executors-max", str(args.executors), "--pipeline-depth", "64",
-                                "--task-slots", "128", "--max-message-bytes", str(64 << 20)],
-               executors=args.executors)
+    def measure_floor():
+        busy0, t0 = machine_busy_s(), os.times()
+        w0 = time.monotonic()
+        out = subprocess.run([os.path.join(args.build, "bench", "bench_executor_floor"),
+                              "-n", str(args.map_items), "-d", "64"],
+                             capture_output=True, text=True, timeout=300).stdout
+        m = re.search(r"([0-9.]+) calls/s", out)
+        t1, dt = os.times(), time.monotonic() - w0
+        ours = sum(t1[:4]) - sum(t0[:4])  # this client, and the bench and its executor (waited for)
+        other = (machine_busy_s() - busy0) - ours
+        floors.append(float(m.group(1)) if m else float("nan"))
+        print("executor floor run %d (1 executor, %d calls from memory, depth 64): %.0f calls/s; "
+              "other processes used %.0f%% of a core meanwhile"
+              % (len(floors), args.map_items, floors[-1], max(other, 0.0) * 100 / dt))
+
+    def start_worker(executors):
+        tmp = tempfile.mkdtemp(prefix="bench-calls-")
+        w = Worker(tmp, extra_args=["--executors-max", str(executors), "--pipeline-depth", "64",
+                                    "--task-slots", "128", "--max-message-bytes", str(64 << 20)],
+                   executors=executors)
+        try:
+            w.wait_serving()
+            w.deploy("noop", "def handler(args, ctx):\n    return None\n")
+            w.deploy("sumrange", "def handler(args, ctx):\n    return sum(range(args['start'], args['stop'], args['step']))\n")
+            # warm-up
+            w.submit("warm", "noop", list(range(2000)), builder="map")
+            w.wait_terminal("warm", timeout=120)
+        except BaseException:
+            w.stop()
+            raise
+        return w
+
+    items = args.map_items
+    measured = []
+    for n_exec in [int(x) for x in args.map_executors.split(",") if x.strip()]:
+        measure_floor()
+        w = start_worker(n_exec)
+        try:
+            pids = [w.proc.pid] + child_pids(w.proc.pid)
+            rates = []
+            for rep in range(max(args.reps, 1)):
+                cpu0 = [cpu_s(p) for p in pids]
+                busy0, self0 = machine_busy_s(), self_cpu_s()
+                t0 = time.monotonic()
+                tid = "map-%d-%d" % (n_exec, rep)
+                w.submit(tid, "noop", list(range(items)), builder="map", timeout_ms=3600000)
+                r = w.wait_terminal(tid, timeout=900)
+                dt = time.monotonic() - t0
+                cpu1 = [cpu_s(p) for p in pids]
+                other = (machine_busy_s() - busy0) - (self_cpu_s() - self0) - sum(b - a for a, b in zip(cpu0, cpu1))
+                assert r.state == pb.TASK_STATE_SUCCEEDED, r.failure_message
+                calls_ms = r.statistic.calls_ms or dt * 1000
+                rate = items / (calls_ms / 1000.0)
+                rates.append(rate)
+                used = [(b - a) * 1e6 / items for a, b in zip(cpu0, cpu1)]
+                print("map task, %d executor(s), run %d: %d no-op calls in %.2f s (calls phase %.0f ms): "
+                      "%.0f calls/s; CPU per call (whole task, submit to result): worker %.1f us, "
+                      "executors %s us; other processes used %.0f%% of a core meanwhile"
+                      % (n_exec, rep + 1, items, dt, calls_ms, rate, used[0],
+                         " + ".join("%.1f" % u for u in used[1:]) or "?", max(other, 0.0) * 100 / dt))
+            measured.append((n_exec, statistics.median(rates)))
+        finally:
+            w.stop()
+    measure_floor()
+    floor = statistics.median(floors)
+    print("executor floor: median of %d runs (%s): %.0f calls/s" % (
+        len(floors), ", ".join("%.0f" % f for f in floors), floor))
+    for n_exec, rate in measured:
+        ratio = rate / (floor * n_exec)
+        print("map task, %d executor(s) on %d cores: median %.0f calls/s; ratio to floor x executors "
+              "(%d x %.0f): %.2f   target >= 0.70: %s"
+              % (n_exec, cores, rate, n_exec, floor, ratio, "PASS" if ratio >= 0.7 else "MISS"))
+
+    w = start_worker(args.executors)
     try:
-        w.wait_serving()
-        w.deploy("noop", "def handler(args, ctx):\n    return None\n")
-        w.deploy("sumrange", "def handler(args, ctx):\n    return sum(range(args['start'], args['stop'], args['step']))\n")
-
-        # warm-up
-        w.submit("warm", "noop", list(range(2000)), builder="map")
-        w.wait_terminal("warm", timeout=120)
-
-        items = args.map_items
-        t0 = time.monotonic()
-        w.submit("map", "noop", list(range(items)), builder="map", timeout_ms=3600000)
-        r = w.wait_terminal("map", timeout=900)
-        dt = time.monotonic() - t0
-        assert r.state == pb.TASK_STATE_SUCCEEDED, r.failure_message
-        calls_ms = r.statistic.calls_ms or dt * 1000
-        rate = items / (calls_ms / 1000.0)
-        target = 0.7 * floor * args.executors
-        print("map task: %d no-op calls in %.2f s (calls phase %.0f ms): %.0f calls/s" % (items, dt, calls_ms, rate))
-        print("  ratio to floor x executors (%d x %.0f): %.2f   target >= 0.70: %s" %
-              (args.executors, floor, rate / (floor * args.executors),
-               "PASS" if rate >= target else "MISS"))
 
         # no-op tasks/s with 64 in flight
         done = [0]
@@ -116,6 +177,46 @@ def main():
               % ("correct" if ok else "WRONG", dt, rss0, peak))
     finally:
         w.stop()
+
+
+def cpu_s(pid):
+    """User + system CPU seconds of process `pid` (/proc/PID/stat), 0 when gone."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            s = f.read()
+    except OSError:
+        return 0.0
+    fields = s[s.rindex(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / float(os.sysconf("SC_CLK_TCK"))
+
+
+def machine_busy_s():
+    """CPU seconds the whole machine spent busy (/proc/stat: all but idle and iowait)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:9]]
+    return (sum(v) - v[3] - v[4]) / float(os.sysconf("SC_CLK_TCK"))
+
+
+def self_cpu_s():
+    """This client's own CPU seconds."""
+    t = os.times()
+    return t.user + t.system
+
+
+def child_pids(pid):
+    """The direct children of `pid` (the executors of a worker)."""
+    out = []
+    try:
+        tasks = os.listdir("/proc/%d/task" % pid)
+    except OSError:
+        return out
+    for t in tasks:
+        try:
+            with open("/proc/%d/task/%s/children" % (pid, t)) as f:
+                out += [int(x) for x in f.read().split()]
+        except OSError:
+            pass
+    return sorted(set(out))
 
 
 def rss_kb(pid):

@@ -9,14 +9,17 @@ Connects to the Worker's Unix-domain socket PATH, sends HELLO, then runs the CAL
 it receives, one at a time and in order, answering each with exactly one RESULT frame.
 The wire format is in docs/executor-protocol.md (C side: src/adapters/wk_frame.c).
 
-Threads: the main thread runs calls (user code sees an ordinary main thread); a reader
-thread owns the socket's read side, so PING is answered, CANCEL is noted and
-STACK_REQUEST is answered even while a call runs. A call that waits for its subcalls
-(ctx.call / ctx.map) keeps running the CALLs that arrive meanwhile, nested on the main
-thread. RESULTs are buffered and written in batches: flushed when the main thread runs
-out of queued calls, when the buffer passes FLUSH_BYTES, and by a flusher thread within
-about one interpreter switch interval while further calls run. Writes are serialised by
-a lock.
+Threads: the main thread runs calls (user code sees an ordinary main thread) and, between
+calls, reads the socket itself: a burst of short calls costs no thread switch. RESULTs
+are buffered and written in batches, and written early, once more than half of the calls
+the executor holds have run (so the Worker sends the next ones while the rest run: the
+pipeline never drains), when the buffer passes FLUSH_BYTES, and when the main thread runs
+out of calls. A watchdog thread ticks every WATCH_PERIOD_S while calls run: it writes
+RESULTs that a long call would hold back, and when one call has been running for a whole
+tick it takes over the socket's read side until the call ends, so PING is answered,
+CANCEL is noted and STACK_REQUEST is answered even while a call runs (or loops). A call
+that waits for its subcalls (ctx.call / ctx.map) keeps running the CALLs that arrive
+meanwhile, nested on the main thread. Writes are serialised by a lock, reads by another.
 
 Exit status: 0 after SHUTDOWN (once every call sent before it has its RESULT) or when
 the Worker closes the socket; 2 on a protocol error from the Worker; 1 when the socket
@@ -38,6 +41,7 @@ import math
 import os
 import re
 import resource
+import select
 import signal
 import socket
 import struct
@@ -63,6 +67,8 @@ ERROR_TEXT_MAX = 64 << 10  # cap on error message and traceback, each
 EOF_GRACE_S = 2.0  # after the Worker hung up, a running call gets this long to finish
 RECV_SIZE = 256 << 10
 FLUSH_BYTES = 64 << 10  # buffered RESULT bytes that force a write
+EARLY_FLUSH_MIN = 4  # RESULTs buffered before an early write (more than half the calls held)
+WATCH_PERIOD_S = 0.005  # the watchdog's tick while calls run
 DEFAULT_ENTRYPOINT = "main:handler"
 DEFAULT_MAX_NESTING = 32  # running calls at once: one outer call plus nested ones
 THREAD_STACK = 512 << 10  # the executor's own threads (matters under --rlimit-as-mb)
@@ -576,8 +582,18 @@ class Executor(object):
         self.olock = threading.Lock()  # obuf; taken inside wlock, never the other way
         self.obuf = []  # encoded RESULTs not written yet (main thread appends)
         self.obytes = 0
+        self.flushed = 0  # frames written since the main thread last read the socket
+        # The socket's read side and rbuf: the main thread between calls, the watchdog
+        # while one call runs long (watch_reading, changed under cv).
+        self.rlock = threading.Lock()
+        self.rspace = bytearray(RECV_SIZE)  # recv_into target (parsed frames copy out)
+        self.rbuf = bytearray()  # the start of a frame not complete yet
+        self.watch_reading = False
+        self.in_take = False  # the main thread is between calls (take); changed under cv
+        self.progress = 0  # calls the main thread has taken
+        self.reads = 0  # times the main thread read the socket (the watchdog's clock)
         self.fcv = threading.Condition(threading.Lock())
-        self.flush_armed = False  # the flusher thread should write obuf soon
+        self.idle = False  # the main thread blocks for input: the watchdog sleeps (fcv)
         self.cv = threading.Condition(threading.Lock())
         self.queue = collections.deque()  # _Call items and _SHUTDOWN_ITEM, in arrival order
         self.pending = {}  # call_id -> queued _Call
@@ -599,6 +615,7 @@ class Executor(object):
         with self.wlock:
             with self.olock:
                 if self.obuf:
+                    self.flushed += len(self.obuf)
                     self.obuf.append(data)
                     data = b"".join(self.obuf)
                     del self.obuf[:]
@@ -609,7 +626,7 @@ class Executor(object):
         try:
             self.send(data)
         except OSError:
-            pass  # the Worker is gone; the reader notices EOF
+            pass  # the Worker is gone; a read notices EOF
 
     def post(self, frame):
         """Buffers a RESULT (main thread); returns the bytes buffered."""
@@ -624,68 +641,84 @@ class Executor(object):
             with self.olock:
                 if not self.obuf:
                     return
+                self.flushed += len(self.obuf)
                 data = b"".join(self.obuf) if len(self.obuf) > 1 else self.obuf[0]
                 del self.obuf[:]
                 self.obytes = 0
             try:
                 self.sock.sendall(data)
             except OSError:
-                pass  # the Worker is gone; the reader notices EOF
-
-    def arm_flusher(self):
-        """Buffered RESULTs wait while the main thread runs another call: have the
-        flusher thread write them as soon as it gets the interpreter."""
-        with self.fcv:
-            if not self.flush_armed:
-                self.flush_armed = True
-                self.fcv.notify()
-
-    def flusher(self):
-        try:
-            while True:
-                with self.fcv:
-                    while not self.flush_armed:
-                        self.fcv.wait()
-                    self.flush_armed = False
-                self.flush()
-        except BaseException as e:
-            _log("flusher thread failed: %r; exiting" % (e,))
-            os._exit(3)
+                pass  # the Worker is gone; a read notices EOF
 
     def error_result(self, call_id, etype, message):
         return encode_result(call_id, STATUS_ERROR, CONTENT_JSON, b"", etype.encode(),
                              message.encode("utf-8", "replace"), b"", 0, 0, b"", b"")
 
-    # -- reader thread --
+    # -- reading (the holder of rlock) --
 
-    def reader(self):
-        buf = bytearray()
+    def read_input(self, block):
+        """Main thread, between calls: reads what the socket holds and handles its frames;
+        with `block`, waits for input first. Does nothing while the watchdog reads."""
+        if self.closed:
+            return
+        if not self.rlock.acquire(False):
+            # the watchdog holds it; when blocking, take() saw it letting go: wait a moment
+            if not block or not self.rlock.acquire(True, WATCH_PERIOD_S):
+                return
         try:
-            while True:
+            self.flushed = 0
+            self.reads += 1
+            if block:
+                self.idle = True  # the watchdog has nothing to do until input comes
                 try:
-                    chunk = self.sock.recv(RECV_SIZE)
-                except InterruptedError:
-                    continue
-                except OSError:
-                    chunk = b""
-                if not chunk:
-                    self.on_eof()
+                    n = self.recv(0)
+                finally:
+                    with self.fcv:
+                        self.idle = False
+                        self.fcv.notify()
+            else:
+                try:
+                    n = self.recv(socket.MSG_DONTWAIT)
+                except BlockingIOError:
                     return
-                buf += chunk
-                used = self.dispatch(buf)
-                if used:
-                    del buf[:used]
+            self.feed(n)
         except ProtocolError as e:
             _log("protocol error from the worker: %s; exiting" % e)
             os._exit(2)
-        except BaseException as e:  # a bug here must not leave a zombie executor
-            _log("reader thread failed: %r; exiting" % (e,))
-            os._exit(3)
+        finally:
+            self.rlock.release()
 
-    def dispatch(self, buf):
-        """Handles every complete frame in buf; returns the bytes they took."""
+    def recv(self, flags):
+        """Bytes received into rspace (0 at EOF); retries EINTR."""
+        while True:
+            try:
+                return self.sock.recv_into(self.rspace, RECV_SIZE, flags)
+            except InterruptedError:
+                continue
+            except BlockingIOError:
+                raise
+            except OSError:
+                return 0
+
+    def feed(self, n):
+        """Handles the `n` bytes just received into rspace (n == 0: the Worker hung up)."""
+        if n == 0:
+            self.mark_closed()
+            return
+        if self.rbuf:
+            self.rbuf += memoryview(self.rspace)[:n]
+            used = self.dispatch(self.rbuf, len(self.rbuf))
+            if used:
+                del self.rbuf[:used]
+        else:
+            used = self.dispatch(self.rspace, n)
+            if used < n:  # a frame not complete yet: keep its start
+                self.rbuf += memoryview(self.rspace)[used:n]
+
+    def dispatch(self, buf, n):
+        """Handles every complete frame in buf[:n]; returns the bytes they took. Parsed
+        frames keep no reference into buf."""
         off = 0
-        n = len(buf)
         calls = []
         replies = []
         now = time.monotonic()
@@ -792,15 +825,20 @@ class Executor(object):
             skip = 0  # the executor's own outermost frames (main, run, serve, execute)
             while skip < len(entries) - 1 and entries[skip].filename == _THIS_FILE:
                 skip += 1
+            last = len(entries)  # and its innermost ones when the main thread asks (take, read)
+            if threading.get_ident() == self.main_ident:
+                while last > skip + 1 and entries[last - 1].filename == _THIS_FILE:
+                    last -= 1
             text = ("Python stack of call %d (executor pid %d, main thread, most recent call "
                     "last; running calls, outermost first: %s):\n"
                     % (call_id, os.getpid(), ", ".join(str(i) for i in ids)))
-            text += "".join(traceback.format_list(entries[skip:]))
+            text += "".join(traceback.format_list(entries[skip:last]))
         except Exception as e:  # never let a formatting problem kill the reader
             text = "cannot format the stack of call %d: %r\n" % (call_id, e)
         return _cap_text(text)
 
-    def on_eof(self):
+    def mark_closed(self):
+        """The Worker hung up: running calls are cancelled, queued ones dropped."""
         with self.cv:
             self.closed = True
             for c in self.running:
@@ -808,10 +846,69 @@ class Executor(object):
             self.queue.clear()
             self.pending.clear()
             self.cv.notify()
-        # the Worker is gone; give a running call a moment, then leave regardless
-        time.sleep(EOF_GRACE_S)
-        _log("worker closed the socket and the running call did not finish; exiting")
-        os._exit(0)
+
+    # -- watchdog thread --
+
+    def watchdog(self):
+        """Ticks every WATCH_PERIOD_S while the main thread runs calls: writes buffered
+        RESULTs, and when the main thread has not read the socket for a whole tick (a long
+        call, or a long queue of slower ones), reads it until that call ends. After the
+        Worker hung up, gives a running call EOF_GRACE_S, then leaves regardless."""
+        try:
+            last = -1
+            while True:
+                with self.fcv:
+                    while self.idle and not self.closed:
+                        self.fcv.wait()
+                time.sleep(WATCH_PERIOD_S)
+                if self.closed:
+                    break
+                if self.obuf:
+                    self.flush()
+                reads = self.reads
+                if reads != last:
+                    last = reads
+                    continue
+                progress = self.progress
+                with self.cv:  # no read for a whole tick, in a call: read for the main thread
+                    if self.in_take or not self.rlock.acquire(False):
+                        continue
+                    self.watch_reading = True
+                try:
+                    self.read_while_running(progress)
+                finally:
+                    self.rlock.release()
+                    with self.cv:
+                        self.watch_reading = False
+                        self.cv.notify()
+                if self.closed:
+                    break
+            time.sleep(EOF_GRACE_S)
+            _log("worker closed the socket and the running call did not finish; exiting")
+            os._exit(0)
+        except ProtocolError as e:
+            _log("protocol error from the worker: %s; exiting" % e)
+            os._exit(2)
+        except BaseException as e:  # a bug here must not leave a zombie executor
+            _log("watchdog thread failed: %r; exiting" % (e,))
+            os._exit(3)
+
+    def read_while_running(self, progress):
+        """Watchdog, holding rlock: reads and handles input until the main thread takes
+        another call or waits for input (or the Worker hangs up)."""
+        poller = select.poll()
+        poller.register(self.sock, select.POLLIN)
+        timeout_ms = max(int(WATCH_PERIOD_S * 1000), 1)
+        while not self.closed and self.progress == progress and not self.in_take:
+            if self.obuf:
+                self.flush()
+            try:
+                if not poller.poll(timeout_ms):
+                    continue
+                n = self.recv(socket.MSG_DONTWAIT)
+            except (InterruptedError, BlockingIOError):
+                continue
+            self.feed(n)
 
     # -- main thread --
 
@@ -839,41 +936,59 @@ class Executor(object):
                 self.flush()
 
     def take(self, wait):
-        """The next call to run, or None when serve() should return. Buffered RESULTs are
-        written before the main thread blocks, and the flusher is armed before it runs
-        another call."""
+        """The next call to run, or None when serve() should return. Reads input between
+        calls; RESULTs are written once more than half of the calls held have run (the
+        Worker refills the pipeline while the rest run), and before the main thread
+        blocks for input."""
         cv = self.cv
+        queue = self.queue
         while True:
+            nres = len(self.obuf)
+            if nres >= EARLY_FLUSH_MIN and nres > len(queue):
+                if self.flushed:  # the Worker's answer to the last write may be in
+                    self.read_input(False)
+                if len(self.obuf) > len(queue):
+                    self.flush()
             with cv:
+                self.in_take = True
+                item = None
+                stop = False
                 while True:
-                    item = None
                     if wait is not None:
                         if wait.outstanding == 0 or wait.call.cancelled or self.closed:
+                            stop = True
                             break
                     elif self.closed:
+                        self.in_take = False
                         return None
-                    q = self.queue
-                    if q and (wait is None or q[0] is not _SHUTDOWN_ITEM):
-                        item = q.popleft()
+                    if queue and (wait is None or queue[0] is not _SHUTDOWN_ITEM):
+                        item = queue.popleft()
                         if item is _SHUTDOWN_ITEM:
+                            self.in_take = False
                             return None  # every CALL before it has run
                         if item.cancelled:
-                            continue  # the reader already answered it
+                            item = None
+                            continue  # already answered
                         if self.pending.get(item.call_id) is item:
                             del self.pending[item.call_id]
                         break
-                    self.cpu_mark = None  # waiting: the next call takes its own reading
-                    if self.obytes:
-                        break  # write them (outside the lock) before waiting
-                    cv.wait()
-            if item is not None:
-                if self.obytes:
-                    self.arm_flusher()
-                return item
-            if wait is not None and (wait.outstanding == 0 or wait.call.cancelled or self.closed):
+                    if self.obuf or not self.watch_reading:
+                        break
+                    cv.wait()  # the watchdog reads: it wakes us when it queues or lets go
+                if item is not None:
+                    self.in_take = False
+                    self.progress += 1
+                    return item
+            if stop:
                 self.flush()  # the waiting call resumes: nested RESULTs go out now
+                with cv:
+                    self.in_take = False
                 return None
-            self.flush()
+            if self.obuf:
+                self.flush()
+                continue
+            self.cpu_mark = None  # waiting: the next call takes its own reading
+            self.read_input(True)
 
     def subcalls(self, call, fn, items, entrypoint):
         """ctx.call / ctx.map: sends SUBCALLS for `items` and runs other calls until the
@@ -1125,8 +1240,7 @@ def main(argv=None):
     # threads the user's code starts get the default again
     old_stack = threading.stack_size(THREAD_STACK)
     try:
-        threading.Thread(target=ex.reader, name="wk-reader", daemon=True).start()
-        threading.Thread(target=ex.flusher, name="wk-flusher", daemon=True).start()
+        threading.Thread(target=ex.watchdog, name="wk-watchdog", daemon=True).start()
     finally:
         threading.stack_size(old_stack)
     rc = ex.run()

@@ -19,9 +19,12 @@
 #define RESPAWN_DELAY_MIN_MS 50u
 #define RESPAWN_DELAY_MAX_MS 5000u
 #define MAINTENANCE_MS 50u
+#define SPARE_WRITES_MAX 8u          /* write buffers kept for reuse */
+#define SPARE_WRITE_CAP_MAX (1u << 20) /* a larger one is freed, not kept */
 
 typedef struct wk_executor wk_executor;
 typedef struct wk_conn wk_conn;
+typedef struct wk_write wk_write;
 
 struct wk_pool_call {
   wk_pool_call *prev, *next; /* in the pool's queue, or in its executor's in-flight list */
@@ -92,6 +95,10 @@ struct wk_pool {
   uint64_t ping_nonce;
   wk_pool_call *queue_head, *queue_tail;
   uint32_t queued;
+  wk_frame_buf scratch;   /* a CALL encoded for the queue, before its exact-size copy */
+  wk_write *spare_writes; /* finished writes, their buffers kept for the next flush */
+  uint32_t n_spare_writes;
+  bool in_read;           /* inside on_read, which writes every executor's frames at its end */
   wk_pool_stats stats;
   bool stopping;
   int64_t stop_started_ms;
@@ -159,15 +166,32 @@ static void detach(wk_pool_call *c) {
 
 /* ---- writes --------------------------------------------------------------------- */
 
-typedef struct wk_write {
+/* One write in flight. Its buffer is the executor's wbuf of the moment (swapped, not
+ * copied); once written, it is cleared and kept for a later flush, so the steady state
+ * allocates nothing. */
+struct wk_write {
   uv_write_t req;
-  size_t len;
-  uint8_t data[];
-} wk_write;
+  wk_pool *pool;
+  wk_write *next; /* in pool->spare_writes */
+  wk_frame_buf buf;
+};
+
+static void release_write(wk_write *w) {
+  wk_pool *pool = w->pool;
+  if (pool->n_spare_writes >= SPARE_WRITES_MAX || w->buf.cap > SPARE_WRITE_CAP_MAX) {
+    wk_frame_buf_free(&w->buf);
+    free(w);
+    return;
+  }
+  wk_frame_buf_clear(&w->buf);
+  w->next = pool->spare_writes;
+  pool->spare_writes = w;
+  pool->n_spare_writes++;
+}
 
 static void on_write(uv_write_t *req, int status) {
   (void)status; /* a failed write shows up as a read error / exit as well */
-  free(req->data);
+  release_write(req->data);
 }
 
 static void flush(wk_executor *e) {
@@ -178,14 +202,28 @@ static void flush(wk_executor *e) {
     wk_frame_buf_clear(&e->wbuf);
     return;
   }
-  wk_write *w = malloc(sizeof *w + len);
-  if (!w) abort();
-  memcpy(w->data, wk_frame_buf_bytes(&e->wbuf), len);
-  wk_frame_buf_clear(&e->wbuf);
-  w->len = len;
+  wk_pool *pool = e->pool;
+  wk_write *w = pool->spare_writes;
+  if (w) {
+    pool->spare_writes = w->next;
+    pool->n_spare_writes--;
+  } else {
+    w = calloc(1, sizeof *w);
+    if (!w) abort();
+    w->pool = pool;
+    wk_frame_buf_init(&w->buf, NULL);
+  }
+  wk_frame_buf spare = w->buf; /* empty */
+  w->buf = e->wbuf;
+  e->wbuf = spare;
   w->req.data = w;
-  uv_buf_t buf = uv_buf_init((char *)w->data, (unsigned)len);
-  if (uv_write(&w->req, (uv_stream_t *)&c->pipe, &buf, 1, on_write) != 0) free(w);
+  uv_buf_t buf = uv_buf_init((char *)(uintptr_t)wk_frame_buf_bytes(&w->buf), (unsigned)len);
+  if (uv_write(&w->req, (uv_stream_t *)&c->pipe, &buf, 1, on_write) != 0) release_write(w);
+}
+
+/* Writes every executor's queued frames. */
+static void flush_all(wk_pool *pool) {
+  for (wk_executor *e = pool->executors; e; e = e->next) flush(e);
 }
 
 static void queue_frame(wk_executor *e, const wk_frame *f) {
@@ -566,6 +604,8 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     return;
   }
   wk_frame_buf_commit(&c->rbuf, (size_t)nread);
+  bool outer = !pool->in_read; /* a callback may run a nested loop: only the outer one flushes */
+  pool->in_read = true;
   while (!c->closing) {
     wk_frame f;
     size_t used = 0;
@@ -579,14 +619,19 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
         kill_executor(c->exec, "malformed frame");
       }
       conn_close(c);
-      return;
+      break;
     }
     handle_frame(c, &f);
     wk_frame_buf_consume(&c->rbuf, used);
   }
   if (!c->closing && wk_frame_buf_size(&c->rbuf) == 0) wk_frame_buf_clear(&c->rbuf);
-  if (c->exec) flush(c->exec);
   dispatch(pool);
+  if (outer) {
+    pool->in_read = false;
+    /* the answers to these RESULTs (the next CALLs), to every executor, go out now: the
+     * executors' pipelines refill without waiting for another loop turn */
+    flush_all(pool);
+  }
 }
 
 static void on_connection(uv_stream_t *server, int status) {
@@ -616,32 +661,43 @@ static bool can_take(const wk_executor *e, uint32_t depth) {
 static void on_flush(uv_idle_t *h) {
   wk_pool *pool = h->data;
   uv_idle_stop(h);
-  for (wk_executor *e = pool->executors; e; e = e->next) flush(e);
+  flush_all(pool);
 }
 
-/* Sends queued calls to executors with room, least loaded first. The frames are
- * written once per loop turn (on_flush), so calls submitted together go out in one
- * write per executor. */
+/* The executor with room for one more call, least loaded first; NULL when none. */
+static wk_executor *pick_executor(wk_pool *pool) {
+  uint32_t depth = pool->cfg.pipeline_depth;
+  wk_executor *best = NULL;
+  for (wk_executor *e = pool->executors; e; e = e->next) {
+    if (can_take(e, depth) && (!best || active(e) < active(best))) best = e;
+  }
+  return best;
+}
+
+/* Call `c`, its CALL frame already in e->wbuf, is in flight on `e`. The frames are
+ * written at the end of on_read, or else once per loop turn (on_flush), so calls
+ * submitted together go out in one write per executor. */
+static void sent(wk_pool *pool, wk_executor *e, wk_pool_call *c) {
+  c->exec = e;
+  list_push(&e->head, &e->tail, c);
+  e->inflight++;
+  pool->stats.calls_sent++;
+  if (!pool->in_read && !uv_is_active((uv_handle_t *)&pool->flusher)) uv_idle_start(&pool->flusher, on_flush);
+}
+
+/* Sends queued calls to executors with room, least loaded first. */
 static void dispatch(wk_pool *pool) {
   if (pool->stopping) return;
-  uint32_t depth = pool->cfg.pipeline_depth;
   while (pool->queue_head) {
-    wk_executor *best = NULL;
-    for (wk_executor *e = pool->executors; e; e = e->next) {
-      if (can_take(e, depth) && (!best || active(e) < active(best))) best = e;
-    }
+    wk_executor *best = pick_executor(pool);
     if (!best) break;
     wk_pool_call *c = pool->queue_head;
     list_remove(&pool->queue_head, &pool->queue_tail, c);
     pool->queued--;
-    c->exec = best;
-    list_push(&best->head, &best->tail, c);
-    best->inflight++;
     wk_frame_buf_append(&best->wbuf, c->frame, c->frame_len);
     free(c->frame); /* sent: the bytes are not needed again */
     c->frame = NULL;
-    pool->stats.calls_sent++;
-    if (!uv_is_active((uv_handle_t *)&pool->flusher)) uv_idle_start(&pool->flusher, on_flush);
+    sent(pool, best, c);
   }
   spawn_if_needed(pool);
 }
@@ -667,10 +723,13 @@ wk_pool_call *wk_pool_submit(wk_pool *pool, const wk_call_spec *spec, void *call
       .traceparent = wk_frame_bytes_cstr(spec->traceparent),
       .args = spec->args,
   };
-  wk_frame_buf b;
-  wk_frame_buf_init(&b, NULL);
-  if (wk_frame_encode(&b, &f, pool->cfg.max_frame) != WK_FRAME_OK) {
-    wk_frame_buf_free(&b);
+  c->bytes_in = spec->args.len;
+  /* Nothing queued ahead and an executor with room: the frame is encoded straight into
+   * its write buffer. Otherwise it waits in the queue, as an exact-size copy. */
+  wk_executor *now = (!pool->stopping && !pool->queue_head) ? pick_executor(pool) : NULL;
+  wk_frame_buf *b = now ? &now->wbuf : &pool->scratch;
+  if (!now) wk_frame_buf_clear(b);
+  if (wk_frame_encode(b, &f, pool->cfg.max_frame) != WK_FRAME_OK) {
     wk_call_outcome o = {
         .status = WK_CALL_ERROR,
         .error_type = wk_frame_bytes_cstr("ArgsTooLarge"),
@@ -680,12 +739,16 @@ wk_pool_call *wk_pool_submit(wk_pool *pool, const wk_call_spec *spec, void *call
     pool->cb.on_result(pool->cb.ud, call_ctx, &o);
     return NULL;
   }
-  c->frame_len = wk_frame_buf_size(&b);
+  if (now) {
+    sent(pool, now, c);
+    spawn_if_needed(pool);
+    return c;
+  }
+  c->frame_len = wk_frame_buf_size(b);
   c->frame = malloc(c->frame_len);
   if (!c->frame) abort();
-  memcpy(c->frame, wk_frame_buf_bytes(&b), c->frame_len);
-  wk_frame_buf_free(&b);
-  c->bytes_in = spec->args.len;
+  memcpy(c->frame, wk_frame_buf_bytes(b), c->frame_len);
+  if (b->cap > SPARE_WRITE_CAP_MAX) wk_frame_buf_free(b); /* a huge one is not kept */
   list_push(&pool->queue_head, &pool->queue_tail, c);
   pool->queued++;
   dispatch(pool);
@@ -880,6 +943,13 @@ static void on_pool_handle_closed(uv_handle_t *h) {
   if (--pool->handles_open > 0) return;
   unlink(pool->sock_path);
   rmdir(pool->dir);
+  wk_frame_buf_free(&pool->scratch);
+  while (pool->spare_writes) {
+    wk_write *w = pool->spare_writes;
+    pool->spare_writes = w->next;
+    wk_frame_buf_free(&w->buf);
+    free(w);
+  }
   void (*done)(void *) = pool->stop_done;
   void *arg = pool->stop_arg;
   free(pool->python);

@@ -8,6 +8,7 @@
 #include "app/wk_log.h"
 
 #define ACTIONS_MAX 256u
+#define SCRATCH_KEEP_MAX (1u << 20)
 
 /* One attempt sent to the executors. */
 struct wk_attempt {
@@ -50,6 +51,7 @@ struct wk_calls {
   wk_disp_action actions[ACTIONS_MAX];
   wk_disp_out out;
   int64_t now_ms;
+  wk_buf scratch; /* a CallOutput being encoded, before its exact-size copy */
 };
 
 static wk_task_rt *rt_of(uint64_t key) { return (wk_task_rt *)(uintptr_t)key; }
@@ -295,6 +297,7 @@ wk_calls *wk_calls_create(const wk_calls_config *cfg, const wk_exec_adapter *exe
 void wk_calls_destroy(wk_calls *c) {
   if (!c) return;
   wk_disp_destroy(c->disp);
+  wk_buf_free(&c->scratch);
   free(c->by_slot);
   free(c);
 }
@@ -373,7 +376,16 @@ void wk_calls_on_result(wk_calls *c, void *call_ctx, const wk_call_outcome *o, i
   rt->stats.bytes_out += o->output.len;
   rt->stats.executor_cpu_us += o->cpu_us;
   if (a->group == 0) {
-    wk_task_rt_encode_output(a->index, o, &a->output, a->failure, sizeof a->failure);
+    /* the encoded output is kept until the task ends (100,000 of them for a big map):
+     * an exact-size copy, not the encoder's growable buffer */
+    c->scratch.len = 0;
+    wk_task_rt_encode_output(a->index, o, &c->scratch, a->failure, sizeof a->failure);
+    wk_buf_free(&a->output);
+    a->output.data = malloc(c->scratch.len ? c->scratch.len : 1);
+    if (!a->output.data) abort();
+    memcpy(a->output.data, c->scratch.data, c->scratch.len);
+    a->output.len = a->output.cap = c->scratch.len;
+    if (c->scratch.cap > SCRATCH_KEEP_MAX) wk_buf_free(&c->scratch); /* a huge one is not kept */
   } else {
     /* keep the child's answer: one buffer, views fixed up after it stops growing */
     wk_buf *b = &a->child_bytes;

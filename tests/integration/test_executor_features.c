@@ -743,6 +743,57 @@ static void test_ping_while_busy(void **state) {
   assert_bytes_str(f.result.output, "\"busy\"");
 }
 
+/* The main thread reads the socket itself between calls; with a long queue of 4 ms calls
+ * it has no reason to for a while, and the watchdog reads for it: a PING is answered, and
+ * a queued call cancelled, long before the queue drains. RESULTs go out early too (more
+ * than half of the queue run), not all at the end. */
+static void test_input_while_queue_of_calls(void **state) {
+  fixture *fx = *state;
+  write_function(fx, "medium", 1, "main.py",
+                 "import time\n"
+                 "def handler(s, ctx):\n"
+                 "    end = time.monotonic() + s\n"
+                 "    while time.monotonic() < end:\n"
+                 "        pass\n"
+                 "    return 'ok'\n");
+  enum { N = 200 };
+  uint64_t ids[N];
+  for (uint32_t i = 0; i < N; i++) ids[i] = queue_json_call(fx, "medium", "0.004", i);
+  flush(fx);
+  struct timespec ts = {0, 100 * 1000 * 1000};
+  nanosleep(&ts, NULL); /* about 25 calls in */
+  int64_t t0 = now_ms();
+  queue_u64_frame(fx, WK_FRAME_PING, 77);
+  queue_u64_frame(fx, WK_FRAME_CANCEL, ids[N - 1]);
+  flush(fx);
+  unsigned results = 0;
+  bool pong = false, cancelled = false;
+  int64_t pong_ms = -1;
+  while (results < N) {
+    wk_frame f;
+    recv_frame(fx, &f);
+    if (f.type == WK_FRAME_PONG) {
+      assert_true(f.ping.nonce == 77);
+      pong = true;
+      pong_ms = now_ms() - t0;
+      continue;
+    }
+    assert_int_equal(f.type, WK_FRAME_RESULT);
+    results++;
+    if (f.result.call_id == ids[N - 1]) {
+      assert_bytes_str(f.result.error_type, "Cancelled");
+      cancelled = true;
+      if (!pong) fail_msg("the cancelled call's RESULT came before the PONG");
+    } else {
+      assert_int_equal(f.result.status, WK_FRAME_STATUS_OK);
+    }
+    if (results == 1 && !pong && now_ms() - t0 > 100) fail_msg("the first RESULT came after 100 ms");
+  }
+  printf("PONG while a queue of 4 ms calls runs: %lld ms\n", (long long)pong_ms);
+  assert_true(pong && cancelled);
+  assert_true(pong_ms >= 0 && pong_ms < 250); /* a tick or two, plus slack for a busy machine */
+}
+
 /* ---- resource limits ------------------------------------------------------------------ */
 
 static const char LIMITS_PY[] =
@@ -839,6 +890,7 @@ int main(void) {
       T(test_stack_of_infinite_loop),
       T(test_stack_of_nested_calls),
       T(test_ping_while_busy),
+      T(test_input_while_queue_of_calls),
       TS(test_rlimits_applied, setup_rlimits),
       TS(test_rlimits_unchanged, setup_rlimits_zero),
   };
