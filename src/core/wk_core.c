@@ -54,6 +54,9 @@ wk_err wk_core_config_validate(const wk_core_config *cfg, const char **why) {
 
 /* ---- lifecycle ------------------------------------------------------------- */
 
+/* The record array, with room to align it to a cache line. */
+static size_t tasks_bytes(uint32_t capacity) { return (size_t)capacity * sizeof(wk_task) + 63u; }
+
 wk_core *wk_core_create(const wk_core_config *cfg) {
   if (wk_core_config_validate(cfg, NULL) != WK_OK) return NULL;
   const wk_allocator *a = &cfg->allocator;
@@ -72,20 +75,22 @@ wk_core *wk_core_create(const wk_core_config *cfg) {
   core->n_free = n;
 
   core->task_capacity = n + cfg->max_retained_results;
-  core->tasks = wk_xcalloc(a, core->task_capacity, sizeof *core->tasks);
+  core->tasks_mem = wk_xcalloc(a, 1, tasks_bytes(core->task_capacity));
+  core->tasks = (wk_task *)(((uintptr_t)core->tasks_mem + 63u) & ~(uintptr_t)63u);
   for (uint32_t i = 0; i < core->task_capacity; i++) {
     core->tasks[i].stage = WK_STAGE_FREE;
     core->tasks[i].slot = WK_NONE;
-    core->tasks[i].link_prev = WK_NONE;
-    core->tasks[i].link_next = (i + 1 < core->task_capacity) ? i + 1 : WK_NONE;
+    core->tasks[i].next_free = (i + 1 < core->task_capacity) ? i + 1 : WK_NONE;
   }
   core->free_task_head = 0;
 
   wk_task_index_init(&core->index, core->task_capacity, a);
   wk_heap_init(&core->lease_heap, n, a);
-  wk_heap_init(&core->timeout_heap, core->task_capacity, a);
+  /* deadlines are mostly now + the default timeout: they arrive in order */
+  wk_heap_init_with_run(&core->timeout_heap, core->task_capacity, a);
   wk_heap_init(&core->watch_heap, core->task_capacity, a);
-  core->retained_head = core->retained_tail = WK_NONE;
+  core->retained_cap = cfg->max_retained_results + 1;
+  core->retained = wk_xcalloc(a, core->retained_cap, sizeof *core->retained);
   return core;
 }
 
@@ -108,7 +113,8 @@ void wk_core_destroy(wk_core *core) {
   wk_heap_free(&core->timeout_heap, &a);
   wk_heap_free(&core->watch_heap, &a);
   wk_task_index_free(&core->index, &a);
-  wk_xfree(&a, core->tasks, (size_t)core->task_capacity * sizeof *core->tasks);
+  wk_xfree(&a, core->retained, (size_t)core->retained_cap * sizeof *core->retained);
+  wk_xfree(&a, core->tasks_mem, tasks_bytes(core->task_capacity));
   wk_xfree(&a, core->slots, (size_t)core->cfg.task_slots * sizeof *core->slots);
   wk_xfree(&a, core, sizeof *core);
 }
@@ -131,8 +137,13 @@ const char *wk_cmd_kind_name(wk_cmd_kind k) {
 /* ---- helpers: records, slots, commands ------------------------------------- */
 
 static uint32_t find_task(const wk_core *core, const char *id, size_t len) {
+  if (!id || len == 0 || len > WK_TASK_ID_MAX) return WK_NONE;
+  /* hash first and start fetching the index line: the character check below then
+   * runs while the line is on its way instead of before it is asked for */
+  uint64_t hash = wk_task_hash(id, len);
+  WK_PREFETCH(&core->index.entries[(uint32_t)hash & core->index.mask]);
   if (!wk_task_id_valid(id, len)) return WK_NONE;
-  return wk_task_index_find(core, id, len, wk_task_hash(id, len));
+  return wk_task_index_find(core, id, len, hash);
 }
 
 static uint64_t slot_id_of(const wk_core *core, uint32_t slot) {
@@ -157,15 +168,20 @@ static uint32_t new_task(wk_core *core, const char *id, size_t len, uint8_t stag
   uint32_t i = core->free_task_head;
   assert(i != WK_NONE);
   wk_task *t = &core->tasks[i];
-  core->free_task_head = t->link_next;
-  memset(t, 0, sizeof *t);
+  assert(t->stage == WK_STAGE_FREE);
+  core->free_task_head = t->next_free;
+  /* everything but the id's unused tail: an id of up to 31 bytes leaves line 1
+   * (the rest of the id) untouched */
+  memset(t, 0, offsetof(wk_task, id));
   memcpy(t->id, id, len);
   t->id[len] = '\0';
+  memset((char *)t + offsetof(wk_task, max_failed_calls), 0,
+         sizeof *t - offsetof(wk_task, max_failed_calls));
   t->id_len = (uint8_t)len;
   t->hash = wk_task_hash(id, len);
   t->stage = stage;
   t->slot = WK_NONE;
-  t->link_prev = t->link_next = WK_NONE;
+  t->next_free = WK_NONE;
   t->result.task_id = t->id;
   t->result.task_id_len = len;
   t->result.failure_message = "";
@@ -180,8 +196,7 @@ static void free_task(wk_core *core, uint32_t i) {
   release_blobs(core, t);
   t->stage = WK_STAGE_FREE;
   t->slot = WK_NONE;
-  t->link_prev = WK_NONE;
-  t->link_next = core->free_task_head;
+  t->next_free = core->free_task_head;
   core->free_task_head = i;
 }
 
@@ -263,55 +278,62 @@ static void set_message(wk_core *core, wk_task *t, const char *msg) {
   char *copy = wk_xcalloc(&core->cfg.allocator, 1, len + 1);
   memcpy(copy, msg, len);
   t->result.failure_message = copy;
-  t->message_size = len + 1;
+  t->message_size = (uint32_t)(len + 1); /* len <= max_failure_message_bytes <= 2^20 */
 }
 
 /* ---- retention ------------------------------------------------------------- */
 
-static void fifo_unlink(wk_core *core, uint32_t i) {
-  wk_task *t = &core->tasks[i];
-  if (t->link_prev != WK_NONE) {
-    core->tasks[t->link_prev].link_next = t->link_next;
-  } else {
-    core->retained_head = t->link_next;
-  }
-  if (t->link_next != WK_NONE) {
-    core->tasks[t->link_next].link_prev = t->link_prev;
-  } else {
-    core->retained_tail = t->link_prev;
-  }
-  t->link_prev = t->link_next = WK_NONE;
+uint64_t wk_task_held_bytes(const wk_task *t) {
+  return sizeof *t + t->result.outputs.len + t->result.plugin_results.len + t->message_size;
 }
 
-void wk_core_evict_retained(wk_core *core, uint32_t i) {
+void wk_core_evict_oldest(wk_core *core) {
+  assert(core->retained_count > 0);
+  uint32_t i = core->retained[core->retained_head].record;
   wk_task *t = &core->tasks[i];
   assert(t->stage == WK_STAGE_TERMINAL);
-  fifo_unlink(core, i);
+  if (++core->retained_head == core->retained_cap) core->retained_head = 0;
   core->retained_count--;
-  core->retained_bytes -= t->held_bytes;
+  core->retained_bytes -= wk_task_held_bytes(t);
   free_task(core, i);
+}
+
+/* Starts fetching what evicting the oldest retained result will read: its record
+ * and its index entry, known from the ring without touching either. */
+WK_PREFETCH_FN void prefetch_oldest(const wk_core *core) {
+  const wk_retained *r = &core->retained[core->retained_head];
+  wk_task_prefetch(core, r->record);
+  WK_PREFETCH(&core->index.entries[r->hash32 & core->index.mask]);
 }
 
 /* Makes record i TERMINAL and retained; evicts the oldest others past the bounds. */
 static void retain(wk_core *core, uint32_t i, int64_t now_ms) {
   wk_task *t = &core->tasks[i];
   t->stage = WK_STAGE_TERMINAL;
-  t->retained_until_ms = now_ms + core->cfg.result_retention_ms;
-  t->held_bytes = sizeof *t + t->result.outputs.len + t->result.plugin_results.len + t->message_size;
-  t->link_next = WK_NONE;
-  t->link_prev = core->retained_tail;
-  if (core->retained_tail != WK_NONE) {
-    core->tasks[core->retained_tail].link_next = i;
-  } else {
-    core->retained_head = i;
-  }
-  core->retained_tail = i;
+  assert(core->retained_count < core->retained_cap);
+  wk_retained *r = &core->retained[wk_retained_index(core, core->retained_count)];
+  r->until_ms = now_ms + core->cfg.result_retention_ms;
+  r->record = i;
+  r->hash32 = (uint32_t)t->hash;
   core->retained_count++;
-  core->retained_bytes += t->held_bytes;
-  while (core->retained_head != i && (core->retained_count > core->cfg.max_retained_results ||
+  core->retained_bytes += wk_task_held_bytes(t);
+  while (core->retained_count > 1 && (core->retained_count > core->cfg.max_retained_results ||
                                       core->retained_bytes > core->cfg.max_retained_bytes)) {
-    wk_core_evict_retained(core, core->retained_head);
+    wk_core_evict_oldest(core);
   }
+  /* the next convergence evicts the next oldest: start fetching it now, a whole
+   * task event ahead, rather than when it is needed */
+  if (core->retained_count >= core->cfg.max_retained_results) prefetch_oldest(core);
+}
+
+/* Drops the task's OWNER_LOST grace timer, if one runs. The record's flag mirrors
+ * the watch heap, so the common case (no grace) never reads the heap. */
+static void end_watch_grace(wk_core *core, uint32_t i) {
+  wk_task *t = &core->tasks[i];
+  assert(t->watch_grace == wk_heap_contains(&core->watch_heap, i));
+  if (!t->watch_grace) return;
+  t->watch_grace = false;
+  wk_heap_remove(&core->watch_heap, i);
 }
 
 /* ---- convergence ----------------------------------------------------------- */
@@ -323,10 +345,13 @@ static void converge(wk_core *core, uint32_t i, wk_task_state state, wk_failure_
   wk_task *t = &core->tasks[i];
   assert(t->stage == WK_STAGE_ACTIVE);
   assert(wk_task_state_terminal(state));
+  /* the misses ahead overlap: the slot and the timeout queue position */
+  if (t->slot != WK_NONE) WK_PREFETCH_W(&core->slots[t->slot]);
+  WK_PREFETCH(&core->timeout_heap.pos[i]);
   if (cancel_in_flight) push_cmd(cmds, WK_CMD_CANCEL_TASK, t);
   if (t->slot != WK_NONE) release_slot(core, t->slot);
   wk_heap_remove(&core->timeout_heap, i);
-  wk_heap_remove(&core->watch_heap, i);
+  end_watch_grace(core, i);
   core->n_live--;
   t->result.state = state;
   t->result.phase = WK_PHASE_DONE;
@@ -410,17 +435,16 @@ static void activate_record(wk_core *core, uint32_t i, const wk_submit_request *
   t->stage = WK_STAGE_ACTIVE;
   t->digest = req->request_digest;
   t->digest_known = true;
-  t->requested_epoch = req->requested_epoch;
-  t->call_failure_policy = req->call_failure_policy;
+  t->call_failure_policy = (uint8_t)req->call_failure_policy;
   t->max_failed_calls = req->max_failed_calls;
   t->retry = req->retry;
   t->adapter_ctx = adapter_ctx;
   int64_t timeout = req->timeout_ms ? req->timeout_ms : core->cfg.default_task_timeout_ms;
-  t->deadline_ms = now_ms + timeout;
+  int64_t deadline_ms = now_ms + timeout;
   t->result.state = WK_TASK_PREPARING;
   t->result.phase = WK_PHASE_PREPARING;
   t->result.statistic.accepted_ms = now_ms;
-  wk_heap_set(&core->timeout_heap, i, t->deadline_ms);
+  wk_heap_set(&core->timeout_heap, i, deadline_ms);
   core->n_live++;
 
   out->adapter_ctx_taken = true;
@@ -428,7 +452,7 @@ static void activate_record(wk_core *core, uint32_t i, const wk_submit_request *
   out->accepted_ms = now_ms;
   out->result = &t->result;
   wk_cmd *c = push_cmd(&out->cmds, WK_CMD_PREPARE_ACTIVATION, t);
-  c->u.prepare.requested_epoch = t->requested_epoch;
+  c->u.prepare.requested_epoch = req->requested_epoch;
 }
 
 void wk_core_handle_submit(wk_core *core, const wk_submit_request *req, void *adapter_ctx,
@@ -650,7 +674,7 @@ void wk_core_handle_task_timed_out(wk_core *core, const char *task_id, size_t ta
   uint32_t i = active_task(core, task_id, task_id_len, &out->err);
   if (i == WK_NONE) return;
   wk_task *t = &core->tasks[i];
-  if (t->stage != WK_STAGE_ACTIVE || now_ms < t->deadline_ms) {
+  if (t->stage != WK_STAGE_ACTIVE || now_ms < wk_heap_key(&core->timeout_heap, i)) {
     out->err = WK_ERR_STALE;
     return;
   }
@@ -698,8 +722,7 @@ wk_err wk_core_handle_watch_attached(wk_core *core, const char *task_id, size_t 
   wk_task *t = &core->tasks[i];
   t->watch_attached = true;
   t->watch_ever_attached = true;
-  t->watch_disconnect_deadline_ms = 0;
-  wk_heap_remove(&core->watch_heap, i);
+  end_watch_grace(core, i);
   return WK_OK;
 }
 
@@ -711,8 +734,7 @@ wk_err wk_core_handle_watch_detached(wk_core *core, const char *task_id, size_t 
   if (i == WK_NONE || core->tasks[i].stage != WK_STAGE_ACTIVE) return err;
   wk_task *t = &core->tasks[i];
   t->watch_attached = false;
-  t->watch_disconnect_deadline_ms = 0;
-  wk_heap_remove(&core->watch_heap, i);
+  end_watch_grace(core, i);
   return WK_OK;
 }
 
@@ -724,8 +746,8 @@ wk_err wk_core_handle_watch_disconnected(wk_core *core, const char *task_id,
   wk_task *t = &core->tasks[i];
   t->watch_attached = false;
   t->watch_ever_attached = true;
-  t->watch_disconnect_deadline_ms = now_ms + core->cfg.watch_disconnect_grace_ms;
-  wk_heap_set(&core->watch_heap, i, t->watch_disconnect_deadline_ms);
+  t->watch_grace = true;
+  wk_heap_set(&core->watch_heap, i, now_ms + core->cfg.watch_disconnect_grace_ms);
   return WK_OK;
 }
 
@@ -735,8 +757,8 @@ void wk_core_handle_watch_grace_expired(wk_core *core, const char *task_id, size
   uint32_t i = active_task(core, task_id, task_id_len, &out->err);
   if (i == WK_NONE) return;
   wk_task *t = &core->tasks[i];
-  if (t->stage != WK_STAGE_ACTIVE || !wk_heap_contains(&core->watch_heap, i) ||
-      now_ms < t->watch_disconnect_deadline_ms) {
+  if (t->stage != WK_STAGE_ACTIVE || !t->watch_grace ||
+      now_ms < wk_heap_key(&core->watch_heap, i)) {
     out->err = WK_ERR_STALE;
     return;
   }
@@ -798,8 +820,9 @@ uint32_t wk_core_live_tasks(const wk_core *core) { return core->n_live; }
 size_t wk_core_list_live_tasks(const wk_core *core, wk_task_id *out, size_t max) {
   /* live tasks are exactly those in the timeout heap */
   size_t n = 0;
-  for (uint32_t k = 0; k < core->timeout_heap.size && n < max; k++) {
-    const wk_task *t = &core->tasks[core->timeout_heap.order[k]];
+  uint32_t cursor = 0, handle;
+  while (n < max && wk_heap_walk(&core->timeout_heap, &cursor, &handle)) {
+    const wk_task *t = &core->tasks[handle];
     out[n].len = t->id_len;
     memcpy(out[n].bytes, t->id, (size_t)t->id_len + 1);
     n++;

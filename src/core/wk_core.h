@@ -12,7 +12,8 @@
  * i.e. any wk_core_handle_*, wk_core_purge_* or wk_core_destroy. Copy what you keep.
  *
  * Cost: slot allocation O(1) (free list), task lookup O(1) expected (open-addressing
- * hash), timers from binary heaps and a FIFO: no entry point scans all slots or tasks.
+ * hash), timers from heaps (with an in-order fast path) and a ring: no entry point
+ * scans all slots or tasks.
  */
 #ifndef WK_CORE_H
 #define WK_CORE_H

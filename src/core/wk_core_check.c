@@ -26,7 +26,7 @@ static const char *check_slots(const wk_core *core) {
         return "slot: ALLOCATED slot under a terminal or free record";
       }
       if (!wk_heap_contains(&core->lease_heap, s) ||
-          core->lease_heap.key[s] != slot->lease_expires_ms) {
+          wk_heap_key(&core->lease_heap, s) != slot->lease_expires_ms) {
         return "slot: ALLOCATED slot missing from the lease heap";
       }
     } else if (slot->state == WK_SLOT_RUNNING) {
@@ -55,6 +55,7 @@ static const char *check_slots(const wk_core *core) {
 
 static const char *check_tasks(const wk_core *core) {
   uint32_t used = 0, live = 0, terminal = 0;
+  uint64_t terminal_sum = 0, terminal_sq = 0;
   uint64_t bytes = 0;
   for (uint32_t i = 0; i < core->task_capacity; i++) {
     const wk_task *t = &core->tasks[i];
@@ -65,6 +66,9 @@ static const char *check_tasks(const wk_core *core) {
       continue;
     }
     used++;
+    if (t->watch_grace != wk_heap_contains(&core->watch_heap, i)) {
+      return "task: watch grace flag disagrees with the watch heap";
+    }
     if (wk_task_index_find(core, t->id, t->id_len, t->hash) != i) return "task: record not found by its id";
     if (t->hash != wk_task_hash(t->id, t->id_len)) return "task: stored hash is wrong";
     if (t->result.task_id != t->id) return "task: result names another id";
@@ -81,17 +85,14 @@ static const char *check_tasks(const wk_core *core) {
         if (wk_task_state_terminal(t->result.state) || t->result.phase == WK_PHASE_DONE) {
           return "task: live task with a terminal state";
         }
-        if (!wk_heap_contains(&core->timeout_heap, i) || core->timeout_heap.key[i] != t->deadline_ms) {
-          return "task: live task missing from the timeout heap";
-        }
-        if (wk_heap_contains(&core->watch_heap, i) &&
-            (t->watch_attached || core->watch_heap.key[i] != t->watch_disconnect_deadline_ms)) {
-          return "task: watch grace pending for an attached task";
-        }
+        if (!wk_heap_contains(&core->timeout_heap, i)) return "task: live task missing from the timeout heap";
+        if (t->watch_grace && t->watch_attached) return "task: watch grace pending for an attached task";
         break;
       case WK_STAGE_TERMINAL:
         terminal++;
-        bytes += t->held_bytes;
+        terminal_sum += i;
+        terminal_sq += (uint64_t)i * i;
+        bytes += wk_task_held_bytes(t);
         if (t->slot != WK_NONE) return "task: terminal task still holds a slot";
         if (!wk_task_state_terminal(t->result.state) || t->result.phase != WK_PHASE_DONE) {
           return "task: retained result is not terminal";
@@ -112,21 +113,32 @@ static const char *check_tasks(const wk_core *core) {
     return "task: retention counters are wrong";
   }
   if (terminal > core->cfg.max_retained_results) return "task: more results retained than allowed";
-  uint32_t walked = 0;
-  int64_t last = INT64_MIN;
-  uint32_t prev = WK_NONE;
-  for (uint32_t i = core->retained_head; i != WK_NONE; i = core->tasks[i].link_next) {
-    const wk_task *t = &core->tasks[i];
-    if (t->stage != WK_STAGE_TERMINAL) return "task: retention list holds a non-terminal record";
-    if (t->link_prev != prev) return "task: retention list links disagree";
-    if (t->retained_until_ms < last) return "task: retention list out of order";
-    last = t->retained_until_ms;
-    prev = i;
-    if (++walked > terminal) return "task: retention list loops";
+  if (core->retained_cap != core->cfg.max_retained_results + 1 ||
+      core->retained_head >= core->retained_cap) {
+    return "task: retention ring is misshapen";
   }
-  if (walked != terminal || core->retained_tail != prev) return "task: retention list length is wrong";
+  int64_t last = INT64_MIN;
+  for (uint32_t k = 0; k < core->retained_count; k++) {
+    const wk_retained *r = &core->retained[wk_retained_index(core, k)];
+    if (r->record >= core->task_capacity) return "task: retention ring names no record";
+    const wk_task *t = &core->tasks[r->record];
+    if (t->stage != WK_STAGE_TERMINAL) return "task: retention ring holds a non-terminal record";
+    if (r->hash32 != (uint32_t)t->hash) return "task: retention ring's hash tag is wrong";
+    if (r->until_ms < last) return "task: retention ring out of order";
+    last = r->until_ms;
+  }
+  if (core->retained_count != terminal) return "task: retention ring length is wrong";
+  /* each TERMINAL record once: the ring's records and the TERMINAL records have the
+   * same sum and sum of squares (a repeat in place of a missing one changes both) */
+  uint64_t ring_sum = 0, ring_sq = 0;
+  for (uint32_t k = 0; k < core->retained_count; k++) {
+    uint64_t rec = core->retained[wk_retained_index(core, k)].record;
+    ring_sum += rec;
+    ring_sq += rec * rec;
+  }
+  if (ring_sum != terminal_sum || ring_sq != terminal_sq) return "task: retention ring misses a result";
   uint32_t free_listed = 0;
-  for (uint32_t i = core->free_task_head; i != WK_NONE; i = core->tasks[i].link_next) {
+  for (uint32_t i = core->free_task_head; i != WK_NONE; i = core->tasks[i].next_free) {
     if (core->tasks[i].stage != WK_STAGE_FREE) return "task: free list holds a used record";
     if (++free_listed > core->task_capacity) return "task: free list loops";
   }

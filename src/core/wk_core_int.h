@@ -3,6 +3,8 @@
 #ifndef WK_CORE_INT_H
 #define WK_CORE_INT_H
 
+#include <stddef.h>
+
 #include "core/wk_core.h"
 #include "lib/wk_hash.h"
 #include "lib/wk_heap.h"
@@ -17,31 +19,48 @@ typedef enum wk_stage {
   WK_STAGE_TERMINAL = 3, /* converged; retained for GetTaskResult and idempotency */
 } wk_stage;
 
+/* A task record: 448 bytes, seven cache lines, 64-byte aligned. At 100,000 slots the
+ * records no longer fit any cache, so an event's cost is the lines it touches: the
+ * first line holds what every lookup and event reads (hash, slot, stage, flags, the
+ * adapter context and the start of the id: all of an id up to 31 bytes); the public
+ * result fills the last four. Timer deadlines live in the heaps, the retention
+ * deadline in the retention ring: the record does not keep copies. */
 typedef struct wk_task {
-  /* what every lookup reads first sits together: hash, stage, length, the id itself */
-  uint64_t hash;
-  uint8_t stage;        /* wk_stage */
+  /* ---- line 0 ---- */
+  _Alignas(64) uint64_t hash;
+  uint32_t slot;      /* slot index while RESERVED/ACTIVE, else WK_NONE */
+  uint32_t next_free; /* free list link while FREE */
+  uint8_t stage;      /* wk_stage */
   uint8_t id_len;
-  char id[WK_TASK_ID_MAX + 1];
-  uint32_t slot;        /* slot index while RESERVED/ACTIVE, else WK_NONE */
-  uint32_t link_prev;   /* retention FIFO (TERMINAL) */
-  uint32_t link_next;   /* retention FIFO (TERMINAL) or free list (FREE) */
-  bool digest_known;    /* false for a reservation cancelled before any submit */
   bool watch_attached;
   bool watch_ever_attached;
-  uint64_t digest;
-  uint64_t requested_epoch;
-  int64_t deadline_ms;              /* accepted + timeout */
-  int64_t watch_disconnect_deadline_ms;
-  int64_t retained_until_ms;
-  uint64_t held_bytes;              /* counted in retained_bytes while TERMINAL */
-  size_t message_size;              /* allocation behind result.failure_message, 0 = static */
-  wk_call_failure_policy call_failure_policy;
-  uint32_t max_failed_calls;
-  wk_retry_policy retry;
+  bool watch_grace;   /* in the watch heap (a grace period runs) */
+  bool digest_known;  /* false for a reservation cancelled before any submit */
+  uint8_t call_failure_policy; /* wk_call_failure_policy */
+  uint8_t unused_;
   void *adapter_ctx;
+  char id[WK_TASK_ID_MAX + 1];
+  /* ---- submit-time settings, read rarely ---- */
+  uint32_t max_failed_calls;
+  uint32_t message_size; /* allocation behind result.failure_message, 0 = static */
+  uint64_t digest;
+  wk_retry_policy retry;
+  /* ---- the public result, lines 3..6 ---- */
   wk_task_result result;
 } wk_task;
+
+_Static_assert(sizeof(wk_task) % 64 == 0 && sizeof(wk_task) <= 448,
+               "a task record is at most seven whole cache lines");
+_Static_assert(offsetof(wk_task, id) + 32 <= 64, "an id of up to 31 bytes sits in line 0");
+
+/* One retained result in the retention ring, oldest first. The ring answers the
+ * purge and names the next record to evict, with its hash tag, without reading the
+ * record: eviction can fetch the record and its index entry at once. */
+typedef struct wk_retained {
+  int64_t until_ms; /* purge at */
+  uint32_t record;
+  uint32_t hash32;
+} wk_retained;
 
 typedef struct wk_slot {
   uint8_t state; /* wk_slot_state */
@@ -73,7 +92,8 @@ struct wk_core {
   uint32_t free_slot_head;
   uint32_t n_free, n_allocated, n_running;
 
-  wk_task *tasks;
+  wk_task *tasks;    /* 64-byte aligned inside tasks_mem */
+  void *tasks_mem;
   uint32_t task_capacity;
   uint32_t free_task_head;
   uint32_t n_live; /* ACTIVE */
@@ -84,7 +104,9 @@ struct wk_core {
   wk_heap timeout_heap; /* ACTIVE tasks by deadline (handle = record index) */
   wk_heap watch_heap;   /* ACTIVE tasks in watch grace (handle = record index) */
 
-  uint32_t retained_head, retained_tail; /* FIFO, oldest at head */
+  wk_retained *retained; /* ring of retained_cap entries, oldest at retained_head */
+  uint32_t retained_cap;  /* max_retained_results + 1: the newest is kept past the bound */
+  uint32_t retained_head;
   uint32_t retained_count;
   uint64_t retained_bytes;
 };
@@ -99,9 +121,32 @@ void wk_task_index_insert(wk_core *core, uint32_t t);
 /** Removes record `t`, which must be present. */
 void wk_task_index_remove(wk_core *core, uint32_t t);
 
-/* ---- wk_core.c, used by the timer file ---- */
-/** Forgets a TERMINAL record: index, FIFO, blobs, back to the free list. */
-void wk_core_evict_retained(wk_core *core, uint32_t t);
+/* ---- wk_core.c, used by the timer and check files ---- */
+/** Forgets the oldest retained result: ring, index, blobs, record back to the free list. */
+void wk_core_evict_oldest(wk_core *core);
+/** Bytes a TERMINAL record holds, as counted in retained_bytes. */
+uint64_t wk_task_held_bytes(const wk_task *t);
+
+/** Ring index of the retained entry `k` places after the oldest (k < retained_cap). */
+static inline uint32_t wk_retained_index(const wk_core *core, uint32_t k) {
+  uint32_t i = core->retained_head + k;
+  return i >= core->retained_cap ? i - core->retained_cap : i;
+}
+
+/* Hints that a line will be read soon; pure (no effect on results), compiles to a
+ * prefetch instruction. Used where the next record or index line is known before it
+ * is needed, so its cache miss overlaps other work instead of following it. */
+#define WK_PREFETCH(p) __builtin_prefetch((p), 0, 3)
+#define WK_PREFETCH_W(p) __builtin_prefetch((p), 1, 3)
+/* A function that only prefetches must be inlined: GCC takes one left out of line
+ * for a pure function (a prefetch has no side effect) and deletes the calls to it. */
+#define WK_PREFETCH_FN static inline __attribute__((always_inline))
+
+/** Prefetches all lines of record `t` (for writing). */
+WK_PREFETCH_FN void wk_task_prefetch(const wk_core *core, uint32_t t) {
+  const char *p = (const char *)&core->tasks[t];
+  for (size_t off = 0; off < sizeof(wk_task); off += 64) WK_PREFETCH_W(p + off);
+}
 
 /** Hash of a task id, as stored in wk_task.hash. */
 static inline uint64_t wk_task_hash(const char *id, size_t len) {

@@ -41,10 +41,9 @@ size_t wk_core_watch_disconnected_tasks(const wk_core *core, int64_t now_ms, wk_
 
 size_t wk_core_purge_expired_results(wk_core *core, int64_t now_ms) {
   size_t purged = 0;
-  /* retention is one duration for all, so the FIFO is ordered by expiry */
-  while (core->retained_head != WK_NONE &&
-         core->tasks[core->retained_head].retained_until_ms <= now_ms) {
-    wk_core_evict_retained(core, core->retained_head);
+  /* retention is one duration for all, so the ring is ordered by expiry */
+  while (core->retained_count > 0 && core->retained[core->retained_head].until_ms <= now_ms) {
+    wk_core_evict_oldest(core);
     purged++;
   }
   return purged;
@@ -58,8 +57,8 @@ int64_t wk_core_next_deadline(const wk_core *core) {
       next = wk_heap_top_key(heaps[k]);
     }
   }
-  if (core->retained_head != WK_NONE && core->tasks[core->retained_head].retained_until_ms < next) {
-    next = core->tasks[core->retained_head].retained_until_ms;
+  if (core->retained_count > 0 && core->retained[core->retained_head].until_ms < next) {
+    next = core->retained[core->retained_head].until_ms;
   }
   return next;
 }

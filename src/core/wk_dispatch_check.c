@@ -21,7 +21,7 @@ static const char *check_call(const wk_disp *d, uint32_t c) {
     if (in_deadline != (call->deadline_ms != INT64_MAX)) {
       return "call: live attempt in the deadline heap iff its deadline is finite";
     }
-    if (in_deadline && d->deadline_heap.key[c] != call->deadline_ms) {
+    if (in_deadline && wk_heap_key(&d->deadline_heap, c) != call->deadline_ms) {
       return "call: deadline heap key differs from the attempt's deadline";
     }
   } else if (in_deadline) {

@@ -65,7 +65,7 @@
  * afterwards, ever; only the CANCELs of its in-flight attempts still come out.
  * A task that ended (TASK_DONE decided) sends nothing more either.
  *
- * Cost: O(1) or O(log n) per action (FIFOs, a ring of tasks, binary heaps for
+ * Cost: O(1) or O(log n) per action (FIFOs, a ring of tasks, 4-ary heaps for
  * backoff and deadlines); no entry point scans all calls or tasks. Cancelling a
  * task costs O(its live calls). Memory is allocated at create time only.
  *

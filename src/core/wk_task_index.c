@@ -30,7 +30,11 @@ uint32_t wk_task_index_find(const wk_core *core, const char *id, size_t len, uin
   for (uint32_t i = h32 & ix->mask;; i = (i + 1) & ix->mask) {
     const wk_index_entry *e = &ix->entries[i];
     if (e->record == WK_NONE) return WK_NONE;
-    if (e->hash32 == h32 && same_id(&core->tasks[e->record], id, len, hash)) return e->record;
+    if (e->hash32 != h32) continue;
+    /* a tag match is the task but for a 2^-32 chance: fetch all of its record now,
+     * so the lines the event reads next arrive with the one the id compare waits on */
+    wk_task_prefetch(core, e->record);
+    if (same_id(&core->tasks[e->record], id, len, hash)) return e->record;
   }
 }
 

@@ -96,6 +96,60 @@ static void test_task_timeout_while_preparing(void **state) {
   FX_INV(core);
 }
 
+/* Deadlines in submit order (the default timeout) and out of it (shorter timeouts
+ * later) time out earliest first, and the live list names every task once. */
+static void test_timeouts_in_and_out_of_order(void **state) {
+  wk_core *core = *state;
+  static const struct {
+    const char *id;
+    int64_t at, timeout_ms; /* deadline at + timeout (FX_TIMEOUT when 0) */
+  } subs[FX_SLOTS] = {
+      {"a", 1000, 0},    /* 11000 */
+      {"b", 1001, 0},    /* 11001 */
+      {"c", 1002, 500},  /* 1502: before both */
+      {"d", 1003, 9998}, /* 11001: ties with b */
+  };
+  for (uint32_t k = 0; k < FX_SLOTS; k++) {
+    wk_submit_request req = fx_req(subs[k].id, strlen(subs[k].id), 0, 1);
+    req.timeout_ms = subs[k].timeout_ms;
+    wk_submit_result sr;
+    wk_core_handle_submit(core, &req, &ctx_a, subs[k].at, &sr);
+    FX_ERR(sr.err, WK_OK);
+    FX_INV(core);
+  }
+  assert_int_equal(wk_core_next_deadline(core), 1502); /* before the leases (1000 + FX_TTL) */
+  wk_task_id live[FX_SLOTS + 1];
+  assert_int_equal(wk_core_list_live_tasks(core, live, FX_SLOTS + 1), FX_SLOTS);
+  uint32_t seen = 0;
+  for (uint32_t k = 0; k < FX_SLOTS; k++) seen |= 1u << (live[k].bytes[0] - 'a');
+  assert_int_equal(seen, 0xf);
+
+  wk_task_id ids[FX_SLOTS];
+  assert_int_equal(wk_core_timed_out_tasks(core, 1501, ids, FX_SLOTS), 0);
+  assert_int_equal(wk_core_timed_out_tasks(core, 11001, ids, FX_SLOTS), FX_SLOTS);
+  assert_string_equal(ids[0].bytes, "c");
+  assert_string_equal(ids[1].bytes, "a");
+  assert_true((ids[2].bytes[0] == 'b' && ids[3].bytes[0] == 'd') ||
+              (ids[2].bytes[0] == 'd' && ids[3].bytes[0] == 'b'));
+  assert_int_equal(wk_core_timed_out_tasks(core, 11000, ids, 1), 1);
+  assert_string_equal(ids[0].bytes, "c");
+
+  /* the first in order ends early: the scan skips it and still sees the rest */
+  wk_transition_result out;
+  wk_core_handle_abort(core, ID("a"), WK_FAIL_CANCELLED, NULL, 1100, &out);
+  FX_ERR(out.err, WK_OK);
+  FX_INV(core);
+  assert_int_equal(wk_core_timed_out_tasks(core, 11001, ids, FX_SLOTS), 3);
+  assert_string_equal(ids[0].bytes, "c");
+  for (uint32_t k = 0; k < 3; k++) {
+    wk_core_handle_task_timed_out(core, ids[k].bytes, ids[k].len, 11001, &out);
+    FX_ERR(out.err, WK_OK);
+    FX_INV(core);
+  }
+  assert_int_equal(wk_core_live_tasks(core), 0);
+  assert_int_equal(wk_core_timed_out_tasks(core, 99999, ids, FX_SLOTS), 0);
+}
+
 static void test_task_timeout_errors(void **state) {
   wk_core *core = *state;
   wk_transition_result out;
@@ -563,6 +617,7 @@ int main(void) {
       FX_TEST(test_watch_errors),
       FX_TEST(test_watch_on_terminal_task),
       FX_TEST(test_watch_disconnected_tasks_scan),
+      FX_TEST(test_timeouts_in_and_out_of_order),
       FX_TEST(test_next_deadline_follows_every_timer),
       FX_TEST(test_purge_by_time_oldest_first),
       FX_TEST(test_purged_id_is_new_again),
