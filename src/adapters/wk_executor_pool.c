@@ -72,6 +72,10 @@ struct wk_executor {
   int64_t last_ping_ms;
   int64_t idle_since_ms;
   wk_frame_buf wbuf; /* frames to write at the next flush */
+  /* Adaptive pipelining: the executor's time per call (moving average, ns; 0 = not
+   * measured yet), from the RESULTs read while it was busy since busy_mark_ns. */
+  uint64_t service_ns;
+  uint64_t busy_mark_ns; /* 0 = idle */
 };
 
 struct wk_pool {
@@ -111,6 +115,34 @@ struct wk_pool {
  * parents may be stuck under nested calls that need more calls to finish, so neither
  * counts (the same rule as DispatcherCore's admission). */
 static uint32_t active(const wk_executor *e) { return e->inflight - e->waiting - e->resumed; }
+
+/* Adaptive pipelining: an executor is sent about PIPELINE_QUEUED_NS of work ahead (its
+ * measured time per call), at least one call and at most pipeline_depth. Short calls
+ * get the whole depth (a no-op call costs microseconds only when pipelined); long ones
+ * are sent one at a time, so calls wait in the DispatcherCore, fairly across tasks, and
+ * a new or idle executor finds work instead of a queue stuck behind a slow call. Until
+ * its first RESULTs an executor gets PIPELINE_START. */
+enum { PIPELINE_START = 2 };
+#define PIPELINE_QUEUED_NS 2000000u
+
+static uint32_t depth_of(const wk_pool *pool, const wk_executor *e) {
+  uint32_t max = pool->cfg.pipeline_depth;
+  uint64_t d = e->service_ns ? PIPELINE_QUEUED_NS / e->service_ns : PIPELINE_START;
+  if (d < 1) d = 1;
+  return d < max ? (uint32_t)d : max;
+}
+
+/* `n` RESULTs were just read from `e`: updates its time per call (the time since it
+ * became busy or since its previous RESULTs, shared among them). */
+static void measure_service(wk_executor *e, uint64_t n) {
+  uint64_t now = uv_hrtime();
+  if (n > 0 && e->busy_mark_ns) {
+    uint64_t per_call = (now - e->busy_mark_ns) / n;
+    if (per_call == 0) per_call = 1;
+    e->service_ns = e->service_ns ? (e->service_ns * 7 + per_call) / 8 : per_call;
+  }
+  if (n > 0 || !e->inflight) e->busy_mark_ns = e->inflight ? now : 0;
+}
 
 static void dispatch(wk_pool *pool);
 static void maybe_finish_stop(wk_pool *pool);
@@ -606,6 +638,8 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   wk_frame_buf_commit(&c->rbuf, (size_t)nread);
   bool outer = !pool->in_read; /* a callback may run a nested loop: only the outer one flushes */
   pool->in_read = true;
+  wk_executor *from = c->exec;
+  uint64_t done_before = from ? from->calls_done : 0;
   while (!c->closing) {
     wk_frame f;
     size_t used = 0;
@@ -625,6 +659,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     wk_frame_buf_consume(&c->rbuf, used);
   }
   if (!c->closing && wk_frame_buf_size(&c->rbuf) == 0) wk_frame_buf_clear(&c->rbuf);
+  if (from && !c->closing && c->exec == from) measure_service(from, from->calls_done - done_before);
   dispatch(pool);
   if (outer) {
     pool->in_read = false;
@@ -654,8 +689,8 @@ static void on_connection(uv_stream_t *server, int status) {
 
 /* ---- dispatch ----------------------------------------------------------------------- */
 
-static bool can_take(const wk_executor *e, uint32_t depth) {
-  return e->running && e->conn && !e->conn->closing && !e->retiring && active(e) < depth;
+static bool can_take(const wk_pool *pool, const wk_executor *e) {
+  return e->running && e->conn && !e->conn->closing && !e->retiring && active(e) < depth_of(pool, e);
 }
 
 static void on_flush(uv_idle_t *h) {
@@ -666,10 +701,9 @@ static void on_flush(uv_idle_t *h) {
 
 /* The executor with room for one more call, least loaded first; NULL when none. */
 static wk_executor *pick_executor(wk_pool *pool) {
-  uint32_t depth = pool->cfg.pipeline_depth;
   wk_executor *best = NULL;
   for (wk_executor *e = pool->executors; e; e = e->next) {
-    if (can_take(e, depth) && (!best || active(e) < active(best))) best = e;
+    if (can_take(pool, e) && (!best || active(e) < active(best))) best = e;
   }
   return best;
 }
@@ -680,7 +714,7 @@ static wk_executor *pick_executor(wk_pool *pool) {
 static void sent(wk_pool *pool, wk_executor *e, wk_pool_call *c) {
   c->exec = e;
   list_push(&e->head, &e->tail, c);
-  e->inflight++;
+  if (e->inflight++ == 0) e->busy_mark_ns = uv_hrtime();
   pool->stats.calls_sent++;
   if (!pool->in_read && !uv_is_active((uv_handle_t *)&pool->flusher)) uv_idle_start(&pool->flusher, on_flush);
 }
@@ -876,8 +910,13 @@ wk_exec_adapter wk_pool_adapter(wk_pool *pool) {
 uint32_t wk_pool_ready_executors(const wk_pool *pool) { return pool->n_ready; }
 uint32_t wk_pool_running_executors(const wk_pool *pool) { return pool->n_running; }
 uint32_t wk_pool_capacity(const wk_pool *pool) {
-  uint32_t ready = pool->n_ready ? pool->n_ready : 1;
-  return ready * pool->cfg.pipeline_depth;
+  uint32_t calls = 0;
+  for (const wk_executor *e = pool->executors; e; e = e->next) {
+    if (e->running && e->conn && !e->retiring) calls += depth_of(pool, e);
+  }
+  /* one call more than the executors take: it waits in the pool's queue, and a queue
+   * is what grows the pool toward executors_max (spawn_if_needed) */
+  return calls ? calls + 1 : PIPELINE_START;
 }
 wk_pool_stats wk_pool_get_stats(const wk_pool *pool) { return pool->stats; }
 

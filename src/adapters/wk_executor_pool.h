@@ -4,7 +4,10 @@
  * executors (python3 worker_executor.py --socket PATH) with a scrubbed environment and
  * resource limits. Each executor runs the calls sent to it one at a time, but up to
  * `pipeline_depth` calls are in flight on its connection, and frames are written in
- * batches, so a no-op call costs microseconds. A call waiting on subcalls does not
+ * batches, so a no-op call costs microseconds. The depth adapts to the executor's
+ * measured time per call: about 2 ms of work ahead, so slow calls go one at a time and
+ * wait in the DispatcherCore (fair across tasks) rather than behind each other.
+ * wk_pool_capacity() is the sum, for the dispatcher's admission limit. A call waiting on subcalls does not
  * count against its executor's depth: the executor runs further calls nested while
  * it waits, which keeps subcalls deadlock-free.
  *
@@ -37,7 +40,8 @@ typedef struct wk_pool_config {
   const char *python_path;     /* PYTHONPATH for executors (holds the `worker` module) */
   uint32_t executors_min;      /* prestarted and kept */
   uint32_t executors_max;      /* grown to on demand */
-  uint32_t pipeline_depth;     /* calls in flight per executor */
+  uint32_t pipeline_depth;     /* calls in flight per executor at most (adaptive below it:
+                                  about 2 ms of measured work ahead, at least 1) */
   int64_t idle_timeout_ms;     /* an idle executor above the minimum stops after this */
   uint64_t max_calls_per_executor; /* recycle after this many calls (0 = never) */
   uint64_t max_executor_rss_mb;    /* recycle above this peak RSS (0 = never) */

@@ -45,8 +45,8 @@ static const wk_config_item table[] = {
     {FIELD(executors_max), .type = WK_CONFIG_UINT, .def = "4", .min = 0, .max = 1024,
      .help = "grow to this many executors while work waits (0 = executors; "
              "left at its default, at least executors)"},
-    {FIELD(pipeline_depth), .type = WK_CONFIG_UINT, .def = "16", .min = 1, .max = 1024,
-     .help = "calls in flight per executor"},
+    {FIELD(pipeline_depth), .type = WK_CONFIG_UINT, .def = "64", .min = 1, .max = 1024,
+     .help = "calls in flight per executor at most (fewer when calls are slow: ~2 ms of work ahead)"},
     {FIELD(executor_idle_timeout_ms), .type = WK_CONFIG_MS, .def = "60000", .min = 100,
      .max = 86400000, .help = "stop idle executors above the minimum after this long"},
     {FIELD(max_calls_per_executor), .type = WK_CONFIG_UINT, .def = "0", .min = 0,

@@ -224,6 +224,45 @@ def test_small_tasks_finish_while_a_huge_one_runs(worker_factory):
     assert r.state == pb.TASK_STATE_SUCCEEDED and len(r.outputs) == 100000
 
 
+SLEEP = "import time\ndef handler(args, ctx):\n    time.sleep(args)\n    return args\n"
+
+
+def test_slow_calls_are_not_pipelined_behind_each_other(worker_factory):
+    """Adaptive pipelining: executors measure ~0.25 s per call and take one at a time, so
+    the rest of a big task's slow calls wait in the DispatcherCore, where a later small
+    task gets its turn at the next free executor. With a fixed depth of 64 its call sat on
+    an executor behind the big task's queued calls."""
+    w = worker_factory("--task-slots", "8", "--executors-max", "2", executors=2)
+    w.wait_serving()
+    w.deploy("sleep", SLEEP)
+    submit(w, "slow-big", "sleep", [0.25] * 60, builder="map", timeout_ms=120000)
+    time.sleep(3.0)  # 24 calls in: measured, and the task's window has grown
+    t0 = time.time()
+    submit(w, "slow-small", "sleep", 0.01)
+    r = w.wait_terminal("slow-small", timeout=60)
+    waited = time.time() - t0
+    assert r.state == pb.TASK_STATE_SUCCEEDED
+    # measured: 0.28 s adaptive; 3.55 s with the depth fixed at 64
+    assert waited < 1.5, "the small task's call waited %.1f s behind slow calls" % waited
+    r = w.wait_terminal("slow-big", timeout=120)
+    assert r.state == pb.TASK_STATE_SUCCEEDED and len(r.outputs) == 60
+
+
+def test_slow_calls_waiting_grow_the_pool(worker_factory):
+    """Slow calls go one per executor and the rest wait in the DispatcherCore; the one
+    call the pool takes beyond its executors' depth is the demand that grows it."""
+    w = worker_factory("--executors-max", "3", executors=1)
+    w.wait_serving()
+    w.deploy("sleep", SLEEP)
+    before = set(executor_pids(w))
+    submit(w, "grow", "sleep", [0.3] * 12, builder="map", timeout_ms=120000)
+    deadline = time.time() + 10
+    while time.time() < deadline and len(executor_pids(w)) < 3:
+        time.sleep(0.05)
+    assert len(set(executor_pids(w)) - before) == 2, "work waited but the pool did not grow"
+    assert w.wait_terminal("grow", timeout=60).state == pb.TASK_STATE_SUCCEEDED
+
+
 def test_range_of_ten_million_with_bounded_memory(worker_factory):
     w = worker_factory("--max-message-bytes", str(16 << 20), executors=2)
     w.wait_serving()
