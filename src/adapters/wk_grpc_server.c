@@ -601,7 +601,12 @@ static void on_close_done(wk_rpc *r) {
   r->closed = true;
   drop_queue_locked(r);
   bool cancelled = r->cancelled != 0;
+  bool answered = r->status_sent;
   unlock(&r->mu);
+  if (!answered && s->cfg.on_status) {
+    /* ended without our status (the client cancelled or went away): counted once */
+    s->cfg.on_status(s->cfg.on_status_ud, k_methods[r->method].name, (int)GRPC_STATUS_CANCELLED);
+  }
   if (r->streaming && r->to_sink && s->sink.on_closed != NULL) {
     s->sink.on_closed(s->sink.ud, r, cancelled);
   }

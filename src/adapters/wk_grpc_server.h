@@ -92,9 +92,11 @@ typedef struct wk_grpc_server_config {
   const char *auth_token;         /* set = every call must send "authorization: Bearer
                                      <auth_token>"; 1..4096 printable ASCII characters,
                                      no spaces */
-  /* Called once per answered call with its method name (wk_rpc_method_name, or
-   * "unknown" for an unregistered one) and status code, on the thread that sends the
-   * status (keep it short; it must not call back into the server). NULL = none. */
+  /* Called once per call with its method name (wk_rpc_method_name, or "unknown" for
+   * an unregistered one) and the status code sent, or CANCELLED for a call that ended
+   * before a status was sent (the client cancelled or went away); on the thread that
+   * sends the status or sees the end (keep it short; it must not call back into the
+   * server). NULL = none. */
   void (*on_status)(void *ud, const char *method, int code);
   void *on_status_ud;
 } wk_grpc_server_config;

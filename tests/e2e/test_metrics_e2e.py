@@ -143,6 +143,23 @@ def test_every_family_counts_what_happened(worker_factory, etcd, tmp_path):
     assert w.stop() == 0
 
 
+def test_a_stream_the_client_cancels_counts_as_cancelled(worker_factory):
+    w = worker_factory("--metrics-addr", "127.0.0.1:0")
+    w.wait_serving()
+    w.deploy("sleepy")
+    w.submit("long", "sleepy", {"seconds": 1})
+    stream = w.stub.WatchTasks(pb.WatchTasksRequest(task_ids=["long"]), timeout=30)
+    assert next(stream) is not None  # the snapshot: the stream is open on the worker
+    stream.cancel()
+    s = wait_for(lambda: (lambda s: s if value(s, "worker_rpcs_total", method="WatchTasks",
+                                                code="CANCELLED") == 1 else None)(scrape(w)[0]),
+                 timeout=10)
+    assert s, scrape(w)[2]
+    assert value(s, "worker_rpcs_total", method="WatchTasks", code="OK") == 0
+    assert w.wait_terminal("long").state == pb.TASK_STATE_SUCCEEDED
+    assert w.stop() == 0
+
+
 def test_other_paths_and_methods(worker_factory):
     w = worker_factory("--metrics-addr", "127.0.0.1:0")
     w.wait_serving()
