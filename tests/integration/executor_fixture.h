@@ -32,61 +32,6 @@
 
 #ifndef WK_SOURCE_DIR
 #error "WK_SOURCE_DIR must name the repository root"
-/* ---- building calls ---------------------------------------------------------------- */
-
-typedef struct call_spec {
-  const char *function;
-  unsigned epoch;
-  const char *entrypoint; /* NULL: empty (the executor's default main:handler) */
-  wk_frame_content content_type;
-  const uint8_t *args;
-  size_t args_len;
-  uint32_t call_index;
-  uint32_t deadline_ms;
-} call_spec;
-
-/* Encodes a CALL into wbuf (not sent yet); returns its call_id. */
-static inline uint64_t queue_call(fixture *fx, const call_spec *cs) {
-  char code_dir[256];
-  snprintf(code_dir, sizeof code_dir, "%s/%s/%u", fx->fn_root, cs->function, cs->epoch);
-  wk_frame f;
-  memset(&f, 0, sizeof f);
-  f.type = WK_FRAME_CALL;
-  f.call.call_id = fx->next_call_id++;
-  f.call.task_id = wk_frame_bytes_cstr("task-it");
-  f.call.function = wk_frame_bytes_cstr(cs->function);
-  f.call.epoch = cs->epoch;
-  f.call.code_dir = wk_frame_bytes_cstr(code_dir);
-  f.call.entrypoint = wk_frame_bytes_cstr(cs->entrypoint);
-  f.call.content_type = cs->content_type;
-  f.call.call_index = cs->call_index;
-  f.call.deadline_ms = cs->deadline_ms;
-  f.call.scratch_dir = wk_frame_bytes_cstr(fx->scratch);
-  f.call.traceparent = wk_frame_bytes_cstr("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
-  f.call.args.ptr = cs->args;
-  f.call.args.len = (uint32_t)cs->args_len;
-  queue_frame(fx, &f);
-  return f.call.call_id;
-}
-
-static inline uint64_t queue_json_call(fixture *fx, const char *function, const char *json, uint32_t index) {
-  call_spec cs = {function, 1, NULL, WK_FRAME_CONTENT_JSON, (const uint8_t *)json, strlen(json),
-                  index, 30000};
-  return queue_call(fx, &cs);
-}
-
-static inline void queue_u64_frame(fixture *fx, wk_frame_type type, uint64_t v) {
-  wk_frame f;
-  memset(&f, 0, sizeof f);
-  f.type = type;
-  if (type == WK_FRAME_CANCEL) {
-    f.cancel.call_id = v;
-  } else {
-    f.ping.nonce = v;
-  }
-  queue_frame(fx, &f);
-}
-
 #endif
 
 extern char **environ;
@@ -255,6 +200,110 @@ static inline bool expect_eof(fixture *fx, int timeout_ms) {
     ssize_t r = recv(fx->fd, b, sizeof b, 0);
     if (r < 0 && errno == EINTR) continue;
     return r <= 0;
+  }
+}
+
+/* ---- starting and stopping an executor -------------------------------------------- */
+
+/* Starts an executor with `extra` flags (NULL-terminated, may be NULL). */
+static inline int setup_with(void **state, const char *const *extra) {
+  fixture *fx = calloc(1, sizeof *fx);
+  assert_non_null(fx);
+  fx->fd = fx->listen_fd = -1;
+  fx->next_call_id = 1;
+  wk_frame_buf_init(&fx->rbuf, NULL);
+  wk_frame_buf_init(&fx->wbuf, NULL);
+
+  snprintf(fx->dir, sizeof fx->dir, "/tmp/wk-exec-XXXXXX");
+  assert_non_null(mkdtemp(fx->dir)); /* mode 0700 */
+  struct stat st;
+  assert_int_equal(stat(fx->dir, &st), 0);
+  assert_int_equal(st.st_mode & 0777, 0700);
+  snprintf(fx->sock_path, sizeof fx->sock_path, "%s/exec.sock", fx->dir);
+  snprintf(fx->fn_root, sizeof fx->fn_root, "%s/fn", fx->dir);
+  snprintf(fx->scratch, sizeof fx->scratch, "%s/scratch", fx->dir);
+  mkdir_p(fx->fn_root);
+  mkdir_p(fx->scratch);
+
+  fx->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  assert_true(fx->listen_fd >= 0);
+  struct sockaddr_un addr;
+  memset(&addr, 0, sizeof addr);
+  addr.sun_family = AF_UNIX;
+  assert_true(strlen(fx->sock_path) < sizeof addr.sun_path);
+  memcpy(addr.sun_path, fx->sock_path, strlen(fx->sock_path) + 1);
+  assert_int_equal(bind(fx->listen_fd, (const struct sockaddr *)&addr, sizeof addr), 0);
+  assert_int_equal(listen(fx->listen_fd, 4), 0);
+
+  char script[256];
+  snprintf(script, sizeof script, "%s/python/worker_executor.py", WK_SOURCE_DIR);
+  char *argv[32] = {(char *)(uintptr_t)python_path(), script, (char *)(uintptr_t)"--socket",
+                     fx->sock_path, NULL};
+  size_t argc = 4;
+  for (size_t i = 0; extra && extra[i]; i++) {
+    assert_true(argc + 1 < sizeof argv / sizeof argv[0]);
+    argv[argc++] = (char *)(uintptr_t)extra[i];
+  }
+  argv[argc] = NULL;
+  int err = posix_spawn(&fx->pid, argv[0], NULL, NULL, argv, environ);
+  if (err != 0) fail_msg("posix_spawn %s: %s", argv[0], strerror(err));
+
+  struct pollfd pfd = {fx->listen_fd, POLLIN, 0};
+  if (poll(&pfd, 1, IO_TIMEOUT_MS) != 1) fail_msg("executor did not connect within %d ms", IO_TIMEOUT_MS);
+  fx->fd = accept(fx->listen_fd, NULL, NULL);
+  assert_true(fx->fd >= 0);
+
+  wk_frame f;
+  recv_frame(fx, &f);
+  assert_int_equal(f.type, WK_FRAME_HELLO);
+  assert_int_equal(f.hello.version, WK_FRAME_VERSION);
+  assert_int_equal(f.hello.pid, (uint32_t)fx->pid);
+  *state = fx;
+  return 0;
+}
+
+static inline int teardown(void **state) {
+  fixture *fx = *state;
+  if (!fx) return 0;
+  if (!fx->reaped) {
+    if (fx->fd >= 0) {
+      static const uint8_t shutdown_frame[] = {1, 0, 0, 0, WK_FRAME_SHUTDOWN};
+      (void)send(fx->fd, shutdown_frame, sizeof shutdown_frame, MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
+    if (!wait_child(fx, 3000)) {
+      kill(fx->pid, SIGKILL);
+      (void)wait_child(fx, 3000);
+    }
+  }
+  if (fx->fd >= 0) close(fx->fd);
+  if (fx->listen_fd >= 0) close(fx->listen_fd);
+  (void)nftw(fx->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+  wk_frame_buf_free(&fx->rbuf);
+  wk_frame_buf_free(&fx->wbuf);
+  for (size_t i = 0; i < fx->n_blocks; i++) free(fx->blocks[i]);
+  free(fx);
+  *state = NULL;
+  return 0;
+}
+
+static inline void recv_result(fixture *fx, uint64_t call_id, wk_frame *f) {
+  recv_frame(fx, f);
+  assert_int_equal(f->type, WK_FRAME_RESULT);
+  assert_true(f->result.call_id == call_id);
+}
+
+static inline bool bytes_contain(wk_frame_bytes b, const char *needle) {
+  size_t n = strlen(needle);
+  if (n > b.len) return false;
+  for (size_t i = 0; i + n <= b.len; i++) {
+    if (memcmp(b.ptr + i, needle, n) == 0) return true;
+  }
+  return false;
+}
+
+static inline void assert_bytes_str(wk_frame_bytes b, const char *s) {
+  if (!wk_frame_bytes_eq_cstr(b, s)) {
+    fail_msg("got \"%.*s\", want \"%s\"", (int)b.len, (const char *)b.ptr, s);
   }
 }
 

@@ -13,88 +13,7 @@
 
 #include "executor_fixture.h"
 
-/* Starts an executor with `extra` flags (NULL-terminated, may be NULL). */
-static int setup_with(void **state, const char *const *extra) {
-  fixture *fx = calloc(1, sizeof *fx);
-  assert_non_null(fx);
-  fx->fd = fx->listen_fd = -1;
-  fx->next_call_id = 1;
-  wk_frame_buf_init(&fx->rbuf, NULL);
-  wk_frame_buf_init(&fx->wbuf, NULL);
-
-  snprintf(fx->dir, sizeof fx->dir, "/tmp/wk-exec-XXXXXX");
-  assert_non_null(mkdtemp(fx->dir)); /* mode 0700 */
-  struct stat st;
-  assert_int_equal(stat(fx->dir, &st), 0);
-  assert_int_equal(st.st_mode & 0777, 0700);
-  snprintf(fx->sock_path, sizeof fx->sock_path, "%s/exec.sock", fx->dir);
-  snprintf(fx->fn_root, sizeof fx->fn_root, "%s/fn", fx->dir);
-  snprintf(fx->scratch, sizeof fx->scratch, "%s/scratch", fx->dir);
-  mkdir_p(fx->fn_root);
-  mkdir_p(fx->scratch);
-
-  fx->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  assert_true(fx->listen_fd >= 0);
-  struct sockaddr_un addr;
-  memset(&addr, 0, sizeof addr);
-  addr.sun_family = AF_UNIX;
-  assert_true(strlen(fx->sock_path) < sizeof addr.sun_path);
-  memcpy(addr.sun_path, fx->sock_path, strlen(fx->sock_path) + 1);
-  assert_int_equal(bind(fx->listen_fd, (const struct sockaddr *)&addr, sizeof addr), 0);
-  assert_int_equal(listen(fx->listen_fd, 4), 0);
-
-  char script[256];
-  snprintf(script, sizeof script, "%s/python/worker_executor.py", WK_SOURCE_DIR);
-  char *argv[32] = {(char *)(uintptr_t)python_path(), script, (char *)(uintptr_t)"--socket",
-                     fx->sock_path, NULL};
-  size_t argc = 4;
-  for (size_t i = 0; extra && extra[i]; i++) {
-    assert_true(argc + 1 < sizeof argv / sizeof argv[0]);
-    argv[argc++] = (char *)(uintptr_t)extra[i];
-  }
-  argv[argc] = NULL;
-  int err = posix_spawn(&fx->pid, argv[0], NULL, NULL, argv, environ);
-  if (err != 0) fail_msg("posix_spawn %s: %s", argv[0], strerror(err));
-
-  struct pollfd pfd = {fx->listen_fd, POLLIN, 0};
-  if (poll(&pfd, 1, IO_TIMEOUT_MS) != 1) fail_msg("executor did not connect within %d ms", IO_TIMEOUT_MS);
-  fx->fd = accept(fx->listen_fd, NULL, NULL);
-  assert_true(fx->fd >= 0);
-
-  wk_frame f;
-  recv_frame(fx, &f);
-  assert_int_equal(f.type, WK_FRAME_HELLO);
-  assert_int_equal(f.hello.version, WK_FRAME_VERSION);
-  assert_int_equal(f.hello.pid, (uint32_t)fx->pid);
-  *state = fx;
-  return 0;
-}
-
 static int setup(void **state) { return setup_with(state, NULL); }
-
-static int teardown(void **state) {
-  fixture *fx = *state;
-  if (!fx) return 0;
-  if (!fx->reaped) {
-    if (fx->fd >= 0) {
-      static const uint8_t shutdown_frame[] = {1, 0, 0, 0, WK_FRAME_SHUTDOWN};
-      (void)send(fx->fd, shutdown_frame, sizeof shutdown_frame, MSG_NOSIGNAL | MSG_DONTWAIT);
-    }
-    if (!wait_child(fx, 3000)) {
-      kill(fx->pid, SIGKILL);
-      (void)wait_child(fx, 3000);
-    }
-  }
-  if (fx->fd >= 0) close(fx->fd);
-  if (fx->listen_fd >= 0) close(fx->listen_fd);
-  (void)nftw(fx->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-  wk_frame_buf_free(&fx->rbuf);
-  wk_frame_buf_free(&fx->wbuf);
-  for (size_t i = 0; i < fx->n_blocks; i++) free(fx->blocks[i]);
-  free(fx);
-  *state = NULL;
-  return 0;
-}
 
 /* Kills the executor now (a test that wedged it on purpose). */
 static void kill_executor(fixture *fx) {
@@ -115,26 +34,6 @@ static wk_frame_bytes keep(fixture *fx, wk_frame_bytes b) {
   return c;
 }
 
-static void recv_result(fixture *fx, uint64_t call_id, wk_frame *f) {
-  recv_frame(fx, f);
-  assert_int_equal(f->type, WK_FRAME_RESULT);
-  assert_true(f->result.call_id == call_id);
-}
-
-static bool bytes_contain(wk_frame_bytes b, const char *needle) {
-  size_t n = strlen(needle);
-  if (n > b.len) return false;
-  for (size_t i = 0; i + n <= b.len; i++) {
-    if (memcmp(b.ptr + i, needle, n) == 0) return true;
-  }
-  return false;
-}
-
-static void assert_bytes_str(wk_frame_bytes b, const char *s) {
-  if (!wk_frame_bytes_eq_cstr(b, s)) {
-    fail_msg("got \"%.*s\", want \"%s\"", (int)b.len, (const char *)b.ptr, s);
-  }
-}
 
 /* ---- a mini worker: runs subcalls on the same executor ------------------------------ */
 
