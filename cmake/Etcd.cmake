@@ -26,7 +26,7 @@ add_library(wk_etcd STATIC ${CMAKE_SOURCE_DIR}/src/adapters/wk_etcd.c)
 target_include_directories(wk_etcd PUBLIC ${CMAKE_SOURCE_DIR}/src)
 target_compile_definitions(wk_etcd PRIVATE _GNU_SOURCE)
 target_compile_options(wk_etcd PRIVATE ${WK_WARNINGS})
-target_link_libraries(wk_etcd PUBLIC PkgConfig::LIBCURL PkgConfig::JANSSON Threads::Threads)
+target_link_libraries(wk_etcd PUBLIC wk_lib PkgConfig::LIBCURL PkgConfig::JANSSON Threads::Threads)
 
 add_library(wk_etcd_publisher STATIC ${CMAKE_SOURCE_DIR}/src/adapters/wk_etcd_publisher.c)
 target_include_directories(wk_etcd_publisher PUBLIC ${CMAKE_SOURCE_DIR}/src)

@@ -17,5 +17,5 @@ target_compile_options(wk_validate PRIVATE ${WK_WARNINGS})
 add_library(wk_grpc_server STATIC
   ${CMAKE_SOURCE_DIR}/src/adapters/wk_grpc_server.c)
 target_include_directories(wk_grpc_server PUBLIC ${CMAKE_SOURCE_DIR}/src)
-target_link_libraries(wk_grpc_server PUBLIC wk_validate wk_proto PkgConfig::GRPC Threads::Threads)
+target_link_libraries(wk_grpc_server PUBLIC wk_lib wk_validate wk_proto PkgConfig::GRPC Threads::Threads)
 target_compile_options(wk_grpc_server PRIVATE ${WK_WARNINGS})

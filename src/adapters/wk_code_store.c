@@ -1,6 +1,7 @@
 /* wk_code_store.c: the function code store (see wk_code_store.h). */
 #define _GNU_SOURCE /* renameat2, RENAME_NOREPLACE, nftw, flock */
 
+#include "lib/wk_err.h"
 #include "adapters/wk_code_store.h"
 
 #include <assert.h>
@@ -28,15 +29,6 @@
 
 /* ---- errors ------------------------------------------------------------------ */
 
-__attribute__((format(printf, 3, 4))) static void set_err(char *err, size_t err_len,
-                                                          const char *fmt, ...) {
-  if (!err || err_len == 0) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, err_len, fmt, ap);
-  va_end(ap);
-}
-
 /* "a/b" into out; false when it does not fit. */
 static bool join(char *out, size_t out_len, const char *a, const char *b) {
   int n = snprintf(out, out_len, "%s/%s", a, b);
@@ -59,17 +51,17 @@ bool wk_code_store_valid_function_name(const char *name) {
 
 static void name_err(const char *function, char *err, size_t err_len) {
   if (!function) {
-    set_err(err, err_len, "no function name given");
+    wk_errf(err, err_len, "no function name given");
     return;
   }
   size_t n = strlen(function);
   if (n > WK_CODE_STORE_NAME_MAX) {
-    set_err(err, err_len,
+    wk_errf(err, err_len,
             "invalid function name (%zu bytes): use 1..%u characters of [A-Za-z0-9_.-]", n,
             WK_CODE_STORE_NAME_MAX);
     return;
   }
-  set_err(err, err_len,
+  wk_errf(err, err_len,
           "invalid function name '%s': use 1..%u characters of [A-Za-z0-9_.-], not "
           "starting with '.'",
           function, WK_CODE_STORE_NAME_MAX);
@@ -114,19 +106,19 @@ static int read_current(const char *fn_dir, const char *function, uint64_t *epoc
                         size_t err_len) {
   char path[CS_PATH_MAX];
   if (!join(path, sizeof path, fn_dir, CS_CURRENT)) {
-    set_err(err, err_len, "path too long: %s/%s", fn_dir, CS_CURRENT);
+    wk_errf(err, err_len, "path too long: %s/%s", fn_dir, CS_CURRENT);
     return CUR_IO;
   }
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT) {
-      set_err(err, err_len,
+      wk_errf(err, err_len,
               "function '%s' has no CURRENT epoch (%s is missing): deploy it with workerctl "
               "deploy",
               function, path);
       return CUR_MISSING;
     }
-    set_err(err, err_len, "cannot read %s: %s", path, strerror(errno));
+    wk_errf(err, err_len, "cannot read %s: %s", path, strerror(errno));
     return CUR_IO;
   }
   char buf[CS_CURRENT_MAX + 1];
@@ -137,7 +129,7 @@ static int read_current(const char *fn_dir, const char *function, uint64_t *epoc
     if (r < 0) {
       int e = errno;
       close(fd);
-      set_err(err, err_len, "cannot read %s: %s", path, strerror(e));
+      wk_errf(err, err_len, "cannot read %s: %s", path, strerror(e));
       return CUR_IO;
     }
     if (r == 0) break;
@@ -150,7 +142,7 @@ static int read_current(const char *fn_dir, const char *function, uint64_t *epoc
   if (len <= CS_CURRENT_MAX && parse_epoch(buf, digits, epoch)) return CUR_OK;
   char shown[4 * CS_CURRENT_MAX + 8];
   escape_preview(buf, len > CS_CURRENT_MAX ? CS_CURRENT_MAX : len, shown, sizeof shown);
-  set_err(err, err_len,
+  wk_errf(err, err_len,
           "function '%s' has a malformed CURRENT (%s holds \"%s\"%s; expected a positive "
           "decimal epoch and a newline): deploy again with workerctl deploy, or write the "
           "epoch to use into it",
@@ -173,7 +165,7 @@ static int scan_epochs(const char *fn_dir, uint64_t *highest, uint64_t **list, s
   DIR *d = opendir(fn_dir);
   if (!d) {
     if (errno == ENOENT) return 0;
-    set_err(err, err_len, "cannot list %s: %s", fn_dir, strerror(errno));
+    wk_errf(err, err_len, "cannot list %s: %s", fn_dir, strerror(errno));
     return -1;
   }
   uint64_t *arr = NULL;
@@ -207,7 +199,7 @@ static int scan_epochs(const char *fn_dir, uint64_t *highest, uint64_t **list, s
   closedir(d);
   if (rerr != 0) {
     free(arr);
-    set_err(err, err_len, "cannot list %s: %s", fn_dir, strerror(rerr));
+    wk_errf(err, err_len, "cannot list %s: %s", fn_dir, strerror(rerr));
     return -1;
   }
   if (list) {
@@ -234,20 +226,20 @@ int wk_code_store_resolve(const char *root, const char *function, uint64_t reque
     return -1;
   }
   if (!root || !*root) {
-    set_err(err, err_len, "no code root configured");
+    wk_errf(err, err_len, "no code root configured");
     return -1;
   }
   char fn_dir[CS_PATH_MAX];
   if (!join(fn_dir, sizeof fn_dir, root, function)) {
-    set_err(err, err_len, "code root path too long: %s", root);
+    wk_errf(err, err_len, "code root path too long: %s", root);
     return -1;
   }
   struct stat st;
   if (stat(fn_dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
     if (!is_dir(root)) {
-      set_err(err, err_len, "code root %s does not exist or is not a directory", root);
+      wk_errf(err, err_len, "code root %s does not exist or is not a directory", root);
     } else {
-      set_err(err, err_len,
+      wk_errf(err, err_len,
               "function '%s' is not deployed (no directory %s): deploy it with workerctl "
               "deploy --code-root %s %s DIR",
               function, fn_dir, root, function);
@@ -263,7 +255,7 @@ int wk_code_store_resolve(const char *root, const char *function, uint64_t reque
   snprintf(num, sizeof num, "%" PRIu64, e);
   char dir[CS_PATH_MAX];
   if (!join(dir, sizeof dir, fn_dir, num)) {
-    set_err(err, err_len, "code root path too long: %s", root);
+    wk_errf(err, err_len, "code root path too long: %s", root);
     return -1;
   }
   if (!is_dir(dir)) {
@@ -272,24 +264,24 @@ int wk_code_store_resolve(const char *root, const char *function, uint64_t reque
     char scan_err[8];
     (void)scan_epochs(fn_dir, &highest, NULL, &n, scan_err, sizeof scan_err);
     if (from_current) {
-      set_err(err, err_len,
+      wk_errf(err, err_len,
               "CURRENT of '%s' names epoch %" PRIu64 " but %s does not exist: deploy again "
               "with workerctl deploy, or write an existing epoch into %s/%s",
               function, e, dir, fn_dir, CS_CURRENT);
     } else if (highest > 0) {
-      set_err(err, err_len,
+      wk_errf(err, err_len,
               "epoch %" PRIu64 " of '%s' does not exist (the highest published epoch is "
               "%" PRIu64 ")",
               e, function, highest);
     } else {
-      set_err(err, err_len, "epoch %" PRIu64 " of '%s' does not exist (no epoch is published)",
+      wk_errf(err, err_len, "epoch %" PRIu64 " of '%s' does not exist (no epoch is published)",
               e, function);
     }
     return -1;
   }
   int w = snprintf(path, path_len, "%s", dir);
   if (w < 0 || (size_t)w >= path_len) {
-    set_err(err, err_len, "code path %s is longer than the %zu bytes available", dir,
+    wk_errf(err, err_len, "code path %s is longer than the %zu bytes available", dir,
             path_len);
     return -1;
   }
@@ -311,7 +303,7 @@ int wk_code_store_list(const char *root, const char *function, uint64_t *epochs,
   }
   char fn_dir[CS_PATH_MAX];
   if (!root || !join(fn_dir, sizeof fn_dir, root, function)) {
-    set_err(err, err_len, "code root missing or path too long");
+    wk_errf(err, err_len, "code root missing or path too long");
     return -1;
   }
   uint64_t highest = 0, *all = NULL;
@@ -368,20 +360,20 @@ static int write_all(int fd, const char *p, size_t n) {
 static int copy_file(copy_ctx *cx, const char *src, const char *dst) {
   int in = open(src, O_RDONLY | O_CLOEXEC);
   if (in < 0) {
-    set_err(cx->err, cx->err_len, "cannot read '%s': %s", rel(cx, src), strerror(errno));
+    wk_errf(cx->err, cx->err_len, "cannot read '%s': %s", rel(cx, src), strerror(errno));
     return -1;
   }
   struct stat st;
   if (fstat(in, &st) != 0 || !S_ISREG(st.st_mode)) {
     close(in);
-    set_err(cx->err, cx->err_len, "'%s' changed while being copied", rel(cx, src));
+    wk_errf(cx->err, cx->err_len, "'%s' changed while being copied", rel(cx, src));
     return -1;
   }
   int out = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (out < 0) {
     int e = errno;
     close(in);
-    set_err(cx->err, cx->err_len, "cannot create %s: %s", dst, strerror(e));
+    wk_errf(cx->err, cx->err_len, "cannot create %s: %s", dst, strerror(e));
     return -1;
   }
   int rc = 0;
@@ -389,13 +381,13 @@ static int copy_file(copy_ctx *cx, const char *src, const char *dst) {
     ssize_t r = read(in, cx->buf, CS_COPY_BUF);
     if (r < 0 && errno == EINTR) continue;
     if (r < 0) {
-      set_err(cx->err, cx->err_len, "cannot read '%s': %s", rel(cx, src), strerror(errno));
+      wk_errf(cx->err, cx->err_len, "cannot read '%s': %s", rel(cx, src), strerror(errno));
       rc = -1;
       break;
     }
     if (r == 0) break;
     if (write_all(out, cx->buf, (size_t)r) != 0) {
-      set_err(cx->err, cx->err_len, "cannot write %s: %s", dst, strerror(errno));
+      wk_errf(cx->err, cx->err_len, "cannot write %s: %s", dst, strerror(errno));
       rc = -1;
       break;
     }
@@ -403,12 +395,12 @@ static int copy_file(copy_ctx *cx, const char *src, const char *dst) {
   /* Read-only copies: an epoch is never modified once published. */
   mode_t mode = (st.st_mode & 0555) | 0444;
   if (rc == 0 && (fchmod(out, mode) != 0 || fsync(out) != 0)) {
-    set_err(cx->err, cx->err_len, "cannot sync %s: %s", dst, strerror(errno));
+    wk_errf(cx->err, cx->err_len, "cannot sync %s: %s", dst, strerror(errno));
     rc = -1;
   }
   close(in);
   if (close(out) != 0 && rc == 0) {
-    set_err(cx->err, cx->err_len, "cannot write %s: %s", dst, strerror(errno));
+    wk_errf(cx->err, cx->err_len, "cannot write %s: %s", dst, strerror(errno));
     rc = -1;
   }
   return rc;
@@ -418,7 +410,7 @@ static int copy_file(copy_ctx *cx, const char *src, const char *dst) {
 static int copy_tree(copy_ctx *cx, const char *src, const char *dst, unsigned depth) {
   DIR *d = opendir(src);
   if (!d) {
-    set_err(cx->err, cx->err_len, "cannot read directory '%s': %s", rel(cx, src),
+    wk_errf(cx->err, cx->err_len, "cannot read directory '%s': %s", rel(cx, src),
             strerror(errno));
     return -1;
   }
@@ -429,20 +421,20 @@ static int copy_tree(copy_ctx *cx, const char *src, const char *dst, unsigned de
     if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0) continue;
     char sp[CS_PATH_MAX], dp[CS_PATH_MAX];
     if (!join(sp, sizeof sp, src, name) || !join(dp, sizeof dp, dst, name)) {
-      set_err(cx->err, cx->err_len, "path too long under '%s'", rel(cx, src));
+      wk_errf(cx->err, cx->err_len, "path too long under '%s'", rel(cx, src));
       rc = -1;
       break;
     }
     struct stat st;
     if (lstat(sp, &st) != 0) {
-      set_err(cx->err, cx->err_len, "cannot stat '%s': %s", rel(cx, sp), strerror(errno));
+      wk_errf(cx->err, cx->err_len, "cannot stat '%s': %s", rel(cx, sp), strerror(errno));
       rc = -1;
       break;
     }
     if (S_ISLNK(st.st_mode)) {
       char target[PATH_MAX];
       if (!realpath(sp, target)) {
-        set_err(cx->err, cx->err_len, "symlink '%s' cannot be followed (%s): refusing to deploy",
+        wk_errf(cx->err, cx->err_len, "symlink '%s' cannot be followed (%s): refusing to deploy",
                 rel(cx, sp), strerror(errno));
         rc = -1;
         break;
@@ -450,35 +442,35 @@ static int copy_tree(copy_ctx *cx, const char *src, const char *dst, unsigned de
       bool inside = strncmp(target, cx->src_root, cx->src_root_len) == 0 &&
                     (target[cx->src_root_len] == '/' || target[cx->src_root_len] == '\0');
       if (!inside) {
-        set_err(cx->err, cx->err_len,
+        wk_errf(cx->err, cx->err_len,
                 "symlink '%s' points outside the source directory (to %s): refusing to deploy",
                 rel(cx, sp), target);
         rc = -1;
         break;
       }
       if (stat(sp, &st) != 0) {
-        set_err(cx->err, cx->err_len, "cannot stat '%s': %s", rel(cx, sp), strerror(errno));
+        wk_errf(cx->err, cx->err_len, "cannot stat '%s': %s", rel(cx, sp), strerror(errno));
         rc = -1;
         break;
       }
     }
     if (S_ISDIR(st.st_mode) && strcmp(name, "__pycache__") == 0) continue;
     if (++cx->entries > WK_CODE_STORE_MAX_FILES) {
-      set_err(cx->err, cx->err_len, "source holds more than %u files and directories",
+      wk_errf(cx->err, cx->err_len, "source holds more than %u files and directories",
               WK_CODE_STORE_MAX_FILES);
       rc = -1;
       break;
     }
     if (S_ISDIR(st.st_mode)) {
       if (depth + 1 > WK_CODE_STORE_MAX_DEPTH) {
-        set_err(cx->err, cx->err_len,
+        wk_errf(cx->err, cx->err_len,
                 "'%s' is nested more than %u directories deep (a symlink loop?)", rel(cx, sp),
                 WK_CODE_STORE_MAX_DEPTH);
         rc = -1;
         break;
       }
       if (mkdir(dp, 0755) != 0) {
-        set_err(cx->err, cx->err_len, "cannot create %s: %s", dp, strerror(errno));
+        wk_errf(cx->err, cx->err_len, "cannot create %s: %s", dp, strerror(errno));
         rc = -1;
         break;
       }
@@ -486,7 +478,7 @@ static int copy_tree(copy_ctx *cx, const char *src, const char *dst, unsigned de
     } else if (S_ISREG(st.st_mode)) {
       rc = copy_file(cx, sp, dp);
     } else {
-      set_err(cx->err, cx->err_len,
+      wk_errf(cx->err, cx->err_len,
               "'%s' is not a regular file or directory (fifo, socket or device): refusing "
               "to deploy",
               rel(cx, sp));
@@ -494,13 +486,13 @@ static int copy_tree(copy_ctx *cx, const char *src, const char *dst, unsigned de
     }
   }
   if (rc == 0 && errno != 0) {
-    set_err(cx->err, cx->err_len, "cannot read directory '%s': %s", rel(cx, src),
+    wk_errf(cx->err, cx->err_len, "cannot read directory '%s': %s", rel(cx, src),
             strerror(errno));
     rc = -1;
   }
   closedir(d);
   if (rc == 0 && fsync_path(dst, O_DIRECTORY) != 0) {
-    set_err(cx->err, cx->err_len, "cannot sync %s: %s", dst, strerror(errno));
+    wk_errf(cx->err, cx->err_len, "cannot sync %s: %s", dst, strerror(errno));
     rc = -1;
   }
   return rc;
@@ -524,24 +516,24 @@ static int mkdir_p(const char *path, char *err, size_t err_len) {
   char p[CS_PATH_MAX];
   int n = snprintf(p, sizeof p, "%s", path);
   if (n < 0 || (size_t)n >= sizeof p) {
-    set_err(err, err_len, "code root path too long: %s", path);
+    wk_errf(err, err_len, "code root path too long: %s", path);
     return -1;
   }
   for (char *s = p + 1; *s; s++) {
     if (*s != '/') continue;
     *s = '\0';
     if (mkdir(p, 0755) != 0 && errno != EEXIST) {
-      set_err(err, err_len, "cannot create %s: %s", p, strerror(errno));
+      wk_errf(err, err_len, "cannot create %s: %s", p, strerror(errno));
       return -1;
     }
     *s = '/';
   }
   if (mkdir(p, 0755) != 0 && errno != EEXIST) {
-    set_err(err, err_len, "cannot create code root %s: %s", p, strerror(errno));
+    wk_errf(err, err_len, "cannot create code root %s: %s", p, strerror(errno));
     return -1;
   }
   if (!is_dir(p)) {
-    set_err(err, err_len, "code root %s is not a directory", p);
+    wk_errf(err, err_len, "code root %s is not a directory", p);
     return -1;
   }
   return 0;
@@ -556,7 +548,7 @@ static int publish(const char *staging, const char *fn_dir, const char *function
     char num[24], target[CS_PATH_MAX];
     snprintf(num, sizeof num, "%" PRIu64, *epoch);
     if (!join(target, sizeof target, fn_dir, num)) {
-      set_err(err, err_len, "code root path too long: %s", fn_dir);
+      wk_errf(err, err_len, "code root path too long: %s", fn_dir);
       return -1;
     }
     int rc = renameat2(AT_FDCWD, staging, AT_FDCWD, target, RENAME_NOREPLACE);
@@ -572,19 +564,19 @@ static int publish(const char *staging, const char *fn_dir, const char *function
     }
     if (rc == 0) {
       if (fsync_path(fn_dir, O_DIRECTORY) != 0) {
-        set_err(err, err_len, "epoch %" PRIu64 " of '%s' published but %s cannot be synced: %s",
+        wk_errf(err, err_len, "epoch %" PRIu64 " of '%s' published but %s cannot be synced: %s",
                 *epoch, function, fn_dir, strerror(errno));
         return -1;
       }
       return 0;
     }
     if (errno != EEXIST && errno != ENOTEMPTY) {
-      set_err(err, err_len, "cannot publish %s as %s: %s", staging, target, strerror(errno));
+      wk_errf(err, err_len, "cannot publish %s as %s: %s", staging, target, strerror(errno));
       return -1;
     }
     (*epoch)++; /* another deploy took this epoch */
   }
-  set_err(err, err_len,
+  wk_errf(err, err_len,
           "could not publish '%s': %u epochs in a row were taken by other deploys; retry",
           function, WK_CODE_STORE_DEPLOY_RETRIES);
   return -1;
@@ -596,7 +588,7 @@ static int switch_current(const char *fn_dir, const char *function, uint64_t epo
   char tmp[CS_PATH_MAX], cur[CS_PATH_MAX], name[48], text[24];
   snprintf(name, sizeof name, "%s.tmp-%ld", CS_CURRENT, (long)getpid());
   if (!join(tmp, sizeof tmp, fn_dir, name) || !join(cur, sizeof cur, fn_dir, CS_CURRENT)) {
-    set_err(err, err_len, "code root path too long: %s", fn_dir);
+    wk_errf(err, err_len, "code root path too long: %s", fn_dir);
     return -1;
   }
   int n = snprintf(text, sizeof text, "%" PRIu64 "\n", epoch);
@@ -614,7 +606,7 @@ static int switch_current(const char *fn_dir, const char *function, uint64_t epo
 fail:;
   int e = errno;
   (void)unlink(tmp);
-  set_err(err, err_len,
+  wk_errf(err, err_len,
           "epoch %" PRIu64 " of '%s' was published but CURRENT could not be switched to it "
           "(%s: %s); it can still be pinned by epoch",
           epoch, function, cur, strerror(e));
@@ -630,37 +622,37 @@ int wk_code_store_deploy(const char *root, const char *function, const char *src
     return -1;
   }
   if (!root || !*root) {
-    set_err(err, err_len, "no code root given");
+    wk_errf(err, err_len, "no code root given");
     return -1;
   }
   if (!src_dir || !*src_dir) {
-    set_err(err, err_len, "no source directory given");
+    wk_errf(err, err_len, "no source directory given");
     return -1;
   }
   /* Check the source first: a deploy of a missing directory changes nothing at all. */
   struct stat st;
   if (stat(src_dir, &st) != 0) {
-    set_err(err, err_len, "source directory %s: %s", src_dir, strerror(errno));
+    wk_errf(err, err_len, "source directory %s: %s", src_dir, strerror(errno));
     return -1;
   }
   if (!S_ISDIR(st.st_mode)) {
-    set_err(err, err_len, "source %s is not a directory", src_dir);
+    wk_errf(err, err_len, "source %s is not a directory", src_dir);
     return -1;
   }
   char src_real[PATH_MAX];
   if (!realpath(src_dir, src_real)) {
-    set_err(err, err_len, "source directory %s: %s", src_dir, strerror(errno));
+    wk_errf(err, err_len, "source directory %s: %s", src_dir, strerror(errno));
     return -1;
   }
   if (access(src_real, R_OK | X_OK) != 0) {
-    set_err(err, err_len, "source directory %s is not readable: %s", src_dir, strerror(errno));
+    wk_errf(err, err_len, "source directory %s is not readable: %s", src_dir, strerror(errno));
     return -1;
   }
 
   char fn_dir[CS_PATH_MAX], lock_path[CS_PATH_MAX];
   if (!join(fn_dir, sizeof fn_dir, root, function) ||
       !join(lock_path, sizeof lock_path, fn_dir, CS_LOCK)) {
-    set_err(err, err_len, "code root path too long: %s", root);
+    wk_errf(err, err_len, "code root path too long: %s", root);
     return -1;
   }
   if (mkdir_p(root, err, err_len) != 0) return -1;
@@ -668,7 +660,7 @@ int wk_code_store_deploy(const char *root, const char *function, const char *src
   if (mkdir(fn_dir, 0755) == 0) {
     created_fn = true;
   } else if (errno != EEXIST || !is_dir(fn_dir)) {
-    set_err(err, err_len, "cannot create %s: %s", fn_dir,
+    wk_errf(err, err_len, "cannot create %s: %s", fn_dir,
             errno == EEXIST ? "exists and is not a directory" : strerror(errno));
     return -1;
   }
@@ -681,12 +673,12 @@ int wk_code_store_deploy(const char *root, const char *function, const char *src
   char fn_real[PATH_MAX];
   size_t src_len = strlen(src_real);
   if (!realpath(fn_dir, fn_real)) {
-    set_err(err, err_len, "cannot resolve %s: %s", fn_dir, strerror(errno));
+    wk_errf(err, err_len, "cannot resolve %s: %s", fn_dir, strerror(errno));
     goto out;
   }
   if (strncmp(fn_real, src_real, src_len) == 0 &&
       (fn_real[src_len] == '/' || fn_real[src_len] == '\0' || src_len == 1)) {
-    set_err(err, err_len,
+    wk_errf(err, err_len,
             "source directory %s contains the code store's directory %s: deploy from a "
             "directory outside the code root",
             src_dir, fn_dir);
@@ -694,12 +686,12 @@ int wk_code_store_deploy(const char *root, const char *function, const char *src
   }
   lock_fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (lock_fd < 0) {
-    set_err(err, err_len, "cannot open %s: %s", lock_path, strerror(errno));
+    wk_errf(err, err_len, "cannot open %s: %s", lock_path, strerror(errno));
     goto out;
   }
   while (flock(lock_fd, LOCK_EX) != 0) {
     if (errno != EINTR) {
-      set_err(err, err_len, "cannot lock %s: %s", lock_path, strerror(errno));
+      wk_errf(err, err_len, "cannot lock %s: %s", lock_path, strerror(errno));
       goto out;
     }
   }
@@ -712,7 +704,7 @@ int wk_code_store_deploy(const char *root, const char *function, const char *src
   if (read_current(fn_dir, function, &cur, ignored, sizeof ignored) == CUR_OK && cur > highest)
     highest = cur;
   if (highest >= CS_EPOCH_MAX) {
-    set_err(err, err_len, "function '%s' has run out of epochs", function);
+    wk_errf(err, err_len, "function '%s' has run out of epochs", function);
     goto out;
   }
   uint64_t e = highest + 1;
@@ -720,13 +712,13 @@ int wk_code_store_deploy(const char *root, const char *function, const char *src
   char sname[64];
   snprintf(sname, sizeof sname, ".staging-%" PRIu64 "-%ld", e, (long)getpid());
   if (!join(staging, sizeof staging, fn_dir, sname)) {
-    set_err(err, err_len, "code root path too long: %s", root);
+    wk_errf(err, err_len, "code root path too long: %s", root);
     staging[0] = '\0';
     goto out;
   }
   rm_tree(staging); /* left over by a crashed deploy of a process with our pid */
   if (mkdir(staging, 0755) != 0) {
-    set_err(err, err_len, "cannot create %s: %s", staging, strerror(errno));
+    wk_errf(err, err_len, "cannot create %s: %s", staging, strerror(errno));
     staging[0] = '\0';
     goto out;
   }

@@ -1,4 +1,5 @@
 /* wk_etcd.c: the etcd v3 JSON-gateway client (see wk_etcd.h). */
+#include "lib/wk_err.h"
 #include "adapters/wk_etcd.h"
 
 #include <ctype.h>
@@ -67,15 +68,6 @@ static char *xstrndup(const char *s, size_t n) {
 }
 
 static char *xstrdup(const char *s) { return xstrndup(s, strlen(s)); }
-
-__attribute__((format(printf, 3, 4))) static void put_err(char *err, size_t len, const char *fmt,
-                                                          ...) {
-  if (!err || len == 0) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, len, fmt, ap);
-  va_end(ap);
-}
 
 __attribute__((format(printf, 2, 3))) static void set_err(wk_etcd *c, const char *fmt, ...) {
   va_list ap;
@@ -206,12 +198,12 @@ static json_t *json_b64(const void *data, size_t len) {
 
 wk_etcd *wk_etcd_new(const char *endpoints, int64_t timeout_ms, char *err, size_t len) {
   if (!endpoints || timeout_ms <= 0) {
-    put_err(err, len, "etcd: no endpoints, or a timeout <= 0");
+    wk_errf(err, len, "etcd: no endpoints, or a timeout <= 0");
     return NULL;
   }
   pthread_once(&curl_once, curl_init);
   if (curl_init_rc != CURLE_OK) {
-    put_err(err, len, "etcd: curl_global_init failed: %s", curl_easy_strerror(curl_init_rc));
+    wk_errf(err, len, "etcd: curl_global_init failed: %s", curl_easy_strerror(curl_init_rc));
     return NULL;
   }
   wk_etcd *c = calloc(1, sizeof *c);
@@ -232,17 +224,17 @@ wk_etcd *wk_etcd_new(const char *endpoints, int64_t timeout_ms, char *err, size_
       bool http = m > 7 && strncmp(s, "http://", 7) == 0;
       bool https = m > 8 && strncmp(s, "https://", 8) == 0;
       if (!http && !https) {
-        put_err(err, len, "etcd endpoint '%.*s' must look like http://HOST:PORT", (int)m, s);
+        wk_errf(err, len, "etcd endpoint '%.*s' must look like http://HOST:PORT", (int)m, s);
         wk_etcd_free(c);
         return NULL;
       }
       if (m > 256) {
-        put_err(err, len, "etcd endpoint '%.40s...' is longer than 256 characters", s);
+        wk_errf(err, len, "etcd endpoint '%.40s...' is longer than 256 characters", s);
         wk_etcd_free(c);
         return NULL;
       }
       if (c->n_endpoints == WK_ETCD_MAX_ENDPOINTS) {
-        put_err(err, len, "etcd: more than %u endpoints", WK_ETCD_MAX_ENDPOINTS);
+        wk_errf(err, len, "etcd: more than %u endpoints", WK_ETCD_MAX_ENDPOINTS);
         wk_etcd_free(c);
         return NULL;
       }
@@ -252,7 +244,7 @@ wk_etcd *wk_etcd_new(const char *endpoints, int64_t timeout_ms, char *err, size_
     if (*p == ',') p++;
   }
   if (c->n_endpoints == 0) {
-    put_err(err, len, "etcd: the endpoint list '%s' is empty", endpoints);
+    wk_errf(err, len, "etcd: the endpoint list '%s' is empty", endpoints);
     wk_etcd_free(c);
     return NULL;
   }
@@ -893,7 +885,7 @@ int wk_etcd_find_candidates(const char *endpoints, const char *prefix, int64_t t
   if (!c) return WK_ETCD_E_INVALID;
   int rc = wk_etcd_list_workers(c, prefix ? prefix : WK_ETCD_DEFAULT_PREFIX, out);
   if (rc != WK_ETCD_OK) {
-    put_err(err, len, "%s", wk_etcd_errmsg(c));
+    wk_errf(err, len, "%s", wk_etcd_errmsg(c));
     wk_etcd_free(c);
     return rc;
   }

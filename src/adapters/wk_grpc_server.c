@@ -32,6 +32,7 @@
  * Locks: rpc->mu guards one rpc's send state; the gate is atomic (its mutex only
  * wakes stop); server->list_mu guards the live list and is never held with rpc->mu. */
 #define _GNU_SOURCE /* pthread_setname_np */
+#include "lib/wk_err.h"
 #include "adapters/wk_grpc_server.h"
 
 #include <assert.h>
@@ -873,15 +874,6 @@ static void tls_files_free(tls_files *t) {
   memset(t, 0, sizeof *t);
 }
 
-__attribute__((format(printf, 3, 4))) static void set_err(char *err, size_t err_len,
-                                                          const char *fmt, ...) {
-  if (err == NULL || err_len == 0) return;
-  va_list ap;
-  va_start(ap, fmt);
-  (void)vsnprintf(err, err_len, fmt, ap);
-  va_end(ap);
-}
-
 /* Checks the security settings of cfg and reads its TLS files into *t. Returns 0, or
  * -1 with a reason in err (and nothing to free). */
 static int load_security(const wk_grpc_server_config *cfg, tls_files *t, char *err,
@@ -891,13 +883,13 @@ static int load_security(const wk_grpc_server_config *cfg, tls_files *t, char *e
   bool key = setting_on(cfg->tls_key_file);
   bool ca = setting_on(cfg->tls_client_ca_file);
   if (cert != key) {
-    set_err(err, err_len,
+    wk_errf(err, err_len,
             "grpc server: TLS needs both tls_cert_file and tls_key_file (only %s is set)",
             cert ? "tls_cert_file" : "tls_key_file");
     return -1;
   }
   if (ca && !cert) {
-    set_err(err, err_len,
+    wk_errf(err, err_len,
             "grpc server: tls_client_ca_file (mutual TLS) needs tls_cert_file and "
             "tls_key_file too");
     return -1;
@@ -905,14 +897,14 @@ static int load_security(const wk_grpc_server_config *cfg, tls_files *t, char *e
   if (cfg->auth_token != NULL && cfg->auth_token[0] != '\0') {
     size_t n = strnlen(cfg->auth_token, WK_GRPC_AUTH_TOKEN_MAX + 1);
     if (n > WK_GRPC_AUTH_TOKEN_MAX) {
-      set_err(err, err_len, "grpc server: auth_token is longer than %u characters",
+      wk_errf(err, err_len, "grpc server: auth_token is longer than %u characters",
               WK_GRPC_AUTH_TOKEN_MAX);
       return -1;
     }
     for (size_t i = 0; i < n; i++) {
       unsigned char c = (unsigned char)cfg->auth_token[i];
       if (c <= 0x20 || c >= 0x7f) {
-        set_err(err, err_len,
+        wk_errf(err, err_len,
                 "grpc server: auth_token must be printable ASCII without spaces (character "
                 "%zu is not)",
                 i + 1);
@@ -934,7 +926,7 @@ static int load_security(const wk_grpc_server_config *cfg, tls_files *t, char *e
   }
   if (t->cert == NULL || t->key == NULL || (ca && t->client_ca == NULL)) {
     tls_files_free(t);
-    set_err(err, err_len, "grpc server: %s", why);
+    wk_errf(err, err_len, "grpc server: %s", why);
     return -1;
   }
   return 0;
@@ -1058,7 +1050,7 @@ int wk_grpc_server_start(const wk_grpc_server_config *cfg, wk_grpc_server_sink s
   bool with_tls = tls.cert != NULL;
   tls_files_free(&tls);
   if (creds == NULL) {
-    set_err(err, err_len, "grpc server: gRPC refused the TLS settings (tls_cert_file, "
+    wk_errf(err, err_len, "grpc server: gRPC refused the TLS settings (tls_cert_file, "
                           "tls_key_file, tls_client_ca_file)");
     abandon_server(s);
     return -1;
@@ -1073,7 +1065,7 @@ int wk_grpc_server_start(const wk_grpc_server_config *cfg, wk_grpc_server_sink s
     int probe = grpc_server_add_http2_port(s->server, s->listen_addr, plain);
     grpc_server_credentials_release(plain);
     if (probe > 0) {
-      set_err(err, err_len,
+      wk_errf(err, err_len,
               "grpc server: gRPC (OpenSSL) refused the TLS certificate or key: does "
               "tls_key_file belong to the first certificate of tls_cert_file, and do "
               "tls_cert_file and tls_client_ca_file hold valid certificates? (gRPC's own "
@@ -1083,7 +1075,7 @@ int wk_grpc_server_start(const wk_grpc_server_config *cfg, wk_grpc_server_sink s
     }
   }
   if (bound <= 0) {
-    set_err(err, err_len,
+    wk_errf(err, err_len,
             "grpc server: cannot listen on %s (address in use, not local, or not "
             "host:port)",
             s->listen_addr);

@@ -1,6 +1,7 @@
 /* wk_metrics.c: see wk_metrics.h. */
 #define _POSIX_C_SOURCE 200809L
 
+#include "lib/wk_err.h"
 #include "adapters/wk_metrics.h"
 
 #include <arpa/inet.h>
@@ -606,15 +607,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
   return ret;
 }
 
-__attribute__((format(printf, 3, 4))) static void set_err(char *err, size_t err_len,
-                                                       const char *fmt, ...) {
-  if (!err || err_len == 0) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, err_len, fmt, ap);
-  va_end(ap);
-}
-
 /* "host:port", "[v6]:port" or ":port" (all interfaces) into host and port strings. */
 static int split_host_port(const char *in, char *host, size_t host_len, char *port,
                            size_t port_len) {
@@ -646,12 +638,12 @@ static int split_host_port(const char *in, char *host, size_t host_len, char *po
 wk_metrics_server *wk_metrics_server_start(wk_metrics *reg, const char *host_port,
                                            uint16_t *bound_port, char *err, size_t err_len) {
   if (!reg || !host_port) {
-    set_err(err, err_len, "metrics server: no registry or address");
+    wk_errf(err, err_len, "metrics server: no registry or address");
     return NULL;
   }
   char host[256], port[8];
   if (split_host_port(host_port, host, sizeof host, port, sizeof port) != 0) {
-    set_err(err, err_len, "metrics server: bad address \"%s\" (want host:port)", host_port);
+    wk_errf(err, err_len, "metrics server: bad address \"%s\" (want host:port)", host_port);
     return NULL;
   }
   struct addrinfo hints = {0};
@@ -661,7 +653,7 @@ wk_metrics_server *wk_metrics_server_start(wk_metrics *reg, const char *host_por
   struct addrinfo *ai = NULL;
   int gai = getaddrinfo(host[0] ? host : NULL, port, &hints, &ai);
   if (gai != 0 || !ai) {
-    set_err(err, err_len, "metrics server: cannot resolve \"%s\": %s", host_port,
+    wk_errf(err, err_len, "metrics server: cannot resolve \"%s\": %s", host_port,
             gai_strerror(gai));
     return NULL;
   }
@@ -673,7 +665,7 @@ wk_metrics_server *wk_metrics_server_start(wk_metrics *reg, const char *host_por
 
   wk_metrics_server *srv = calloc(1, sizeof *srv);
   if (!srv) {
-    set_err(err, err_len, "metrics server: out of memory");
+    wk_errf(err, err_len, "metrics server: out of memory");
     return NULL;
   }
   srv->reg = reg;
@@ -684,7 +676,7 @@ wk_metrics_server *wk_metrics_server_start(wk_metrics *reg, const char *host_por
                                  (unsigned int)10, MHD_OPTION_CONNECTION_LIMIT,
                                  (unsigned int)64, MHD_OPTION_END);
   if (!srv->daemon) {
-    set_err(err, err_len, "metrics server: cannot listen on %s", host_port);
+    wk_errf(err, err_len, "metrics server: cannot listen on %s", host_port);
     free(srv);
     return NULL;
   }
@@ -700,7 +692,7 @@ wk_metrics_server *wk_metrics_server_start(wk_metrics *reg, const char *host_por
         *bound_port = ntohs(((struct sockaddr_in6 *)&got)->sin6_port);
     }
     if (*bound_port == 0) {
-      set_err(err, err_len, "metrics server: cannot read the bound port");
+      wk_errf(err, err_len, "metrics server: cannot read the bound port");
       wk_metrics_server_stop(srv);
       return NULL;
     }
