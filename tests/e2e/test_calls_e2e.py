@@ -5,11 +5,8 @@ import json
 import os
 import random
 import signal
-import threading
 import time
 
-import grpc
-import pytest
 
 from conftest import pb
 

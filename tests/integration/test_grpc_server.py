@@ -15,9 +15,7 @@ WK_GRPC_HARNESS_WRAPPER, when set, prefixes the harness command line, e.g.
 import concurrent.futures
 import math
 import os
-import queue
 import shlex
-import signal
 import statistics
 import subprocess
 import threading
@@ -26,6 +24,7 @@ import time
 import grpc
 import pytest
 
+import grpc_harness
 import grpc_stubs
 
 SOURCE_DIR = os.environ.get("WK_SOURCE_DIR") or os.path.abspath(
@@ -53,56 +52,14 @@ def pb(tmp_path_factory):
 
 # ---- the harness process ----------------------------------------------------------------
 
-class Harness:
+class Harness(grpc_harness.Harness):
     def __init__(self, env_extra=None):
         env = dict(os.environ)
         env.update(env_extra or {})
-        self.proc = subprocess.Popen(WRAPPER + [HARNESS], stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, env=env, text=True)
-        self.stderr = []
-        lines = queue.Queue()
-        threading.Thread(target=self._pump, args=(self.proc.stdout, lines.put),
-                         daemon=True).start()
-        threading.Thread(target=self._pump, args=(self.proc.stderr, self.stderr.append),
-                         daemon=True).start()
-        try:
-            line = lines.get(timeout=60)
-        except queue.Empty:
-            self.proc.kill()
-            raise AssertionError("harness printed no PORT line; stderr: %s" % self.err())
-        assert line.startswith("PORT "), line
-        self.port = int(line.split()[1])
-        self.addr = "127.0.0.1:%d" % self.port
-
-    @staticmethod
-    def _pump(stream, sink):
-        for line in stream:
-            sink(line)
-
-    def err(self):
-        return "".join(self.stderr)
-
-    def alive(self):
-        return self.proc.poll() is None
-
-    def stop(self, timeout=30):
-        if self.alive():
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            rc = self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            raise AssertionError("harness did not exit within %ds of SIGTERM" % timeout)
-        time.sleep(0.1)  # let the stderr pump catch up
-        return rc
+        super().__init__(WRAPPER + [HARNESS], env)
 
 
-def assert_clean_exit(h, rc):
-    err = h.err()
-    assert rc == 0, "harness exit code %d; stderr:\n%s" % (rc, err)
-    assert "Sanitizer" not in err and "runtime error" not in err, err
-    assert '"component":"grpc_server"' not in err, err  # the adapter logs only surprises
+assert_clean_exit = grpc_harness.assert_clean_exit
 
 
 @pytest.fixture(scope="module")

@@ -18,16 +18,13 @@ binary (default: openssl on PATH).
 """
 
 import os
-import queue
 import shutil
-import signal
 import subprocess
-import threading
-import time
 
 import grpc
 import pytest
 
+import grpc_harness
 import grpc_stubs
 
 SOURCE_DIR = os.environ.get("WK_SOURCE_DIR") or os.path.abspath(
@@ -133,47 +130,12 @@ def pb(tmp_path_factory):
 
 # ---- the harness process ----------------------------------------------------------------
 
-class Harness:
+class Harness(grpc_harness.Harness):
     def __init__(self, *args):
-        self.proc = subprocess.Popen([HARNESS, *args], stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True)
-        self.stderr = []
-        lines = queue.Queue()
-        threading.Thread(target=self._pump, args=(self.proc.stdout, lines.put),
-                         daemon=True).start()
-        threading.Thread(target=self._pump, args=(self.proc.stderr, self.stderr.append),
-                         daemon=True).start()
-        try:
-            line = lines.get(timeout=60)
-        except queue.Empty:
-            self.proc.kill()
-            raise AssertionError("harness printed no PORT line; stderr: %s" % self.err())
-        assert line.startswith("PORT "), line
-        self.port = int(line.split()[1])
-        self.addr = "127.0.0.1:%d" % self.port
-
-    @staticmethod
-    def _pump(stream, sink):
-        for line in stream:
-            sink(line)
-
-    def err(self):
-        return "".join(self.stderr)
+        super().__init__([HARNESS, *args])
 
     def stop(self, timeout=30):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            rc = self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            raise AssertionError("harness did not exit within %ds of SIGTERM" % timeout)
-        time.sleep(0.1)  # let the stderr pump catch up
-        err = self.err()
-        assert rc == 0, "harness exit code %d; stderr:\n%s" % (rc, err)
-        assert "Sanitizer" not in err and "runtime error" not in err, err
-        assert '"component":"grpc_server"' not in err, err  # the adapter logs only surprises
+        grpc_harness.assert_clean_exit(self, super().stop(timeout))
 
 
 def tls_args(certs, mutual=False, token=None):
