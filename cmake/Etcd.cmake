@@ -12,16 +12,6 @@ if(NOT TARGET PkgConfig::LIBCURL)
   pkg_check_modules(LIBCURL REQUIRED IMPORTED_TARGET libcurl)
 endif()
 
-# JSON-lines logging (src/app/wk_log.c) on its own, for the publisher and its tests.
-# wk_app compiles the same file; a binary linking both takes one copy (static archives).
-if(NOT TARGET wk_log)
-  add_library(wk_log STATIC ${CMAKE_SOURCE_DIR}/src/app/wk_log.c)
-  target_include_directories(wk_log PUBLIC ${CMAKE_SOURCE_DIR}/src)
-  target_compile_definitions(wk_log PRIVATE _GNU_SOURCE)
-  target_compile_options(wk_log PRIVATE ${WK_WARNINGS})
-  target_link_libraries(wk_log PUBLIC PkgConfig::JANSSON)
-endif()
-
 add_library(wk_etcd STATIC ${CMAKE_SOURCE_DIR}/src/adapters/wk_etcd.c)
 target_include_directories(wk_etcd PUBLIC ${CMAKE_SOURCE_DIR}/src)
 target_compile_definitions(wk_etcd PRIVATE _GNU_SOURCE)

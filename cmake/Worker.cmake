@@ -1,4 +1,4 @@
-# The worker daemon: adapters (executor pool), app (orchestrator, subscriptions, wiring),
+# The worker daemon: the executor pool adapter, app (orchestrator, subscriptions, wiring),
 # plugins (builders), and cmd/worker. Needs wk_core, wk_proto, wk_adapters_frame,
 # wk_grpc_server and wk_code_store.
 find_package(PkgConfig REQUIRED)
@@ -13,8 +13,15 @@ target_include_directories(wk_plugins PUBLIC ${CMAKE_SOURCE_DIR}/src)
 target_compile_options(wk_plugins PRIVATE ${WK_WARNINGS})
 target_link_libraries(wk_plugins PUBLIC PkgConfig::JANSSON)
 
+# The executor pool adapter (spawns and talks to the Python executors over libuv).
+add_library(wk_executor_pool STATIC
+  src/adapters/wk_executor_pool.c)
+target_include_directories(wk_executor_pool PUBLIC ${CMAKE_SOURCE_DIR}/src)
+target_compile_definitions(wk_executor_pool PRIVATE _GNU_SOURCE)
+target_compile_options(wk_executor_pool PRIVATE ${WK_WARNINGS})
+target_link_libraries(wk_executor_pool PUBLIC wk_adapters_frame wk_log PkgConfig::LIBUV)
+
 add_library(wk_app STATIC
-  src/adapters/wk_executor_pool.c
   src/app/wk_fs.c
   src/app/wk_wire.c
   src/app/wk_task_runtime.c
@@ -29,7 +36,7 @@ add_library(wk_app STATIC
 target_include_directories(wk_app PUBLIC ${CMAKE_SOURCE_DIR}/src)
 target_compile_definitions(wk_app PRIVATE _GNU_SOURCE WK_PYTHON_DIR="${CMAKE_SOURCE_DIR}/python" WK_VERSION="${PROJECT_VERSION}")
 target_compile_options(wk_app PRIVATE ${WK_WARNINGS})
-target_link_libraries(wk_app PUBLIC wk_core wk_proto wk_adapters_frame wk_grpc_server wk_code_store wk_etcd_publisher wk_shadow wk_writers wk_metrics wk_log
+target_link_libraries(wk_app PUBLIC wk_executor_pool wk_core wk_proto wk_adapters_frame wk_grpc_server wk_code_store wk_etcd_publisher wk_shadow wk_writers wk_metrics wk_log
   wk_plugins PkgConfig::LIBUV PkgConfig::JANSSON PkgConfig::GRPC PkgConfig::YAML Threads::Threads)
 
 add_executable(worker cmd/worker/main.c)

@@ -22,7 +22,7 @@
 #include <jansson.h>
 
 #include "adapters/wk_etcd.h"
-#include "app/wk_log.h"
+#include "lib/wk_log.h"
 
 typedef enum pub_state {
   PUB_STARTING,    /* not registered yet, no failure yet */

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "app/wk_log.h"
+#include "lib/wk_log.h"
 
 #define READ_CHUNK 65536u
 #define RESPAWN_DELAY_MIN_MS 50u

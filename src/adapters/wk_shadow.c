@@ -24,7 +24,7 @@
 #include <jansson.h>
 
 #include "adapters/wk_grpc_client.h"
-#include "app/wk_log.h"
+#include "lib/wk_log.h"
 #include "lib/wk_rng.h"
 
 typedef struct shadow_item {

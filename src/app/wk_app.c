@@ -23,7 +23,7 @@
 #include "adapters/wk_grpc_server.h"
 #include "app/wk_config.h"
 #include "app/wk_fs.h"
-#include "app/wk_log.h"
+#include "lib/wk_log.h"
 #include "app/wk_app_metrics.h"
 #include "adapters/wk_etcd_publisher.h"
 #include "adapters/wk_shadow.h"

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "app/wk_log.h"
+#include "lib/wk_log.h"
 
 #define ACTIONS_MAX 256u
 #define SCRATCH_KEEP_MAX (1u << 20)

@@ -21,7 +21,7 @@
 #include "adapters/wk_shadow.h"
 #include "app/wk_calls.h"
 #include "app/wk_fs.h"
-#include "app/wk_log.h"
+#include "lib/wk_log.h"
 #include "app/wk_subscriptions.h"
 #include "app/wk_task_runtime.h"
 #include "app/wk_wire.h"

@@ -1,4 +1,4 @@
-#include "app/wk_log.h"
+#include "lib/wk_log.h"
 
 #include <stdarg.h>
 #include <stdlib.h>
