@@ -24,14 +24,13 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "core/wk_core.h"
+#include "sim_harness.h"
 
 #define SIM_POOL_MAX 72u
 #define SIM_BLOB_MAX 64u
@@ -40,16 +39,7 @@
 #define SIM_DEFAULT_TOTAL_STEPS 2000000u
 #define SIM_DEFAULT_SEED_STEPS 2000u
 
-/* ---- run-wide state: what a failure report needs ------------------------------ */
-
-static struct {
-  uint64_t seed;
-  uint64_t step;       /* step being executed, 1-based */
-  uint64_t seed_steps; /* steps per seed of this run */
-  bool in_drain;       /* past the random steps: replay needs the full step count */
-  bool verbose;
-  uint32_t relax;      /* RELAX_* bits: known deviations not checked (default: none) */
-} g_run;
+static uint32_t g_relax; /* RELAX_* bits: known deviations not checked (default: none) */
 
 /* Known deviations from the header's contract that --relax NAME skips, so that a run
  * can look past one reported problem for others. The default checks everything. */
@@ -61,32 +51,6 @@ static const struct {
   const char *name;
   uint32_t bit;
 } RELAX_NAMES[] = {{"scan-order", RELAX_SCAN_ORDER}, {"bytes-bound", RELAX_BYTES_BOUND}};
-
-__attribute__((format(printf, 1, 2), noreturn)) static void sim_fail(const char *fmt, ...) {
-  fflush(stdout);
-  fprintf(stderr, "sim_core: FAILED seed=%" PRIu64 " step=%" PRIu64 ": ", g_run.seed, g_run.step);
-  va_list ap;
-  va_start(ap, fmt);
-  vfprintf(stderr, fmt, ap);
-  va_end(ap);
-  uint64_t steps = g_run.in_drain ? g_run.seed_steps : g_run.step;
-  fprintf(stderr, "\nsim_core: replay: sim_core --seed %" PRIu64 " --steps %" PRIu64 " --verbose\n",
-          g_run.seed, steps);
-  exit(1);
-}
-
-#define CHECK(cond, ...)                  \
-  do {                                    \
-    if (!(cond)) sim_fail(__VA_ARGS__);   \
-  } while (0)
-
-__attribute__((format(printf, 1, 2))) static void vlog(const char *fmt, ...) {
-  if (!g_run.verbose) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vprintf(fmt, ap);
-  va_end(ap);
-}
 
 /* ---- PRNG: splitmix64, ours alone --------------------------------------------- */
 
@@ -111,38 +75,6 @@ static bool prng_pct(prng *r, uint32_t pct) { return prng_below(r, 100) < pct; }
 /** Uniform in [lo, hi]; hi - lo < 2^32 - 1. */
 static int64_t prng_range(prng *r, int64_t lo, int64_t hi) {
   return lo + (int64_t)prng_below(r, (uint32_t)(hi - lo + 1));
-}
-
-/* ---- counting allocator: sizes must match, everything must come back ------------ */
-
-typedef struct sim_alloc {
-  uint64_t live_bytes;
-  uint64_t allocs, frees;
-} sim_alloc;
-
-typedef union alloc_hdr {
-  size_t size;
-  max_align_t align;
-} alloc_hdr;
-
-static void *sim_alloc_fn(void *ud, size_t size) {
-  sim_alloc *a = ud;
-  alloc_hdr *h = malloc(sizeof *h + size);
-  if (!h) return NULL;
-  h->size = size;
-  a->live_bytes += size;
-  a->allocs++;
-  return h + 1;
-}
-
-static void sim_free_fn(void *ud, void *ptr, size_t size) {
-  sim_alloc *a = ud;
-  alloc_hdr *h = (alloc_hdr *)ptr - 1;
-  CHECK(h->size == size, "core freed %zu bytes with size %zu", h->size, size);
-  CHECK(a->live_bytes >= size, "allocator: more bytes freed than allocated");
-  a->live_bytes -= size;
-  a->frees++;
-  free(h);
 }
 
 /* ---- the model -------------------------------------------------------------------- */
@@ -1648,7 +1580,7 @@ static void timer_loop(sim *s) {
                 v.lease_expires_ms <= s->now,
             "expired_slots listed 0x%" PRIx64 ": %s gen %u lease %" PRId64, ids[k],
             wk_slot_state_name(v.state), v.generation, v.lease_expires_ms);
-      CHECK(v.lease_expires_ms >= last || (g_run.relax & RELAX_SCAN_ORDER),
+      CHECK(v.lease_expires_ms >= last || (g_relax & RELAX_SCAN_ORDER),
             "expired_slots not earliest first: %" PRId64 " after %" PRId64,
             v.lease_expires_ms, last);
       last = v.lease_expires_ms;
@@ -1739,9 +1671,7 @@ static void make_config(sim *s) {
   s->small_bytes = prng_pct(r, 25);
   if (s->small_bytes) c->max_retained_bytes = (uint64_t)prng_range(r, 1, 4096);
   c->max_failure_message_bytes = (uint32_t)prng_range(r, 16, 120);
-  c->allocator.alloc = sim_alloc_fn;
-  c->allocator.free = sim_free_fn;
-  c->allocator.ud = &s->alloc;
+  c->allocator = sim_allocator(&s->alloc);
   const char *why = NULL;
   CHECK(wk_core_config_validate(c, &why) == WK_OK, "config rejected: %s", why ? why : "?");
 }
@@ -1883,9 +1813,7 @@ static sim g_sim; /* large: keep it off the stack */
 static void run_seed(uint64_t seed, uint64_t steps) {
   sim *s = &g_sim;
   memset(s, 0, sizeof *s);
-  g_run.seed = seed;
-  g_run.step = 0;
-  g_run.in_drain = false;
+  sim_begin_seed(seed);
   s->rng.s = seed * UINT64_C(0xD1342543DE82EF95) + UINT64_C(0x2545F4914F6CDD1D);
   make_config(s);
   s->ntasks = s->cfg.task_slots * 2u + 4u + prng_below(&s->rng, 16);
@@ -1937,70 +1865,36 @@ static void check_bad_configs(void) {
   }
 }
 
-static double mono_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static uint64_t parse_u64(const char *s, const char *what) {
-  char *end = NULL;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (!s[0] || !end || *end) {
-    fprintf(stderr, "sim_core: bad %s '%s'\n", what, s);
+/* --relax NAME: known deviations not checked. */
+static bool relax_arg(int argc, char **argv, int *i) {
+  if (strcmp(argv[*i], "--relax") != 0 || *i + 1 >= argc) return false;
+  const char *name = argv[++*i];
+  bool found = false;
+  for (size_t k = 0; k < sizeof RELAX_NAMES / sizeof RELAX_NAMES[0]; k++) {
+    if (!strcmp(name, RELAX_NAMES[k].name) || !strcmp(name, "all")) {
+      g_relax |= RELAX_NAMES[k].bit;
+      found = true;
+    }
+  }
+  if (!found) {
+    fprintf(stderr, "sim_core: unknown --relax name '%s'\n", name);
     exit(2);
   }
-  return (uint64_t)v;
+  return true;
 }
 
 int main(int argc, char **argv) {
-  uint64_t seed = 1, seeds = 0, steps = SIM_DEFAULT_SEED_STEPS;
-  bool seed_given = false;
-  for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--seed") && i + 1 < argc) {
-      seed = parse_u64(argv[++i], "seed");
-      seed_given = true;
-    } else if (!strcmp(argv[i], "--seeds") && i + 1 < argc) {
-      seeds = parse_u64(argv[++i], "seed count");
-    } else if (!strcmp(argv[i], "--steps") && i + 1 < argc) {
-      steps = parse_u64(argv[++i], "steps");
-    } else if (!strcmp(argv[i], "--verbose")) {
-      g_run.verbose = true;
-    } else if (!strcmp(argv[i], "--relax") && i + 1 < argc) {
-      const char *name = argv[++i];
-      bool found = false;
-      for (size_t k = 0; k < sizeof RELAX_NAMES / sizeof RELAX_NAMES[0]; k++) {
-        if (!strcmp(name, RELAX_NAMES[k].name) || !strcmp(name, "all")) {
-          g_run.relax |= RELAX_NAMES[k].bit;
-          found = true;
-        }
-      }
-      if (!found) {
-        fprintf(stderr, "sim_core: unknown --relax name '%s'\n", name);
-        return 2;
-      }
-    } else {
-      fprintf(stderr, "usage: sim_core [--seed S] [--seeds N] [--steps M] [--verbose] [--relax NAME]...\n"
-                      "  NAME: scan-order, bytes-bound, all (known contract deviations not checked)\n");
-      return 2;
-    }
-  }
-  if (seeds == 0) {
-    if (seed_given) {
-      seeds = 1;
-    } else {
-      uint64_t total = SIM_DEFAULT_TOTAL_STEPS;
-      const char *env = getenv("WK_SIM_STEPS");
-      if (env && env[0]) total = parse_u64(env, "WK_SIM_STEPS");
-      seeds = steps ? (total + steps - 1) / steps : 1;
-      if (seeds == 0) seeds = 1;
-    }
-  }
-  g_run.seed_steps = steps;
+  g_run.name = "sim_core";
+  sim_plan plan;
+  sim_parse_args(argc, argv, SIM_DEFAULT_TOTAL_STEPS, SIM_DEFAULT_SEED_STEPS,
+                 "usage: sim_core [--seed S] [--seeds N] [--steps M] [--verbose] [--relax NAME]...\n"
+                 "  NAME: scan-order, bytes-bound, all (known contract deviations not checked)",
+                 relax_arg, &plan);
+  uint64_t seed = plan.first_seed, seeds = plan.seeds, steps = plan.steps;
   check_bad_configs();
-  double t0 = mono_s();
+  double t0 = sim_mono_s();
   for (uint64_t k = 0; k < seeds; k++) run_seed(seed + k, steps);
-  double dt = mono_s() - t0;
+  double dt = sim_mono_s() - t0;
   printf("sim_core: OK seeds %" PRIu64 "..%" PRIu64 ", %" PRIu64 " steps each (%" PRIu64 " total) in %.2f s\n",
          seed, seed + seeds - 1, steps, seeds * steps, dt);
   printf("  events:");

@@ -63,16 +63,15 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include <inttypes.h>
-#include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "core/wk_core.h"
 #include "core/wk_dispatcher.h"
 #include "lib/wk_rng.h"
+#include "sim_harness.h"
 
 #define SIM_DEFAULT_TOTAL_STEPS 1000000u
 #define SIM_DEFAULT_SEED_STEPS 2000u
@@ -87,65 +86,6 @@
 #define SIM_CALLS_MAX 240u         /* calls per task */
 #define SIM_CHILDREN_MAX 5u
 #define SIM_EXEC_SLOTS 256u        /* calls held by one executor (> max_calls) */
-
-/* ---- run-wide state: what a failure report needs ------------------------------ */
-
-static struct {
-  uint64_t seed;
-  uint64_t step;
-  uint64_t seed_steps;
-  bool in_drain;
-  bool verbose;
-} g_run;
-
-__attribute__((format(printf, 1, 2), noreturn)) static void sim_fail(const char *fmt, ...) {
-  fflush(stdout);
-  fprintf(stderr, "sim_dispatch: FAILED seed=%" PRIu64 " step=%" PRIu64 ": ", g_run.seed,
-          g_run.step);
-  va_list ap;
-  va_start(ap, fmt);
-  vfprintf(stderr, fmt, ap);
-  va_end(ap);
-  uint64_t steps = g_run.in_drain ? g_run.seed_steps : g_run.step;
-  fprintf(stderr, "\nsim_dispatch: replay: sim_dispatch --seed %" PRIu64 " --steps %" PRIu64
-                  " --verbose\n",
-          g_run.seed, steps);
-  exit(1);
-}
-
-#define CHECK(cond, ...)                \
-  do {                                  \
-    if (!(cond)) sim_fail(__VA_ARGS__); \
-  } while (0)
-
-__attribute__((format(printf, 1, 2))) static void vlog(const char *fmt, ...) {
-  if (!g_run.verbose) return;
-  va_list ap;
-  va_start(ap, fmt);
-  vprintf(fmt, ap);
-  va_end(ap);
-}
-
-/* ---- counting allocator: sizes must match, everything must come back ------------ */
-
-typedef struct sim_alloc {
-  uint64_t live_bytes, allocs, frees;
-} sim_alloc;
-
-static void *sa_alloc(void *ud, size_t size) {
-  sim_alloc *a = ud;
-  a->live_bytes += size;
-  a->allocs++;
-  return malloc(size);
-}
-
-static void sa_free(void *ud, void *ptr, size_t size) {
-  sim_alloc *a = ud;
-  CHECK(a->live_bytes >= size, "allocator: freeing more bytes than are live");
-  a->live_bytes -= size;
-  a->frees++;
-  free(ptr);
-}
 
 /* ---- the simulation's model ----------------------------------------------------- */
 
@@ -1378,7 +1318,7 @@ static void setup(sim *s, uint64_t seed) {
   cc.max_task_timeout_ms = 60000;
   cc.result_retention_ms = 1000;
   cc.max_retained_results = 8;
-  cc.allocator = (wk_allocator){sa_alloc, sa_free, &s->core_alloc};
+  cc.allocator = sim_allocator(&s->core_alloc);
   s->core = wk_core_create(&cc);
   CHECK(s->core != NULL, "core config rejected");
   wk_core_set_ready(s->core, true);
@@ -1399,7 +1339,7 @@ static void setup(sim *s, uint64_t seed) {
   s->dcfg.max_calls = pct(s, 30) ? 4 + below(s, 12) : 16 + below(s, 120);
   s->dcfg.rng_seed = mix(seed, 99);
   s->dcfg.jitter = (wk_disp_jitter)below(s, 3);
-  s->dcfg.allocator = (wk_allocator){sa_alloc, sa_free, &s->disp_alloc};
+  s->dcfg.allocator = sim_allocator(&s->disp_alloc);
   s->disp = wk_disp_create(&s->dcfg);
   CHECK(s->disp != NULL, "dispatcher config rejected");
 
@@ -1487,10 +1427,7 @@ static void teardown(sim *s) {
 
 static void run_seed(uint64_t seed, uint64_t steps) {
   static sim s;
-  g_run.seed = seed;
-  g_run.step = 0;
-  g_run.seed_steps = steps;
-  g_run.in_drain = false;
+  sim_begin_seed(seed);
   setup(&s, seed);
   for (uint64_t k = 1; k <= steps; k++) {
     g_run.step = k;
@@ -1503,61 +1440,23 @@ static void run_seed(uint64_t seed, uint64_t steps) {
   teardown(&s);
 }
 
-static uint64_t parse_u64(const char *v, const char *what) {
-  char *end = NULL;
-  unsigned long long x = strtoull(v, &end, 10);
-  if (end == v || *end != '\0') {
-    fprintf(stderr, "sim_dispatch: bad %s '%s'\n", what, v);
-    exit(2);
-  }
-  return (uint64_t)x;
-}
-
 int main(int argc, char **argv) {
-  uint64_t seed = 0, seeds = 0, steps = 0;
-  bool one = false;
-  for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--seed") && i + 1 < argc) {
-      seed = parse_u64(argv[++i], "seed");
-      one = true;
-    } else if (!strcmp(argv[i], "--seeds") && i + 1 < argc) {
-      seeds = parse_u64(argv[++i], "seed count");
-    } else if (!strcmp(argv[i], "--steps") && i + 1 < argc) {
-      steps = parse_u64(argv[++i], "steps");
-    } else if (!strcmp(argv[i], "--verbose")) {
-      g_run.verbose = true;
-    } else {
-      fprintf(stderr, "usage: sim_dispatch [--seed S] [--seeds N] [--steps M] [--verbose]\n");
-      return 2;
-    }
-  }
-  uint64_t per_seed = steps ? steps : SIM_DEFAULT_SEED_STEPS;
-  if (!one && seeds == 0) {
-    uint64_t total = SIM_DEFAULT_TOTAL_STEPS;
-    const char *env = getenv("WK_SIM_STEPS");
-    if (env && *env) total = parse_u64(env, "WK_SIM_STEPS");
-    seeds = (total + per_seed - 1) / per_seed;
-    if (seeds == 0) seeds = 1;
-  }
-  struct timespec t0, t1;
-  clock_gettime(CLOCK_MONOTONIC, &t0);
+  g_run.name = "sim_dispatch";
+  sim_plan plan;
+  sim_parse_args(argc, argv, SIM_DEFAULT_TOTAL_STEPS, SIM_DEFAULT_SEED_STEPS,
+                 "usage: sim_dispatch [--seed S] [--seeds N] [--steps M] [--verbose]", NULL, &plan);
+  double t0 = sim_mono_s();
   uint64_t total_steps = 0;
-  if (one) {
-    run_seed(seed, per_seed);
-    total_steps = g_run.step;
-  } else {
-    for (uint64_t k = 1; k <= seeds; k++) {
-      run_seed(k, per_seed);
-      total_steps += g_run.step;
-    }
+  for (uint64_t k = 0; k < plan.seeds; k++) {
+    run_seed(plan.first_seed + k, plan.steps);
+    total_steps += g_run.step;
   }
-  clock_gettime(CLOCK_MONOTONIC, &t1);
-  double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
+  double secs = sim_mono_s() - t0;
   printf("sim_dispatch: OK: %" PRIu64 " seeds, %" PRIu64 " steps in %.1f s: %" PRIu64 " sends, %" PRIu64
          " calls done, %" PRIu64 " stale answers ignored, %" PRIu64 " subcalls, %" PRIu64
          " timeouts, %" PRIu64 " crashes, %" PRIu64 " tasks converged (%" PRIu64
          " succeeded, %" PRIu64 " failed)\n",
-         one ? 1 : seeds, total_steps, secs, g_total_sends, g_total_done, g_total_stale,
+         plan.seeds, total_steps, secs, g_total_sends, g_total_done, g_total_stale,
          g_total_subcalls, g_total_timeouts, g_total_crashes, g_total_converged, g_total_tasks_ok,
          g_total_tasks_failed);
   printf("sim_dispatch: %" PRIu64 " parents resumed (%" PRIu64 " of them held under nested calls"
