@@ -7,7 +7,7 @@ pkg_check_modules(PROTOBUF_C REQUIRED IMPORTED_TARGET libprotobuf-c)
 set(WK_PROTO_FILES
   worker/v1/worker.proto
   grpc/health/v1/health.proto)
-set(WK_PROTO_OUT ${CMAKE_BINARY_DIR}/gen)
+set(WK_PROTO_OUT ${PROJECT_BINARY_DIR}/gen)
 set(WK_PROTO_SRCS)
 foreach(proto ${WK_PROTO_FILES})
   string(REGEX REPLACE "\\.proto$" "" base ${proto})
@@ -16,8 +16,8 @@ foreach(proto ${WK_PROTO_FILES})
   add_custom_command(
     OUTPUT ${c} ${h}
     COMMAND ${CMAKE_COMMAND} -E make_directory ${WK_PROTO_OUT}
-    COMMAND ${PROTOC_C} --c_out=${WK_PROTO_OUT} -I${CMAKE_SOURCE_DIR}/proto ${CMAKE_SOURCE_DIR}/proto/${proto}
-    DEPENDS ${CMAKE_SOURCE_DIR}/proto/${proto}
+    COMMAND ${PROTOC_C} --c_out=${WK_PROTO_OUT} -I${PROJECT_SOURCE_DIR}/proto ${PROJECT_SOURCE_DIR}/proto/${proto}
+    DEPENDS ${PROJECT_SOURCE_DIR}/proto/${proto}
     COMMENT "protoc-c ${proto}"
     VERBATIM)
   list(APPEND WK_PROTO_SRCS ${c})

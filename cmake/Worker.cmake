@@ -9,14 +9,14 @@ pkg_check_modules(GRPC REQUIRED IMPORTED_TARGET grpc)
 pkg_check_modules(YAML REQUIRED IMPORTED_TARGET yaml-0.1)
 
 add_library(wk_plugins STATIC src/plugins/wk_builders.c)
-target_include_directories(wk_plugins PUBLIC ${CMAKE_SOURCE_DIR}/src)
+target_include_directories(wk_plugins PUBLIC ${PROJECT_SOURCE_DIR}/src)
 target_compile_options(wk_plugins PRIVATE ${WK_WARNINGS})
 target_link_libraries(wk_plugins PUBLIC PkgConfig::JANSSON)
 
 # The executor pool adapter (spawns and talks to the Python executors over libuv).
 add_library(wk_executor_pool STATIC
   src/adapters/wk_executor_pool.c)
-target_include_directories(wk_executor_pool PUBLIC ${CMAKE_SOURCE_DIR}/src)
+target_include_directories(wk_executor_pool PUBLIC ${PROJECT_SOURCE_DIR}/src)
 target_compile_definitions(wk_executor_pool PRIVATE _GNU_SOURCE)
 target_compile_options(wk_executor_pool PRIVATE ${WK_WARNINGS})
 target_link_libraries(wk_executor_pool PUBLIC wk_adapters_frame wk_log PkgConfig::LIBUV)
@@ -33,8 +33,8 @@ add_library(wk_app STATIC
   src/app/wk_app_metrics.c
   src/app/wk_audit.c
   src/app/wk_profile.c)
-target_include_directories(wk_app PUBLIC ${CMAKE_SOURCE_DIR}/src)
-target_compile_definitions(wk_app PRIVATE _GNU_SOURCE WK_PYTHON_DIR="${CMAKE_SOURCE_DIR}/python" WK_VERSION="${PROJECT_VERSION}")
+target_include_directories(wk_app PUBLIC ${PROJECT_SOURCE_DIR}/src)
+target_compile_definitions(wk_app PRIVATE _GNU_SOURCE WK_PYTHON_DIR="${PROJECT_SOURCE_DIR}/python" WK_VERSION="${PROJECT_VERSION}")
 target_compile_options(wk_app PRIVATE ${WK_WARNINGS})
 target_link_libraries(wk_app PUBLIC wk_executor_pool wk_core wk_proto wk_adapters_frame wk_grpc_server wk_code_store wk_etcd_publisher wk_shadow wk_writers wk_metrics wk_log
   wk_plugins PkgConfig::LIBUV PkgConfig::JANSSON PkgConfig::GRPC PkgConfig::YAML Threads::Threads)

@@ -10,23 +10,23 @@ if(NOT TARGET PkgConfig::JANSSON)
   pkg_check_modules(JANSSON REQUIRED IMPORTED_TARGET jansson)
 endif()
 
-add_library(wk_grpc_client STATIC ${CMAKE_SOURCE_DIR}/src/adapters/wk_grpc_client.c)
-target_include_directories(wk_grpc_client PUBLIC ${CMAKE_SOURCE_DIR}/src)
+add_library(wk_grpc_client STATIC ${PROJECT_SOURCE_DIR}/src/adapters/wk_grpc_client.c)
+target_include_directories(wk_grpc_client PUBLIC ${PROJECT_SOURCE_DIR}/src)
 target_link_libraries(wk_grpc_client PUBLIC PkgConfig::GRPC)
 target_compile_options(wk_grpc_client PRIVATE ${WK_WARNINGS})
 
-add_library(wk_code_store STATIC ${CMAKE_SOURCE_DIR}/src/adapters/wk_code_store.c)
-target_include_directories(wk_code_store PUBLIC ${CMAKE_SOURCE_DIR}/src)
+add_library(wk_code_store STATIC ${PROJECT_SOURCE_DIR}/src/adapters/wk_code_store.c)
+target_include_directories(wk_code_store PUBLIC ${PROJECT_SOURCE_DIR}/src)
 target_compile_options(wk_code_store PRIVATE ${WK_WARNINGS})
 target_link_libraries(wk_code_store PUBLIC wk_lib)
 
 add_executable(workerctl
-  ${CMAKE_SOURCE_DIR}/cmd/workerctl/main.c
-  ${CMAKE_SOURCE_DIR}/cmd/workerctl/workerctl_args.c
-  ${CMAKE_SOURCE_DIR}/cmd/workerctl/workerctl_cmds.c
-  ${CMAKE_SOURCE_DIR}/cmd/workerctl/workerctl_format.c
-  ${CMAKE_SOURCE_DIR}/cmd/workerctl/workerctl_workers.c)
-target_include_directories(workerctl PRIVATE ${CMAKE_SOURCE_DIR}/src ${CMAKE_SOURCE_DIR}/cmd/workerctl)
+  ${PROJECT_SOURCE_DIR}/cmd/workerctl/main.c
+  ${PROJECT_SOURCE_DIR}/cmd/workerctl/workerctl_args.c
+  ${PROJECT_SOURCE_DIR}/cmd/workerctl/workerctl_cmds.c
+  ${PROJECT_SOURCE_DIR}/cmd/workerctl/workerctl_format.c
+  ${PROJECT_SOURCE_DIR}/cmd/workerctl/workerctl_workers.c)
+target_include_directories(workerctl PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/cmd/workerctl)
 target_link_libraries(workerctl PRIVATE wk_grpc_client wk_code_store wk_proto PkgConfig::JANSSON)
 # `workerctl workers` reads the registry through wk_etcd (cmake/Etcd.cmake).
 target_link_libraries(workerctl PRIVATE wk_etcd)

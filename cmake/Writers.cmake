@@ -9,11 +9,11 @@ if(NOT TARGET PkgConfig::JANSSON)
 endif()
 
 add_library(wk_writers STATIC
-  ${CMAKE_SOURCE_DIR}/src/plugins/wk_writers.c
-  ${CMAKE_SOURCE_DIR}/src/plugins/wk_writer_file.c
-  ${CMAKE_SOURCE_DIR}/src/plugins/wk_writer_redis.c
-  ${CMAKE_SOURCE_DIR}/src/plugins/wk_writer_postgres.c)
-target_include_directories(wk_writers PUBLIC ${CMAKE_SOURCE_DIR}/src)
+  ${PROJECT_SOURCE_DIR}/src/plugins/wk_writers.c
+  ${PROJECT_SOURCE_DIR}/src/plugins/wk_writer_file.c
+  ${PROJECT_SOURCE_DIR}/src/plugins/wk_writer_redis.c
+  ${PROJECT_SOURCE_DIR}/src/plugins/wk_writer_postgres.c)
+target_include_directories(wk_writers PUBLIC ${PROJECT_SOURCE_DIR}/src)
 target_compile_definitions(wk_writers PRIVATE _GNU_SOURCE)
 target_compile_options(wk_writers PRIVATE ${WK_WARNINGS})
 target_link_libraries(wk_writers PUBLIC wk_lib wk_proto PkgConfig::JANSSON PkgConfig::HIREDIS

@@ -14,7 +14,7 @@ endif()
 
 set(WK_GRPC_TLS_ENV
     "WK_GRPC_HARNESS=$<TARGET_FILE:grpc_server_harness>"
-    "WK_SOURCE_DIR=${CMAKE_SOURCE_DIR}"
+    "WK_SOURCE_DIR=${PROJECT_SOURCE_DIR}"
     "WK_OPENSSL=${WK_OPENSSL_EXECUTABLE}")
 if(TARGET workerctl)
   list(APPEND WK_GRPC_TLS_ENV "WK_WORKERCTL=$<TARGET_FILE:workerctl>")
@@ -22,7 +22,7 @@ endif()
 
 add_test(NAME grpc_tls
   COMMAND /usr/bin/python3 -m pytest -q -p no:cacheprovider
-          ${CMAKE_SOURCE_DIR}/tests/integration/test_grpc_tls.py)
+          ${PROJECT_SOURCE_DIR}/tests/integration/test_grpc_tls.py)
 set_tests_properties(grpc_tls PROPERTIES
   ENVIRONMENT "${WK_GRPC_TLS_ENV}"
   LABELS integration
