@@ -3,15 +3,6 @@
 # Worker's leased key and heartbeat value in etcd). Included from the top-level
 # CMakeLists.txt after cmake/Warnings.cmake (for ${WK_WARNINGS}); cmake/Workerctl.cmake
 # links workerctl to wk_etcd for `workerctl workers`.
-find_package(PkgConfig REQUIRED)
-find_package(Threads REQUIRED)
-if(NOT TARGET PkgConfig::JANSSON)
-  pkg_check_modules(JANSSON REQUIRED IMPORTED_TARGET jansson)
-endif()
-if(NOT TARGET PkgConfig::LIBCURL)
-  pkg_check_modules(LIBCURL REQUIRED IMPORTED_TARGET libcurl)
-endif()
-
 add_library(wk_etcd STATIC ${PROJECT_SOURCE_DIR}/src/adapters/wk_etcd.c)
 target_include_directories(wk_etcd PUBLIC ${PROJECT_SOURCE_DIR}/src)
 target_compile_definitions(wk_etcd PRIVATE _GNU_SOURCE)

@@ -2,11 +2,6 @@
 # (src/adapters/wk_validate.c, pure: the fuzz targets link it alone through wk_validate).
 # Needs wk_proto (cmake/Proto.cmake) and WK_WARNINGS (cmake/Warnings.cmake). wk_validate
 # includes only <grpc/status.h> from gRPC (found in the default include path).
-find_package(PkgConfig REQUIRED)
-find_package(Threads REQUIRED)
-if(NOT TARGET PkgConfig::GRPC)
-  pkg_check_modules(GRPC REQUIRED IMPORTED_TARGET grpc)
-endif()
 
 add_library(wk_validate STATIC
   ${PROJECT_SOURCE_DIR}/src/adapters/wk_validate.c)

@@ -1,11 +1,6 @@
 # Prometheus metrics (src/adapters/wk_metrics.h): a registry of counters, gauges and
 # histograms with labels, rendered in text exposition format 0.0.4 and served on
 # GET /metrics by libmicrohttpd (Debian libmicrohttpd-dev, scripts/deps.sh).
-find_package(PkgConfig REQUIRED)
-find_package(Threads REQUIRED)
-if(NOT TARGET PkgConfig::MICROHTTPD)
-  pkg_check_modules(MICROHTTPD REQUIRED IMPORTED_TARGET libmicrohttpd)
-endif()
 
 add_library(wk_metrics STATIC ${PROJECT_SOURCE_DIR}/src/adapters/wk_metrics.c)
 target_include_directories(wk_metrics PUBLIC ${PROJECT_SOURCE_DIR}/src)

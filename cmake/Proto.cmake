@@ -1,8 +1,5 @@
 # Generates C code for the .proto files under proto/ with protoc-c at build time and
 # builds it as the wk_proto library. Generated code gets no project warnings.
-find_program(PROTOC_C protoc-c REQUIRED)
-find_package(PkgConfig REQUIRED)
-pkg_check_modules(PROTOBUF_C REQUIRED IMPORTED_TARGET libprotobuf-c)
 
 set(WK_PROTO_FILES
   worker/v1/worker.proto

@@ -1,11 +1,6 @@
 # The shadow forwarder (src/adapters/wk_shadow.c): mirrors sampled SubmitTask requests
 # to another Worker through wk_grpc_client. Included from the top-level CMakeLists.txt
 # after cmake/Workerctl.cmake (wk_grpc_client).
-find_package(Threads REQUIRED)
-if(NOT TARGET PkgConfig::JANSSON)
-  find_package(PkgConfig REQUIRED)
-  pkg_check_modules(JANSSON REQUIRED IMPORTED_TARGET jansson)
-endif()
 
 add_library(wk_shadow STATIC ${PROJECT_SOURCE_DIR}/src/adapters/wk_shadow.c)
 target_include_directories(wk_shadow PUBLIC ${PROJECT_SOURCE_DIR}/src)

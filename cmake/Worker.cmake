@@ -1,12 +1,6 @@
 # The worker daemon: the executor pool adapter, app (orchestrator, subscriptions, wiring),
 # plugins (builders), and cmd/worker. Needs wk_core, wk_proto, wk_adapters_frame,
 # wk_grpc_server and wk_code_store.
-find_package(PkgConfig REQUIRED)
-find_package(Threads REQUIRED)
-pkg_check_modules(LIBUV REQUIRED IMPORTED_TARGET libuv)
-pkg_check_modules(JANSSON REQUIRED IMPORTED_TARGET jansson)
-pkg_check_modules(GRPC REQUIRED IMPORTED_TARGET grpc)
-pkg_check_modules(YAML REQUIRED IMPORTED_TARGET yaml-0.1)
 
 add_library(wk_plugins STATIC src/plugins/wk_builders.c)
 target_include_directories(wk_plugins PUBLIC ${PROJECT_SOURCE_DIR}/src)

@@ -2,13 +2,6 @@
 # forwarder), the function code store (also used by the Worker at activation), and the
 # workerctl CLI. Included from the top-level CMakeLists.txt after cmake/Warnings.cmake,
 # cmake/Proto.cmake and cmake/Etcd.cmake (for ${WK_WARNINGS}, wk_proto and wk_etcd).
-find_package(PkgConfig REQUIRED)
-if(NOT TARGET PkgConfig::GRPC)
-  pkg_check_modules(GRPC REQUIRED IMPORTED_TARGET grpc)
-endif()
-if(NOT TARGET PkgConfig::JANSSON)
-  pkg_check_modules(JANSSON REQUIRED IMPORTED_TARGET jansson)
-endif()
 
 add_library(wk_grpc_client STATIC ${PROJECT_SOURCE_DIR}/src/adapters/wk_grpc_client.c)
 target_include_directories(wk_grpc_client PUBLIC ${PROJECT_SOURCE_DIR}/src)

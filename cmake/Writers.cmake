@@ -1,12 +1,6 @@
 # Writer plugins (src/plugins/wk_writer_*.c, DESIGN.md §6): file (JSON lines, temp file
 # + rename), redis (XADD with hiredis), postgres (COPY with libpq), and their registry
 # (src/plugins/wk_writers.h). Needs wk_proto (cmake/Proto.cmake) for CallOutput.
-find_package(PkgConfig REQUIRED)
-pkg_check_modules(HIREDIS REQUIRED IMPORTED_TARGET hiredis)
-pkg_check_modules(LIBPQ REQUIRED IMPORTED_TARGET libpq)
-if(NOT TARGET PkgConfig::JANSSON)
-  pkg_check_modules(JANSSON REQUIRED IMPORTED_TARGET jansson)
-endif()
 
 add_library(wk_writers STATIC
   ${PROJECT_SOURCE_DIR}/src/plugins/wk_writers.c

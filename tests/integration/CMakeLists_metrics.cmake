@@ -1,10 +1,5 @@
 # The metrics registry (cmake/Metrics.cmake) served on a free loopback port and
-# scraped with libcurl. Included from tests/integration/CMakeLists.txt when wk_metrics
-# exists.
-find_package(Threads REQUIRED)
-if(NOT TARGET PkgConfig::LIBCURL)
-  pkg_check_modules(LIBCURL REQUIRED IMPORTED_TARGET libcurl)
-endif()
+# scraped with libcurl. Included from tests/integration/CMakeLists.txt.
 add_executable(test_metrics ${CMAKE_CURRENT_SOURCE_DIR}/test_metrics.c)
 target_link_libraries(test_metrics PRIVATE wk_metrics PkgConfig::LIBCURL PkgConfig::CMOCKA
   Threads::Threads)

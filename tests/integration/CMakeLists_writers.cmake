@@ -1,8 +1,7 @@
 # The writer plugins (cmake/Writers.cmake) against a real directory, redis-server and
 # PostgreSQL, which the test starts itself on free loopback ports (Debian's
 # redis-server and postgresql packages, scripts/deps.sh). Included from
-# tests/integration/CMakeLists.txt when wk_writers exists.
-find_package(Threads REQUIRED)
+# tests/integration/CMakeLists.txt.
 add_executable(test_writers ${CMAKE_CURRENT_SOURCE_DIR}/test_writers.c)
 target_link_libraries(test_writers PRIVATE wk_writers PkgConfig::CMOCKA Threads::Threads)
 target_compile_options(test_writers PRIVATE ${WK_WARNINGS})

@@ -1,9 +1,5 @@
 # Unit tests of the function code store (cmocka). Included from tests/unit/CMakeLists.txt;
 # needs the wk_code_store target (cmake/Workerctl.cmake).
-if(NOT TARGET PkgConfig::CMOCKA)
-  find_package(PkgConfig REQUIRED)
-  pkg_check_modules(CMOCKA REQUIRED IMPORTED_TARGET cmocka)
-endif()
 add_executable(test_code_store ${PROJECT_SOURCE_DIR}/tests/unit/test_code_store.c)
 target_link_libraries(test_code_store PRIVATE wk_code_store PkgConfig::CMOCKA)
 target_compile_options(test_code_store PRIVATE ${WK_WARNINGS})
