@@ -58,7 +58,7 @@ struct wk_shadow {
 
 /* ---- helpers ------------------------------------------------------------------- */
 
-static struct timespec deadline_in(int64_t ms) {
+struct timespec wk_shadow_deadline_in(int64_t ms) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   ts.tv_sec += (time_t)(ms / 1000);
@@ -308,7 +308,7 @@ void wk_shadow_stats_get(wk_shadow *s, wk_shadow_stats *out) {
 }
 
 bool wk_shadow_wait_idle(wk_shadow *s, int64_t timeout_ms) {
-  struct timespec until = deadline_in(timeout_ms > 0 ? timeout_ms : 0);
+  struct timespec until = wk_shadow_deadline_in(timeout_ms > 0 ? timeout_ms : 0);
   pthread_mutex_lock(&s->mu);
   while (!idle_locked(s) && !s->stopping && timeout_ms > 0) {
     if (pthread_cond_timedwait(&s->idle_cv, &s->mu, &until) == ETIMEDOUT) break;

@@ -41,6 +41,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 #define WK_SHADOW_METADATA_KEY "x-shadow-submit"
 #define WK_SHADOW_METADATA_VALUE "1"
@@ -106,6 +107,11 @@ const char *wk_shadow_target(const wk_shadow *s);
  * queued requests are discarded and counted in the shadow_stopped log line), joins
  * it, closes the client and frees s. NULL is a no-op. */
 void wk_shadow_stop(wk_shadow *s);
+
+/** The CLOCK_MONOTONIC instant `ms` from now, for pthread_cond_timedwait on a
+ * condition variable that waits on CLOCK_MONOTONIC (as the forwarder's do). ms must be
+ * >= 0. Thread-safe; reads the clock, nothing else. */
+struct timespec wk_shadow_deadline_in(int64_t ms);
 
 /** Receiver side: whether the value of the request's x-shadow-submit metadata marks a
  * shadow submission. Exactly "1" does; NULL (absent) or anything else does not. */

@@ -43,18 +43,6 @@ static double now_ms(void) {
   return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-static struct timespec mono_in(int64_t ms) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  ts.tv_sec += (time_t)(ms / 1000);
-  ts.tv_nsec += (long)((ms % 1000) * 1000000);
-  if (ts.tv_nsec >= 1000000000L) {
-    ts.tv_sec += 1;
-    ts.tv_nsec -= 1000000000L;
-  }
-  return ts;
-}
-
 static void sleep_ms(int64_t ms) {
   struct timespec ts = {.tv_sec = (time_t)(ms / 1000), .tv_nsec = (long)((ms % 1000) * 1000000)};
   while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
@@ -163,7 +151,7 @@ static void receiver_record(receiver *r, wk_rpc *rpc) {
   assert_non_null(rec.data);
   worker__v1__submit_task_request__pack(req, rec.data);
   snprintf(rec.task_id, sizeof rec.task_id, "%s", req->task_id);
-  rec.has_shadow_md = wk_rpc_metadata(rpc, "x-shadow-submit", rec.shadow_md, sizeof rec.shadow_md);
+  rec.has_shadow_md = wk_rpc_metadata(rpc, WK_SHADOW_METADATA_KEY, rec.shadow_md, sizeof rec.shadow_md);
   rec.has_result_handler = req->result_handler != NULL;
   pthread_mutex_lock(&r->mu);
   if (r->n_recs == r->cap_recs) {
@@ -188,7 +176,7 @@ static void receiver_answer(wk_rpc *rpc) {
   resp.task_id = req->task_id;
   resp.slot_id = req->slot_id;
   resp.state = WORKER__V1__TASK_STATE__TASK_STATE_PREPARING;
-  resp.duplicate = wk_rpc_metadata(rpc, "x-shadow-submit", md, sizeof md) &&
+  resp.duplicate = wk_rpc_metadata(rpc, WK_SHADOW_METADATA_KEY, md, sizeof md) &&
                    wk_shadow_is_shadow_request(md);
   size_t n = worker__v1__submit_task_response__get_packed_size(&resp);
   uint8_t buf[256];
@@ -212,7 +200,7 @@ static void *receiver_actor(void *arg) {
 
     pthread_mutex_lock(&r->mu);
     if (r->delay_ms > 0 && !r->stop) {
-      struct timespec until = mono_in(r->delay_ms);
+      struct timespec until = wk_shadow_deadline_in(r->delay_ms);
       while (!r->stop && pthread_cond_timedwait(&r->cv, &r->mu, &until) != ETIMEDOUT) {
       }
     }
@@ -287,7 +275,7 @@ static size_t receiver_count(receiver *r) {
 
 /* Waits until at least n requests were recorded, at most timeout_ms; returns the count. */
 static size_t receiver_wait(receiver *r, size_t n, int64_t timeout_ms) {
-  struct timespec until = mono_in(timeout_ms);
+  struct timespec until = wk_shadow_deadline_in(timeout_ms);
   pthread_mutex_lock(&r->mu);
   while (r->n_recs < n) {
     if (pthread_cond_timedwait(&r->rec_cv, &r->mu, &until) == ETIMEDOUT) break;
