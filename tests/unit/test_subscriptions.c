@@ -1,0 +1,449 @@
+/* test_subscriptions.c: the SubscriptionManager (src/app/wk_subscriptions.c) over a
+ * real WorkerCore, with fake WatchTasks streams.
+ *
+ * The fake wk_rpc below stands in for the gRPC server's: it hands out a
+ * WatchTasksRequest, decodes and records every event sent, records the status and
+ * the release, and can refuse sends (a stream whose queue is full). The core's watch
+ * entry points are wrapped (ld --wrap, see CMakeLists.txt) to count the events the
+ * manager feeds the core, and then forwarded to the real core, so the grace and
+ * OWNER_LOST are the core's own. No sockets, no threads, no clock: every time is a
+ * number chosen here. */
+#include "core_fixture.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <grpc/status.h>
+
+#include "adapters/wk_grpc_server.h"
+#include "app/wk_subscriptions.h"
+#include "worker/v1/worker.pb-c.h"
+
+/* ---- the fake stream --------------------------------------------------------------- */
+
+#define MAX_IDS 4
+#define MAX_EVENTS 16
+
+typedef struct event {
+  Worker__V1__TaskEvent__Kind kind;
+  char task_id[WK_TASK_ID_MAX + 1];
+  Worker__V1__TaskState state;
+} event;
+
+struct wk_rpc {
+  Worker__V1__WatchTasksRequest req;
+  char *ids[MAX_IDS];
+  char id_buf[MAX_IDS][WK_TASK_ID_MAX + 1];
+  event events[MAX_EVENTS];
+  size_t n_events;
+  bool refuse_sends; /* wk_rpc_send fails, as when the stream's queue is full */
+  bool ended;        /* a status was sent */
+  grpc_status_code code;
+  bool released;
+};
+
+const void *wk_rpc_request(const wk_rpc *rpc) { return &rpc->req; }
+
+bool wk_rpc_send(wk_rpc *rpc, const uint8_t *msg, size_t len) {
+  assert_false(rpc->ended);
+  assert_false(rpc->released);
+  if (rpc->refuse_sends) return false;
+  Worker__V1__TaskEvent *ev = worker__v1__task_event__unpack(NULL, len, msg);
+  assert_non_null(ev);
+  assert_non_null(ev->result);
+  assert_string_equal(ev->result->task_id, ev->task_id);
+  assert_true(rpc->n_events < MAX_EVENTS);
+  event *e = &rpc->events[rpc->n_events++];
+  e->kind = ev->kind;
+  snprintf(e->task_id, sizeof e->task_id, "%s", ev->task_id);
+  e->state = ev->result->state;
+  worker__v1__task_event__free_unpacked(ev, NULL);
+  return true;
+}
+
+static void end_rpc(wk_rpc *rpc, grpc_status_code code) {
+  assert_false(rpc->ended); /* one status per stream */
+  assert_false(rpc->released);
+  rpc->ended = true;
+  rpc->code = code;
+}
+
+void wk_rpc_fail(wk_rpc *rpc, grpc_status_code code, const char *message) {
+  assert_int_not_equal(code, GRPC_STATUS_OK);
+  assert_non_null(message);
+  end_rpc(rpc, code);
+}
+
+void wk_rpc_finish(wk_rpc *rpc, grpc_status_code code, const char *message) {
+  assert_non_null(message);
+  end_rpc(rpc, code);
+}
+
+void wk_rpc_release(wk_rpc *rpc) {
+  assert_false(rpc->released);
+  rpc->released = true;
+}
+
+/* A stream watching id0 and, unless NULL, id1. */
+static wk_rpc *stream(const char *id0, const char *id1) {
+  wk_rpc *rpc = calloc(1, sizeof *rpc);
+  assert_non_null(rpc);
+  worker__v1__watch_tasks_request__init(&rpc->req);
+  const char *ids[2] = {id0, id1};
+  for (size_t i = 0; i < 2 && ids[i]; i++) {
+    snprintf(rpc->id_buf[i], sizeof rpc->id_buf[i], "%s", ids[i]);
+    rpc->ids[i] = rpc->id_buf[i];
+    rpc->req.n_task_ids++;
+  }
+  rpc->req.task_ids = rpc->ids;
+  return rpc;
+}
+
+static void expect_event_at(const wk_rpc *rpc, size_t i, Worker__V1__TaskEvent__Kind kind,
+                            const char *task_id, Worker__V1__TaskState state, FX_LOC) {
+  FX_TRUE(i < rpc->n_events);
+  FX_EQ(rpc->events[i].kind, kind);
+  FX_STR(rpc->events[i].task_id, task_id);
+  FX_EQ(rpc->events[i].state, state);
+}
+#define EXPECT_EVENT(rpc, i, kind, id, state) expect_event_at((rpc), (i), (kind), (id), (state), FX_AT)
+
+#define SNAPSHOT WORKER__V1__TASK_EVENT__KIND__KIND_SNAPSHOT
+#define PHASE_CHANGED WORKER__V1__TASK_EVENT__KIND__KIND_PHASE_CHANGED
+#define TERMINAL WORKER__V1__TASK_EVENT__KIND__KIND_TERMINAL
+#define RUNNING WORKER__V1__TASK_STATE__TASK_STATE_RUNNING
+#define SUCCEEDED WORKER__V1__TASK_STATE__TASK_STATE_SUCCEEDED
+#define FAILED WORKER__V1__TASK_STATE__TASK_STATE_FAILED
+
+/* ---- the core's watch events, counted on their way to the real core --------------- */
+
+static struct {
+  int attached, detached, disconnected;
+  char last_id[WK_TASK_ID_MAX + 1];
+} g_core_events;
+
+wk_err __real_wk_core_handle_watch_attached(wk_core *core, const char *task_id, size_t task_id_len,
+                                            int64_t now_ms);
+wk_err __real_wk_core_handle_watch_detached(wk_core *core, const char *task_id, size_t task_id_len,
+                                            int64_t now_ms);
+wk_err __real_wk_core_handle_watch_disconnected(wk_core *core, const char *task_id,
+                                                size_t task_id_len, int64_t now_ms);
+wk_err __wrap_wk_core_handle_watch_attached(wk_core *core, const char *task_id, size_t task_id_len,
+                                            int64_t now_ms);
+wk_err __wrap_wk_core_handle_watch_detached(wk_core *core, const char *task_id, size_t task_id_len,
+                                            int64_t now_ms);
+wk_err __wrap_wk_core_handle_watch_disconnected(wk_core *core, const char *task_id,
+                                                size_t task_id_len, int64_t now_ms);
+
+static void note(const char *task_id, size_t len) {
+  snprintf(g_core_events.last_id, sizeof g_core_events.last_id, "%.*s", (int)len, task_id);
+}
+
+wk_err __wrap_wk_core_handle_watch_attached(wk_core *core, const char *task_id, size_t task_id_len,
+                                            int64_t now_ms) {
+  g_core_events.attached++;
+  note(task_id, task_id_len);
+  wk_err err = __real_wk_core_handle_watch_attached(core, task_id, task_id_len, now_ms);
+  assert_int_equal(err, WK_OK);
+  return err;
+}
+
+wk_err __wrap_wk_core_handle_watch_detached(wk_core *core, const char *task_id, size_t task_id_len,
+                                            int64_t now_ms) {
+  g_core_events.detached++;
+  note(task_id, task_id_len);
+  return __real_wk_core_handle_watch_detached(core, task_id, task_id_len, now_ms);
+}
+
+wk_err __wrap_wk_core_handle_watch_disconnected(wk_core *core, const char *task_id,
+                                                size_t task_id_len, int64_t now_ms) {
+  g_core_events.disconnected++;
+  note(task_id, task_id_len);
+  return __real_wk_core_handle_watch_disconnected(core, task_id, task_id_len, now_ms);
+}
+
+static void expect_core_events_at(int attached, int detached, int disconnected, FX_LOC) {
+  FX_EQ(g_core_events.attached, attached);
+  FX_EQ(g_core_events.detached, detached);
+  FX_EQ(g_core_events.disconnected, disconnected);
+}
+#define EXPECT_CORE_EVENTS(a, d, x) expect_core_events_at((a), (d), (x), FX_AT)
+
+/* ---- fixture: a ready core (grace FX_GRACE) and a manager over it ------------------ */
+
+typedef struct fixture {
+  wk_core *core;
+  wk_subs *subs;
+} fixture;
+
+static int setup(void **state) {
+  static fixture f;
+  memset(&g_core_events, 0, sizeof g_core_events);
+  if (fx_setup(state) != 0) return -1;
+  f.core = *state;
+  f.subs = wk_subs_create(f.core);
+  *state = &f;
+  return 0;
+}
+
+static int teardown(void **state) {
+  fixture *f = *state;
+  wk_subs_destroy(f->subs);
+  wk_core_destroy(f->core);
+  return 0;
+}
+
+static int ctx_a, ctx_b;
+
+/* Ends a stream from the client side and frees the fake; `cancelled`: it went away. */
+static void close_stream(fixture *f, wk_rpc *rpc, bool cancelled, int64_t now_ms) {
+  wk_subs_on_closed(f->subs, rpc, cancelled, now_ms);
+  assert_false(wk_subs_owns(f->subs, rpc));
+  assert_true(rpc->released);
+  free(rpc);
+}
+
+static wk_task_id g_ids[4];
+
+static size_t grace_over(const fixture *f, int64_t now_ms) {
+  return wk_core_watch_disconnected_tasks(f->core, now_ms, g_ids, 4);
+}
+
+/* Task t1 running its builder since 1000, watched by one stream from 1500 that breaks
+ * at 2000: the grace runs until 2000 + FX_GRACE. Returns t1's slot id. */
+static uint64_t watched_then_broken(fixture *f) {
+  uint64_t slot = FX_RUN_TO_BUILDER(f->core, ID("t1"), &ctx_a, 1000);
+  wk_rpc *a = stream("t1", NULL);
+  wk_subs_watch(f->subs, a, 1500, 0);
+  close_stream(f, a, true, 2000);
+  EXPECT_CORE_EVENTS(1, 0, 1);
+  return slot;
+}
+
+/* ---- tests ------------------------------------------------------------------------- */
+
+/* The first stream on a live task attaches it in the core, the second does not; each
+ * gets its SNAPSHOT. */
+static void test_first_attach(void **state) {
+  fixture *f = *state;
+  FX_RUN_TO_BUILDER(f->core, ID("t1"), &ctx_a, 1000);
+  wk_rpc *a = stream("t1", NULL), *b = stream("t1", NULL);
+
+  wk_subs_watch(f->subs, a, 1500, 0);
+  EXPECT_CORE_EVENTS(1, 0, 0);
+  assert_string_equal(g_core_events.last_id, "t1");
+  assert_int_equal(a->n_events, 1);
+  EXPECT_EVENT(a, 0, SNAPSHOT, "t1", RUNNING);
+  assert_false(a->ended);
+
+  wk_subs_watch(f->subs, b, 1600, 0);
+  EXPECT_CORE_EVENTS(1, 0, 0); /* not the first */
+  assert_int_equal(b->n_events, 1);
+  EXPECT_EVENT(b, 0, SNAPSHOT, "t1", RUNNING);
+  assert_int_equal(wk_subs_streams(f->subs), 2);
+  assert_true(wk_subs_owns(f->subs, a) && wk_subs_owns(f->subs, b));
+  FX_INV(f->core);
+
+  close_stream(f, a, true, 1700);
+  EXPECT_CORE_EVENTS(1, 0, 0);
+  /* closed before the manager ended it: broken, whatever the cancelled flag says */
+  close_stream(f, b, false, 1800);
+  EXPECT_CORE_EVENTS(1, 0, 1);
+}
+
+/* Only the last stream to leave reaches the core: a broken stream as
+ * WatchDisconnected (grace starts), one we ended ourselves as a clean detach (none). */
+static void test_last_detach(void **state) {
+  fixture *f = *state;
+  FX_RUN_TO_BUILDER(f->core, ID("t1"), &ctx_a, 1000);
+  FX_RUN_TO_BUILDER(f->core, ID("t2"), &ctx_b, 1000);
+  wk_rpc *a = stream("t1", NULL), *b = stream("t1", NULL), *c = stream("t2", NULL);
+  wk_subs_watch(f->subs, a, 1500, 0);
+  wk_subs_watch(f->subs, b, 1500, 0);
+  wk_subs_watch(f->subs, c, 1500, 0);
+  EXPECT_CORE_EVENTS(2, 0, 0);
+
+  close_stream(f, a, true, 2000); /* b still watches t1 */
+  EXPECT_CORE_EVENTS(2, 0, 0);
+  close_stream(f, b, true, 2100); /* the last watcher of t1 broke */
+  EXPECT_CORE_EVENTS(2, 0, 1);
+  assert_string_equal(g_core_events.last_id, "t1");
+  assert_int_equal(grace_over(f, 2100 + FX_GRACE - 1), 0);
+  assert_int_equal(grace_over(f, 2100 + FX_GRACE), 1);
+  assert_string_equal(g_ids[0].bytes, "t1");
+
+  /* c cannot keep up: the manager ends it (RESOURCE_EXHAUSTED); when the server then
+   * closes it normally, t2 is detached cleanly and gets no grace. */
+  const wk_task_result *r = FX_GET(f->core, ID("t2"));
+  c->refuse_sends = true;
+  wk_subs_on_phase(f->subs, r, 0);
+  assert_true(c->ended);
+  assert_int_equal(c->code, GRPC_STATUS_RESOURCE_EXHAUSTED);
+  EXPECT_CORE_EVENTS(2, 0, 1);
+  close_stream(f, c, false, 2200);
+  EXPECT_CORE_EVENTS(2, 1, 1);
+  assert_string_equal(g_core_events.last_id, "t2");
+  assert_int_equal(grace_over(f, 99999), 1); /* still only t1 */
+  assert_string_equal(g_ids[0].bytes, "t1");
+  assert_int_equal(wk_subs_streams(f->subs), 0);
+  FX_INV(f->core);
+}
+
+/* Several streams on one task, one of them on two tasks: each gets every event, a
+ * stream ends OK once all its tasks sent TERMINAL, and a terminal task needs no
+ * detach. */
+static void test_several_streams_on_one_task(void **state) {
+  fixture *f = *state;
+  uint64_t s1 = FX_RUN_TO_BUILDER(f->core, ID("t1"), &ctx_a, 1000);
+  FX_RUN_TO_BUILDER(f->core, ID("t2"), &ctx_b, 1000);
+  wk_rpc *a = stream("t1", NULL), *b = stream("t1", NULL), *c = stream("t1", "t2");
+  wk_subs_watch(f->subs, a, 1500, 0);
+  wk_subs_watch(f->subs, b, 1500, 0);
+  wk_subs_watch(f->subs, c, 1500, 0);
+  EXPECT_CORE_EVENTS(2, 0, 0); /* t1 once, t2 once */
+  EXPECT_EVENT(c, 0, SNAPSHOT, "t1", RUNNING);
+  EXPECT_EVENT(c, 1, SNAPSHOT, "t2", RUNNING);
+
+  FX_BUILDER_OK(f->core, ID("t1"), s1, &ctx_a, NULL, false, 1600);
+  wk_subs_on_phase(f->subs, FX_GET(f->core, ID("t1")), 0);
+  FX_CALLS_OK(f->core, ID("t1"), s1, &ctx_a, NULL, 0, 1700);
+  FX_WRITER_OK(f->core, ID("t1"), s1, &ctx_a, NULL, 0, 1800);
+  wk_subs_on_terminal(f->subs, FX_GET(f->core, ID("t1")), 0);
+  wk_rpc *ab[2] = {a, b};
+  for (size_t i = 0; i < 2; i++) {
+    assert_int_equal(ab[i]->n_events, 3);
+    EXPECT_EVENT(ab[i], 1, PHASE_CHANGED, "t1", RUNNING);
+    EXPECT_EVENT(ab[i], 2, TERMINAL, "t1", SUCCEEDED);
+    assert_true(ab[i]->ended);
+    assert_int_equal(ab[i]->code, GRPC_STATUS_OK);
+  }
+  assert_int_equal(c->n_events, 4);
+  EXPECT_EVENT(c, 3, TERMINAL, "t1", SUCCEEDED);
+  assert_false(c->ended); /* t2 still to come */
+  close_stream(f, a, false, 1900);
+  close_stream(f, b, false, 1900);
+  EXPECT_CORE_EVENTS(2, 0, 0);
+
+  wk_transition_result out;
+  wk_core_handle_abort(f->core, ID("t2"), WK_FAIL_CANCELLED, "stop", 2000, &out);
+  FX_ERR(out.err, WK_OK);
+  wk_subs_on_terminal(f->subs, FX_GET(f->core, ID("t2")), 0);
+  assert_int_equal(c->n_events, 5);
+  EXPECT_EVENT(c, 4, TERMINAL, "t2", WORKER__V1__TASK_STATE__TASK_STATE_CANCELLED);
+  assert_true(c->ended);
+  assert_int_equal(c->code, GRPC_STATUS_OK);
+  close_stream(f, c, false, 2100);
+  EXPECT_CORE_EVENTS(2, 0, 0);
+  assert_int_equal(grace_over(f, 99999), 0);
+  FX_INV(f->core);
+}
+
+/* A stream breaks, another attaches within the grace: the grace is cancelled and the
+ * task lives on; the core's grace expiry is then stale. */
+static void test_reattach_within_grace(void **state) {
+  fixture *f = *state;
+  uint64_t s1 = watched_then_broken(f);
+  assert_int_equal(wk_core_next_deadline(f->core), 2000 + FX_GRACE);
+
+  wk_rpc *b = stream("t1", NULL);
+  wk_subs_watch(f->subs, b, 2000 + FX_GRACE - 1, 0);
+  EXPECT_CORE_EVENTS(2, 0, 1); /* the first watcher again */
+  EXPECT_EVENT(b, 0, SNAPSHOT, "t1", RUNNING);
+  assert_int_equal(grace_over(f, 2000 + FX_GRACE), 0);
+  wk_transition_result out;
+  wk_core_handle_watch_grace_expired(f->core, ID("t1"), 2000 + FX_GRACE, &out);
+  FX_ERR(out.err, WK_ERR_STALE);
+  assert_int_equal(out.cmds.count, 0);
+  FX_RES(FX_GET(f->core, ID("t1")), s1, WK_TASK_RUNNING, WK_PHASE_BUILDER, WK_FAIL_NONE, "", 7);
+  close_stream(f, b, true, 5000);
+  EXPECT_CORE_EVENTS(2, 0, 2);
+  FX_INV(f->core);
+}
+
+/* The last stream breaks and nobody comes back: at the end of the grace the core's
+ * scan names the task and its handling fails it OWNER_LOST; the TERMINAL goes to no
+ * one, and a stream watching it afterwards gets SNAPSHOT and TERMINAL and ends OK
+ * without attaching. */
+static void test_grace_expiry_owner_lost(void **state) {
+  fixture *f = *state;
+  uint64_t s1 = watched_then_broken(f);
+
+  assert_int_equal(grace_over(f, 2000 + FX_GRACE - 1), 0);
+  assert_int_equal(grace_over(f, 2000 + FX_GRACE), 1);
+  wk_transition_result out;
+  wk_core_handle_watch_grace_expired(f->core, g_ids[0].bytes, g_ids[0].len, 2000 + FX_GRACE, &out);
+  FX_CANCEL_CONVERGE(out, ID("t1"), s1, &ctx_a, WK_TASK_FAILED, WK_FAIL_OWNER_LOST, NULL, 7,
+                     2000 + FX_GRACE);
+  wk_subs_on_terminal(f->subs, out.cmds.items[1].u.converge.result, 0);
+
+  wk_rpc *b = stream("t1", NULL);
+  wk_subs_watch(f->subs, b, 5000, 0);
+  EXPECT_CORE_EVENTS(1, 0, 1); /* terminal: nothing to attach */
+  assert_int_equal(b->n_events, 2);
+  EXPECT_EVENT(b, 0, SNAPSHOT, "t1", FAILED);
+  EXPECT_EVENT(b, 1, TERMINAL, "t1", FAILED);
+  assert_true(b->ended);
+  assert_int_equal(b->code, GRPC_STATUS_OK);
+  close_stream(f, b, false, 5100);
+  EXPECT_CORE_EVENTS(1, 0, 1);
+  FX_INV(f->core);
+}
+
+/* An unknown task id ends the stream NOT_FOUND before anything is attached, and the
+ * manager gives the rpc back at once. */
+static void test_unknown_task_not_found(void **state) {
+  fixture *f = *state;
+  FX_RUN_TO_BUILDER(f->core, ID("t1"), &ctx_a, 1000);
+  wk_rpc *a = stream("t1", "nope");
+  wk_subs_watch(f->subs, a, 1500, 0);
+  assert_true(a->ended);
+  assert_int_equal(a->code, GRPC_STATUS_NOT_FOUND);
+  assert_true(a->released);
+  assert_int_equal(a->n_events, 0);
+  assert_false(wk_subs_owns(f->subs, a));
+  EXPECT_CORE_EVENTS(0, 0, 0);
+  free(a);
+}
+
+/* A stream that cannot take even its SNAPSHOT is ended RESOURCE_EXHAUSTED and counts
+ * as broken for what it attached; shutdown ends the rest UNAVAILABLE, detaching. */
+static void test_full_stream_and_shutdown(void **state) {
+  fixture *f = *state;
+  FX_RUN_TO_BUILDER(f->core, ID("t1"), &ctx_a, 1000);
+  FX_RUN_TO_BUILDER(f->core, ID("t2"), &ctx_b, 1000);
+  wk_rpc *a = stream("t1", "t2");
+  wk_subs_watch(f->subs, a, 1500, 0);
+  EXPECT_CORE_EVENTS(2, 0, 0);
+
+  wk_rpc *b = stream("t1", NULL);
+  b->refuse_sends = true;
+  wk_subs_watch(f->subs, b, 1600, 0);
+  assert_true(b->ended);
+  assert_int_equal(b->code, GRPC_STATUS_RESOURCE_EXHAUSTED);
+  EXPECT_CORE_EVENTS(2, 0, 0); /* it never attached; a still watches t1 */
+  close_stream(f, b, false, 1700);
+  EXPECT_CORE_EVENTS(2, 0, 0);
+
+  wk_subs_destroy(f->subs);
+  f->subs = wk_subs_create(f->core); /* for the teardown */
+  assert_true(a->ended);
+  assert_int_equal(a->code, GRPC_STATUS_UNAVAILABLE);
+  assert_true(a->released);
+  EXPECT_CORE_EVENTS(2, 2, 0);
+  assert_int_equal(grace_over(f, 99999), 0);
+  free(a);
+  FX_INV(f->core);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_first_attach, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_last_detach, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_several_streams_on_one_task, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_reattach_within_grace, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_grace_expiry_owner_lost, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_unknown_task_not_found, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_full_stream_and_shutdown, setup, teardown),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
