@@ -8,6 +8,7 @@
 #   e2e          the real worker binary, real executors, real gRPC clients
 #   fuzz         each libFuzzer target: its seed corpus replayed, then a short mutation
 #                run (clang builds only: the third build below; about a minute)
+# Every build here turns warnings into errors (-DWK_WERROR=ON, cmake/Warnings.cmake).
 # Usage: scripts/test.sh [ctest -L label regex]   (e.g. scripts/test.sh unit)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -18,7 +19,7 @@ label=${1:-}
 
 run_build() { # name, cmake args...
   local dir="build/$1"; shift
-  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release -DWK_WERROR=ON "$@" >/dev/null
   cmake --build "$dir" -j "$jobs"
   echo "== ctest in $dir"
   WK_BUILD_DIR="$root/$dir" ctest --test-dir "$dir" --output-on-failure -j "$jobs" ${label:+-L "$label"}
@@ -28,7 +29,7 @@ run_build() { # name, cmake args...
 # (tests/fuzz/CMakeLists.txt compiles the decoders' sources into each one).
 run_fuzz() {
   local dir="build/fuzz"
-  CC=clang cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  CC=clang cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWK_WERROR=ON >/dev/null
   cmake --build "$dir" -j "$jobs" --target fuzz_frame fuzz_validate fuzz_config fuzz_etcd
   echo "== ctest in $dir"
   ctest --test-dir "$dir" --output-on-failure -j "$jobs" -L fuzz
