@@ -22,6 +22,11 @@ add_library(wk_app STATIC
   src/app/wk_calls.c
   src/app/wk_subscriptions.c
   src/app/wk_orchestrator.c
+  src/app/wk_orch_rpc.c
+  src/app/wk_phase_jobs.c
+  src/app/wk_phase_sem.c
+  src/app/wk_io_scope.c
+  src/app/wk_usage_log.c
   src/app/wk_config.c
   src/app/wk_app.c
   src/app/wk_app_metrics.c

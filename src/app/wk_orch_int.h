@@ -1,0 +1,179 @@
+/* wk_orch_int.h: the orchestrator's internal layout, shared by its own files only:
+ *   wk_orchestrator.c  event queue, command execution, deferred steps, timers, lifecycle
+ *   wk_orch_rpc.c      the rpc handlers (WorkerService, Health) and their replies
+ *   wk_phase_jobs.c    the activation, builder, calls and writer phase steps and jobs
+ *   wk_phase_sem.c     the phase semaphores (builderSem, scanSem, executorSem, pluginSem)
+ *   wk_io_scope.c      the IO scope bound (a task's scratch directory, measured on ticks)
+ *   wk_usage_log.c     the task_finished log line and the usage records
+ * Names that cross these files carry the `wk_orch__` prefix. */
+#ifndef WK_ORCH_INT_H
+#define WK_ORCH_INT_H
+
+#include <pthread.h>
+
+#include "app/wk_calls.h"
+#include "app/wk_orchestrator.h"
+#include "app/wk_subscriptions.h"
+#include "app/wk_task_runtime.h"
+
+/* ---- wk_orchestrator.c -------------------------------------------------------------- */
+
+typedef enum wk_orch__ev_kind { WK_ORCH__EV_RPC = 1, WK_ORCH__EV_CLOSED = 2 } wk_orch__ev_kind;
+
+/* One event from another thread (the gRPC completion-queue thread) for the loop. */
+typedef struct wk_orch__event {
+  wk_orch__ev_kind kind;
+  bool cancelled;
+  wk_rpc *rpc;
+} wk_orch__event;
+
+/* A phase step run later, outside any command execution (I2). */
+typedef enum wk_orch__step_kind {
+  WK_ORCH__STEP_BUILDER = 1,
+  WK_ORCH__STEP_WRITER = 2,
+  WK_ORCH__STEP_CALLS_DONE = 3,
+  WK_ORCH__STEP_CALLS = 4,
+} wk_orch__step_kind;
+
+typedef struct wk_orch__step {
+  struct wk_orch__step *next;
+  wk_orch__step_kind kind;
+  wk_task_rt *rt;
+} wk_orch__step;
+
+/* ---- wk_phase_sem.c ------------------------------------------------------------------ */
+
+/* A phase semaphore: at most `limit` tasks in the phase at once; the others wait
+ * in FIFO order (the seed's builderSem, scanSem, executorSem, pluginSem). */
+typedef enum wk_orch__sem_id {
+  WK_ORCH__SEM_BUILDER = 0,
+  WK_ORCH__SEM_SCAN = 1,
+  WK_ORCH__SEM_EXECUTOR = 2,
+  WK_ORCH__SEM_PLUGIN = 3,
+  WK_ORCH__SEM_COUNT = 4,
+} wk_orch__sem_id;
+
+typedef struct wk_orch__sem {
+  uint32_t limit, used;
+  wk_task_rt *head, *tail; /* waiting, each holding a reference */
+} wk_orch__sem;
+
+/* ---- wk_orch_rpc.c ------------------------------------------------------------------- */
+
+typedef struct wk_orch__health_watch wk_orch__health_watch;
+
+/* ---- the orchestrator ----------------------------------------------------------------- */
+
+struct wk_orch {
+  uv_loop_t *loop;
+  wk_orch_config cfg;
+  wk_core *core;
+  wk_exec_adapter exec;
+  wk_calls *calls; /* the calls phase: DispatcherCore and the attempts */
+  struct wk_shadow *shadow; /* mirrors sampled submissions to another worker; NULL = off */
+  wk_subs *subs;
+  int64_t wall_offset_ms;
+  int64_t now_ms;
+
+  pthread_mutex_t mu;
+  wk_orch__event *events;
+  size_t n_events, cap_events;
+  wk_orch__event *draining_events;
+  size_t cap_draining;
+  uv_async_t wake;
+
+  uv_timer_t tick;
+  uv_timer_t deadline;
+  wk_orch__step *steps_head, *steps_tail;
+  wk_orch__sem sems[WK_ORCH__SEM_COUNT];
+  wk_orch__health_watch *health_watchers;
+  bool closing;
+  int handles_open;
+  uint32_t jobs; /* activation jobs on the threadpool: the orchestrator outlives them */
+  wk_task_rt *scopes; /* runtimes in their calls phase, for the IO scope bound */
+};
+
+/** Reads the loop's clock once for this turn into o->now_ms and returns it. */
+int64_t wk_orch__loop_now(wk_orch *o);
+
+/** Queues a phase step for rt (with a reference) to run from wk_orch__run_steps. */
+void wk_orch__defer_step(wk_orch *o, wk_orch__step_kind kind, wk_task_rt *rt);
+
+/** Runs the deferred steps until none is left. */
+void wk_orch__run_steps(wk_orch *o);
+
+/** Executes the commands of one core call. Never calls the core (I2). */
+void wk_orch__exec_cmds(wk_orch *o, const wk_cmds *cmds);
+
+/** Frees the orchestrator once it is closing and no handle or job is left. */
+void wk_orch__maybe_free(wk_orch *o);
+
+/* ---- wk_orch_rpc.c ------------------------------------------------------------------- */
+
+/** Answers or starts one rpc from the event queue (releases unary rpcs). */
+void wk_orch__handle_rpc(wk_orch *o, wk_rpc *rpc);
+
+/** Sends the new serving status to every Health.Watch stream that has another. */
+void wk_orch__health_changed(wk_orch *o);
+
+/** A closed stream that is a Health.Watch: forgets and releases it, returns true. */
+bool wk_orch__health_closed(wk_orch *o, wk_rpc *rpc);
+
+/** Ends every Health.Watch stream UNAVAILABLE (shutdown); they stay until released. */
+void wk_orch__health_finish_all(wk_orch *o);
+
+/** Releases and forgets every Health.Watch stream. */
+void wk_orch__health_free_all(wk_orch *o);
+
+/* ---- wk_phase_jobs.c ----------------------------------------------------------------- */
+
+/** PREPARE_ACTIVATION: queues the activation job of rt on the threadpool. */
+void wk_orch__start_activation(wk_orch *o, wk_task_rt *rt);
+
+/** The builder phase (under the builder semaphore); reports WK_PHASE_BUILDER. */
+void wk_orch__run_builder(wk_orch *o, wk_task_rt *rt);
+
+/** START_CALLS (under the executor, and for streams the scan, semaphore). */
+void wk_orch__start_calls(wk_orch *o, wk_task_rt *rt);
+
+/** The calls are over (or failed the IO scope): reports WK_PHASE_CALLS once. */
+void wk_orch__report_calls(wk_orch *o, wk_task_rt *rt);
+
+/** The writer phase (under the plugin semaphore, on the threadpool). */
+void wk_orch__run_writer(wk_orch *o, wk_task_rt *rt);
+
+/** wk_calls' done callback (ud = the orchestrator): defers STEP_CALLS_DONE. */
+void wk_orch__calls_done(void *ud, wk_task_rt *rt);
+
+/* ---- wk_phase_sem.c ------------------------------------------------------------------ */
+
+/** Sets the semaphores' limits from the configuration (0 = unlimited). */
+void wk_orch__sems_init(wk_orch *o);
+
+/** Takes the semaphore for rt, or queues rt (with a reference) and returns false; the
+ * step runs when a holder releases. */
+bool wk_orch__sem_acquire(wk_orch *o, wk_orch__sem_id id, wk_task_rt *rt);
+
+/** Gives the semaphore back and lets the first live waiter take it. */
+void wk_orch__sem_release(wk_orch *o, wk_orch__sem_id id, wk_task_rt *rt);
+
+/** Gives back every semaphore rt holds. */
+void wk_orch__release_all_sems(wk_orch *o, wk_task_rt *rt);
+
+/* ---- wk_io_scope.c ------------------------------------------------------------------- */
+
+/** Puts rt on the list of scratch directories measured on every tick (when bounded). */
+void wk_orch__scope_track(wk_orch *o, wk_task_rt *rt);
+
+/** Takes rt off that list. */
+void wk_orch__scope_untrack(wk_orch *o, wk_task_rt *rt);
+
+/** Starts a measurement (threadpool) of every tracked scratch directory not being measured. */
+void wk_orch__scope_check_all(wk_orch *o);
+
+/* ---- wk_usage_log.c ------------------------------------------------------------------ */
+
+/** Logs task_finished with its usage record; appends the record to usage_log when set. */
+void wk_orch__log_task_finished(wk_orch *o, const wk_task_rt *rt, const wk_task_result *r);
+
+#endif

@@ -1,0 +1,52 @@
+/* wk_phase_sem.c: the phase semaphores. See wk_orch_int.h. */
+#include "app/wk_orch_int.h"
+
+void wk_orch__sems_init(wk_orch *o) {
+  o->sems[WK_ORCH__SEM_BUILDER].limit = o->cfg.builder_concurrency;
+  o->sems[WK_ORCH__SEM_SCAN].limit = o->cfg.scan_concurrency;
+  o->sems[WK_ORCH__SEM_EXECUTOR].limit = o->cfg.executor_concurrency;
+  o->sems[WK_ORCH__SEM_PLUGIN].limit = o->cfg.plugin_concurrency;
+}
+
+bool wk_orch__sem_acquire(wk_orch *o, wk_orch__sem_id id, wk_task_rt *rt) {
+  wk_orch__sem *s = &o->sems[id];
+  if (rt->sems_held & (1u << id)) return true;
+  if (s->limit == 0 || s->used < s->limit) {
+    s->used++;
+    rt->sems_held = (uint8_t)(rt->sems_held | (1u << id));
+    return true;
+  }
+  wk_task_rt_ref(rt);
+  rt->sem_next = NULL;
+  if (s->tail) {
+    s->tail->sem_next = rt;
+  } else {
+    s->head = rt;
+  }
+  s->tail = rt;
+  return false;
+}
+
+void wk_orch__sem_release(wk_orch *o, wk_orch__sem_id id, wk_task_rt *rt) {
+  wk_orch__sem *s = &o->sems[id];
+  if (!(rt->sems_held & (1u << id))) return;
+  rt->sems_held = (uint8_t)(rt->sems_held & ~(1u << id));
+  s->used--;
+  while (s->head && (s->limit == 0 || s->used < s->limit)) {
+    wk_task_rt *next = s->head;
+    s->head = next->sem_next;
+    if (!s->head) s->tail = NULL;
+    if (!next->converged) {
+      /* hand the semaphore over, then run its step later (never from inside wk_orch__exec_cmds) */
+      s->used++;
+      next->sems_held = (uint8_t)(next->sems_held | (1u << id));
+      wk_orch__defer_step(o, id == WK_ORCH__SEM_BUILDER ? WK_ORCH__STEP_BUILDER : id == WK_ORCH__SEM_PLUGIN ? WK_ORCH__STEP_WRITER : WK_ORCH__STEP_CALLS, next);
+    }
+    wk_task_rt_unref(next);
+  }
+}
+
+void wk_orch__release_all_sems(wk_orch *o, wk_task_rt *rt) {
+  for (int id = 0; id < WK_ORCH__SEM_COUNT; id++) wk_orch__sem_release(o, (wk_orch__sem_id)id, rt);
+}
+

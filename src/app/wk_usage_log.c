@@ -1,0 +1,81 @@
+/* wk_usage_log.c: the task_finished log line and its usage record (the cost of a task,
+ * per phase), also appended to the usage log file when one is configured. */
+#include "app/wk_orch_int.h"
+
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "lib/wk_log.h"
+
+/* Usage records go to the usage sink file on the threadpool (a disk write never
+ * blocks the actor); appends of one line each with O_APPEND do not interleave. */
+typedef struct usage_job {
+  uv_work_t work;
+  const char *path;
+  char *line;
+  size_t len;
+} usage_job;
+
+static void usage_write(uv_work_t *w) {
+  usage_job *j = w->data;
+  int fd = open(j->path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0640);
+  if (fd < 0) return;
+  ssize_t n = write(fd, j->line, j->len);
+  (void)n;
+  close(fd);
+}
+
+static void usage_done(uv_work_t *w, int status) {
+  (void)status;
+  usage_job *j = w->data;
+  free(j->line);
+  free(j);
+}
+
+static void append_usage(wk_orch *o, const json_t *usage) {
+  char *text = json_dumps(usage, JSON_COMPACT);
+  if (!text) return;
+  usage_job *j = calloc(1, sizeof *j);
+  if (!j) abort();
+  j->len = strlen(text);
+  j->line = realloc(text, j->len + 2);
+  if (!j->line) abort();
+  j->line[j->len++] = '\n';
+  j->path = o->cfg.usage_log;
+  j->work.data = j;
+  uv_queue_work(o->loop, &j->work, usage_write, usage_done);
+}
+
+void wk_orch__log_task_finished(wk_orch *o, const wk_task_rt *rt, const wk_task_result *r) {
+  const wk_task_statistic *s = &r->statistic;
+  json_t *f = json_pack(
+      "{s:s,s:s,s:s,s:s,s:I,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "task_id", rt->task_id,
+      "function", rt->function, "state", wk_task_state_name(r->state), "failure_code",
+      wk_failure_code_name(r->failure_code), "code_epoch", (json_int_t)r->code_epoch, "failure_message",
+      r->failure_message ? r->failure_message : "", "duration_ms",
+      (json_int_t)(s->finished_ms - s->accepted_ms), "calls_total",
+      (json_int_t)s->calls.calls_total, "calls_failed", (json_int_t)s->calls.calls_failed,
+      "executor_cpu_us", (json_int_t)s->calls.executor_cpu_us, "bytes_in",
+      (json_int_t)s->calls.bytes_in, "bytes_out", (json_int_t)s->calls.bytes_out, "accepted_unix_ms",
+      (json_int_t)(s->accepted_ms + o->wall_offset_ms));
+  if (rt->traceparent[0]) json_object_set_new(f, "traceparent", json_string(rt->traceparent));
+  /* the usage record: what the task cost, per phase */
+  json_t *usage = json_pack(
+      "{s:s,s:s,s:s,s:s,s:I,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "task_id", rt->task_id,
+      "function", rt->function, "deployment", o->cfg.deployment ? o->cfg.deployment : "",
+      "service", o->cfg.service ? o->cfg.service : "", "code_epoch", (json_int_t)r->code_epoch, "state",
+      wk_task_state_name(r->state), "cpu_us", (json_int_t)s->calls.executor_cpu_us, "wall_ms",
+      (json_int_t)(s->finished_ms - s->accepted_ms), "builder_ms",
+      (json_int_t)(s->builder_finished_ms - s->builder_started_ms), "calls_ms",
+      (json_int_t)(s->calls_finished_ms - s->calls_started_ms), "writer_ms",
+      (json_int_t)(s->writer_finished_ms - s->writer_started_ms), "bytes_in",
+      (json_int_t)s->calls.bytes_in, "bytes_out", (json_int_t)s->calls.bytes_out, "calls",
+      (json_int_t)s->calls.calls_total, "retries", (json_int_t)s->calls.calls_retried, "finished_unix_ms",
+      (json_int_t)(s->finished_ms + o->wall_offset_ms));
+  if (o->cfg.usage_log && o->cfg.usage_log[0]) append_usage(o, usage);
+  json_object_set_new(f, "usage", usage);
+  wk_log_json(WK_LOG_INFO, "task_finished", f);
+}
+
