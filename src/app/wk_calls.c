@@ -12,7 +12,7 @@
 
 /* One attempt sent to the executors. */
 struct wk_attempt {
-  wk_attempt *next, *prev; /* in rt->attempts */
+  wk_attempt *next, *prev; /* in rt->calls.attempts */
   wk_task_rt *rt;
   uint64_t call_id;
   uint64_t group;  /* for a child: its group; 0 for a top-level call */
@@ -27,13 +27,13 @@ struct wk_attempt {
 
 /* A parent's subcall request and its children's answers. */
 struct wk_subcall_group {
-  wk_subcall_group *next; /* in rt->groups */
+  wk_subcall_group *next; /* in rt->calls.groups */
   uint64_t group;
   uint64_t parent_call_id;
   uint64_t request_id;
   uint32_t count;
-  char function[129];
-  char entrypoint[257];
+  char function[WK_FUNCTION_NAME_MAX + 1];
+  char entrypoint[WK_ENTRYPOINT_MAX + 1];
   wk_frame_content content_type;
   uint8_t *args; /* count args back to back */
   size_t *offsets; /* count + 1 */
@@ -67,7 +67,7 @@ static void free_attempt(wk_calls *c, wk_task_rt *rt, wk_attempt *a) {
   if (a->prev) {
     a->prev->next = a->next;
   } else {
-    rt->attempts = a->next;
+    rt->calls.attempts = a->next;
   }
   if (a->next) a->next->prev = a->prev;
   wk_attempt **slot = &c->by_slot[wk_disp_call_slot(a->call_id)];
@@ -78,14 +78,14 @@ static void free_attempt(wk_calls *c, wk_task_rt *rt, wk_attempt *a) {
 }
 
 static wk_subcall_group *find_group(wk_task_rt *rt, uint64_t group) {
-  for (wk_subcall_group *g = rt->groups; g; g = g->next) {
+  for (wk_subcall_group *g = rt->calls.groups; g; g = g->next) {
     if (g->group == group) return g;
   }
   return NULL;
 }
 
 static void free_group(wk_task_rt *rt, wk_subcall_group *g) {
-  for (wk_subcall_group **p = &rt->groups; *p; p = &(*p)->next) {
+  for (wk_subcall_group **p = &rt->calls.groups; *p; p = &(*p)->next) {
     if (*p == g) {
       *p = g->next;
       break;
@@ -105,23 +105,23 @@ static void send_attempt(wk_calls *c, const wk_disp_action *act) {
   wk_task_rt *rt = rt_of(act->task_key);
   char stream_args[WK_STREAM_ARGS_MAX];
   wk_call_spec spec = {
-      .task_id = rt->task_id,
-      .function = rt->function,
-      .epoch = rt->epoch,
-      .code_dir = rt->code_dir,
-      .entrypoint = rt->entrypoint,
-      .content_type = rt->args_json ? WK_FRAME_CONTENT_JSON : WK_FRAME_CONTENT_BYTES,
+      .task_id = rt->req.task_id,
+      .function = rt->req.function,
+      .epoch = rt->act.epoch,
+      .code_dir = rt->act.code_dir,
+      .entrypoint = rt->req.entrypoint,
+      .content_type = rt->req.args_json ? WK_FRAME_CONTENT_JSON : WK_FRAME_CONTENT_BYTES,
       .call_index = act->index,
-      .scratch_dir = rt->scratch_dir,
-      .traceparent = rt->traceparent,
+      .scratch_dir = rt->act.scratch_dir,
+      .traceparent = rt->req.traceparent,
   };
   if (act->depth == 0) {
-    if (rt->streaming) {
-      size_t n = rt->builder_impl->stream_args(&rt->stream, act->index, stream_args, sizeof stream_args);
+    if (rt->build.streaming) {
+      size_t n = rt->build.impl->stream_args(&rt->build.stream, act->index, stream_args, sizeof stream_args);
       spec.args = (wk_frame_bytes){(const uint8_t *)stream_args, (uint32_t)n};
       spec.content_type = WK_FRAME_CONTENT_JSON;
     } else {
-      const wk_call_item *it = &rt->calls.items[act->index];
+      const wk_call_item *it = &rt->build.list.items[act->index];
       spec.args = (wk_frame_bytes){it->args, (uint32_t)it->len};
     }
   } else {
@@ -139,7 +139,7 @@ static void send_attempt(wk_calls *c, const wk_disp_action *act) {
    * moment the task converges TASK_TIMEOUT and its calls are cancelled. */
   if (act->deadline_ms != INT64_MAX) {
     int64_t deadline = act->deadline_ms;
-    if (rt->call_timeout_ms && deadline < rt->deadline_ms) deadline -= c->cfg.escalation_budget_ms;
+    if (rt->req.call_timeout_ms && deadline < rt->deadline_ms) deadline -= c->cfg.escalation_budget_ms;
     int64_t left = deadline - c->now_ms;
     spec.deadline_ms = left < 1 ? 1 : (left > UINT32_MAX ? UINT32_MAX : (uint32_t)left);
   }
@@ -149,9 +149,9 @@ static void send_attempt(wk_calls *c, const wk_disp_action *act) {
   a->call_id = act->call_id;
   a->group = act->depth ? act->group : 0;
   a->index = act->index;
-  a->next = rt->attempts;
-  if (rt->attempts) rt->attempts->prev = a;
-  rt->attempts = a;
+  a->next = rt->calls.attempts;
+  if (rt->calls.attempts) rt->calls.attempts->prev = a;
+  rt->calls.attempts = a;
   c->by_slot[wk_disp_call_slot(a->call_id)] = a;
   a->handle = c->exec->submit(c->exec->impl, &spec, a);
 }
@@ -168,21 +168,21 @@ static void record_call(wk_calls *c, const wk_disp_action *act) {
   (void)c;
   wk_task_rt *rt = rt_of(act->task_key);
   wk_attempt *a = find_attempt(c, rt, act->call_id);
-  wk_rt_call *rc = &rt->rt_calls[act->index];
+  wk_rt_call *rc = &rt->calls.outputs[act->index];
   rc->done = true;
   rc->failed = act->result != WK_DISP_OK;
-  rt->calls_done++;
+  rt->calls.done++;
   if (rc->failed) {
-    rt->calls_failed++;
-    rt->stats.calls_failed++;
+    rt->calls.failed++;
+    rt->calls.stats.calls_failed++;
   } else {
-    rt->stats.calls_succeeded++;
+    rt->calls.stats.calls_succeeded++;
   }
-  rt->stats.calls_total++;
+  rt->calls.stats.calls_total++;
   if (a && a->answered) {
     rc->encoded = a->output; /* moved */
     a->output = (wk_buf){0};
-    if (rc->failed && !rt->first_failure[0]) snprintf(rt->first_failure, sizeof rt->first_failure, "%s", a->failure);
+    if (rc->failed && !rt->calls.first_failure[0]) snprintf(rt->calls.first_failure, sizeof rt->calls.first_failure, "%s", a->failure);
   } else {
     /* the dispatcher decided without an answer (deadline backstop) */
     wk_call_outcome o = {
@@ -190,8 +190,8 @@ static void record_call(wk_calls *c, const wk_disp_action *act) {
         .error_type = wk_frame_bytes_cstr("DeadlineExceeded"),
         .error_message = wk_frame_bytes_cstr("the call got no answer before its deadline"),
     };
-    wk_task_rt_encode_output(act->index, &o, &rc->encoded, rt->first_failure[0] ? NULL : rt->first_failure,
-                             sizeof rt->first_failure);
+    wk_task_rt_encode_output(act->index, &o, &rc->encoded, rt->calls.first_failure[0] ? NULL : rt->calls.first_failure,
+                             sizeof rt->calls.first_failure);
   }
   if (a) free_attempt(c, rt, a);
 }
@@ -243,13 +243,13 @@ static void process(wk_calls *c) {
         case WK_DISP_SUBCALLS_COMPLETE: complete_group(c, act); break;
         case WK_DISP_TASK_DONE: {
           wk_disp_task_info info;
-          if (wk_disp_task_info_get(c->disp, act->task, &info) == WK_OK) rt->stats.calls_retried = info.retried;
-          rt->calls_ok = act->ok;
+          if (wk_disp_task_info_get(c->disp, act->task, &info) == WK_OK) rt->calls.stats.calls_retried = info.retried;
+          rt->calls.ok = act->ok;
           c->done(c->ud, rt);
           break;
         }
       }
-      if (act->kind == WK_DISP_CALL_DONE && rt->streaming) refill(c, rt);
+      if (act->kind == WK_DISP_CALL_DONE && rt->build.streaming) refill(c, rt);
     }
     bool more = c->out.more;
     c->out.count = 0;
@@ -261,13 +261,13 @@ static void process(wk_calls *c) {
 
 /* Hands a stream's next calls to the dispatcher while its queue for the task is low. */
 static void refill(wk_calls *c, wk_task_rt *rt) {
-  if (!rt->disp_task || rt->calls_added >= rt->calls_total) return;
-  if (wk_disp_task_queued(c->disp, rt->disp_task) >= c->cfg.stream_low_water) return;
-  uint64_t n = rt->calls_total - rt->calls_added;
+  if (!rt->calls.disp_task || rt->calls.added >= rt->build.calls_total) return;
+  if (wk_disp_task_queued(c->disp, rt->calls.disp_task) >= c->cfg.stream_low_water) return;
+  uint64_t n = rt->build.calls_total - rt->calls.added;
   if (n > c->cfg.stream_batch) n = c->cfg.stream_batch;
-  rt->calls_added += n;
+  rt->calls.added += n;
   /* actions land in the shared buffer; the caller's process() loop picks them up */
-  wk_disp_add_calls(c->disp, rt->disp_task, (uint32_t)n, rt->calls_added == rt->calls_total, c->now_ms, &c->out);
+  wk_disp_add_calls(c->disp, rt->calls.disp_task, (uint32_t)n, rt->calls.added == rt->build.calls_total, c->now_ms, &c->out);
 }
 
 /* ---- entry points -------------------------------------------------------------------- */
@@ -311,48 +311,48 @@ void wk_calls_set_capacity(wk_calls *c, uint32_t calls, int64_t now_ms) {
 
 void wk_calls_start(wk_calls *c, wk_task_rt *rt, int64_t now_ms) {
   c->now_ms = now_ms;
-  rt->rt_calls = calloc(rt->calls_total ? rt->calls_total : 1, sizeof *rt->rt_calls);
-  if (!rt->rt_calls) abort();
+  rt->calls.outputs = calloc(rt->build.calls_total ? rt->build.calls_total : 1, sizeof *rt->calls.outputs);
+  if (!rt->calls.outputs) abort();
   wk_disp_task_params p = {
       .failure_policy = rt->failure_policy,
       .max_failed_calls = rt->max_failed_calls,
       .retry = rt->retry,
-      .retry_on_executor_lost = rt->retry_on_executor_lost,
-      .call_timeout_ms = rt->call_timeout_ms ? rt->call_timeout_ms + c->cfg.escalation_budget_ms : 0,
+      .retry_on_executor_lost = rt->req.retry_on_executor_lost,
+      .call_timeout_ms = rt->req.call_timeout_ms ? rt->req.call_timeout_ms + c->cfg.escalation_budget_ms : 0,
       .task_deadline_ms = rt->deadline_ms,
   };
-  wk_err err = wk_disp_add_task(c->disp, (uint64_t)(uintptr_t)rt, &p, &rt->disp_task);
+  wk_err err = wk_disp_add_task(c->disp, (uint64_t)(uintptr_t)rt, &p, &rt->calls.disp_task);
   if (err != WK_OK) {
-    rt->disp_task = 0;
-    rt->calls_ok = false;
-    snprintf(rt->first_failure, sizeof rt->first_failure,
+    rt->calls.disp_task = 0;
+    rt->calls.ok = false;
+    snprintf(rt->calls.first_failure, sizeof rt->calls.first_failure,
              "the dispatcher cannot take the task (%s): too many tasks in their calls phase", wk_err_name(err));
     c->done(c->ud, rt);
     return;
   }
-  if (rt->streaming) {
+  if (rt->build.streaming) {
     refill(c, rt);
   } else {
-    rt->calls_added = rt->calls_total;
-    wk_disp_add_calls(c->disp, rt->disp_task, (uint32_t)rt->calls_total, true, now_ms, &c->out);
+    rt->calls.added = rt->build.calls_total;
+    wk_disp_add_calls(c->disp, rt->calls.disp_task, (uint32_t)rt->build.calls_total, true, now_ms, &c->out);
   }
   process(c);
 }
 
 void wk_calls_stop(wk_calls *c, wk_task_rt *rt, int64_t now_ms) {
   c->now_ms = now_ms;
-  if (rt->disp_task) {
-    wk_disp_cancel_task(c->disp, rt->disp_task, &c->out);
+  if (rt->calls.disp_task) {
+    wk_disp_cancel_task(c->disp, rt->calls.disp_task, &c->out);
     process(c);
-    wk_disp_remove_task(c->disp, rt->disp_task);
-    rt->disp_task = 0;
+    wk_disp_remove_task(c->disp, rt->calls.disp_task);
+    rt->calls.disp_task = 0;
   }
-  while (rt->attempts) {
-    wk_attempt *a = rt->attempts;
+  while (rt->calls.attempts) {
+    wk_attempt *a = rt->calls.attempts;
     if (a->handle && !a->answered) c->exec->cancel(c->exec->impl, a->handle);
     free_attempt(c, rt, a);
   }
-  while (rt->groups) free_group(rt, rt->groups);
+  while (rt->calls.groups) free_group(rt, rt->calls.groups);
 }
 
 static wk_disp_result disp_result(wk_call_status s) {
@@ -372,9 +372,9 @@ void wk_calls_on_result(wk_calls *c, void *call_ctx, const wk_call_outcome *o, i
   wk_task_rt *rt = a->rt;
   a->answered = true;
   a->handle = NULL;
-  rt->stats.bytes_in += o->bytes_in;
-  rt->stats.bytes_out += o->output.len;
-  rt->stats.executor_cpu_us += o->cpu_us;
+  rt->calls.stats.bytes_in += o->bytes_in;
+  rt->calls.stats.bytes_out += o->output.len;
+  rt->calls.stats.executor_cpu_us += o->cpu_us;
   if (a->group == 0) {
     /* the encoded output is kept until the task ends (100,000 of them for a big map):
      * an exact-size copy, not the encoder's growable buffer */
@@ -462,9 +462,9 @@ void wk_calls_on_subcalls(wk_calls *c, void *call_ctx, const wk_frame_subcalls *
     at += arg.len;
     g->offsets[i + 1] = at;
   }
-  g->next = rt->groups;
-  rt->groups = g;
-  rt->stats.subcalls += req->count;
+  g->next = rt->calls.groups;
+  rt->calls.groups = g;
+  rt->calls.stats.subcalls += req->count;
   process(c);
 }
 

@@ -25,7 +25,7 @@ typedef struct wk_calls_config {
   uint32_t stream_batch;        /* calls added per refill */
 } wk_calls_config;
 
-/* Called when a task's calls are over (rt->calls_ok says how). */
+/* Called when a task's calls are over (rt->calls.ok says how). */
 typedef void (*wk_calls_done_fn)(void *ud, wk_task_rt *rt);
 
 /** Creates the driver over `exec` (not owned). Returns NULL with a reason in err. */

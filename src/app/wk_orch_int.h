@@ -89,7 +89,7 @@ struct wk_orch {
   wk_orch__health_watch *health_watchers;
   bool closing;
   int handles_open;
-  uint32_t jobs; /* activation jobs on the threadpool: the orchestrator outlives them */
+  uint32_t jobs; /* wk_orch__jobs on the threadpool: the orchestrator outlives them */
   wk_task_rt *scopes; /* runtimes in their calls phase, for the IO scope bound */
 };
 
@@ -104,6 +104,23 @@ void wk_orch__run_steps(wk_orch *o);
 
 /** Executes the commands of one core call. Never calls the core (I2). */
 void wk_orch__exec_cmds(wk_orch *o, const wk_cmds *cmds);
+
+/* A threadpool job for one task: holds a reference to rt and counts in o->jobs (the
+ * orchestrator outlives its jobs). w->data points at it. */
+typedef struct wk_orch__job {
+  uv_work_t work;
+  wk_orch *o;
+  wk_task_rt *rt;
+} wk_orch__job;
+
+/** Queues work/done for rt on the loop's threadpool as a wk_orch__job. */
+void wk_orch__queue_job(wk_orch *o, wk_task_rt *rt, uv_work_cb work, uv_after_work_cb done);
+
+/** Ends a job in its done callback: frees the job, uncounts it and returns the
+ * orchestrator, with the task in *rt (the job's reference, for the caller to drop).
+ * When the orchestrator is closing it drops that reference itself, frees the
+ * orchestrator if it was the last job, and returns NULL: the caller only returns. */
+wk_orch *wk_orch__job_end(uv_work_t *w, wk_task_rt **rt);
 
 /** Frees the orchestrator once it is closing and no handle or job is left. */
 void wk_orch__maybe_free(wk_orch *o);

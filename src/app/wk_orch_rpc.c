@@ -96,7 +96,7 @@ static uint64_t request_digest(const Worker__V1__SubmitTaskRequest *req) {
 
 static void handle_submit(wk_orch *o, wk_rpc *rpc) {
   const Worker__V1__SubmitTaskRequest *req = wk_rpc_request(rpc);
-  char traceparent[64] = "";
+  char traceparent[WK_TASK_RT_TRACEPARENT_MAX + 1] = "";
   wk_rpc_metadata(rpc, "traceparent", traceparent, sizeof traceparent);
   wk_submit_request sr = {
       .task_id = req->task_id,
@@ -123,8 +123,8 @@ static void handle_submit(wk_orch *o, wk_rpc *rpc) {
   char shadow_md[8] = "";
   bool is_shadow = wk_rpc_metadata(rpc, WK_SHADOW_METADATA_KEY, shadow_md, sizeof shadow_md) &&
                    wk_shadow_is_shadow_request(shadow_md);
-  wk_task_rt *rt = wk_task_rt_create(o, req, traceparent, o->now_ms, o->cfg.core.default_task_timeout_ms);
-  if (is_shadow) rt->result_handler[0] = '\0'; /* shadow traffic never reaches a writer */
+  wk_task_rt *rt = wk_task_rt_create(o->loop, req, traceparent, is_shadow, o->now_ms,
+                                     o->cfg.core.default_task_timeout_ms);
   wk_submit_result res;
   wk_core_handle_submit(o->core, &sr, rt, o->now_ms, &res);
   if (!res.adapter_ctx_taken) wk_task_rt_unref(rt);

@@ -74,6 +74,33 @@ void wk_orch__defer_step(wk_orch *o, wk_orch__step_kind kind, wk_task_rt *rt) {
   o->steps_tail = s;
 }
 
+/* ---- threadpool jobs -------------------------------------------------------------- */
+
+void wk_orch__queue_job(wk_orch *o, wk_task_rt *rt, uv_work_cb work, uv_after_work_cb done) {
+  wk_orch__job *j = calloc(1, sizeof *j);
+  if (!j) abort();
+  j->o = o;
+  j->rt = rt;
+  j->work.data = j;
+  wk_task_rt_ref(rt);
+  o->jobs++;
+  uv_queue_work(o->loop, &j->work, work, done);
+}
+
+wk_orch *wk_orch__job_end(uv_work_t *w, wk_task_rt **rt) {
+  wk_orch__job *j = w->data;
+  wk_orch *o = j->o;
+  *rt = j->rt;
+  free(j);
+  o->jobs--;
+  if (o->closing) {
+    wk_task_rt_unref(*rt);
+    wk_orch__maybe_free(o);
+    return NULL;
+  }
+  return o;
+}
+
 /* ---- command execution ---------------------------------------------------------- */
 
 void wk_orch__exec_cmds(wk_orch *o, const wk_cmds *cmds) {

@@ -2,14 +2,18 @@
  * and their threadpool jobs. See wk_orch_int.h. */
 #include "app/wk_orch_int.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+
+#include "adapters/wk_code_store.h"
+#include "app/wk_audit.h"
 
 void wk_orch__start_calls(wk_orch *o, wk_task_rt *rt) {
   if (!wk_orch__sem_acquire(o, WK_ORCH__SEM_EXECUTOR, rt)) return;
-  if (rt->streaming && !wk_orch__sem_acquire(o, WK_ORCH__SEM_SCAN, rt)) return;
-  if (rt->calls_total == 0) {
-    rt->calls_ok = true;
+  if (rt->build.streaming && !wk_orch__sem_acquire(o, WK_ORCH__SEM_SCAN, rt)) return;
+  if (rt->build.calls_total == 0) { /* nothing to run: the phase is over, and ok */
     wk_orch__defer_step(o, WK_ORCH__STEP_CALLS_DONE, rt);
     return;
   }
@@ -21,7 +25,7 @@ void wk_orch__calls_done(void *ud, wk_task_rt *rt) { wk_orch__defer_step(ud, WK_
 
 static void phase_finished(wk_orch *o, wk_task_rt *rt, wk_phase phase, const wk_phase_outcome *out) {
   wk_transition_result tr;
-  wk_core_handle_phase_finished(o->core, rt->task_id, strlen(rt->task_id), phase, out, o->now_ms, &tr);
+  wk_core_handle_phase_finished(o->core, rt->req.task_id, strlen(rt->req.task_id), phase, out, o->now_ms, &tr);
   wk_orch__exec_cmds(o, &tr.cmds);
 }
 
@@ -29,27 +33,28 @@ void wk_orch__run_builder(wk_orch *o, wk_task_rt *rt) {
   if (!wk_orch__sem_acquire(o, WK_ORCH__SEM_BUILDER, rt)) return;
   wk_phase_outcome out = {.ok = true};
   char err[512];
-  const wk_builder *b = wk_builder_registry_find(o->cfg.builders, rt->builder);
+  const wk_builder *b = wk_builder_registry_find(o->cfg.builders, rt->req.builder);
   if (!b) {
     char names[256];
-    snprintf(err, sizeof err, "no call builder named '%s' in this worker (enabled: %s)", rt->builder,
+    snprintf(err, sizeof err, "no call builder named '%s' in this worker (enabled: %s)", rt->req.builder,
              wk_builder_registry_names(o->cfg.builders, names, sizeof names));
     out = (wk_phase_outcome){.ok = false, .failure_code = WK_FAIL_BUILDER_NOT_FOUND, .message = err};
   } else {
-    wk_builder_input in = {.args = rt->args,
-                           .args_len = rt->args_len,
-                           .json = rt->args_json,
+    wk_builder_input in = {.args = rt->req.args,
+                           .args_len = rt->req.args_len,
+                           .json = rt->req.args_json,
                            .max_calls = o->cfg.max_calls_per_task};
-    rt->builder_impl = b;
+    wk_rt_build *bd = &rt->build;
+    bd->impl = b;
     int rc;
     if (b->stream_open) {
-      rc = b->stream_open(&in, &rt->stream, err, sizeof err);
-      rt->streaming = true;
-      rt->calls_total = rt->stream.total;
+      rc = b->stream_open(&in, &bd->stream, err, sizeof err);
+      bd->streaming = true;
+      bd->calls_total = bd->stream.total;
       out.streaming = true;
     } else {
-      rc = b->build(&in, &rt->calls, err, sizeof err);
-      rt->calls_total = rt->calls.count;
+      rc = b->build(&in, &bd->list, err, sizeof err);
+      bd->calls_total = bd->list.count;
     }
     if (rc != 0) {
       out = (wk_phase_outcome){.ok = false, .failure_code = WK_FAIL_BUILDER_FAILED, .message = err};
@@ -60,25 +65,29 @@ void wk_orch__run_builder(wk_orch *o, wk_task_rt *rt) {
 }
 
 void wk_orch__report_calls(wk_orch *o, wk_task_rt *rt) {
-  if (rt->calls_reported) return;
-  rt->calls_reported = true;
+  if (rt->build.calls_reported) return;
+  rt->build.calls_reported = true;
   wk_orch__scope_untrack(o, rt);
   wk_calls_stop(o->calls, rt, o->now_ms);
   wk_orch__sem_release(o, WK_ORCH__SEM_SCAN, rt);
   wk_orch__sem_release(o, WK_ORCH__SEM_EXECUTOR, rt);
   wk_buf outputs = {0};
   wk_task_rt_collect_outputs(rt, &outputs);
-  bool ok = rt->calls_ok;
+  /* the verdict: the IO scope bound overrules the calls; no calls is a success */
+  bool ok = !rt->scope.exceeded && (rt->build.calls_total == 0 || rt->calls.ok);
   char msg[700];
   const char *message = NULL;
   wk_failure_code code = WK_FAIL_NONE;
-  if (!ok && rt->scope_exceeded) {
-    message = rt->first_failure;
-  } else if (!ok) {
-    snprintf(msg, sizeof msg, "%u of %llu calls failed; first: %s", rt->calls_failed,
-             (unsigned long long)rt->calls_total, rt->first_failure);
+  if (rt->scope.exceeded) {
+    snprintf(msg, sizeof msg,
+             "the task's scratch directory holds %llu bytes, over io_scope_max_mb (%llu bytes)",
+             (unsigned long long)rt->scope.bytes, (unsigned long long)o->cfg.io_scope_max_bytes);
     message = msg;
-  } else if (outputs.len > o->cfg.max_inline_output_bytes && !rt->result_handler[0]) {
+  } else if (!ok) {
+    snprintf(msg, sizeof msg, "%u of %llu calls failed; first: %s", rt->calls.failed,
+             (unsigned long long)rt->build.calls_total, rt->calls.first_failure);
+    message = msg;
+  } else if (outputs.len > o->cfg.max_inline_output_bytes && !rt->req.result_handler[0]) {
     snprintf(msg, sizeof msg,
              "the outputs (%zu bytes) exceed the inline limit of %zu bytes; configure a result handler",
              outputs.len, o->cfg.max_inline_output_bytes);
@@ -92,7 +101,7 @@ void wk_orch__report_calls(wk_orch *o, wk_task_rt *rt) {
       .failure_code = code,
       .message = message,
       .data = {outputs.data, outputs.len},
-      .stats = rt->stats,
+      .stats = rt->calls.stats,
   };
   phase_finished(o, rt, WK_PHASE_CALLS, &out);
   wk_buf_free(&outputs);
@@ -107,38 +116,34 @@ static const wk_writer *enabled_writer(const wk_orch *o, const char *name) {
 
 /* The writer runs on the threadpool (it blocks on fsync and the network). */
 static void on_writer_work(uv_work_t *w) {
-  wk_task_rt *rt = w->data;
+  const wk_orch__job *j = w->data;
+  wk_task_rt *rt = j->rt;
+  wk_rt_writer *wr = &rt->writer;
   wk_writer_task t = {
-      .settings = rt->orch->cfg.writer_settings,
-      .task_id = rt->task_id,
-      .function = rt->function,
-      .epoch = rt->epoch,
-      .options = rt->handler_options,
-      .n_options = rt->n_handler_options,
-      .outputs = rt->writer_outputs.data,
-      .outputs_len = rt->writer_outputs.len,
+      .settings = j->o->cfg.writer_settings,
+      .task_id = rt->req.task_id,
+      .function = rt->req.function,
+      .epoch = rt->act.epoch,
+      .options = rt->req.handler_options,
+      .n_options = rt->req.n_handler_options,
+      .outputs = wr->outputs.data,
+      .outputs_len = wr->outputs.len,
   };
-  rt->writer_rc = rt->writer->write(rt->writer, &t, &rt->writer_results, rt->writer_error,
-                                    sizeof rt->writer_error);
+  wr->rc = wr->impl->write(wr->impl, &t, &wr->results, wr->error, sizeof wr->error);
 }
 
 static void on_writer_done(uv_work_t *w, int status) {
-  wk_task_rt *rt = w->data;
-  wk_orch *o = rt->orch;
-  o->jobs--;
-  if (o->closing) {
-    wk_task_rt_unref(rt);
-    wk_orch__maybe_free(o);
-    return;
-  }
+  wk_task_rt *rt;
+  wk_orch *o = wk_orch__job_end(w, &rt);
+  if (!o) return;
   wk_orch__loop_now(o);
   wk_orch__sem_release(o, WK_ORCH__SEM_PLUGIN, rt);
   if (!rt->converged) {
-    wk_phase_outcome out = {.ok = true, .data = {rt->writer_results.data, rt->writer_results.len}};
-    if (status != 0 || rt->writer_rc != 0) {
+    wk_phase_outcome out = {.ok = true, .data = {rt->writer.results.data, rt->writer.results.len}};
+    if (status != 0 || rt->writer.rc != 0) {
       out = (wk_phase_outcome){.ok = false,
                                .failure_code = WK_FAIL_PLUGIN_FAILED,
-                               .message = status ? "the writer was cancelled" : rt->writer_error};
+                               .message = status ? "the writer was cancelled" : rt->writer.error};
     }
     phase_finished(o, rt, WK_PHASE_WRITER, &out);
   }
@@ -147,58 +152,83 @@ static void on_writer_done(uv_work_t *w, int status) {
 }
 
 void wk_orch__run_writer(wk_orch *o, wk_task_rt *rt) {
-  if (!rt->result_handler[0]) { /* outputs stay inline in the TaskResult */
+  if (!rt->req.result_handler[0]) { /* outputs stay inline in the TaskResult */
     wk_phase_outcome out = {.ok = true};
     phase_finished(o, rt, WK_PHASE_WRITER, &out);
     return;
   }
-  const wk_writer *w = enabled_writer(o, rt->result_handler);
+  const wk_writer *w = enabled_writer(o, rt->req.result_handler);
   if (!w) {
     char err[300];
     snprintf(err, sizeof err,
              "no writer plugin named '%s' is enabled and configured on this worker (known: %s)",
-             rt->result_handler, wk_writer_names());
+             rt->req.result_handler, wk_writer_names());
     wk_phase_outcome out = {.ok = false, .failure_code = WK_FAIL_PLUGIN_NOT_FOUND, .message = err};
     phase_finished(o, rt, WK_PHASE_WRITER, &out);
     return;
   }
   if (!wk_orch__sem_acquire(o, WK_ORCH__SEM_PLUGIN, rt)) return;
-  rt->writer = w;
-  wk_buf_clear(&rt->writer_outputs);
-  wk_task_rt_collect_outputs(rt, &rt->writer_outputs);
-  wk_task_rt_ref(rt);
-  rt->writer_job.data = rt;
-  o->jobs++;
-  uv_queue_work(o->loop, &rt->writer_job, on_writer_work, on_writer_done);
+  rt->writer.impl = w;
+  wk_buf_clear(&rt->writer.outputs);
+  wk_task_rt_collect_outputs(rt, &rt->writer.outputs);
+  wk_orch__queue_job(o, rt, on_writer_work, on_writer_done);
 }
 
 /* ---- activation (threadpool) ------------------------------------------------------ */
 
+/* Activation, on a threadpool thread: checks the AuditGate (allow/deny lists), resolves
+ * and pins the epoch in code_root, creates the scratch directory under scratch_root.
+ * Sets rt->act.rc 0, or -1 with its code and error. */
+static void activate(wk_task_rt *rt, const char *code_root, const char *scratch_root,
+                     const char *audit_allow, const char *audit_deny) {
+  wk_rt_activation *a = &rt->act;
+  a->rc = -1;
+  if (!wk_audit_permits(audit_allow, audit_deny, rt->req.function, a->error, sizeof a->error)) {
+    a->code = WK_FAIL_ACTIVATION_FAILED;
+    return;
+  }
+  if (wk_code_store_resolve(code_root, rt->req.function, rt->req.requested_epoch, &a->epoch, a->code_dir,
+                            sizeof a->code_dir, a->error, sizeof a->error) != 0) {
+    a->code = WK_FAIL_ACTIVATION_FAILED;
+    return;
+  }
+  /* the task id is printable ASCII but may hold '/': keep the directory name safe */
+  char safe[WK_TASK_ID_MAX + 1];
+  size_t n = strlen(rt->req.task_id);
+  for (size_t i = 0; i <= n; i++) safe[i] = rt->req.task_id[i] == '/' ? '_' : rt->req.task_id[i];
+  int len = snprintf(a->scratch_dir, sizeof a->scratch_dir, "%s/%s.%llx", scratch_root, safe,
+                     (unsigned long long)rt->slot_id);
+  if (len < 0 || (size_t)len >= sizeof a->scratch_dir || mkdir(a->scratch_dir, 0700) != 0) {
+    a->code = WK_FAIL_IO_SCOPE_FAILED;
+    snprintf(a->error, sizeof a->error,
+             "cannot create the task's scratch directory under %s: %s", scratch_root,
+             strerror(errno));
+    return;
+  }
+  a->scratch_created = true;
+  a->rc = 0;
+}
+
 static void on_activation_work(uv_work_t *w) {
-  wk_task_rt *rt = w->data;
-  const wk_orch_config *cfg = &rt->orch->cfg;
-  wk_task_rt_activate(rt, cfg->code_root, cfg->scratch_root, cfg->audit_allow, cfg->audit_deny);
+  const wk_orch__job *j = w->data;
+  const wk_orch_config *cfg = &j->o->cfg;
+  activate(j->rt, cfg->code_root, cfg->scratch_root, cfg->audit_allow, cfg->audit_deny);
 }
 
 static void on_activation_done(uv_work_t *w, int status) {
-  wk_task_rt *rt = w->data;
-  wk_orch *o = rt->orch;
-  o->jobs--;
-  if (o->closing) { /* the task was converged at close: only let go */
-    wk_task_rt_unref(rt);
-    wk_orch__maybe_free(o);
-    return;
-  }
+  wk_task_rt *rt;
+  wk_orch *o = wk_orch__job_end(w, &rt); /* NULL: the task was converged at close */
+  if (!o) return;
   wk_orch__loop_now(o);
   if (!rt->converged) {
     wk_transition_result tr;
-    if (status == 0 && rt->activation_rc == 0) {
-      wk_core_handle_activation_prepared(o->core, rt->task_id, strlen(rt->task_id), rt->slot_id,
-                                         rt->epoch, o->now_ms, &tr);
+    if (status == 0 && rt->act.rc == 0) {
+      wk_core_handle_activation_prepared(o->core, rt->req.task_id, strlen(rt->req.task_id), rt->slot_id,
+                                         rt->act.epoch, o->now_ms, &tr);
     } else {
-      const char *why = status ? "activation was cancelled" : rt->activation_error;
-      wk_core_handle_activation_failed(o->core, rt->task_id, strlen(rt->task_id),
-                                       status ? WK_FAIL_ACTIVATION_FAILED : rt->activation_code, why,
+      const char *why = status ? "activation was cancelled" : rt->act.error;
+      wk_core_handle_activation_failed(o->core, rt->req.task_id, strlen(rt->req.task_id),
+                                       status ? WK_FAIL_ACTIVATION_FAILED : rt->act.code, why,
                                        o->now_ms, &tr);
     }
     wk_orch__exec_cmds(o, &tr.cmds);
@@ -208,8 +238,5 @@ static void on_activation_done(uv_work_t *w, int status) {
 }
 
 void wk_orch__start_activation(wk_orch *o, wk_task_rt *rt) {
-  wk_task_rt_ref(rt);
-  rt->activation.data = rt;
-  o->jobs++;
-  uv_queue_work(o->loop, &rt->activation, on_activation_work, on_activation_done);
+  wk_orch__queue_job(o, rt, on_activation_work, on_activation_done);
 }

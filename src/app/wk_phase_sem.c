@@ -10,16 +10,16 @@ void wk_orch__sems_init(wk_orch *o) {
 
 bool wk_orch__sem_acquire(wk_orch *o, wk_orch__sem_id id, wk_task_rt *rt) {
   wk_orch__sem *s = &o->sems[id];
-  if (rt->sems_held & (1u << id)) return true;
+  if (rt->sem.held & (1u << id)) return true;
   if (s->limit == 0 || s->used < s->limit) {
     s->used++;
-    rt->sems_held = (uint8_t)(rt->sems_held | (1u << id));
+    rt->sem.held = (uint8_t)(rt->sem.held | (1u << id));
     return true;
   }
   wk_task_rt_ref(rt);
-  rt->sem_next = NULL;
+  rt->sem.next = NULL;
   if (s->tail) {
-    s->tail->sem_next = rt;
+    s->tail->sem.next = rt;
   } else {
     s->head = rt;
   }
@@ -29,17 +29,17 @@ bool wk_orch__sem_acquire(wk_orch *o, wk_orch__sem_id id, wk_task_rt *rt) {
 
 void wk_orch__sem_release(wk_orch *o, wk_orch__sem_id id, wk_task_rt *rt) {
   wk_orch__sem *s = &o->sems[id];
-  if (!(rt->sems_held & (1u << id))) return;
-  rt->sems_held = (uint8_t)(rt->sems_held & ~(1u << id));
+  if (!(rt->sem.held & (1u << id))) return;
+  rt->sem.held = (uint8_t)(rt->sem.held & ~(1u << id));
   s->used--;
   while (s->head && (s->limit == 0 || s->used < s->limit)) {
     wk_task_rt *next = s->head;
-    s->head = next->sem_next;
+    s->head = next->sem.next;
     if (!s->head) s->tail = NULL;
     if (!next->converged) {
       /* hand the semaphore over, then run its step later (never from inside wk_orch__exec_cmds) */
       s->used++;
-      next->sems_held = (uint8_t)(next->sems_held | (1u << id));
+      next->sem.held = (uint8_t)(next->sem.held | (1u << id));
       wk_orch__defer_step(o, id == WK_ORCH__SEM_BUILDER ? WK_ORCH__STEP_BUILDER : id == WK_ORCH__SEM_PLUGIN ? WK_ORCH__STEP_WRITER : WK_ORCH__STEP_CALLS, next);
     }
     wk_task_rt_unref(next);

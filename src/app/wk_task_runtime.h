@@ -5,7 +5,17 @@
  * scope), the call list and the calls' outputs. It holds no phase or slot truth:
  * that is WorkerCore's. Owned by the orchestrator through a reference count: one
  * reference while the core holds it as adapter_ctx (until CONVERGE), one per job in
- * flight (activation, a deferred phase step). */
+ * flight (activation, a deferred phase step).
+ *
+ * The record is made of parts, each written by one file only (others only read it):
+ *   req     wk_task_runtime.c (wk_task_rt_create), read-only afterwards
+ *   act     the activation job (wk_phase_jobs.c)
+ *   build   the builder and calls steps (wk_phase_jobs.c)
+ *   calls   the calls driver (wk_calls.c)
+ *   writer  the writer job (wk_phase_jobs.c)
+ *   sem     the phase semaphores (wk_phase_sem.c)
+ *   scope   the IO scope bound (wk_io_scope.c)
+ * The final wk_task_rt_unref frees what the parts hold. */
 #ifndef WK_TASK_RUNTIME_H
 #define WK_TASK_RUNTIME_H
 
@@ -15,14 +25,17 @@
 #include <uv.h>
 
 #include "adapters/wk_exec_adapter.h"
+#include "adapters/wk_validate.h"
 #include "core/wk_core.h"
 #include "lib/wk_buf.h"
 #include "plugins/wk_builders.h"
 #include "plugins/wk_writers.h"
 #include "worker/v1/worker.pb-c.h"
 
-typedef struct wk_orch wk_orch;
 typedef struct wk_task_rt wk_task_rt;
+
+#define WK_TASK_RT_TRACEPARENT_MAX 63u /* bytes of a W3C traceparent kept (55 for version 00) */
+#define WK_TASK_RT_MESSAGE_MAX 511u    /* bytes of a failure message a part keeps */
 
 /* The final output of one top-level call, by index. */
 typedef struct wk_rt_call {
@@ -34,90 +47,111 @@ typedef struct wk_rt_call {
 typedef struct wk_attempt wk_attempt;
 typedef struct wk_subcall_group wk_subcall_group;
 
-struct wk_task_rt {
-  wk_orch *orch;
-  uint32_t refs;
-  bool converged; /* the core handed the context back: no more core events */
-  uint8_t sems_held; /* bit per phase semaphore (wk_orchestrator.c) */
-  struct wk_task_rt *sem_next; /* in a phase semaphore's wait queue */
-
+/* The request's fields the phases use, copied at create (the core keeps the rest). */
+typedef struct wk_rt_request {
   char task_id[WK_TASK_ID_MAX + 1];
-  char function[129];
-  char entrypoint[257];
-  char builder[33];
-  char result_handler[33];
-  wk_writer_option *handler_options; /* ResultHandler.options, copied (keys and values) */
+  char function[WK_FUNCTION_NAME_MAX + 1];
+  char entrypoint[WK_ENTRYPOINT_MAX + 1];
+  char builder[WK_PLUGIN_TYPE_MAX + 1];
+  char result_handler[WK_PLUGIN_TYPE_MAX + 1]; /* "" = none (and for shadow traffic) */
+  wk_writer_option *handler_options;           /* ResultHandler.options, copied (keys and values) */
   size_t n_handler_options;
-  uv_work_t writer_job;              /* the writer phase on the threadpool */
-  const struct wk_writer *writer;
-  wk_buf writer_outputs, writer_results;
-  int writer_rc;
-  char writer_error[512];
-  char traceparent[64];
+  char traceparent[WK_TASK_RT_TRACEPARENT_MAX + 1];
   uint8_t *args;
   size_t args_len;
   bool args_json;
-  uint64_t slot_id;
   uint64_t requested_epoch;
-  wk_call_failure_policy failure_policy;
-  uint32_t max_failed_calls;
-  wk_retry_policy retry;
   bool retry_on_executor_lost;
   int64_t call_timeout_ms;
-  int64_t deadline_ms; /* monotonic */
+} wk_rt_request;
 
-  /* activation (filled by the activation job) */
-  uv_work_t activation;
+/* What activation made: the pinned epoch, the code and scratch directories. */
+typedef struct wk_rt_activation {
   uint64_t epoch;
   char code_dir[PATH_MAX];
   char scratch_dir[PATH_MAX];
   bool scratch_created;
-  int activation_rc;
-  wk_failure_code activation_code;
-  char activation_error[512];
+  int rc; /* 0, or -1 with code and error */
+  wk_failure_code code;
+  char error[WK_TASK_RT_MESSAGE_MAX + 1];
+} wk_rt_activation;
 
-  /* calls (driven by wk_calls.c) */
-  const struct wk_builder *builder_impl;
-  wk_call_list calls;       /* list builders */
+/* What the builder made, and whether the calls phase was reported. */
+typedef struct wk_rt_build {
+  const struct wk_builder *impl;
+  wk_call_list list;        /* list builders */
   bool streaming;           /* stream builders: args made per index from `stream` */
   wk_stream_state stream;
   uint64_t calls_total;     /* calls the builder makes */
-  uint64_t calls_added;     /* handed to the dispatcher so far */
+  bool calls_reported;      /* WK_PHASE_CALLS went to the core */
+} wk_rt_build;
+
+/* The calls phase as wk_calls.c drives it. */
+typedef struct wk_rt_calls {
   uint32_t disp_task;       /* 0 = not registered */
-  wk_rt_call *rt_calls;     /* calls_total entries */
+  uint64_t added;           /* calls handed to the dispatcher so far */
+  wk_rt_call *outputs;      /* calls_total entries */
   wk_attempt *attempts;     /* attempts sent and not yet over */
   wk_subcall_group *groups; /* subcall batches of this task's calls */
-  uint32_t calls_done, calls_failed;
-  bool calls_ok;            /* TASK_DONE's verdict */
-  bool calls_reported;
+  uint32_t done, failed;
+  bool ok;                  /* TASK_DONE's verdict */
   wk_call_stats stats;
-  char first_failure[512];
-  /* IO scope bound: the runtime sits on the orchestrator's list while in its calls phase */
-  wk_task_rt *scope_prev, *scope_next;
-  bool in_scope_list;
-  bool scope_measuring;      /* a size measurement is on the threadpool */
-  bool scope_exceeded;
-  uint64_t scope_bytes;      /* last measured size of the scratch directory */
-  uv_work_t scope_job;
+  char first_failure[WK_TASK_RT_MESSAGE_MAX + 1];
+} wk_rt_calls;
+
+/* The writer phase on the threadpool. */
+typedef struct wk_rt_writer {
+  const struct wk_writer *impl;
+  wk_buf outputs, results;
+  int rc;
+  char error[WK_TASK_RT_MESSAGE_MAX + 1];
+} wk_rt_writer;
+
+/* The phase semaphores the task holds or waits for. */
+typedef struct wk_rt_sem {
+  uint8_t held;             /* bit per phase semaphore */
+  struct wk_task_rt *next;  /* in a phase semaphore's wait queue */
+} wk_rt_sem;
+
+/* The IO scope bound: the runtime sits on the orchestrator's list while in its calls phase. */
+typedef struct wk_rt_scope {
+  wk_task_rt *prev, *next;
+  bool in_list;
+  bool measuring;           /* a size measurement is on the threadpool */
+  bool exceeded;
+  uint64_t bytes;           /* last measured size of the scratch directory */
+} wk_rt_scope;
+
+struct wk_task_rt {
+  uv_loop_t *loop; /* where the scratch directory is removed from */
+  uint32_t refs;
+  bool converged; /* the core handed the context back: no more core events */
+  uint64_t slot_id;
+  wk_call_failure_policy failure_policy;
+  uint32_t max_failed_calls;
+  wk_retry_policy retry;
+  int64_t deadline_ms; /* monotonic */
+
+  wk_rt_request req;
+  wk_rt_activation act;
+  wk_rt_build build;
+  wk_rt_calls calls;
+  wk_rt_writer writer;
+  wk_rt_sem sem;
+  wk_rt_scope scope;
 };
 
 /** Creates a runtime from a validated SubmitTaskRequest (copies what it needs);
- * refs = 1. `traceparent` may be NULL. */
-wk_task_rt *wk_task_rt_create(wk_orch *orch, const Worker__V1__SubmitTaskRequest *req,
-                              const char *traceparent, int64_t now_ms,
+ * refs = 1. `traceparent` may be NULL. A shadow request gets no result handler (it
+ * never reaches a writer). The scratch directory is removed on `loop`'s threadpool. */
+wk_task_rt *wk_task_rt_create(uv_loop_t *loop, const Worker__V1__SubmitTaskRequest *req,
+                              const char *traceparent, bool shadow, int64_t now_ms,
                               int64_t default_timeout_ms);
 
 /** Takes / drops a reference; the last drop frees the runtime (removing its
  * scratch directory). */
 void wk_task_rt_ref(wk_task_rt *rt);
 void wk_task_rt_unref(wk_task_rt *rt);
-
-/** Activation, run on a threadpool thread: checks the AuditGate (allow/deny lists),
- * resolves and pins the epoch in `code_root`, creates the scratch directory under
- * `scratch_root`. Sets activation_rc 0, or -1 with activation_code and
- * activation_error. */
-void wk_task_rt_activate(wk_task_rt *rt, const char *code_root, const char *scratch_root,
-                         const char *audit_allow, const char *audit_deny);
 
 /** Encodes a call outcome as a TaskResult field-7 record (CallOutput `index`) into
  * `out`; `failure` (may be NULL) gets "call N failed: Type: message" on an error. */

@@ -51,8 +51,8 @@ static void append_usage(wk_orch *o, const json_t *usage) {
 void wk_orch__log_task_finished(wk_orch *o, const wk_task_rt *rt, const wk_task_result *r) {
   const wk_task_statistic *s = &r->statistic;
   json_t *f = json_pack(
-      "{s:s,s:s,s:s,s:s,s:I,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "task_id", rt->task_id,
-      "function", rt->function, "state", wk_task_state_name(r->state), "failure_code",
+      "{s:s,s:s,s:s,s:s,s:I,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "task_id", rt->req.task_id,
+      "function", rt->req.function, "state", wk_task_state_name(r->state), "failure_code",
       wk_failure_code_name(r->failure_code), "code_epoch", (json_int_t)r->code_epoch, "failure_message",
       r->failure_message ? r->failure_message : "", "duration_ms",
       (json_int_t)(s->finished_ms - s->accepted_ms), "calls_total",
@@ -60,11 +60,11 @@ void wk_orch__log_task_finished(wk_orch *o, const wk_task_rt *rt, const wk_task_
       "executor_cpu_us", (json_int_t)s->calls.executor_cpu_us, "bytes_in",
       (json_int_t)s->calls.bytes_in, "bytes_out", (json_int_t)s->calls.bytes_out, "accepted_unix_ms",
       (json_int_t)(s->accepted_ms + o->wall_offset_ms));
-  if (rt->traceparent[0]) json_object_set_new(f, "traceparent", json_string(rt->traceparent));
+  if (rt->req.traceparent[0]) json_object_set_new(f, "traceparent", json_string(rt->req.traceparent));
   /* the usage record: what the task cost, per phase */
   json_t *usage = json_pack(
-      "{s:s,s:s,s:s,s:s,s:I,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "task_id", rt->task_id,
-      "function", rt->function, "deployment", o->cfg.deployment ? o->cfg.deployment : "",
+      "{s:s,s:s,s:s,s:s,s:I,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "task_id", rt->req.task_id,
+      "function", rt->req.function, "deployment", o->cfg.deployment ? o->cfg.deployment : "",
       "service", o->cfg.service ? o->cfg.service : "", "code_epoch", (json_int_t)r->code_epoch, "state",
       wk_task_state_name(r->state), "cpu_us", (json_int_t)s->calls.executor_cpu_us, "wall_ms",
       (json_int_t)(s->finished_ms - s->accepted_ms), "builder_ms",
