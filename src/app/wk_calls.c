@@ -139,7 +139,11 @@ static void send_attempt(wk_calls *c, const wk_disp_action *act) {
    * moment the task converges TASK_TIMEOUT and its calls are cancelled. */
   if (act->deadline_ms != INT64_MAX) {
     int64_t deadline = act->deadline_ms;
-    if (rt->req.call_timeout_ms && deadline < rt->deadline_ms) deadline -= c->cfg.escalation_budget_ms;
+    wk_disp_task_params p; /* the task's deadline is the dispatcher's copy of the core's */
+    if (rt->req.call_timeout_ms && wk_disp_task_params_get(c->disp, act->task, &p) == WK_OK &&
+        deadline < p.task_deadline_ms) {
+      deadline -= c->cfg.escalation_budget_ms;
+    }
     int64_t left = deadline - c->now_ms;
     spec.deadline_ms = left < 1 ? 1 : (left > UINT32_MAX ? UINT32_MAX : (uint32_t)left);
   }
@@ -309,17 +313,17 @@ void wk_calls_set_capacity(wk_calls *c, uint32_t calls, int64_t now_ms) {
   process(c);
 }
 
-void wk_calls_start(wk_calls *c, wk_task_rt *rt, int64_t now_ms) {
+void wk_calls_start(wk_calls *c, wk_task_rt *rt, const wk_task_view *task, int64_t now_ms) {
   c->now_ms = now_ms;
   rt->calls.outputs = calloc(rt->build.calls_total ? rt->build.calls_total : 1, sizeof *rt->calls.outputs);
   if (!rt->calls.outputs) abort();
   wk_disp_task_params p = {
-      .failure_policy = rt->failure_policy,
-      .max_failed_calls = rt->max_failed_calls,
-      .retry = rt->retry,
+      .failure_policy = task->call_failure_policy,
+      .max_failed_calls = task->max_failed_calls,
+      .retry = task->retry,
       .retry_on_executor_lost = rt->req.retry_on_executor_lost,
       .call_timeout_ms = rt->req.call_timeout_ms ? rt->req.call_timeout_ms + c->cfg.escalation_budget_ms : 0,
-      .task_deadline_ms = rt->deadline_ms,
+      .task_deadline_ms = task->deadline_ms,
   };
   wk_err err = wk_disp_add_task(c->disp, (uint64_t)(uintptr_t)rt, &p, &rt->calls.disp_task);
   if (err != WK_OK) {

@@ -36,8 +36,9 @@ void wk_calls_destroy(wk_calls *c);
 /** Sets the dispatcher's global admission (executor capacity). */
 void wk_calls_set_capacity(wk_calls *c, uint32_t calls, int64_t now_ms);
 
-/** Starts the calls of `rt` (its call list or stream is set up). */
-void wk_calls_start(wk_calls *c, wk_task_rt *rt, int64_t now_ms);
+/** Starts the calls of `rt` (its call list or stream is set up) under the task's
+ * deadline and call policies as the core holds them (`task`, read just before). */
+void wk_calls_start(wk_calls *c, wk_task_rt *rt, const wk_task_view *task, int64_t now_ms);
 
 /** Cancels every call of `rt` still queued or running and forgets the task. */
 void wk_calls_stop(wk_calls *c, wk_task_rt *rt, int64_t now_ms);

@@ -39,7 +39,7 @@ static void scope_measured(uv_work_t *w, int status) {
   rt->scope.measuring = false;
   wk_orch *o = wk_orch__job_end(w, &rt);
   if (!o) return;
-  if (!rt->converged && rt->scope.in_list && !rt->build.calls_reported &&
+  if (!wk_orch__converged(o, rt) && rt->scope.in_list && !rt->build.calls_reported &&
       rt->scope.bytes > o->cfg.io_scope_max_bytes) {
     rt->scope.exceeded = true; /* wk_orch__report_calls fails the phase with the sizes */
     wk_orch__defer_step(o, WK_ORCH__STEP_CALLS_DONE, rt);

@@ -111,10 +111,16 @@ typedef struct wk_orch__job {
   uv_work_t work;
   wk_orch *o;
   wk_task_rt *rt;
+  uint64_t slot_id; /* activation: the slot PREPARE_ACTIVATION named (0 for other jobs) */
 } wk_orch__job;
 
-/** Queues work/done for rt on the loop's threadpool as a wk_orch__job. */
-void wk_orch__queue_job(wk_orch *o, wk_task_rt *rt, uv_work_cb work, uv_after_work_cb done);
+/** Whether the core handed rt back (CONVERGE): the core no longer holds rt as the
+ * adapter context of a live task. Read from the core, never remembered (I4). */
+bool wk_orch__converged(const wk_orch *o, const wk_task_rt *rt);
+
+/** Queues work/done for rt on the loop's threadpool as a wk_orch__job (returned;
+ * set its inputs before the loop runs again). */
+wk_orch__job *wk_orch__queue_job(wk_orch *o, wk_task_rt *rt, uv_work_cb work, uv_after_work_cb done);
 
 /** Ends a job in its done callback: frees the job, uncounts it and returns the
  * orchestrator, with the task in *rt (the job's reference, for the caller to drop).
@@ -144,8 +150,8 @@ void wk_orch__health_free_all(wk_orch *o);
 
 /* ---- wk_phase_jobs.c ----------------------------------------------------------------- */
 
-/** PREPARE_ACTIVATION: queues the activation job of rt on the threadpool. */
-void wk_orch__start_activation(wk_orch *o, wk_task_rt *rt);
+/** PREPARE_ACTIVATION for `slot_id`: queues the activation job of rt on the threadpool. */
+void wk_orch__start_activation(wk_orch *o, wk_task_rt *rt, uint64_t slot_id);
 
 /** The builder phase (under the builder semaphore); reports WK_PHASE_BUILDER. */
 void wk_orch__run_builder(wk_orch *o, wk_task_rt *rt);

@@ -123,8 +123,7 @@ static void handle_submit(wk_orch *o, wk_rpc *rpc) {
   char shadow_md[8] = "";
   bool is_shadow = wk_rpc_metadata(rpc, WK_SHADOW_METADATA_KEY, shadow_md, sizeof shadow_md) &&
                    wk_shadow_is_shadow_request(shadow_md);
-  wk_task_rt *rt = wk_task_rt_create(o->loop, req, traceparent, is_shadow, o->now_ms,
-                                     o->cfg.core.default_task_timeout_ms);
+  wk_task_rt *rt = wk_task_rt_create(o->loop, req, traceparent, is_shadow);
   wk_submit_result res;
   wk_core_handle_submit(o->core, &sr, rt, o->now_ms, &res);
   if (!res.adapter_ctx_taken) wk_task_rt_unref(rt);
@@ -132,7 +131,6 @@ static void handle_submit(wk_orch *o, wk_rpc *rpc) {
     fail_core(rpc, res.err, req->task_id);
     return;
   }
-  if (res.adapter_ctx_taken) rt->slot_id = res.slot_id;
   Worker__V1__SubmitTaskResponse resp = WORKER__V1__SUBMIT_TASK_RESPONSE__INIT;
   resp.task_id = req->task_id;
   resp.slot_id = res.slot_id;

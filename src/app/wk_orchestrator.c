@@ -76,7 +76,13 @@ void wk_orch__defer_step(wk_orch *o, wk_orch__step_kind kind, wk_task_rt *rt) {
 
 /* ---- threadpool jobs -------------------------------------------------------------- */
 
-void wk_orch__queue_job(wk_orch *o, wk_task_rt *rt, uv_work_cb work, uv_after_work_cb done) {
+bool wk_orch__converged(const wk_orch *o, const wk_task_rt *rt) {
+  wk_task_view v;
+  return wk_core_live_task(o->core, rt->req.task_id, strlen(rt->req.task_id), &v) != WK_OK ||
+         v.adapter_ctx != rt;
+}
+
+wk_orch__job *wk_orch__queue_job(wk_orch *o, wk_task_rt *rt, uv_work_cb work, uv_after_work_cb done) {
   wk_orch__job *j = calloc(1, sizeof *j);
   if (!j) abort();
   j->o = o;
@@ -85,6 +91,7 @@ void wk_orch__queue_job(wk_orch *o, wk_task_rt *rt, uv_work_cb work, uv_after_wo
   wk_task_rt_ref(rt);
   o->jobs++;
   uv_queue_work(o->loop, &j->work, work, done);
+  return j;
 }
 
 wk_orch *wk_orch__job_end(uv_work_t *w, wk_task_rt **rt) {
@@ -110,7 +117,7 @@ void wk_orch__exec_cmds(wk_orch *o, const wk_cmds *cmds) {
     const wk_task_result *r = NULL;
     switch (c->kind) {
       case WK_CMD_PREPARE_ACTIVATION:
-        wk_orch__start_activation(o, rt);
+        wk_orch__start_activation(o, rt, c->slot_id);
         break;
       case WK_CMD_START_BUILDER:
         wk_orch__defer_step(o, WK_ORCH__STEP_BUILDER, rt);
@@ -128,7 +135,6 @@ void wk_orch__exec_cmds(wk_orch *o, const wk_cmds *cmds) {
         r = c->u.converge.result;
         wk_calls_stop(o->calls, rt, o->now_ms);
         wk_orch__scope_untrack(o, rt);
-        rt->converged = true;
         wk_orch__release_all_sems(o, rt);
         wk_orch__log_task_finished(o, rt, r);
         if (o->cfg.on_task_finished) o->cfg.on_task_finished(o->cfg.on_task_finished_ud, r);
@@ -150,7 +156,7 @@ void wk_orch__run_steps(wk_orch *o) {
     wk_orch__step *s = o->steps_head;
     o->steps_head = s->next;
     if (!o->steps_head) o->steps_tail = NULL;
-    if (!s->rt->converged) {
+    if (!wk_orch__converged(o, s->rt)) {
       switch (s->kind) {
         case WK_ORCH__STEP_BUILDER: wk_orch__run_builder(o, s->rt); break;
         case WK_ORCH__STEP_WRITER: wk_orch__run_writer(o, s->rt); break;

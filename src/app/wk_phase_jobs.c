@@ -17,8 +17,10 @@ void wk_orch__start_calls(wk_orch *o, wk_task_rt *rt) {
     wk_orch__defer_step(o, WK_ORCH__STEP_CALLS_DONE, rt);
     return;
   }
+  wk_task_view task; /* the deadline and call policies, as the core holds them */
+  if (wk_core_live_task(o->core, rt->req.task_id, strlen(rt->req.task_id), &task) != WK_OK) return;
   wk_orch__scope_track(o, rt);
-  wk_calls_start(o->calls, rt, o->now_ms);
+  wk_calls_start(o->calls, rt, &task, o->now_ms);
 }
 
 void wk_orch__calls_done(void *ud, wk_task_rt *rt) { wk_orch__defer_step(ud, WK_ORCH__STEP_CALLS_DONE, rt); }
@@ -138,7 +140,7 @@ static void on_writer_done(uv_work_t *w, int status) {
   if (!o) return;
   wk_orch__loop_now(o);
   wk_orch__sem_release(o, WK_ORCH__SEM_PLUGIN, rt);
-  if (!rt->converged) {
+  if (!wk_orch__converged(o, rt)) {
     wk_phase_outcome out = {.ok = true, .data = {rt->writer.results.data, rt->writer.results.len}};
     if (status != 0 || rt->writer.rc != 0) {
       out = (wk_phase_outcome){.ok = false,
@@ -179,7 +181,7 @@ void wk_orch__run_writer(wk_orch *o, wk_task_rt *rt) {
 /* Activation, on a threadpool thread: checks the AuditGate (allow/deny lists), resolves
  * and pins the epoch in code_root, creates the scratch directory under scratch_root.
  * Sets rt->act.rc 0, or -1 with its code and error. */
-static void activate(wk_task_rt *rt, const char *code_root, const char *scratch_root,
+static void activate(wk_task_rt *rt, uint64_t slot_id, const char *code_root, const char *scratch_root,
                      const char *audit_allow, const char *audit_deny) {
   wk_rt_activation *a = &rt->act;
   a->rc = -1;
@@ -197,7 +199,7 @@ static void activate(wk_task_rt *rt, const char *code_root, const char *scratch_
   size_t n = strlen(rt->req.task_id);
   for (size_t i = 0; i <= n; i++) safe[i] = rt->req.task_id[i] == '/' ? '_' : rt->req.task_id[i];
   int len = snprintf(a->scratch_dir, sizeof a->scratch_dir, "%s/%s.%llx", scratch_root, safe,
-                     (unsigned long long)rt->slot_id);
+                     (unsigned long long)slot_id);
   if (len < 0 || (size_t)len >= sizeof a->scratch_dir || mkdir(a->scratch_dir, 0700) != 0) {
     a->code = WK_FAIL_IO_SCOPE_FAILED;
     snprintf(a->error, sizeof a->error,
@@ -212,18 +214,19 @@ static void activate(wk_task_rt *rt, const char *code_root, const char *scratch_
 static void on_activation_work(uv_work_t *w) {
   const wk_orch__job *j = w->data;
   const wk_orch_config *cfg = &j->o->cfg;
-  activate(j->rt, cfg->code_root, cfg->scratch_root, cfg->audit_allow, cfg->audit_deny);
+  activate(j->rt, j->slot_id, cfg->code_root, cfg->scratch_root, cfg->audit_allow, cfg->audit_deny);
 }
 
 static void on_activation_done(uv_work_t *w, int status) {
+  uint64_t slot_id = ((const wk_orch__job *)w->data)->slot_id;
   wk_task_rt *rt;
   wk_orch *o = wk_orch__job_end(w, &rt); /* NULL: the task was converged at close */
   if (!o) return;
   wk_orch__loop_now(o);
-  if (!rt->converged) {
+  if (!wk_orch__converged(o, rt)) {
     wk_transition_result tr;
     if (status == 0 && rt->act.rc == 0) {
-      wk_core_handle_activation_prepared(o->core, rt->req.task_id, strlen(rt->req.task_id), rt->slot_id,
+      wk_core_handle_activation_prepared(o->core, rt->req.task_id, strlen(rt->req.task_id), slot_id,
                                          rt->act.epoch, o->now_ms, &tr);
     } else {
       const char *why = status ? "activation was cancelled" : rt->act.error;
@@ -237,6 +240,6 @@ static void on_activation_done(uv_work_t *w, int status) {
   wk_orch__run_steps(o);
 }
 
-void wk_orch__start_activation(wk_orch *o, wk_task_rt *rt) {
-  wk_orch__queue_job(o, rt, on_activation_work, on_activation_done);
+void wk_orch__start_activation(wk_orch *o, wk_task_rt *rt, uint64_t slot_id) {
+  wk_orch__queue_job(o, rt, on_activation_work, on_activation_done)->slot_id = slot_id;
 }

@@ -36,7 +36,7 @@ void wk_orch__sem_release(wk_orch *o, wk_orch__sem_id id, wk_task_rt *rt) {
     wk_task_rt *next = s->head;
     s->head = next->sem.next;
     if (!s->head) s->tail = NULL;
-    if (!next->converged) {
+    if (!wk_orch__converged(o, next)) {
       /* hand the semaphore over, then run its step later (never from inside wk_orch__exec_cmds) */
       s->used++;
       next->sem.held = (uint8_t)(next->sem.held | (1u << id));

@@ -13,8 +13,7 @@ static void copy_str(char *dst, size_t cap, const char *src) {
 }
 
 wk_task_rt *wk_task_rt_create(uv_loop_t *loop, const Worker__V1__SubmitTaskRequest *req,
-                              const char *traceparent, bool shadow, int64_t now_ms,
-                              int64_t default_timeout_ms) {
+                              const char *traceparent, bool shadow) {
   wk_task_rt *rt = calloc(1, sizeof *rt);
   if (!rt) abort();
   rt->loop = loop;
@@ -47,26 +46,10 @@ wk_task_rt *wk_task_rt_create(uv_loop_t *loop, const Worker__V1__SubmitTaskReque
     memcpy(q->args, fn->args.data, q->args_len);
   }
   q->args_json = fn->content_type == WORKER__V1__CONTENT_TYPE__CONTENT_TYPE_JSON;
-  rt->slot_id = req->slot_id;
   q->requested_epoch = fn->epoch;
-  if (req->call_failure_policy) {
-    rt->failure_policy = (wk_call_failure_policy)req->call_failure_policy->mode;
-    rt->max_failed_calls = req->call_failure_policy->max_failed_calls;
-  }
-  if (req->call_retry_policy) {
-    const Worker__V1__CallRetryPolicy *p = req->call_retry_policy;
-    rt->retry = (wk_retry_policy){
-        .max_attempts = p->max_attempts,
-        .initial_backoff_ms = (int64_t)p->initial_backoff_ms,
-        .max_backoff_ms = (int64_t)p->max_backoff_ms,
-        .backoff_multiplier_milli = (uint32_t)(p->backoff_multiplier * 1000.0),
-        .retry_on_timeout = p->retry_on_timeout,
-    };
-    q->retry_on_executor_lost = p->retry_on_executor_lost;
-  }
+  /* the rest of the retry policy is the core's; this flag only the dispatcher reads */
+  if (req->call_retry_policy) q->retry_on_executor_lost = req->call_retry_policy->retry_on_executor_lost;
   q->call_timeout_ms = (int64_t)req->call_timeout_ms;
-  int64_t timeout = req->timeout_ms ? (int64_t)req->timeout_ms : default_timeout_ms;
-  rt->deadline_ms = now_ms + timeout;
   return rt;
 }
 

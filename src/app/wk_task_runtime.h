@@ -2,8 +2,9 @@
  *
  * It holds what the adapter needs to run the task's phases: a copy of the request
  * fields, the pinned epoch and code directory, the scratch directory (the task's IO
- * scope), the call list and the calls' outputs. It holds no phase or slot truth:
- * that is WorkerCore's. Owned by the orchestrator through a reference count: one
+ * scope), the call list and the calls' outputs. It holds no phase or slot truth, nor
+ * the request's deadline and call policies: those are WorkerCore's (wk_core_live_task),
+ * and whether the task converged is whether the core still holds the runtime. Owned by the orchestrator through a reference count: one
  * reference while the core holds it as adapter_ctx (until CONVERGE), one per job in
  * flight (activation, a deferred phase step).
  *
@@ -125,12 +126,6 @@ typedef struct wk_rt_scope {
 struct wk_task_rt {
   uv_loop_t *loop; /* where the scratch directory is removed from */
   uint32_t refs;
-  bool converged; /* the core handed the context back: no more core events */
-  uint64_t slot_id;
-  wk_call_failure_policy failure_policy;
-  uint32_t max_failed_calls;
-  wk_retry_policy retry;
-  int64_t deadline_ms; /* monotonic */
 
   wk_rt_request req;
   wk_rt_activation act;
@@ -141,12 +136,12 @@ struct wk_task_rt {
   wk_rt_scope scope;
 };
 
-/** Creates a runtime from a validated SubmitTaskRequest (copies what it needs);
- * refs = 1. `traceparent` may be NULL. A shadow request gets no result handler (it
- * never reaches a writer). The scratch directory is removed on `loop`'s threadpool. */
+/** Creates a runtime from a validated SubmitTaskRequest (copies what the phases use;
+ * the slot, deadline and call policies stay the core's: wk_core_live_task); refs = 1.
+ * `traceparent` may be NULL. A shadow request gets no result handler (it never
+ * reaches a writer). The scratch directory is removed on `loop`'s threadpool. */
 wk_task_rt *wk_task_rt_create(uv_loop_t *loop, const Worker__V1__SubmitTaskRequest *req,
-                              const char *traceparent, bool shadow, int64_t now_ms,
-                              int64_t default_timeout_ms);
+                              const char *traceparent, bool shadow);
 
 /** Takes / drops a reference; the last drop frees the runtime (removing its
  * scratch directory). */

@@ -802,6 +802,23 @@ wk_err wk_core_get_result(const wk_core *core, const char *task_id, size_t task_
   return WK_OK;
 }
 
+wk_err wk_core_live_task(const wk_core *core, const char *task_id, size_t task_id_len,
+                         wk_task_view *out) {
+  uint32_t i = find_task(core, task_id, task_id_len);
+  if (i == WK_NONE || core->tasks[i].stage != WK_STAGE_ACTIVE) return WK_ERR_NOT_FOUND;
+  const wk_task *t = &core->tasks[i];
+  assert(wk_heap_contains(&core->timeout_heap, i)); /* every ACTIVE task has a deadline */
+  *out = (wk_task_view){
+      .adapter_ctx = t->adapter_ctx,
+      .slot_id = t->result.slot_id,
+      .deadline_ms = wk_heap_key(&core->timeout_heap, i),
+      .call_failure_policy = (wk_call_failure_policy)t->call_failure_policy,
+      .max_failed_calls = t->max_failed_calls,
+      .retry = t->retry,
+  };
+  return WK_OK;
+}
+
 wk_heartbeat wk_core_derive_heartbeat(const wk_core *core, int64_t now_ms) {
   wk_heartbeat hb = {
       .task_slots = core->cfg.task_slots,

@@ -304,6 +304,22 @@ void wk_core_handle_slot_lease_expired(wk_core *core, uint64_t slot_id, int64_t 
 wk_err wk_core_get_result(const wk_core *core, const char *task_id, size_t task_id_len,
                           const wk_task_result **result);
 
+/* A live task's settings as the core holds them: the one copy the adapter reads. */
+typedef struct wk_task_view {
+  void *adapter_ctx;                          /* as given to wk_core_handle_submit */
+  uint64_t slot_id;
+  int64_t deadline_ms;                        /* TASK_TIMEOUT from this moment on */
+  wk_call_failure_policy call_failure_policy;
+  uint32_t max_failed_calls;
+  wk_retry_policy retry;
+} wk_task_view;
+
+/** The live (submitted, not yet terminal) task `task_id` as the core holds it, into
+ * `out`. Read-only, O(1) expected. Errors: NOT_FOUND (unknown, only reserved, or
+ * terminal: a task the core has converged has handed its adapter_ctx back). */
+wk_err wk_core_live_task(const wk_core *core, const char *task_id, size_t task_id_len,
+                         wk_task_view *out);
+
 /* ---- timers --------------------------------------------------------------- */
 
 /* A task id copied out of the core, for the timer scans. */

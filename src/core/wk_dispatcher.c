@@ -235,6 +235,13 @@ wk_err wk_disp_add_calls(wk_disp *d, uint32_t task, uint32_t n, bool last, int64
   return err;
 }
 
+wk_err wk_disp_task_params_get(const wk_disp *d, uint32_t task, wk_disp_task_params *out) {
+  const wk_dtask *t = wk_disp__task(d, task);
+  if (t == NULL || out == NULL) return WK_ERR_NOT_FOUND;
+  *out = t->p;
+  return WK_OK;
+}
+
 uint32_t wk_disp_task_queued(const wk_disp *d, uint32_t task) {
   const wk_dtask *t = wk_disp__task(d, task);
   if (t == NULL || t->state != WK_DT_LIVE) return 0;

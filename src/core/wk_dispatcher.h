@@ -235,6 +235,10 @@ wk_err wk_disp_add_task(wk_disp *d, uint64_t task_key, const wk_disp_task_params
 wk_err wk_disp_add_calls(wk_disp *d, uint32_t task, uint32_t n, bool last, int64_t now_ms,
                          wk_disp_out *out);
 
+/** The task's parameters as the dispatcher holds them (normalised: see
+ * wk_disp_add_task) into `out`. O(1). Errors: NOT_FOUND (unknown or freed handle). */
+wk_err wk_disp_task_params_get(const wk_disp *d, uint32_t task, wk_disp_task_params *out);
+
 /** Calls added but never sent yet, for streaming backpressure;
  * 0 for an unknown handle or an ended task. O(1). */
 uint32_t wk_disp_task_queued(const wk_disp *d, uint32_t task);

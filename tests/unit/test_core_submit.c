@@ -414,6 +414,43 @@ static void test_submit_slot_uncertain_stale_generation(void **state) {
   FX_SUBMIT(core, ID("b"), cur, 1, &ctx_b, 2300);
 }
 
+/* wk_core_live_task: the adapter reads a live task's slot, deadline and call policies
+ * from the core (one copy), and a task stops being live once it converged. */
+static void test_live_task_view(void **state) {
+  wk_core *core = *state;
+  wk_task_view v;
+  FX_ERR(wk_core_live_task(core, ID("t1"), &v), WK_ERR_NOT_FOUND); /* unknown */
+  wk_slot_result slot;
+  wk_core_handle_request_slot(core, ID("t1"), 0, 1000, &slot);
+  FX_ERR(slot.err, WK_OK);
+  FX_ERR(wk_core_live_task(core, ID("t1"), &v), WK_ERR_NOT_FOUND); /* reserved only */
+
+  wk_submit_request req = fx_req(ID("t1"), slot.slot_id, 7);
+  req.timeout_ms = 3000;
+  req.call_failure_policy = WK_CALL_CONTINUE;
+  req.max_failed_calls = 5;
+  req.retry.max_attempts = 3;
+  req.retry.retry_on_timeout = true;
+  wk_submit_result out;
+  wk_core_handle_submit(core, &req, &ctx_a, 1100, &out);
+  FX_ERR(out.err, WK_OK);
+  FX_ERR(wk_core_live_task(core, ID("t1"), &v), WK_OK);
+  assert_ptr_equal(v.adapter_ctx, &ctx_a);
+  assert_int_equal(v.slot_id, slot.slot_id);
+  assert_int_equal(v.deadline_ms, 1100 + 3000);
+  assert_int_equal(v.call_failure_policy, WK_CALL_CONTINUE);
+  assert_int_equal(v.max_failed_calls, 5);
+  assert_int_equal(v.retry.max_attempts, 3);
+  assert_int_equal(v.retry.initial_backoff_ms, 100);
+  assert_true(v.retry.retry_on_timeout);
+
+  wk_transition_result tr;
+  wk_core_handle_abort(core, ID("t1"), WK_FAIL_CANCELLED, "by test", 1200, &tr);
+  FX_ERR(tr.err, WK_OK);
+  FX_ERR(wk_core_live_task(core, ID("t1"), &v), WK_ERR_NOT_FOUND); /* terminal */
+  FX_INV(core);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       FX_TEST(test_submit_inline_allocates_slot),
@@ -429,6 +466,7 @@ int main(void) {
       FX_TEST(test_submit_invalid_slot),
       FX_TEST(test_submit_slot_uncertain_when_lease_lapsed),
       FX_TEST1(test_submit_slot_uncertain_stale_generation),
+      FX_TEST(test_live_task_view),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -108,6 +108,13 @@ static void test_add_task_errors_and_limits(void **state) {
   assert_int_equal(DFX_INFO(fx, again).task_key, 999);
   assert_int_equal(wk_disp_task_info_get(fx->d, 0, &info), WK_ERR_NOT_FOUND);
   assert_int_equal(wk_disp_task_info_get(fx->d, 0xffffffffu, &info), WK_ERR_NOT_FOUND);
+  /* the parameters as registered (normalised), by handle; none for a freed handle */
+  wk_disp_task_params got;
+  assert_int_equal(wk_disp_task_params_get(fx->d, again, &got), WK_OK);
+  assert_int_equal(got.task_deadline_ms, p.task_deadline_ms);
+  assert_int_equal(got.call_timeout_ms, p.call_timeout_ms);
+  assert_int_equal(got.failure_policy, p.failure_policy);
+  assert_int_equal(wk_disp_task_params_get(fx->d, hs[3], &got), WK_ERR_NOT_FOUND);
 }
 
 static void test_add_calls_errors(void **state) {
