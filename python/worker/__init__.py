@@ -37,12 +37,13 @@ class SubcallError(Exception):
     be empty) and `retryable` (the child's final status was "retryable error"; whatever
     retrying the Worker does has happened by then). str(e) is "type: message"."""
 
-    def __init__(self, type, message, traceback="", retryable=False):
-        super().__init__(type, message, traceback, retryable)
-        self.type = type
+    def __init__(self, error_type: str, message: str, traceback: str = "",
+                 retryable: bool = False) -> None:
+        super().__init__(error_type, message, traceback, retryable)
+        self.type = error_type
         self.message = message
         self.traceback = traceback
         self.retryable = retryable
 
-    def __str__(self):
-        return "%s: %s" % (self.type, self.message)
+    def __str__(self) -> str:
+        return f"{self.type}: {self.message}"
