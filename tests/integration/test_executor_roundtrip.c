@@ -72,6 +72,7 @@ static void test_raising_handler(void **state) {
   assert_true(bytes_contain(f.result.traceback, "in helper"));
   assert_true(bytes_contain(f.result.traceback, "ValueError: bad input 7"));
   assert_false(bytes_contain(f.result.traceback, "worker_executor.py")); /* executor frames trimmed */
+  assert_false(bytes_contain(f.result.traceback, "wk_executor/"));      /* (the package's too) */
   assert_bytes_str(f.result.stdout_bytes, "about to fail\n");
   assert_true(bytes_contain(f.result.stderr_bytes, "WARNING worker.fn.boom: failing now"));
 }
