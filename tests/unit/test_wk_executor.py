@@ -1,0 +1,299 @@
+#!/usr/bin/env python3
+"""Unit tests of the Python executor's pure parts (python/wk_executor): the frame codec
+against docs/executor-protocol.md (frames built here with struct, independently of the
+code under test), the loader, and the capture streams. The executor as a process is
+tested by tests/integration/test_executor_*.c.
+
+Run: /usr/bin/python3 tests/unit/test_wk_executor.py (ctest: unit.py_wk_executor).
+"""
+
+import math
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+import unittest
+
+PYTHON_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python")
+sys.path.insert(0, PYTHON_DIR)
+
+import worker  # noqa: E402
+from wk_executor import protocol as p  # noqa: E402
+from wk_executor.capture import Capture  # noqa: E402
+from wk_executor.loader import FunctionLoadError, Loader  # noqa: E402
+from wk_executor.subcalls import encode_args, outcomes, split_args  # noqa: E402
+
+
+def s(b):
+    return struct.pack("<I", len(b)) + b
+
+
+def frame(t, body=b""):
+    return struct.pack("<IB", len(body) + 1, t) + body
+
+
+def call_body(cid=7, task=b"task-1", fn=b"echo", epoch=3, code_dir=b"/code/echo/3",
+              ep=b"main:handler", ctype=0, index=2, deadline_ms=1500, scratch=b"/scratch/t",
+              tp=b"00-ab-cd-01", args=b"[1,2]"):
+    return (struct.pack("<Q", cid) + s(task) + s(fn) + struct.pack("<Q", epoch) + s(code_dir)
+            + s(ep) + struct.pack("<BII", ctype, index, deadline_ms) + s(scratch) + s(tp)
+            + s(args))
+
+
+def parse_body(parser, body, *extra):
+    """Runs a body parser the way the inbox does: on a memoryview of a buffer holding the
+    frame, with more bytes after it (a parser must stop at the frame's end)."""
+    buf = bytearray(b"\xee" * 5 + body + b"\xff" * 64)
+    with memoryview(buf) as mv:
+        return parser(mv, 5, 5 + len(body), *extra)
+
+
+class Encode(unittest.TestCase):
+    """The examples of docs/executor-protocol.md §2, byte for byte."""
+
+    def test_hello(self):
+        self.assertEqual(p.encode_hello(0x01020304).hex(" "),
+                         "09 00 00 00 01 02 00 00 00 04 03 02 01")
+
+    def test_pong(self):
+        self.assertEqual(p.encode_u64_frame(p.PONG, 0x0807060504030201),
+                         bytes.fromhex("09000000 06 0102030405060708"))
+
+    def test_stack(self):
+        self.assertEqual(p.encode_stack(7, b"ab").hex(" "),
+                         "0f 00 00 00 0b 07 00 00 00 00 00 00 00 02 00 00 00 61 62")
+
+    def test_subcalls(self):
+        want = bytes.fromhex(
+            "2c000000 08 0500000000000000 0100000000000000 02000000 7371 00000000 00"
+            " 02000000 01000000 31 03000000 5b325d")
+        got = p.encode_subcalls(5, 1, b"sq", b"", p.CONTENT_JSON, [b"1", b"[2]"])
+        self.assertEqual(got, want)
+
+    def test_subcalls_head_size(self):
+        for fn, ep in ((b"", b""), (b"square", b"main:handler")):
+            whole = p.encode_subcalls(1, 2, fn, ep, p.CONTENT_BYTES, [b"x"])
+            self.assertEqual(p.subcalls_head_size(fn, ep), len(whole) - 4 - 1)  # one 1-byte arg
+
+    def test_result(self):
+        got = p.encode_result(9, p.STATUS_RETRYABLE, p.CONTENT_BYTES, b"\x00\xff", b"E", b"msg",
+                              b"tb", 1500, 20480, b"out", b"err")
+        body = (struct.pack("<QBB", 9, 2, 1) + s(b"\x00\xff") + s(b"E") + s(b"msg") + s(b"tb")
+                + struct.pack("<QQ", 1500, 20480) + s(b"out") + s(b"err"))
+        self.assertEqual(got, frame(p.RESULT, body))
+        self.assertEqual(len(frame(p.RESULT, struct.pack("<QBB", 0, 0, 0) + s(b"") * 4
+                                   + struct.pack("<QQ", 0, 0) + s(b"") * 2)), 55)  # §2 sizes
+
+    def test_error_result(self):
+        got = p.encode_error_result(4, "Cancelled", "cancelled before it started")
+        body = (struct.pack("<QBB", 4, 1, 0) + s(b"") + s(b"Cancelled")
+                + s(b"cancelled before it started") + s(b"") + struct.pack("<QQ", 0, 0)
+                + s(b"") + s(b""))
+        self.assertEqual(got, frame(p.RESULT, body))
+
+    def test_cap_text(self):
+        self.assertEqual(p.cap_text("short é"), "short é".encode())
+        capped = p.cap_text("x" * (p.ERROR_TEXT_MAX + 10))
+        self.assertEqual(len(capped), p.ERROR_TEXT_MAX)
+        self.assertTrue(capped.endswith(b"\n[... truncated]"))
+
+
+class DecodeCall(unittest.TestCase):
+    def test_fields(self):
+        c = parse_body(p.parse_call, call_body(), 100.0)
+        self.assertEqual((c.call_id, c.task_id, c.function, c.epoch, c.code_dir, c.entrypoint),
+                         (7, "task-1", "echo", 3, "/code/echo/3", "main:handler"))
+        self.assertEqual((c.content_type, c.call_index, c.scratch_dir, c.traceparent, c.args),
+                         (0, 2, "/scratch/t", "00-ab-cd-01", b"[1,2]"))
+        self.assertAlmostEqual(c.deadline, 101.5)
+        self.assertFalse(c.cancelled)
+        self.assertIsInstance(c.args, bytes)
+
+    def test_no_deadline_bytes_args_and_bad_utf8(self):
+        c = parse_body(p.parse_call, call_body(deadline_ms=0, ctype=1, args=b"\x00\xff",
+                                               task=b"t\xff"), 5.0)
+        self.assertEqual(c.deadline, math.inf)
+        self.assertEqual((c.content_type, c.args), (1, b"\x00\xff"))
+        self.assertEqual(c.task_id.encode("utf-8", "surrogateescape"), b"t\xff")
+
+    def test_every_truncation(self):
+        body = call_body()
+        for n in range(len(body)):
+            with self.subTest(n=n), self.assertRaises(p.ProtocolError):
+                parse_body(p.parse_call, body[:n], 0.0)
+
+    def test_truncated_at_the_buffers_end(self):
+        body = call_body()
+        for n in (3, 20, len(body) - 1):
+            buf = bytearray(body[:n])
+            with self.subTest(n=n), memoryview(buf) as mv, self.assertRaises(p.ProtocolError):
+                p.parse_call(mv, 0, n, 0.0)
+
+    def test_trailing_bytes(self):
+        with self.assertRaisesRegex(p.ProtocolError, "bytes left"):
+            parse_body(p.parse_call, call_body() + b"\x00", 0.0)
+
+    def test_content_type_out_of_range(self):
+        with self.assertRaisesRegex(p.ProtocolError, "content_type 2 out of range"):
+            parse_body(p.parse_call, call_body(ctype=2), 0.0)
+
+
+class DecodeOthers(unittest.TestCase):
+    def test_u64_bodies(self):
+        self.assertEqual(parse_body(p.parse_u64_body, struct.pack("<Q", 2**64 - 1), "PING"),
+                         2**64 - 1)
+        for body in (b"", b"\x01" * 7, b"\x01" * 9):
+            with self.assertRaisesRegex(p.ProtocolError, f"CANCEL body is {len(body)} bytes"):
+                parse_body(p.parse_u64_body, body, "CANCEL")
+
+    def test_subcalls_result_example(self):
+        # SUBCALLS_RESULT request=1 [ok JSON "1"; error "E" "m"] from §2
+        whole = bytes.fromhex(
+            "34000000 09 0100000000000000 02000000"
+            " 00 00 01000000 31 00000000 00000000 00000000"
+            " 01 00 00000000 01000000 45 01000000 6d 00000000")
+        self.assertEqual(whole[4], p.SUBCALLS_RESULT)
+        req, kids = parse_body(p.parse_subcalls_result, whole[5:])
+        self.assertEqual(req, 1)
+        self.assertEqual(kids, [(0, 0, b"1", b"", b"", b""), (1, 0, b"", b"E", b"m", b"")])
+
+    def kid(self, status=0, ctype=0, out=b"", etype=b"", msg=b"", tb=b""):
+        return struct.pack("<BB", status, ctype) + s(out) + s(etype) + s(msg) + s(tb)
+
+    def test_subcalls_result_errors(self):
+        bad = {
+            "count 0": struct.pack("<QI", 1, 0),
+            "status 3": struct.pack("<QI", 1, 1) + self.kid(status=3),
+            "content_type 2": struct.pack("<QI", 1, 1) + self.kid(ctype=2),
+            "hostile count": struct.pack("<QI", 1, 0xFFFFFFFF) + self.kid(),
+            "truncated": (struct.pack("<QI", 1, 1) + self.kid(out=b"abc"))[:-2],
+            "trailing": struct.pack("<QI", 1, 1) + self.kid() + b"\x00",
+            "no count": struct.pack("<Q", 1),
+        }
+        for name, body in bad.items():
+            with self.subTest(name), self.assertRaises(p.ProtocolError):
+                parse_body(p.parse_subcalls_result, body)
+
+
+class Subcalls(unittest.TestCase):
+    def test_encode_args(self):
+        self.assertEqual(encode_args([b"a", bytearray(b"b"), memoryview(b"c")]),
+                         (p.CONTENT_BYTES, [b"a", b"b", b"c"]))
+        ctype, args = encode_args([{"k": "é"}, [1.5], None])
+        self.assertEqual((ctype, args), (p.CONTENT_JSON, ['{"k":"é"}'.encode(), b"[1.5]", b"null"]))
+        with self.assertRaises(ValueError):
+            encode_args([math.nan])
+
+    def test_split_args(self):
+        head = p.subcalls_head_size(b"f", b"")
+        limit = 4 + 1024
+        one = b"x" * (limit - head - 4)  # exactly one frame
+        self.assertEqual(split_args([one], head, 1024), [[one]])
+        self.assertEqual(split_args([one, b"", b"y"], head, 1024), [[one], [b"", b"y"]])
+        with self.assertRaisesRegex(ValueError, "subcall argument 1 is"):
+            split_args([b"a", one + b"z"], head, 1024)
+        frames = [p.encode_subcalls(1, 1, b"f", b"", 1, c) for c in split_args([one, b"y"], head, 1024)]
+        self.assertTrue(all(len(f) - 4 <= 1024 for f in frames))
+
+    def test_outcomes(self):
+        got = outcomes([(0, 0, b'{"a":1}', b"", b"", b""), (0, 1, b"\x00", b"", b"", b""),
+                        (0, 0, b"{", b"", b"", b""), (2, 0, b"", b"E", b"m\xff", b"tb")])
+        self.assertEqual(got[0], (True, {"a": 1}))
+        self.assertEqual(got[1], (True, b"\x00"))
+        self.assertFalse(got[2][0])
+        self.assertEqual(got[2][1].type, "OutputDecodeError")
+        ok, e = got[3]
+        self.assertFalse(ok)
+        self.assertIsInstance(e, worker.SubcallError)
+        self.assertEqual((e.type, e.message, e.traceback, e.retryable), ("E", "m\ufffd", "tb", True))
+        self.assertEqual(str(e), "E: m\ufffd")
+
+
+class LoaderTest(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.root = self.tmp.name
+        self.path0 = list(sys.path)
+
+    def tearDown(self):
+        self.tmp.cleanup()
+        self.assertEqual(sys.path, self.path0)  # code_dir left sys.path
+
+    def epoch(self, n, files):
+        d = os.path.join(self.root, "fn", str(n))
+        os.makedirs(d)
+        for name, text in files.items():
+            with open(os.path.join(d, name), "w") as f:
+                f.write(text)
+        return d
+
+    def test_epochs_are_isolated(self):
+        dirs = [self.epoch(n, {"helper.py": f"VERSION = {n}\n",
+                               "main.py": "import helper\n"
+                                          "def handler(args, ctx):\n"
+                                          "    return helper.VERSION\n"})
+                for n in (1, 2)]
+        loader = Loader()
+        fns = [loader.load(d, "main:handler") for d in dirs]
+        self.assertEqual([f(None, None) for f in fns], [1, 2])
+        self.assertIsNot(fns[0].__globals__, fns[1].__globals__)
+        self.assertNotIn("helper", sys.modules)  # a sibling imported plainly is not kept
+        self.assertIs(loader.load(dirs[0], "main:handler"), fns[0])  # cached
+
+    def test_dotted_entrypoint(self):
+        d = self.epoch(1, {"pkg_mod.py": "class K:\n    @staticmethod\n    def run(a, c):\n"
+                                         "        return a * 2\n"})
+        self.assertEqual(Loader().load(d, "pkg_mod:K.run")(21, None), 42)
+
+    def test_errors(self):
+        d = self.epoch(1, {"main.py": "handler = 5\n"})
+        loader = Loader()
+        cases = [(d, "main"), (d, "main:"), (d, "1main:handler"), (d, "main:handler:x"),
+                 ("relative/dir", "main:handler"), (os.path.join(self.root, "nope"), "main:handler"),
+                 (d, "main:missing"), (d, "main:handler")]
+        for code_dir, ep in cases:
+            with self.subTest(ep=ep, code_dir=code_dir), self.assertRaises(FunctionLoadError):
+                loader.load(code_dir, ep)
+
+    def test_import_error_propagates(self):
+        d = self.epoch(1, {"main.py": "import no_such_module_wk\n"})
+        with self.assertRaises(ImportError):
+            Loader().load(d, "main:handler")
+
+
+class CaptureTest(unittest.TestCase):
+    def test_nesting_and_cap(self):
+        out = Capture(64)
+        out.write("dropped between calls")
+        out.push()
+        out.write("outer ")
+        out.push()
+        out.buffer.write(b"inner")
+        self.assertEqual(out.pop(), b"inner")
+        print("more", file=out)
+        self.assertEqual(out.pop(), b"outer more\n")
+        out.push()
+        out.write("é" * 100)
+        value = out.pop()
+        self.assertLessEqual(len(value), 64)
+        self.assertTrue(value.endswith(b" of 200 bytes dropped]\n"))
+        with self.assertRaises(TypeError):
+            out.write(b"bytes")
+
+
+class Shim(unittest.TestCase):
+    def test_script_runs_the_package(self):
+        script = os.path.join(PYTHON_DIR, "worker_executor.py")
+        r = subprocess.run([sys.executable, script, "--help"], capture_output=True, text=True,
+                           timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("--rlimit-cpu-s", r.stdout)
+        r = subprocess.run([sys.executable, script, "--socket", os.path.join(PYTHON_DIR, "no.sock")],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 1)
+        self.assertRegex(r.stderr, r"^worker_executor\[\d+\]: cannot connect to ")
+
+
+if __name__ == "__main__":
+    unittest.main()
