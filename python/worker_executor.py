@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """worker_executor.py: starts the Python executor of the Worker (the package wk_executor
-beside this file; see its __init__.py and docs/executor-protocol.md).
+beside this file; see its __init__.py and docs/specs/executor-protocol.md).
 
     python3 worker_executor.py --socket PATH [--max-frame BYTES] [--capture-max BYTES]
                                [--pycache-prefix DIR] [--max-nesting N]

@@ -1,5 +1,5 @@
 """wk_executor: the Python executor process of the Worker (started by the script
-python/worker_executor.py; the wire format is in docs/executor-protocol.md, the C side
+python/worker_executor.py; the wire format is in docs/specs/executor-protocol.md, the C side
 in src/adapters/wk_frame.c).
 
 It connects to the Worker's Unix-domain socket, sends HELLO, then runs the CALL frames

@@ -1,4 +1,4 @@
-"""Per-call capture of sys.stdout and sys.stderr (docs/executor-protocol.md §4.5)."""
+"""Per-call capture of sys.stdout and sys.stderr (docs/specs/executor-protocol.md §4.5)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The socket to the Worker: RESULTs buffered and written in batches, frames written in
-order, and the read side (docs/executor-protocol.md §3)."""
+order, and the read side (docs/specs/executor-protocol.md §3)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The executor's start: command line, resource limits, connecting and HELLO, the two
-threads (docs/executor-protocol.md §1, §7)."""
+threads (docs/specs/executor-protocol.md §1, §7)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """What a function sees: the `ctx` argument of handler(args, ctx)
-(docs/executor-protocol.md §4.3)."""
+(docs/specs/executor-protocol.md §4.3)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Frames from the Worker: split the received bytes into frames and act on each, in
-order (docs/executor-protocol.md §1, §6, §7): CALLs are queued, CANCEL flags or answers,
+order (docs/specs/executor-protocol.md §1, §6, §7): CALLs are queued, CANCEL flags or answers,
 PING is answered, SHUTDOWN queues the end, EOF cancels."""
 
 from __future__ import annotations

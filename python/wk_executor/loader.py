@@ -1,5 +1,5 @@
 """Loading a function's code: one namespace per code_dir (per epoch), entry points cached
-(docs/executor-protocol.md §4.1)."""
+(docs/specs/executor-protocol.md §4.1)."""
 
 from __future__ import annotations
 

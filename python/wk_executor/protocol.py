@@ -1,4 +1,4 @@
-"""The executor's side of the frame codec (docs/executor-protocol.md §2; the C side is
+"""The executor's side of the frame codec (docs/specs/executor-protocol.md §2; the C side is
 src/adapters/wk_frame.c): frame types and enums, the encoders of the frames the
 executor sends, and the parsers of the bodies it receives. Pure: no I/O, no state
 beyond a small text cache.

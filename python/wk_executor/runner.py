@@ -1,6 +1,6 @@
 """The main thread's loop: takes the queued calls one at a time, runs each (load, decode
 the args, call the handler with its output captured, encode the outcome) and buffers its
-RESULT (docs/executor-protocol.md §3, §4)."""
+RESULT (docs/specs/executor-protocol.md §3, §4)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Subcalls: a running call asks for child calls (ctx.call / ctx.map) and waits for their
-outcomes, running the CALLs that arrive meanwhile nested (docs/executor-protocol.md §5)."""
+outcomes, running the CALLs that arrive meanwhile nested (docs/specs/executor-protocol.md §5)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Liveness while a call runs (docs/executor-protocol.md §7): the watchdog thread writes
+"""Liveness while a call runs (docs/specs/executor-protocol.md §7): the watchdog thread writes
 RESULTs a long call would hold back and takes over the socket's read side when the main
 thread has not read for a whole tick, so PING, CANCEL and STACK_REQUEST are answered
 while user code runs; and the stack capture that answers STACK_REQUEST."""

@@ -13,7 +13,7 @@
             return {"ok": False, "why": e.type}
         return {"ok": True}
 
-Standard library only; see docs/executor-protocol.md for the executor that loads it.
+Standard library only; see docs/specs/executor-protocol.md for the executor that loads it.
 """
 
 __all__ = ["Retryable", "Cancelled", "SubcallError"]

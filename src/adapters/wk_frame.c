@@ -1,5 +1,5 @@
 /* wk_frame.c: encoder, decoder and buffer of the executor wire protocol.
- * See wk_frame.h and docs/executor-protocol.md. */
+ * See wk_frame.h and docs/specs/executor-protocol.md. */
 #include "adapters/wk_frame.h"
 
 #include <assert.h>

@@ -1,4 +1,4 @@
-/* wk_frame.h: the executor wire protocol (docs/executor-protocol.md): frame types,
+/* wk_frame.h: the executor wire protocol (docs/specs/executor-protocol.md): frame types,
  * an encoder into a growable buffer and a zero-copy decoder.
  *
  * Pure: no I/O, no clock, no globals. The caller owns every socket; this module only

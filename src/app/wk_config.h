@@ -2,7 +2,7 @@
  *
  * One row per field of wk_app_config: its snake_case name, type, default, range, a
  * one-line description and its offset into the struct. The table is the single place
- * defaults live; --help, --print-config and docs/configuration.md are generated from it.
+ * defaults live; --help, --print-config and docs/specs/configuration.md are generated from it.
  *
  * Four sources fill the struct, each overriding the one before:
  *   defaults < config file (YAML, `--config PATH` or WORKER_CONFIG)
@@ -17,7 +17,7 @@
  *
  * Adding a setting: append the field to wk_app_config, a row to the table in
  * wk_config.c (test_config checks that every field has a row), a cross-field rule in
- * wk_config_validate if it needs one, and regenerate docs/configuration.md with
+ * wk_config_validate if it needs one, and regenerate docs/specs/configuration.md with
  * `worker --print-config --markdown`. */
 #ifndef WK_CONFIG_H
 #define WK_CONFIG_H
@@ -213,7 +213,7 @@ void wk_config_print(FILE *out, const wk_app_config *cfg, const wk_config_source
                      wk_config_format format);
 
 /** Prints the settings reference as a Markdown table (name, env var, flag, type,
- * default, range, description): the body of docs/configuration.md. */
+ * default, range, description): the body of docs/specs/configuration.md. */
 void wk_config_print_markdown(FILE *out);
 
 /** Prints --help: the special flags, then every setting's flag, placeholder, default

@@ -155,7 +155,7 @@ def test_file_and_env_reach_the_running_worker(worker_factory, tmp_path):
 def test_docs_configuration_md_matches_the_table(tmp_path):
     out = run_worker(["--print-config", "--markdown"], tmp_path)
     assert out.returncode == 0, out.stderr
-    with open(os.path.join(ROOT, "docs", "configuration.md")) as f:
+    with open(os.path.join(ROOT, "docs", "specs", "configuration.md")) as f:
         doc = f.read()
-    assert out.stdout in doc, ("docs/configuration.md is stale: regenerate its table with "
+    assert out.stdout in doc, ("docs/specs/configuration.md is stale: regenerate its table with "
                                "`worker --print-config --markdown`")

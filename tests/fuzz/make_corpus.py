@@ -3,7 +3,7 @@
 
   frame     executor frames, built here with struct, independently of the C encoder, so
             replaying the corpus (fuzz_frame -runs=0 corpus/frame) also checks that the
-            C decoder agrees with docs/executor-protocol.md
+            C decoder agrees with docs/specs/executor-protocol.md
   validate  a method byte, then a gRPC request message (protobuf wire format, encoded
             here by hand from proto/worker/v1/worker.proto and health.proto)
   config    config files (YAML)

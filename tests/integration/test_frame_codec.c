@@ -275,7 +275,7 @@ static void test_roundtrip_each_type(void **state) {
 
 static void test_known_bytes(void **state) {
   (void)state;
-  /* the layout spelled out in docs/executor-protocol.md */
+  /* the layout spelled out in docs/specs/executor-protocol.md */
   wk_frame f;
   memset(&f, 0, sizeof f);
   f.type = WK_FRAME_PING;
@@ -617,7 +617,7 @@ static void test_garbage(void **state) {
 
 /* ---- lists: SUBCALLS and SUBCALLS_RESULT ---------------------------------------------- */
 
-/* The examples spelled out in docs/executor-protocol.md. */
+/* The examples spelled out in docs/specs/executor-protocol.md. */
 static void test_known_bytes_subcalls(void **state) {
   (void)state;
   wk_frame_buf b;

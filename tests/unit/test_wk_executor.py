@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Unit tests of the Python executor's pure parts (python/wk_executor): the frame codec
-against docs/executor-protocol.md (frames built here with struct, independently of the
+against docs/specs/executor-protocol.md (frames built here with struct, independently of the
 code under test), the loader, and the capture streams. The executor as a process is
 tested by tests/integration/test_executor_*.c.
 
@@ -50,7 +50,7 @@ def parse_body(parser, body, *extra):
 
 
 class Encode(unittest.TestCase):
-    """The examples of docs/executor-protocol.md §2, byte for byte."""
+    """The examples of docs/specs/executor-protocol.md §2, byte for byte."""
 
     def test_hello(self):
         self.assertEqual(p.encode_hello(0x01020304).hex(" "),
