@@ -52,6 +52,6 @@ void wk_orch__scope_check_all(wk_orch *o) {
   for (wk_task_rt *rt = o->scopes; rt; rt = rt->scope.next) {
     if (rt->scope.measuring) continue;
     rt->scope.measuring = true;
-    wk_orch__queue_job(o, rt, scope_measure, scope_measured);
+    wk_orch__queue_job(o, rt, 0, scope_measure, scope_measured);
   }
 }

@@ -118,9 +118,10 @@ typedef struct wk_orch__job {
  * adapter context of a live task. Read from the core, never remembered (I4). */
 bool wk_orch__converged(const wk_orch *o, const wk_task_rt *rt);
 
-/** Queues work/done for rt on the loop's threadpool as a wk_orch__job (returned;
- * set its inputs before the loop runs again). */
-wk_orch__job *wk_orch__queue_job(wk_orch *o, wk_task_rt *rt, uv_work_cb work, uv_after_work_cb done);
+/** Queues work/done for rt on the loop's threadpool as a wk_orch__job; every input
+ * of the job is set before it is queued (work may start at once on another thread). */
+void wk_orch__queue_job(wk_orch *o, wk_task_rt *rt, uint64_t slot_id, uv_work_cb work,
+                        uv_after_work_cb done);
 
 /** Ends a job in its done callback: frees the job, uncounts it and returns the
  * orchestrator, with the task in *rt (the job's reference, for the caller to drop).

@@ -82,16 +82,17 @@ bool wk_orch__converged(const wk_orch *o, const wk_task_rt *rt) {
          v.adapter_ctx != rt;
 }
 
-wk_orch__job *wk_orch__queue_job(wk_orch *o, wk_task_rt *rt, uv_work_cb work, uv_after_work_cb done) {
+void wk_orch__queue_job(wk_orch *o, wk_task_rt *rt, uint64_t slot_id, uv_work_cb work,
+                        uv_after_work_cb done) {
   wk_orch__job *j = calloc(1, sizeof *j);
   if (!j) abort();
   j->o = o;
   j->rt = rt;
+  j->slot_id = slot_id;
   j->work.data = j;
   wk_task_rt_ref(rt);
   o->jobs++;
   uv_queue_work(o->loop, &j->work, work, done);
-  return j;
 }
 
 wk_orch *wk_orch__job_end(uv_work_t *w, wk_task_rt **rt) {

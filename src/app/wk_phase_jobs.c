@@ -173,7 +173,7 @@ void wk_orch__run_writer(wk_orch *o, wk_task_rt *rt) {
   rt->writer.impl = w;
   wk_buf_clear(&rt->writer.outputs);
   wk_task_rt_collect_outputs(rt, &rt->writer.outputs);
-  wk_orch__queue_job(o, rt, on_writer_work, on_writer_done);
+  wk_orch__queue_job(o, rt, 0, on_writer_work, on_writer_done);
 }
 
 /* ---- activation (threadpool) ------------------------------------------------------ */
@@ -241,5 +241,5 @@ static void on_activation_done(uv_work_t *w, int status) {
 }
 
 void wk_orch__start_activation(wk_orch *o, wk_task_rt *rt, uint64_t slot_id) {
-  wk_orch__queue_job(o, rt, on_activation_work, on_activation_done)->slot_id = slot_id;
+  wk_orch__queue_job(o, rt, slot_id, on_activation_work, on_activation_done);
 }
