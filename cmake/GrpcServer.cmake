@@ -6,11 +6,12 @@
 add_library(wk_validate STATIC
   ${PROJECT_SOURCE_DIR}/src/adapters/wk_validate.c)
 target_include_directories(wk_validate PUBLIC ${PROJECT_SOURCE_DIR}/src)
-target_link_libraries(wk_validate PUBLIC wk_proto m)
+target_link_libraries(wk_validate PUBLIC wk_proto PRIVATE m)
 target_compile_options(wk_validate PRIVATE ${WK_WARNINGS})
 
 add_library(wk_grpc_server STATIC
   ${PROJECT_SOURCE_DIR}/src/adapters/wk_grpc_server.c)
 target_include_directories(wk_grpc_server PUBLIC ${PROJECT_SOURCE_DIR}/src)
-target_link_libraries(wk_grpc_server PUBLIC wk_lib wk_validate wk_proto PkgConfig::GRPC Threads::Threads)
+target_link_libraries(wk_grpc_server PUBLIC PkgConfig::GRPC
+  PRIVATE wk_lib wk_validate wk_proto Threads::Threads)
 target_compile_options(wk_grpc_server PRIVATE ${WK_WARNINGS})

@@ -5,4 +5,4 @@
 add_library(wk_metrics STATIC ${PROJECT_SOURCE_DIR}/src/adapters/wk_metrics.c)
 target_include_directories(wk_metrics PUBLIC ${PROJECT_SOURCE_DIR}/src)
 target_compile_options(wk_metrics PRIVATE ${WK_WARNINGS})
-target_link_libraries(wk_metrics PUBLIC wk_lib PkgConfig::MICROHTTPD Threads::Threads m)
+target_link_libraries(wk_metrics PRIVATE wk_lib PkgConfig::MICROHTTPD Threads::Threads m)

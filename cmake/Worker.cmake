@@ -5,7 +5,7 @@
 add_library(wk_plugins STATIC src/plugins/wk_builders.c)
 target_include_directories(wk_plugins PUBLIC ${PROJECT_SOURCE_DIR}/src)
 target_compile_options(wk_plugins PRIVATE ${WK_WARNINGS})
-target_link_libraries(wk_plugins PUBLIC PkgConfig::JANSSON)
+target_link_libraries(wk_plugins PRIVATE PkgConfig::JANSSON)
 
 # The executor pool adapter (spawns and talks to the Python executors over libuv).
 add_library(wk_executor_pool STATIC
@@ -13,7 +13,7 @@ add_library(wk_executor_pool STATIC
 target_include_directories(wk_executor_pool PUBLIC ${PROJECT_SOURCE_DIR}/src)
 target_compile_definitions(wk_executor_pool PRIVATE _GNU_SOURCE)
 target_compile_options(wk_executor_pool PRIVATE ${WK_WARNINGS})
-target_link_libraries(wk_executor_pool PUBLIC wk_adapters_frame wk_log PkgConfig::LIBUV)
+target_link_libraries(wk_executor_pool PUBLIC wk_adapters_frame PkgConfig::LIBUV PRIVATE wk_log)
 
 add_library(wk_app STATIC
   src/app/wk_fs.c
@@ -35,8 +35,26 @@ add_library(wk_app STATIC
 target_include_directories(wk_app PUBLIC ${PROJECT_SOURCE_DIR}/src)
 target_compile_definitions(wk_app PRIVATE _GNU_SOURCE WK_PYTHON_DIR="${PROJECT_SOURCE_DIR}/python" WK_VERSION="${PROJECT_VERSION}")
 target_compile_options(wk_app PRIVATE ${WK_WARNINGS})
-target_link_libraries(wk_app PUBLIC wk_executor_pool wk_core wk_proto wk_adapters_frame wk_grpc_server wk_code_store wk_etcd_publisher wk_shadow wk_writers wk_metrics wk_log
-  wk_plugins PkgConfig::LIBUV PkgConfig::JANSSON PkgConfig::GRPC PkgConfig::YAML Threads::Threads)
+# PUBLIC: what the app's headers include; PRIVATE: what only its .c files use.
+target_link_libraries(wk_app
+  PUBLIC
+    wk_core
+    wk_proto
+    wk_executor_pool
+    wk_grpc_server
+    wk_etcd_publisher
+    wk_shadow
+    wk_metrics
+    wk_plugins
+    wk_writers
+    PkgConfig::LIBUV
+    PkgConfig::GRPC
+  PRIVATE
+    wk_code_store
+    wk_log
+    PkgConfig::JANSSON
+    PkgConfig::YAML
+    Threads::Threads)
 
 add_executable(worker cmd/worker/main.c)
 target_compile_options(worker PRIVATE ${WK_WARNINGS})

@@ -11,7 +11,7 @@ target_compile_options(wk_grpc_client PRIVATE ${WK_WARNINGS})
 add_library(wk_code_store STATIC ${PROJECT_SOURCE_DIR}/src/adapters/wk_code_store.c)
 target_include_directories(wk_code_store PUBLIC ${PROJECT_SOURCE_DIR}/src)
 target_compile_options(wk_code_store PRIVATE ${WK_WARNINGS})
-target_link_libraries(wk_code_store PUBLIC wk_lib)
+target_link_libraries(wk_code_store PRIVATE wk_lib)
 
 add_executable(workerctl
   ${PROJECT_SOURCE_DIR}/cmd/workerctl/main.c

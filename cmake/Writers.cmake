@@ -10,5 +10,5 @@ add_library(wk_writers STATIC
 target_include_directories(wk_writers PUBLIC ${PROJECT_SOURCE_DIR}/src)
 target_compile_definitions(wk_writers PRIVATE _GNU_SOURCE)
 target_compile_options(wk_writers PRIVATE ${WK_WARNINGS})
-target_link_libraries(wk_writers PUBLIC wk_lib wk_proto PkgConfig::JANSSON PkgConfig::HIREDIS
-  PkgConfig::LIBPQ)
+target_link_libraries(wk_writers PUBLIC wk_lib
+  PRIVATE wk_proto PkgConfig::JANSSON PkgConfig::HIREDIS PkgConfig::LIBPQ)
