@@ -1,13 +1,6 @@
-/* wk_orchestrator.c: the actor. See wk_orchestrator.h.
- *
- * Invariants kept here:
- *  I1 every core call happens on the loop thread, with the `now` of the current turn;
- *  I2 commands are executed right after the core call that returned them, and their
- *     execution never calls the core (phase steps that would are deferred), so the
- *     pointers inside a command list stay valid while it is executed;
- *  I3 a task runtime is referenced by the core until CONVERGE and by every job or
- *     deferred step in flight; CONVERGE cancels its calls, so no pool callback can
- *     reach a freed runtime. */
+/* wk_orchestrator.c: the actor: the event queue, command execution and deferred
+ * steps, the timers, the lifecycle. It keeps the invariants I1-I5 stated in
+ * wk_orchestrator.h; the other files of the actor are listed in wk_orch_int.h. */
 #include "app/wk_orchestrator.h"
 
 #include <stdio.h>
@@ -36,8 +29,15 @@ static void compute_wall_offset(wk_orch *o) {
 
 /* ---- event queue (any thread → loop) ----------------------------------------- */
 
-static void post(wk_orch *o, wk_orch__event ev) {
+/* Queues ev for the loop and wakes it. An rpc is queued only while fewer than
+ * max_queued_rpcs wait (else false: nothing queued); a close event always is. */
+static bool post(wk_orch *o, wk_orch__event ev) {
   pthread_mutex_lock(&o->mu);
+  if (ev.kind == WK_ORCH__EV_RPC && o->n_queued_rpcs >= o->cfg.max_queued_rpcs) {
+    pthread_mutex_unlock(&o->mu);
+    return false;
+  }
+  if (ev.kind == WK_ORCH__EV_RPC) o->n_queued_rpcs++;
   if (o->n_events == o->cap_events) {
     o->cap_events = o->cap_events ? o->cap_events * 2 : 64;
     o->events = realloc(o->events, o->cap_events * sizeof *o->events);
@@ -46,12 +46,31 @@ static void post(wk_orch *o, wk_orch__event ev) {
   o->events[o->n_events++] = ev;
   pthread_mutex_unlock(&o->mu);
   uv_async_send(&o->wake);
+  return true;
 }
 
-static void sink_on_rpc(void *ud, wk_rpc *rpc) { post(ud, (wk_orch__event){.kind = WK_ORCH__EV_RPC, .rpc = rpc}); }
+static void sink_on_rpc(void *ud, wk_rpc *rpc) {
+  wk_orch *o = ud;
+  if (post(o, (wk_orch__event){.kind = WK_ORCH__EV_RPC, .rpc = rpc})) return;
+  /* full: answered here, on the completion-queue thread; the loop never sees it (a
+   * stream's close event still comes, for an rpc the loop does not know) */
+  char msg[200];
+  snprintf(msg, sizeof msg,
+           "worker event queue full: %u rpcs wait for the worker's loop (max_queued_rpcs); retry later",
+           o->cfg.max_queued_rpcs);
+  wk_rpc_fail(rpc, GRPC_STATUS_UNAVAILABLE, msg);
+  wk_rpc_release(rpc);
+}
 
 static void sink_on_closed(void *ud, wk_rpc *rpc, bool cancelled) {
-  post(ud, (wk_orch__event){.kind = WK_ORCH__EV_CLOSED, .rpc = rpc, .cancelled = cancelled});
+  (void)post(ud, (wk_orch__event){.kind = WK_ORCH__EV_CLOSED, .rpc = rpc, .cancelled = cancelled});
+}
+
+uint32_t wk_orch_queued_rpcs(wk_orch *o) {
+  pthread_mutex_lock(&o->mu);
+  uint32_t n = o->n_queued_rpcs;
+  pthread_mutex_unlock(&o->mu);
+  return n;
 }
 
 wk_grpc_server_sink wk_orch_sink(wk_orch *o) {
@@ -198,6 +217,7 @@ static void on_wake(uv_async_t *a) {
   o->events = o->draining_events;
   o->cap_events = o->cap_draining;
   o->n_events = 0;
+  o->n_queued_rpcs = 0;
   pthread_mutex_unlock(&o->mu);
   wk_orch__loop_now(o);
   for (size_t i = 0; i < n; i++) {
@@ -278,6 +298,7 @@ wk_orch *wk_orch_create(uv_loop_t *loop, const wk_orch_config *cfg, char *err, s
   if (!o) abort();
   o->loop = loop;
   o->cfg = *cfg;
+  if (o->cfg.max_queued_rpcs == 0) o->cfg.max_queued_rpcs = WK_ORCH_DEFAULT_MAX_QUEUED_RPCS;
   o->core = wk_core_create(&cfg->core);
   wk_orch__sems_init(o);
   o->calls = wk_calls_create(&cfg->calls, &o->exec, wk_orch__calls_done, o, err, err_len);

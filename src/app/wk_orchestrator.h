@@ -8,7 +8,27 @@
  * what the phases need.
  *
  * Timers: a tick every `tick_ms` (lease expiry, task timeouts, watch grace, result
- * purge) and a wake-up at the core's next deadline. */
+ * purge) and a wake-up at the core's next deadline.
+ *
+ * Invariants (each has a test in tests/integration/test_orchestrator.c):
+ *  I1 every core call happens on the loop thread, with the `now` of the current turn:
+ *     other threads only queue events (the sink never touches the core), and the
+ *     event queue holds at most max_queued_rpcs rpcs;
+ *  I2 commands are executed right after the core call that returned them, once its
+ *     transition is complete (a converged task's slot is already free), and their
+ *     execution never changes the core (phase steps that would are deferred), so the
+ *     pointers inside a command list stay valid while it is executed;
+ *  I3 a task runtime is referenced by the core until CONVERGE and by every job or
+ *     deferred step in flight; CONVERGE cancels its calls, so no pool callback can
+ *     reach a freed runtime, and a job or step that ends after CONVERGE is dropped;
+ *  I4 the adapter keeps no copy of slot or phase truth, nor of what the core holds for
+ *     a task (slot, deadline, call failure and retry policies): each is read from the
+ *     core when needed (wk_core_live_task), and a task has converged exactly when the
+ *     core no longer holds its runtime;
+ *  I5 every converged task releases what it held when its CONVERGE is executed: its
+ *     calls are cancelled and the dispatcher forgets it, its phase semaphores pass to
+ *     the next waiters, it leaves the IO scope list, the core's reference is dropped;
+ *     the last reference removes its scratch directory. */
 #ifndef WK_ORCHESTRATOR_H
 #define WK_ORCHESTRATOR_H
 
@@ -23,6 +43,9 @@
 #include "plugins/wk_writers.h"
 
 typedef struct wk_orch wk_orch;
+
+/* Rpcs waiting in the event queue for the loop at most, when the configuration says 0. */
+#define WK_ORCH_DEFAULT_MAX_QUEUED_RPCS 16384u
 
 typedef struct wk_orch_config {
   wk_core_config core;
@@ -43,6 +66,10 @@ typedef struct wk_orch_config {
   uint32_t scan_concurrency;
   uint32_t executor_concurrency;
   uint32_t plugin_concurrency;
+  /* Rpcs the event queue holds for the loop at most (0 = WK_ORCH_DEFAULT_MAX_QUEUED_RPCS);
+   * one more is answered UNAVAILABLE "worker event queue full" at once and never
+   * reaches the loop (stream-close events are always queued: they give back a reference). */
+  uint32_t max_queued_rpcs;
   /* Called on the loop thread once per converged task, after its task_finished log
    * line (metrics); NULL = none. */
   void (*on_task_finished)(void *ud, const wk_task_result *r);
@@ -58,6 +85,9 @@ void wk_orch_set_executor(wk_orch *orch, wk_exec_adapter exec);
 
 /** The sink to give the gRPC server: its callbacks are safe on any thread. */
 wk_grpc_server_sink wk_orch_sink(wk_orch *orch);
+
+/** Rpcs in the event queue now, waiting for the loop (any thread). */
+uint32_t wk_orch_queued_rpcs(wk_orch *orch);
 
 /** The executor adapter's result callback; pass it with `orch` as user data. */
 void wk_orch_on_call_result(void *orch, void *call_ctx, const wk_call_outcome *outcome);

@@ -1,13 +1,15 @@
 /* Adapter integration: the orchestrator and the real gRPC server in-process, with a
  * fake executor adapter (no Python). A real gRPC client (wk_grpc_client) drives it.
- * The fake answers a call by its args: "fail" → a call error, "hang" → never (until
- * cancelled), anything else → echoes the args. */
+ * The fake answers a call by its args: "fail" → a call error, "retry" → a retryable
+ * error, "hang" → never (until cancelled), anything else → echoes the args.
+ * The second half tests the actor invariants I1-I5 (src/app/wk_orchestrator.h). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <dirent.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +41,8 @@ typedef struct fake_exec {
   wk_orch *orch;
   uv_loop_t *loop;
   int submitted, cancelled, answered;
+  uint32_t last_deadline_ms;  /* the last spec's relative deadline */
+  char last_scratch_dir[256]; /* the last spec's scratch directory */
 } fake_exec;
 
 static fake_exec fake;
@@ -55,6 +59,10 @@ static void fake_answer(uv_timer_t *t) {
       o.status = WK_CALL_ERROR;
       o.error_type = wk_frame_bytes_cstr("ValueError");
       o.error_message = wk_frame_bytes_cstr("asked to fail");
+    } else if (strcmp(c->args, "\"retry\"") == 0) {
+      o.status = WK_CALL_RETRYABLE;
+      o.error_type = wk_frame_bytes_cstr("Retryable");
+      o.error_message = wk_frame_bytes_cstr("asked to retry");
     } else {
       o.output = wk_frame_bytes_cstr(c->args);
     }
@@ -69,6 +77,8 @@ static void *fake_submit(void *impl, const wk_call_spec *spec, void *ctx) {
   c->ctx = ctx;
   snprintf(c->args, sizeof c->args, "%.*s", (int)spec->args.len, (const char *)spec->args.ptr);
   fake.submitted++;
+  fake.last_deadline_ms = spec->deadline_ms;
+  snprintf(fake.last_scratch_dir, sizeof fake.last_scratch_dir, "%s", spec->scratch_dir);
   uv_timer_init(fake.loop, &c->timer);
   c->timer.data = c;
   if (strcmp(c->args, "\"hang\"") != 0) uv_timer_start(&c->timer, fake_answer, 1, 0);
@@ -89,6 +99,10 @@ static void fake_cancel(void *impl, void *handle) {
 typedef struct harness {
   uv_loop_t loop;
   uv_async_t stop;
+  uv_async_t block; /* parks the loop thread until unblock_loop (I1) */
+  pthread_mutex_t block_mu;
+  pthread_cond_t block_cv;
+  bool blocked, parked;
   pthread_t thread;
   wk_orch *orch;
   wk_grpc_server *server;
@@ -102,6 +116,34 @@ static void on_stop(uv_async_t *a) {
   harness *h = a->data;
   wk_orch_close(h->orch);
   uv_close((uv_handle_t *)&h->stop, NULL);
+  uv_close((uv_handle_t *)&h->block, NULL);
+}
+
+/* On the loop thread: park until unblock_loop. */
+static void on_block(uv_async_t *a) {
+  harness *h = a->data;
+  pthread_mutex_lock(&h->block_mu);
+  h->parked = true;
+  pthread_cond_broadcast(&h->block_cv);
+  while (h->blocked) pthread_cond_wait(&h->block_cv, &h->block_mu);
+  h->parked = false;
+  pthread_mutex_unlock(&h->block_mu);
+}
+
+/* Parks the loop thread; returns once it is parked (nothing of the worker runs). */
+static void block_loop(harness *h) {
+  pthread_mutex_lock(&h->block_mu);
+  h->blocked = true;
+  uv_async_send(&h->block);
+  while (!h->parked) pthread_cond_wait(&h->block_cv, &h->block_mu);
+  pthread_mutex_unlock(&h->block_mu);
+}
+
+static void unblock_loop(harness *h) {
+  pthread_mutex_lock(&h->block_mu);
+  h->blocked = false;
+  pthread_cond_broadcast(&h->block_cv);
+  pthread_mutex_unlock(&h->block_mu);
 }
 
 static void *loop_main(void *arg) {
@@ -116,6 +158,9 @@ static void write_file(const char *path, const char *text) {
   fputs(text, f);
   fclose(f);
 }
+
+/* Changes the test's orchestrator configuration before it is created (NULL = none). */
+static void (*tweak_config)(wk_orch_config *cfg);
 
 static int setup(void **state) {
   harness *h = calloc(1, sizeof *h);
@@ -149,6 +194,7 @@ static int setup(void **state) {
   cfg.core.task_slots = 2;
   wk_disp_config_default(&cfg.calls.disp);
   cfg.calls.escalation_budget_ms = 100;
+  if (tweak_config) tweak_config(&cfg);
   char err[256];
   uv_loop_init(&h->loop);
   h->orch = wk_orch_create(&h->loop, &cfg, err, sizeof err);
@@ -161,6 +207,10 @@ static int setup(void **state) {
   wk_orch_set_ready(h->orch, true);
   uv_async_init(&h->loop, &h->stop, on_stop);
   h->stop.data = h;
+  uv_async_init(&h->loop, &h->block, on_block);
+  h->block.data = h;
+  pthread_mutex_init(&h->block_mu, NULL);
+  pthread_cond_init(&h->block_cv, NULL);
 
   grpc_init();
   wk_grpc_server_config scfg = {.listen_addr = "127.0.0.1:0",
@@ -188,14 +238,20 @@ static int teardown(void **state) {
   assert_int_equal(uv_loop_close(&h->loop), 0);
   grpc_shutdown();
   wk_fs_remove_tree(h->dir);
+  pthread_mutex_destroy(&h->block_mu);
+  pthread_cond_destroy(&h->block_cv);
   free(h);
+  tweak_config = NULL;
   return 0;
 }
 
 /* ---- client helpers ----------------------------------------------------------------- */
 
-static grpc_status_code submit(harness *h, const char *task_id, const char *args, uint64_t timeout_ms,
-                               Worker__V1__SubmitTaskResponse **resp) {
+/* SubmitTask of function "fn" with `args`; `retry` may be NULL; `st` (may be NULL)
+ * gets the status. */
+static grpc_status_code submit_with(harness *h, const char *task_id, const char *args, uint64_t timeout_ms,
+                                    const Worker__V1__CallRetryPolicy *retry,
+                                    Worker__V1__SubmitTaskResponse **resp, wk_grpc_status *st) {
   Worker__V1__FunctionCallConfig fn = WORKER__V1__FUNCTION_CALL_CONFIG__INIT;
   fn.name = (char *)(uintptr_t)"fn";
   fn.args.data = (uint8_t *)(uintptr_t)args;
@@ -204,15 +260,22 @@ static grpc_status_code submit(harness *h, const char *task_id, const char *args
   req.task_id = (char *)(uintptr_t)task_id;
   req.function = &fn;
   req.timeout_ms = timeout_ms;
+  req.call_retry_policy = (Worker__V1__CallRetryPolicy *)(uintptr_t)retry;
   uint8_t buf[1024];
   size_t n = worker__v1__submit_task_request__pack(&req, buf);
   wk_grpc_buf out = {0};
-  wk_grpc_status st;
+  wk_grpc_status local;
+  if (!st) st = &local;
   grpc_status_code code = wk_grpc_client_unary(h->client, "/worker.v1.WorkerService/SubmitTask",
-                                               buf, n, NULL, 0, 5000, &out, &st);
+                                               buf, n, NULL, 0, 5000, &out, st);
   if (resp) *resp = code == GRPC_STATUS_OK ? worker__v1__submit_task_response__unpack(NULL, out.len, out.data) : NULL;
   wk_grpc_buf_free(&out);
   return code;
+}
+
+static grpc_status_code submit(harness *h, const char *task_id, const char *args, uint64_t timeout_ms,
+                               Worker__V1__SubmitTaskResponse **resp) {
+  return submit_with(h, task_id, args, timeout_ms, NULL, resp, NULL);
 }
 
 static Worker__V1__TaskResult *get(harness *h, const char *task_id, grpc_status_code *code) {
@@ -300,24 +363,35 @@ static void test_timeout_cancels_the_call_and_frees_the_slot(void **state) {
   assert_int_equal(submit(h, "t-b", "1", 0, NULL), GRPC_STATUS_OK);
 }
 
+/* CancelTask; returns the task's state from the reply (0 unless OK). */
+static int cancel(harness *h, const char *task_id, grpc_status_code *code) {
+  Worker__V1__CancelTaskRequest req = WORKER__V1__CANCEL_TASK_REQUEST__INIT;
+  req.task_id = (char *)(uintptr_t)task_id;
+  uint8_t buf[64];
+  size_t n = worker__v1__cancel_task_request__pack(&req, buf);
+  wk_grpc_buf out = {0};
+  wk_grpc_status st;
+  *code = wk_grpc_client_unary(h->client, "/worker.v1.WorkerService/CancelTask", buf, n, NULL, 0, 5000,
+                               &out, &st);
+  int state = 0;
+  if (*code == GRPC_STATUS_OK) {
+    Worker__V1__TaskResult *r = worker__v1__task_result__unpack(NULL, out.len, out.data);
+    assert_non_null(r);
+    state = (int)r->state;
+    worker__v1__task_result__free_unpacked(r, NULL);
+  }
+  wk_grpc_buf_free(&out);
+  return state;
+}
+
 static void test_full_slots_and_cancel(void **state) {
   harness *h = *state;
   assert_int_equal(submit(h, "h1", "\"hang\"", 0, NULL), GRPC_STATUS_OK);
   assert_int_equal(submit(h, "h2", "\"hang\"", 0, NULL), GRPC_STATUS_OK);
   assert_int_equal(submit(h, "h3", "\"hang\"", 0, NULL), GRPC_STATUS_RESOURCE_EXHAUSTED);
-  Worker__V1__CancelTaskRequest req = WORKER__V1__CANCEL_TASK_REQUEST__INIT;
-  req.task_id = (char *)(uintptr_t)"h1";
-  uint8_t buf[64];
-  size_t n = worker__v1__cancel_task_request__pack(&req, buf);
-  wk_grpc_buf out = {0};
-  wk_grpc_status st;
-  assert_int_equal(wk_grpc_client_unary(h->client, "/worker.v1.WorkerService/CancelTask", buf, n,
-                                        NULL, 0, 5000, &out, &st),
-                   GRPC_STATUS_OK);
-  Worker__V1__TaskResult *r = worker__v1__task_result__unpack(NULL, out.len, out.data);
-  assert_int_equal(r->state, WORKER__V1__TASK_STATE__TASK_STATE_CANCELLED);
-  worker__v1__task_result__free_unpacked(r, NULL);
-  wk_grpc_buf_free(&out);
+  grpc_status_code code;
+  assert_int_equal(cancel(h, "h1", &code), WORKER__V1__TASK_STATE__TASK_STATE_CANCELLED);
+  assert_int_equal(code, GRPC_STATUS_OK);
   assert_int_equal(submit(h, "h3", "1", 0, NULL), GRPC_STATUS_OK);
 }
 
@@ -351,6 +425,225 @@ static void test_watch_stream_ends_with_terminal(void **state) {
   assert_int_equal(last_kind, WORKER__V1__TASK_EVENT__KIND__KIND_TERMINAL);
 }
 
+/* ---- the actor invariants (src/app/wk_orchestrator.h) ------------------------------- */
+
+/* An rpc made from another thread, so the test can park the loop meanwhile. */
+typedef struct bg_rpc {
+  pthread_t thread;
+  harness *h;
+  const char *task_id;
+  bool cancel; /* CancelTask, else SubmitTask of "1" */
+  grpc_status_code code;
+  int state; /* CancelTask: the state answered */
+} bg_rpc;
+
+static void *bg_rpc_main(void *arg) {
+  bg_rpc *b = arg;
+  if (b->cancel) {
+    b->state = cancel(b->h, b->task_id, &b->code);
+  } else {
+    b->code = submit(b->h, b->task_id, "1", 0, NULL);
+  }
+  return NULL;
+}
+
+static void bg_rpc_start(bg_rpc *b, harness *h, const char *task_id, bool is_cancel) {
+  *b = (bg_rpc){.h = h, .task_id = task_id, .cancel = is_cancel};
+  assert_int_equal(pthread_create(&b->thread, NULL, bg_rpc_main, b), 0);
+}
+
+/* Waits (5 s at most) until `n` rpcs wait in the orchestrator's event queue. */
+static void wait_queued(harness *h, uint32_t n) {
+  for (int i = 0; i < 500; i++) {
+    if (wk_orch_queued_rpcs(h->orch) == n) return;
+    usleep(10000);
+  }
+  fail_msg("%u rpcs never waited in the event queue (%u do)", n, wk_orch_queued_rpcs(h->orch));
+}
+
+/* Parks the loop with two rpcs waiting in its queue, in this order: a SubmitTask of
+ * `id_a`, then a SubmitTask (or a CancelTask when b_cancels) of `id_b`. */
+static void park_with_two(harness *h, bg_rpc *a, const char *id_a, bg_rpc *b, const char *id_b, bool b_cancels) {
+  block_loop(h);
+  bg_rpc_start(a, h, id_a, false);
+  wait_queued(h, 1);
+  bg_rpc_start(b, h, id_b, b_cancels);
+  wait_queued(h, 2);
+}
+
+/* Waits (5 s at most) until the scratch root holds no task directory. */
+static void wait_scratch_empty(harness *h) {
+  char path[128];
+  snprintf(path, sizeof path, "%s/scratch", h->dir);
+  for (int i = 0; i < 500; i++) {
+    DIR *d = opendir(path);
+    assert_non_null(d);
+    int entries = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;) entries += e->d_name[0] != '.';
+    closedir(d);
+    if (entries == 0) return;
+    usleep(10000);
+  }
+  fail_msg("a scratch directory was never removed");
+}
+
+/* I1: other threads only queue events. While the loop is parked a submission waits in
+ * the queue and the core has not seen it; once the loop runs it is served. */
+static void test_i1_core_only_on_the_loop(void **state) {
+  harness *h = *state;
+  block_loop(h);
+  bg_rpc b;
+  bg_rpc_start(&b, h, "i1", false);
+  wait_queued(h, 1);
+  assert_int_equal(wk_orch_live_tasks(h->orch), 0); /* read while the loop is parked */
+  unblock_loop(h);
+  pthread_join(b.thread, NULL);
+  assert_int_equal(b.code, GRPC_STATUS_OK);
+  worker__v1__task_result__free_unpacked(wait_terminal(h, "i1"), NULL);
+  assert_int_equal(wk_orch_queued_rpcs(h->orch), 0);
+}
+
+/* I1: the event queue is bounded. With max_queued_rpcs rpcs waiting, one more is
+ * answered UNAVAILABLE at once and changes nothing; the waiting ones are served. */
+static void small_queue(wk_orch_config *cfg) { cfg->max_queued_rpcs = 2; }
+static int setup_small_queue(void **state) {
+  tweak_config = small_queue;
+  return setup(state);
+}
+
+static void test_i1_event_queue_is_bounded(void **state) {
+  harness *h = *state;
+  bg_rpc a, b;
+  park_with_two(h, &a, "q1", &b, "q2", false);
+  wk_grpc_status st;
+  assert_int_equal(submit_with(h, "q3", "1", 0, NULL, NULL, &st), GRPC_STATUS_UNAVAILABLE);
+  assert_true(st.reached_server);
+  assert_non_null(strstr(st.message, "worker event queue full"));
+  assert_int_equal(wk_orch_queued_rpcs(h->orch), 2);
+  assert_int_equal(wk_orch_live_tasks(h->orch), 0);
+  unblock_loop(h);
+  pthread_join(a.thread, NULL);
+  pthread_join(b.thread, NULL);
+  assert_int_equal(a.code, GRPC_STATUS_OK);
+  assert_int_equal(b.code, GRPC_STATUS_OK);
+  worker__v1__task_result__free_unpacked(wait_terminal(h, "q1"), NULL);
+  worker__v1__task_result__free_unpacked(wait_terminal(h, "q2"), NULL);
+  grpc_status_code code;
+  assert_null(get(h, "q3", &code)); /* the refused submission left no trace */
+  assert_int_equal(code, GRPC_STATUS_NOT_FOUND);
+  assert_int_equal(fake.submitted, 2);
+}
+
+/* I2: CONVERGE is executed once the core's transition is complete. on_task_finished
+ * runs while CONVERGE is executed: the task is terminal, not live, its slot free. */
+static int i2_finished, i2_complete;
+static void i2_on_finished(void *ud, const wk_task_result *r) {
+  (void)ud;
+  wk_heartbeat hb = wk_orch_heartbeat(fake.orch);
+  i2_finished++;
+  if (wk_task_state_terminal(r->state) && wk_orch_live_tasks(fake.orch) == 0 && hb.running == 0 &&
+      hb.reserved == 0 && hb.free == hb.task_slots) {
+    i2_complete++;
+  }
+}
+static void i2_config(wk_orch_config *cfg) { cfg->on_task_finished = i2_on_finished; }
+static int setup_i2(void **state) {
+  tweak_config = i2_config;
+  i2_finished = i2_complete = 0;
+  return setup(state);
+}
+
+static void test_i2_commands_follow_the_transition(void **state) {
+  harness *h = *state;
+  assert_int_equal(submit(h, "i2-ok", "1", 0, NULL), GRPC_STATUS_OK);
+  worker__v1__task_result__free_unpacked(wait_terminal(h, "i2-ok"), NULL);
+  assert_int_equal(submit(h, "i2-hang", "\"hang\"", 200, NULL), GRPC_STATUS_OK);
+  Worker__V1__TaskResult *r = wait_terminal(h, "i2-hang");
+  assert_int_equal(r->failure_code, WORKER__V1__FAILURE_CODE__FAILURE_CODE_TASK_TIMEOUT);
+  worker__v1__task_result__free_unpacked(r, NULL);
+  assert_int_equal(i2_finished, 2);
+  assert_int_equal(i2_complete, 2);
+}
+
+/* I3: a job that ends after CONVERGE is dropped. A submission and its cancellation
+ * reach the loop in one batch: the activation job is still on the threadpool when the
+ * task converges CANCELLED; when it ends, nothing runs and the runtime is freed. */
+static void test_i3_job_after_converge_is_dropped(void **state) {
+  harness *h = *state;
+  bg_rpc sub, can;
+  park_with_two(h, &sub, "i3", &can, "i3", true);
+  unblock_loop(h);
+  pthread_join(sub.thread, NULL);
+  pthread_join(can.thread, NULL);
+  assert_int_equal(sub.code, GRPC_STATUS_OK);
+  assert_int_equal(can.code, GRPC_STATUS_OK);
+  assert_int_equal(can.state, WORKER__V1__TASK_STATE__TASK_STATE_CANCELLED);
+  Worker__V1__TaskResult *r = wait_terminal(h, "i3");
+  assert_int_equal(r->state, WORKER__V1__TASK_STATE__TASK_STATE_CANCELLED);
+  assert_int_equal(r->code_epoch, 0); /* activation's result never reached the core */
+  worker__v1__task_result__free_unpacked(r, NULL);
+  wait_scratch_empty(h); /* the job's reference was the last: the runtime is gone */
+  assert_int_equal(fake.submitted, 0);
+}
+
+/* I4: the adapter reads the core's facts. The executor gets the core's deadline and a
+ * scratch directory named after the core's slot; the dispatcher retries by the core's
+ * retry policy. */
+static void test_i4_facts_come_from_the_core(void **state) {
+  harness *h = *state;
+  Worker__V1__SubmitTaskResponse *resp;
+  assert_int_equal(submit(h, "i4-hang", "\"hang\"", 300, &resp), GRPC_STATUS_OK);
+  uint64_t slot_id = resp->slot_id;
+  worker__v1__submit_task_response__free_unpacked(resp, NULL);
+  for (int i = 0; i < 500 && fake.submitted == 0; i++) usleep(10000);
+  assert_int_equal(fake.submitted, 1);
+  assert_true(fake.last_deadline_ms > 0 && fake.last_deadline_ms <= 300);
+  char suffix[32];
+  snprintf(suffix, sizeof suffix, ".%llx", (unsigned long long)slot_id);
+  size_t n = strlen(fake.last_scratch_dir), k = strlen(suffix);
+  assert_true(n > k);
+  assert_string_equal(fake.last_scratch_dir + n - k, suffix);
+  worker__v1__task_result__free_unpacked(wait_terminal(h, "i4-hang"), NULL);
+
+  Worker__V1__CallRetryPolicy retry = WORKER__V1__CALL_RETRY_POLICY__INIT;
+  retry.max_attempts = 3;
+  retry.initial_backoff_ms = 1;
+  retry.max_backoff_ms = 2;
+  assert_int_equal(submit_with(h, "i4-retry", "\"retry\"", 0, &retry, NULL, NULL), GRPC_STATUS_OK);
+  Worker__V1__TaskResult *r = wait_terminal(h, "i4-retry");
+  assert_int_equal(r->failure_code, WORKER__V1__FAILURE_CODE__FAILURE_CODE_CALL_FAILED);
+  assert_int_equal(r->statistic->calls_retried, 2);
+  worker__v1__task_result__free_unpacked(r, NULL);
+  assert_int_equal(fake.submitted, 1 + 3);
+}
+
+/* I5: a converged task releases what it held. A task times out holding the only
+ * executor semaphore while its call hangs: the call is cancelled, the waiting task
+ * gets the semaphore and runs, and every scratch directory goes. */
+static void i5_config(wk_orch_config *cfg) {
+  cfg->executor_concurrency = 1;
+  cfg->io_scope_max_bytes = (uint64_t)1 << 30; /* tracked in the IO scope list */
+}
+static int setup_i5(void **state) {
+  tweak_config = i5_config;
+  return setup(state);
+}
+
+static void test_i5_converge_releases_everything(void **state) {
+  harness *h = *state;
+  assert_int_equal(submit(h, "i5-hang", "\"hang\"", 300, NULL), GRPC_STATUS_OK);
+  assert_int_equal(submit(h, "i5-next", "1", 0, NULL), GRPC_STATUS_OK);
+  Worker__V1__TaskResult *r = wait_terminal(h, "i5-hang");
+  assert_int_equal(r->failure_code, WORKER__V1__FAILURE_CODE__FAILURE_CODE_TASK_TIMEOUT);
+  worker__v1__task_result__free_unpacked(r, NULL);
+  r = wait_terminal(h, "i5-next");
+  assert_int_equal(r->state, WORKER__V1__TASK_STATE__TASK_STATE_SUCCEEDED);
+  worker__v1__task_result__free_unpacked(r, NULL);
+  assert_int_equal(fake.cancelled, 1);
+  assert_int_equal(fake.submitted, 2);
+  wait_scratch_empty(h);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_submit_runs_one_call_and_echoes, setup, teardown),
@@ -359,6 +652,12 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_timeout_cancels_the_call_and_frees_the_slot, setup, teardown),
       cmocka_unit_test_setup_teardown(test_full_slots_and_cancel, setup, teardown),
       cmocka_unit_test_setup_teardown(test_watch_stream_ends_with_terminal, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_i1_core_only_on_the_loop, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_i1_event_queue_is_bounded, setup_small_queue, teardown),
+      cmocka_unit_test_setup_teardown(test_i2_commands_follow_the_transition, setup_i2, teardown),
+      cmocka_unit_test_setup_teardown(test_i3_job_after_converge_is_dropped, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_i4_facts_come_from_the_core, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_i5_converge_releases_everything, setup_i5, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
