@@ -175,7 +175,7 @@ static void handle_get_result(wk_orch *o, wk_rpc *rpc) {
 
 static void handle_cancel(wk_orch *o, wk_rpc *rpc) {
   const Worker__V1__CancelTaskRequest *req = wk_rpc_request(rpc);
-  char reason[1100];
+  char reason[sizeof "cancelled: " + WK_CANCEL_REASON_MAX]; /* the reason is validated */
   snprintf(reason, sizeof reason, "cancelled: %s",
            (req->reason && req->reason[0]) ? req->reason : "by request");
   wk_transition_result tr;

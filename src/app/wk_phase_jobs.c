@@ -34,7 +34,7 @@ static void phase_finished(wk_orch *o, wk_task_rt *rt, wk_phase phase, const wk_
 void wk_orch__run_builder(wk_orch *o, wk_task_rt *rt) {
   if (!wk_orch__sem_acquire(o, WK_ORCH__SEM_BUILDER, rt)) return;
   wk_phase_outcome out = {.ok = true};
-  char err[512];
+  char err[WK_TASK_RT_MESSAGE_MAX + 1];
   const wk_builder *b = wk_builder_registry_find(o->cfg.builders, rt->req.builder);
   if (!b) {
     char names[256];
