@@ -5,7 +5,7 @@
 add_library(wk_plugins STATIC src/plugins/wk_builders.c)
 target_include_directories(wk_plugins PUBLIC ${PROJECT_SOURCE_DIR}/src)
 target_compile_options(wk_plugins PRIVATE ${WK_WARNINGS})
-target_link_libraries(wk_plugins PRIVATE PkgConfig::JANSSON)
+target_link_libraries(wk_plugins PRIVATE wk_lib PkgConfig::JANSSON)
 
 # The executor pool adapter (spawns and talks to the Python executors over libuv).
 add_library(wk_executor_pool STATIC

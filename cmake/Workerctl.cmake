@@ -5,7 +5,7 @@
 
 add_library(wk_grpc_client STATIC ${PROJECT_SOURCE_DIR}/src/adapters/wk_grpc_client.c)
 target_include_directories(wk_grpc_client PUBLIC ${PROJECT_SOURCE_DIR}/src)
-target_link_libraries(wk_grpc_client PUBLIC PkgConfig::GRPC)
+target_link_libraries(wk_grpc_client PUBLIC PkgConfig::GRPC PRIVATE wk_lib)
 target_compile_options(wk_grpc_client PRIVATE ${WK_WARNINGS})
 
 add_library(wk_code_store STATIC ${PROJECT_SOURCE_DIR}/src/adapters/wk_code_store.c)

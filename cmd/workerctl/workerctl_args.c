@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "workerctl.h"
+#include "lib/wk_alloc.h"
 
 /* ---- flags ------------------------------------------------------------------------ */
 
@@ -261,8 +262,7 @@ static int add_kv(ctl_args *a, ctl_kvs *kvs, const char *flag, const char *text)
   }
   if (kvs->n == CTL_MAX_KV) return ctl_usage_error(a, "more than %u --%s", CTL_MAX_KV, flag);
   size_t klen = (size_t)(eq - text);
-  char *key = malloc(klen + 1);
-  if (!key) abort();
+  char *key = wk_xmalloc(klen + 1);
   memcpy(key, text, klen);
   key[klen] = '\0';
   for (size_t i = 0; i < kvs->n; i++) {

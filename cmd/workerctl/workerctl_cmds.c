@@ -14,6 +14,7 @@
 #include "adapters/wk_grpc_client.h"
 #include "grpc/health/v1/health.pb-c.h"
 #include "workerctl.h"
+#include "lib/wk_alloc.h"
 
 #define M_SLOT "/worker.v1.WorkerService/RequestTaskSlot"
 #define M_SUBMIT "/worker.v1.WorkerService/SubmitTask"
@@ -106,8 +107,7 @@ static int report_decode_error(const ctl_args *a, const char *what) {
 
 static uint8_t *pack(const ProtobufCMessage *m, size_t *len) {
   *len = protobuf_c_message_get_packed_size(m);
-  uint8_t *buf = malloc(*len ? *len : 1);
-  if (!buf) abort();
+  uint8_t *buf = wk_xmalloc(*len ? *len : 1);
   protobuf_c_message_pack(m, buf);
   return buf;
 }
@@ -336,8 +336,7 @@ static int read_file(const char *path, uint8_t **out, size_t *len) {
   FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
   if (!f) return -1;
   size_t cap = 4096, n = 0;
-  uint8_t *buf = malloc(cap);
-  if (!buf) abort();
+  uint8_t *buf = wk_xmalloc(cap);
   for (;;) {
     if (n == cap) {
       if (cap >= ARGS_MAX_BYTES) {
@@ -347,8 +346,7 @@ static int read_file(const char *path, uint8_t **out, size_t *len) {
         return -1;
       }
       cap *= 2;
-      uint8_t *nb = realloc(buf, cap);
-      if (!nb) abort();
+      uint8_t *nb = wk_xrealloc(buf, cap);
       buf = nb;
     }
     size_t r = fread(buf + n, 1, cap - n, f);
@@ -533,8 +531,7 @@ int ctl_cmd_submit(ctl_args *a) {
   } else {
     const char *text = a->npos == 2 ? a->pos[1] : (raw ? "" : "null");
     args_len = strlen(text);
-    args = malloc(args_len ? args_len : 1);
-    if (!args) abort();
+    args = wk_xmalloc(args_len ? args_len : 1);
     memcpy(args, text, args_len);
   }
   int rc = CTL_EXIT_OK;
@@ -640,8 +637,7 @@ int ctl_cmd_submit(ctl_args *a) {
     return rc;
   }
 
-  kv_entries *kv = calloc(1, sizeof *kv);
-  if (!kv) abort();
+  kv_entries *kv = wk_xcalloc(1, sizeof *kv);
   for (size_t i = 0; i < a->labels.n; i++) {
     Worker__V1__SubmitTaskRequest__LabelsEntry e;
     worker__v1__submit_task_request__labels_entry__init(&e);
@@ -767,8 +763,7 @@ int ctl_cmd_epochs(ctl_args *a) {
     fprintf(stderr, "workerctl epochs: %s\n", err);
     return CTL_EXIT_TASK_FAILED;
   }
-  uint64_t *epochs = calloc(count ? count : 1, sizeof *epochs);
-  if (!epochs) abort();
+  uint64_t *epochs = wk_xcalloc(count ? count : 1, sizeof *epochs);
   size_t got = 0;
   if (wk_code_store_list(root, function, epochs, count, &got, &current, err, sizeof err) != 0) {
     free(epochs);

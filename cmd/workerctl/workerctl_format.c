@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "workerctl.h"
+#include "lib/wk_alloc.h"
 
 #define TEXT_PREVIEW_MAX 2000u  /* bytes of a JSON output / captured text shown */
 #define BYTES_PREVIEW_MAX 64u   /* bytes of a binary output shown */
@@ -91,8 +92,7 @@ static json_t *json_str(const char *s) {
 static char *base64(const uint8_t *p, size_t n) {
   static const char tbl[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
   size_t out_len = 4 * ((n + 2) / 3);
-  char *out = malloc(out_len + 1);
-  if (!out) abort();
+  char *out = wk_xmalloc(out_len + 1);
   size_t o = 0;
   for (size_t i = 0; i < n; i += 3) {
     uint32_t v = (uint32_t)p[i] << 16;

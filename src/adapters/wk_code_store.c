@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
+#include "lib/wk_alloc.h"
 
 #define CS_PATH_MAX 4096u               /* bytes of any path we build */
 #define CS_EPOCH_MAX 1000000000000000000ull /* 10^18: 18 digits, far from overflow */
@@ -186,8 +187,7 @@ static int scan_epochs(const char *fn_dir, uint64_t *highest, uint64_t **list, s
     if (list) {
       if (*count == cap) {
         size_t ncap = cap ? cap * 2 : 16;
-        uint64_t *n = realloc(arr, ncap * sizeof *arr);
-        if (!n) abort();
+        uint64_t *n = wk_xrealloc(arr, ncap * sizeof *arr);
         arr = n;
         cap = ncap;
       }
@@ -722,8 +722,7 @@ int wk_code_store_deploy(const char *root, const char *function, const char *src
     staging[0] = '\0';
     goto out;
   }
-  buf = malloc(CS_COPY_BUF);
-  if (!buf) abort();
+  buf = wk_xmalloc(CS_COPY_BUF);
   copy_ctx cx = {.src_root = src_real,
                  .src_root_len = strlen(src_real),
                  .entries = 0,

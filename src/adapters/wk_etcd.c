@@ -14,6 +14,7 @@
 
 #include <curl/curl.h>
 #include <jansson.h>
+#include "lib/wk_alloc.h"
 
 #define POLL_SLICE_MS 50 /* how often a transfer in progress looks at the abort flag */
 #define GRPC_DEADLINE_EXCEEDED 4
@@ -54,21 +55,6 @@ const char *wk_etcd_rc_name(int rc) {
 
 /* ---- small helpers ---------------------------------------------------------------- */
 
-static void *xmalloc(size_t n) {
-  void *p = malloc(n ? n : 1);
-  if (!p) abort();
-  return p;
-}
-
-static char *xstrndup(const char *s, size_t n) {
-  char *p = xmalloc(n + 1);
-  memcpy(p, s, n);
-  p[n] = '\0';
-  return p;
-}
-
-static char *xstrdup(const char *s) { return xstrndup(s, strlen(s)); }
-
 __attribute__((format(printf, 2, 3))) static void set_err(wk_etcd *c, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
@@ -89,7 +75,7 @@ static const char b64_alphabet[] =
 char *wk_etcd_b64_encode(const void *data, size_t len) {
   const unsigned char *in = data;
   size_t out_len = (len + 2) / 3 * 4;
-  char *out = xmalloc(out_len + 1);
+  char *out = wk_xmalloc(out_len + 1);
   size_t o = 0;
   size_t i = 0;
   for (; i + 3 <= len; i += 3) {
@@ -124,7 +110,7 @@ static int b64_value(char ch) {
 char *wk_etcd_b64_decode(const char *text, size_t len, size_t *out_len) {
   while (len > 0 && text[len - 1] == '=') len--;
   if (len % 4 == 1) return NULL;
-  char *out = xmalloc(len / 4 * 3 + 3);
+  char *out = wk_xmalloc(len / 4 * 3 + 3);
   size_t o = 0;
   uint32_t acc = 0;
   unsigned bits = 0;
@@ -206,8 +192,7 @@ wk_etcd *wk_etcd_new(const char *endpoints, int64_t timeout_ms, char *err, size_
     wk_errf(err, len, "etcd: curl_global_init failed: %s", curl_easy_strerror(curl_init_rc));
     return NULL;
   }
-  wk_etcd *c = calloc(1, sizeof *c);
-  if (!c) abort();
+  wk_etcd *c = wk_xcalloc(1, sizeof *c);
   c->timeout_ms = timeout_ms;
   const char *p = endpoints;
   while (*p) {
@@ -238,7 +223,7 @@ wk_etcd *wk_etcd_new(const char *endpoints, int64_t timeout_ms, char *err, size_
         wk_etcd_free(c);
         return NULL;
       }
-      c->endpoints[c->n_endpoints++] = xstrndup(s, m);
+      c->endpoints[c->n_endpoints++] = wk_xstrndup(s, m);
     }
     p += n;
     if (*p == ',') p++;
@@ -297,8 +282,7 @@ static size_t on_data(char *ptr, size_t size, size_t nmemb, void *ud) {
   if (c->resp_len + n + 1 > c->resp_cap) {
     size_t cap = c->resp_cap ? c->resp_cap : 4096;
     while (cap < c->resp_len + n + 1) cap *= 2;
-    char *r = realloc(c->resp, cap);
-    if (!r) abort();
+    char *r = wk_xrealloc(c->resp, cap);
     c->resp = r;
     c->resp_cap = cap;
   }
@@ -596,7 +580,7 @@ int wk_etcd_put(wk_etcd *c, const char *key, const char *value, size_t value_len
 static bool decode_field(const json_t *obj, const char *name, char **out, size_t *out_len) {
   const json_t *v = json_object_get(obj, name);
   if (!v) { /* proto3 omits empty bytes */
-    *out = xstrdup("");
+    *out = wk_xstrdup("");
     *out_len = 0;
     return true;
   }
@@ -616,8 +600,7 @@ static int parse_kvs(wk_etcd *c, const json_t *ans, wk_etcd_kvs *out) {
     return WK_ETCD_E_PROTOCOL;
   }
   size_t n = json_array_size(arr);
-  out->items = calloc(n ? n : 1, sizeof *out->items);
-  if (!out->items) abort();
+  out->items = wk_xcalloc(n ? n : 1, sizeof *out->items);
   for (size_t i = 0; i < n; i++) {
     const json_t *o = json_array_get(arr, i);
     wk_etcd_kv *kv = &out->items[out->n];
@@ -638,7 +621,7 @@ static int parse_kvs(wk_etcd *c, const json_t *ans, wk_etcd_kvs *out) {
 int wk_etcd_range_prefix(wk_etcd *c, const char *prefix, size_t limit, wk_etcd_kvs *out) {
   memset(out, 0, sizeof *out);
   size_t plen = strlen(prefix);
-  char *end = xmalloc(plen + 1);
+  char *end = wk_xmalloc(plen + 1);
   size_t elen = wk_etcd_prefix_end(prefix, plen, end);
   json_t *body = json_object();
   if (plen == 0) {
@@ -750,7 +733,7 @@ void wk_etcd_workers_free(wk_etcd_workers *ws) {
 
 static char *str_field(const json_t *o, const char *name) {
   const char *s = json_string_value(json_object_get(o, name));
-  return xstrdup(s ? s : "");
+  return wk_xstrdup(s ? s : "");
 }
 
 /* A uint32 count; false when present and not a non-negative integer that fits. */
@@ -764,7 +747,7 @@ static bool u32_field(const json_t *o, const char *name, uint32_t *out) {
 void wk_etcd_worker_parse(const char *prefix, const char *key, const char *value, size_t value_len,
                           int64_t lease, wk_etcd_worker *out) {
   memset(out, 0, sizeof *out);
-  out->key = xstrdup(key);
+  out->key = wk_xstrdup(key);
   out->lease = lease;
   json_error_t jerr;
   json_t *j = json_loadb(value, value_len, 0, &jerr);
@@ -780,7 +763,7 @@ void wk_etcd_worker_parse(const char *prefix, const char *key, const char *value
   if (!*out->address) {
     free(out->address);
     size_t plen = prefix ? strlen(prefix) : 0;
-    out->address = xstrdup(strncmp(key, prefix ? prefix : "", plen) == 0 ? key + plen : key);
+    out->address = wk_xstrdup(strncmp(key, prefix ? prefix : "", plen) == 0 ? key + plen : key);
   }
   out->deployment = str_field(j, "deployment");
   out->service = str_field(j, "service");
@@ -813,8 +796,7 @@ int wk_etcd_list_workers(wk_etcd *c, const char *prefix, wk_etcd_workers *out) {
   wk_etcd_kvs kvs;
   int rc = wk_etcd_range_prefix(c, prefix, 0, &kvs);
   if (rc != WK_ETCD_OK) return rc;
-  out->items = calloc(kvs.n ? kvs.n : 1, sizeof *out->items);
-  if (!out->items) abort();
+  out->items = wk_xcalloc(kvs.n ? kvs.n : 1, sizeof *out->items);
   for (size_t i = 0; i < kvs.n; i++) {
     const wk_etcd_kv *kv = &kvs.items[i];
     wk_etcd_worker_parse(prefix, kv->key, kv->value, kv->value_len, kv->lease,
@@ -858,8 +840,7 @@ static int cmp_ranked(const void *pa, const void *pb) {
 
 size_t wk_etcd_workers_rank(wk_etcd_workers *ws, int64_t now_unix_ms, int64_t max_age_ms,
                             uint64_t tie_seed) {
-  ranked *r = calloc(ws->n ? ws->n : 1, sizeof *r);
-  if (!r) abort();
+  ranked *r = wk_xcalloc(ws->n ? ws->n : 1, sizeof *r);
   size_t kept = 0;
   for (size_t i = 0; i < ws->n; i++) {
     if (wk_etcd_worker_eligible(&ws->items[i], now_unix_ms, max_age_ms)) {

@@ -22,6 +22,7 @@
 #include <jansson.h>
 
 #include "adapters/wk_etcd.h"
+#include "lib/wk_alloc.h"
 #include "lib/wk_log.h"
 
 typedef enum pub_state {
@@ -69,8 +70,7 @@ static int64_t wall_ms(void) {
 }
 
 static char *dup_or_empty(const char *s) {
-  char *d = strdup(s ? s : "");
-  if (!d) abort();
+  char *d = wk_xstrdup(s ? s : "");
   return d;
 }
 
@@ -349,12 +349,10 @@ wk_etcd_publisher *wk_etcd_publisher_start(const wk_etcd_publisher_config *cfg, 
   wk_etcd *etcd = wk_etcd_new(cfg->endpoints, timeout, err, len);
   if (!etcd) return NULL;
 
-  wk_etcd_publisher *p = calloc(1, sizeof *p);
-  if (!p) abort();
+  wk_etcd_publisher *p = wk_xcalloc(1, sizeof *p);
   const char *prefix = cfg->key_prefix ? cfg->key_prefix : WK_ETCD_DEFAULT_PREFIX;
   size_t klen = strlen(prefix) + strlen(cfg->advertise_addr) + 1;
-  p->key = malloc(klen);
-  if (!p->key) abort();
+  p->key = wk_xmalloc(klen);
   snprintf(p->key, klen, "%s%s", prefix, cfg->advertise_addr);
   p->address = dup_or_empty(cfg->advertise_addr);
   p->deployment = dup_or_empty(cfg->deployment);

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "lib/wk_alloc.h"
 #include "lib/wk_log.h"
 
 #define READ_CHUNK 65536u
@@ -240,8 +241,7 @@ static void flush(wk_executor *e) {
     pool->spare_writes = w->next;
     pool->n_spare_writes--;
   } else {
-    w = calloc(1, sizeof *w);
-    if (!w) abort();
+    w = wk_xcalloc(1, sizeof *w);
     w->pool = pool;
     wk_frame_buf_init(&w->buf, NULL);
   }
@@ -395,8 +395,7 @@ static void on_process_exit(uv_process_t *proc, int64_t exit_status, int term_si
 }
 
 static int spawn_one(wk_pool *pool, char *err, size_t err_len) {
-  wk_executor *e = calloc(1, sizeof *e);
-  if (!e) abort();
+  wk_executor *e = wk_xcalloc(1, sizeof *e);
   e->pool = pool;
   wk_frame_buf_init(&e->wbuf, NULL);
   char pythonpath[4200];
@@ -598,8 +597,7 @@ static void handle_frame(wk_conn *conn, const wk_frame *f) {
     case WK_FRAME_STACK: {
       wk_pool_call *c = find_inflight(e, f->stack.call_id);
       if (c && c->stack_requested && !c->stack) {
-        c->stack = malloc(f->stack.stack.len + 1);
-        if (!c->stack) abort();
+        c->stack = wk_xmalloc(f->stack.stack.len + 1);
         memcpy(c->stack, f->stack.stack.ptr, f->stack.stack.len);
         c->stack[f->stack.stack.len] = '\0';
         c->stack_len = f->stack.stack.len;
@@ -672,8 +670,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
 static void on_connection(uv_stream_t *server, int status) {
   wk_pool *pool = server->data;
   if (status < 0) return;
-  wk_conn *c = calloc(1, sizeof *c);
-  if (!c) abort();
+  wk_conn *c = wk_xcalloc(1, sizeof *c);
   c->pool = pool;
   wk_frame_buf_init(&c->rbuf, NULL);
   uv_pipe_init(pool->loop, &c->pipe, 0);
@@ -737,8 +734,7 @@ static void dispatch(wk_pool *pool) {
 }
 
 wk_pool_call *wk_pool_submit(wk_pool *pool, const wk_call_spec *spec, void *call_ctx) {
-  wk_pool_call *c = calloc(1, sizeof *c);
-  if (!c) abort();
+  wk_pool_call *c = wk_xcalloc(1, sizeof *c);
   c->ctx = call_ctx;
   c->call_id = ++pool->next_call_id;
   c->deadline_ms = spec->deadline_ms ? now_ms(pool) + spec->deadline_ms : 0;
@@ -779,8 +775,7 @@ wk_pool_call *wk_pool_submit(wk_pool *pool, const wk_call_spec *spec, void *call
     return c;
   }
   c->frame_len = wk_frame_buf_size(b);
-  c->frame = malloc(c->frame_len);
-  if (!c->frame) abort();
+  c->frame = wk_xmalloc(c->frame_len);
   memcpy(c->frame, wk_frame_buf_bytes(b), c->frame_len);
   if (b->cap > SPARE_WRITE_CAP_MAX) wk_frame_buf_free(b); /* a huge one is not kept */
   list_push(&pool->queue_head, &pool->queue_tail, c);
@@ -932,15 +927,14 @@ wk_pool *wk_pool_start(uv_loop_t *loop, const wk_pool_config *cfg, wk_exec_callb
     snprintf(err, err_len, "executor script %s is not readable: %s", cfg->executor_script, strerror(errno));
     return NULL;
   }
-  wk_pool *pool = calloc(1, sizeof *pool);
-  if (!pool) abort();
+  wk_pool *pool = wk_xcalloc(1, sizeof *pool);
   pool->loop = loop;
   pool->cfg = *cfg;
   if (pool->cfg.executors_max < pool->cfg.executors_min) pool->cfg.executors_max = pool->cfg.executors_min;
   if (pool->cfg.pipeline_depth == 0) pool->cfg.pipeline_depth = 1;
-  pool->python = strdup(cfg->python);
-  pool->script = strdup(cfg->executor_script);
-  pool->python_path = strdup(cfg->python_path ? cfg->python_path : "");
+  pool->python = wk_xstrdup(cfg->python);
+  pool->script = wk_xstrdup(cfg->executor_script);
+  pool->python_path = wk_xstrdup(cfg->python_path ? cfg->python_path : "");
   pool->cb = cb;
   const char *tmp = getenv("TMPDIR");
   snprintf(pool->dir, sizeof pool->dir, "%s/wk-exec-XXXXXX", (tmp && strlen(tmp) < 40) ? tmp : "/tmp");

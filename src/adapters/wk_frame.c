@@ -96,7 +96,7 @@ void wk_frame_buf_init(wk_frame_buf *b, const wk_allocator *a) {
 void wk_frame_buf_free(wk_frame_buf *b) {
   assert(b != NULL);
   assert(b->start <= b->end && b->end <= b->cap);
-  wk_xfree(&b->alloc, b->data, b->cap);
+  wk_allocator_free(&b->alloc, b->data, b->cap);
   b->data = NULL;
   b->start = b->end = b->cap = 0;
 }
@@ -118,9 +118,9 @@ uint8_t *wk_frame_buf_reserve(wk_frame_buf *b, size_t n) {
       if (cap > SIZE_MAX / 2) abort();
       cap *= 2;
     }
-    uint8_t *data = wk_xcalloc(&b->alloc, cap, 1);
+    uint8_t *data = wk_allocator_calloc(&b->alloc, cap, 1);
     if (held) memcpy(data, b->data + b->start, held);
-    wk_xfree(&b->alloc, b->data, b->cap);
+    wk_allocator_free(&b->alloc, b->data, b->cap);
     b->data = data;
     b->cap = cap;
   }

@@ -24,6 +24,7 @@
 #include <grpc/support/time.h>
 
 #include "adapters/wk_pem.h"
+#include "lib/wk_alloc.h"
 
 #define TOKEN_MAX 4096u /* as the server's WK_GRPC_AUTH_TOKEN_MAX */
 
@@ -93,8 +94,7 @@ static grpc_metadata *make_md(const wk_grpc_client *c, const wk_grpc_md *md, siz
   size_t total = n + (c->authorization ? 1u : 0u);
   *count = total;
   if (total == 0) return NULL;
-  grpc_metadata *out = calloc(total, sizeof *out);
-  if (!out) abort();
+  grpc_metadata *out = wk_xcalloc(total, sizeof *out);
   for (size_t i = 0; i < n; i++) {
     out[i].key = grpc_slice_from_copied_string(md[i].key);
     out[i].value = grpc_slice_from_copied_string(md[i].value ? md[i].value : "");
@@ -129,8 +129,7 @@ static bool take_bb(grpc_byte_buffer *bb, wk_grpc_buf *out) {
   grpc_slice s = grpc_byte_buffer_reader_readall(&r);
   grpc_byte_buffer_reader_destroy(&r);
   size_t n = GRPC_SLICE_LENGTH(s);
-  out->data = malloc(n ? n : 1);
-  if (!out->data) abort();
+  out->data = wk_xmalloc(n ? n : 1);
   if (n) memcpy(out->data, GRPC_SLICE_START_PTR(s), n);
   out->len = n;
   grpc_slice_unref(s);
@@ -263,14 +262,11 @@ int wk_grpc_client_open(const char *target, const wk_grpc_client_options *opts,
   bool use_tls = opts && (opt_on(opts->ca_file) || opt_on(opts->cert_file) ||
                           opt_on(opts->key_file) || opt_on(opts->server_name));
 
-  wk_grpc_client *c = calloc(1, sizeof *c);
-  if (!c) abort();
-  c->target = strdup(target);
-  if (!c->target) abort();
+  wk_grpc_client *c = wk_xcalloc(1, sizeof *c);
+  c->target = wk_xstrdup(target);
   if (opts && opt_on(opts->token)) {
     size_t n = strlen(opts->token);
-    c->authorization = malloc(n + sizeof "Bearer ");
-    if (!c->authorization) abort();
+    c->authorization = wk_xmalloc(n + sizeof "Bearer ");
     memcpy(c->authorization, "Bearer ", sizeof "Bearer " - 1);
     memcpy(c->authorization + sizeof "Bearer " - 1, opts->token, n + 1);
   }
@@ -288,8 +284,7 @@ int wk_grpc_client_open(const char *target, const wk_grpc_client_options *opts,
   nargs++;
   char *ua = NULL;
   if (opts && opts->user_agent) {
-    ua = strdup(opts->user_agent);
-    if (!ua) abort();
+    ua = wk_xstrdup(opts->user_agent);
     args[nargs].type = GRPC_ARG_STRING;
     args[nargs].key = key_ua;
     args[nargs].value.string = ua;
@@ -297,8 +292,7 @@ int wk_grpc_client_open(const char *target, const wk_grpc_client_options *opts,
   }
   char *name = NULL;
   if (use_tls && opt_on(opts->server_name)) {
-    name = strdup(opts->server_name);
-    if (!name) abort();
+    name = wk_xstrdup(opts->server_name);
     args[nargs].type = GRPC_ARG_STRING;
     args[nargs].key = key_name;
     args[nargs].value.string = name;
@@ -443,8 +437,7 @@ int wk_grpc_stream_open(wk_grpc_client *c, const char *method, const uint8_t *re
   assert(c && c->channel && method && method[0] == '/');
   assert(out && st && (req || req_len == 0) && (md || md_count == 0));
   *out = NULL;
-  wk_grpc_stream *s = calloc(1, sizeof *s);
-  if (!s) abort();
+  wk_grpc_stream *s = wk_xcalloc(1, sizeof *s);
   s->client = c;
   s->cq = grpc_completion_queue_create_for_pluck(NULL);
   grpc_slice method_slice = grpc_slice_from_copied_string(method);

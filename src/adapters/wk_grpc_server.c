@@ -54,6 +54,7 @@
 
 #include "adapters/wk_pem.h"
 #include "adapters/wk_validate.h"
+#include "lib/wk_alloc.h"
 
 /* ---- constants ---------------------------------------------------------------- */
 
@@ -219,22 +220,6 @@ __attribute__((format(printf, 1, 2))) static void log_error(const char *fmt, ...
   /* msg comes from our own format strings: no quotes or control characters */
   fprintf(stderr, "{\"level\":\"error\",\"component\":\"grpc_server\",\"msg\":\"%s\"}\n",
           msg);
-}
-
-static void *xcalloc(size_t n, size_t size) {
-  void *p = calloc(n, size);
-  if (p == NULL) abort();
-  return p;
-}
-
-static char *xstrndup(const char *s, size_t max) {
-  size_t n = 0;
-  if (s != NULL) {
-    while (n < max && s[n] != '\0') n++;
-  }
-  char *c = xcalloc(n + 1, 1);
-  if (n > 0) memcpy(c, s, n);
-  return c;
 }
 
 static void lock(pthread_mutex_t *m) {
@@ -449,8 +434,8 @@ static void copy_metadata(wk_rpc *r, const grpc_metadata_array *md) {
     kept++;
   }
   if (kept == 0) return;
-  r->md = xcalloc(kept, sizeof *r->md);
-  r->md_blob = xcalloc(total, 1);
+  r->md = wk_xcalloc(kept, sizeof *r->md);
+  r->md_blob = wk_xcalloc(total, 1);
   char *p = r->md_blob;
   size_t at = 0;
   for (size_t i = 0; i < md->count; i++) {
@@ -476,7 +461,7 @@ static void copy_metadata(wk_rpc *r, const grpc_metadata_array *md) {
  * live list. Takes ownership of call. */
 static wk_rpc *rpc_new(wk_grpc_server *s, wk_rpc_method m, grpc_call *call,
                        const grpc_metadata_array *md) {
-  wk_rpc *r = xcalloc(1, sizeof *r);
+  wk_rpc *r = wk_xcalloc(1, sizeof *r);
   atomic_init(&r->refs, 1);
   r->server = s;
   r->method = m;
@@ -678,7 +663,7 @@ static void dispatch_request(wk_grpc_server *s, wk_rpc *r, grpc_byte_buffer *pay
     grpc_byte_buffer_destroy(payload);
   }
   if (msg == NULL) {
-    finish_with(r, GRPC_STATUS_INVALID_ARGUMENT, xstrndup(err, sizeof err), true);
+    finish_with(r, GRPC_STATUS_INVALID_ARGUMENT, wk_xstrndup(err, sizeof err), true);
     return;
   }
   r->request = msg;
@@ -733,7 +718,7 @@ static void on_request(request_slot *slot, bool ok) {
   if (close_started && !authenticated) {
     if (payload != NULL) grpc_byte_buffer_destroy(payload);
     finish_with(r, GRPC_STATUS_UNAUTHENTICATED,
-                xstrndup(WK_GRPC_UNAUTHENTICATED_MESSAGE, STATUS_MESSAGE_MAX), true);
+                wk_xstrndup(WK_GRPC_UNAUTHENTICATED_MESSAGE, STATUS_MESSAGE_MAX), true);
   } else if (close_started) {
     dispatch_request(s, r, payload);
   } else {
@@ -753,7 +738,7 @@ static void answer_status(wk_grpc_server *s, grpc_call *call, grpc_status_code c
     grpc_call_unref(call);
     return;
   }
-  unimplemented_call *u = xcalloc(1, sizeof *u);
+  unimplemented_call *u = wk_xcalloc(1, sizeof *u);
   u->tag.kind = TAG_UNIMPLEMENTED;
   u->call = call;
   u->details = grpc_slice_from_copied_string(message);
@@ -990,20 +975,20 @@ int wk_grpc_server_start(const wk_grpc_server_config *cfg, wk_grpc_server_sink s
   if (load_security(cfg, &tls, err, err_len) != 0) return -1;
   grpc_init();
 
-  wk_grpc_server *s = xcalloc(1, sizeof *s);
+  wk_grpc_server *s = wk_xcalloc(1, sizeof *s);
   atomic_init(&s->refs, 1);
   atomic_init(&s->gate_closed, false);
   atomic_init(&s->outstanding, 0);
   atomic_init(&s->shutting_down, false);
   s->cfg = *cfg;
-  s->listen_addr = xstrndup(cfg->listen_addr, 1024);
+  s->listen_addr = wk_xstrndup(cfg->listen_addr, 1024);
   s->cfg.listen_addr = s->listen_addr;
   s->cfg.tls_cert_file = NULL;
   s->cfg.tls_key_file = NULL;
   s->cfg.tls_client_ca_file = NULL;
   s->cfg.auth_token = NULL;
   if (setting_on(cfg->auth_token)) {
-    s->auth_token = xstrndup(cfg->auth_token, WK_GRPC_AUTH_TOKEN_MAX);
+    s->auth_token = wk_xstrndup(cfg->auth_token, WK_GRPC_AUTH_TOKEN_MAX);
     s->auth_token_len = strlen(s->auth_token);
   }
   if (s->cfg.max_message_bytes == 0) s->cfg.max_message_bytes = WK_GRPC_DEFAULT_MAX_MESSAGE_BYTES;
@@ -1229,7 +1214,7 @@ const char *wk_rpc_peer(const wk_rpc *rpc) {
 void wk_rpc_reply(wk_rpc *rpc, const uint8_t *msg, size_t len) {
   assert(rpc != NULL);
   grpc_byte_buffer *bb = make_message(msg, len);
-  msg_node *node = xcalloc(1, sizeof *node);
+  msg_node *node = wk_xcalloc(1, sizeof *node);
   node->bb = bb;
   lock(&rpc->mu);
   if (!rpc->closed && !rpc->finish_requested) {
@@ -1251,13 +1236,13 @@ void wk_rpc_reply(wk_rpc *rpc, const uint8_t *msg, size_t len) {
 
 void wk_rpc_fail(wk_rpc *rpc, grpc_status_code code, const char *message) {
   assert(rpc != NULL);
-  finish_with(rpc, code, xstrndup(message, STATUS_MESSAGE_MAX), true);
+  finish_with(rpc, code, wk_xstrndup(message != NULL ? message : "", STATUS_MESSAGE_MAX), true);
 }
 
 bool wk_rpc_send(wk_rpc *rpc, const uint8_t *msg, size_t len) {
   assert(rpc != NULL);
   if (!rpc->streaming) return false;
-  msg_node *node = xcalloc(1, sizeof *node);
+  msg_node *node = wk_xcalloc(1, sizeof *node);
   node->bb = make_message(msg, len);
   bool ok = false;
   lock(&rpc->mu);
@@ -1281,7 +1266,7 @@ bool wk_rpc_send(wk_rpc *rpc, const uint8_t *msg, size_t len) {
 
 void wk_rpc_finish(wk_rpc *rpc, grpc_status_code code, const char *message) {
   assert(rpc != NULL);
-  finish_with(rpc, code, message != NULL ? xstrndup(message, STATUS_MESSAGE_MAX) : NULL,
+  finish_with(rpc, code, message != NULL ? wk_xstrndup(message, STATUS_MESSAGE_MAX) : NULL,
               false);
 }
 

@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "lib/wk_alloc.h"
 
 #define WK_PEM_MAX_BYTES ((size_t)1 << 20) /* a CA bundle is well below 1 MiB */
 
@@ -204,8 +205,7 @@ static inline char *wk_pem_read(const char *path, wk_pem_kind kind, const char *
     (void)snprintf(err, err_len, "%s: cannot open: %s", name, strerror(errno));
     return NULL;
   }
-  char *buf = malloc(WK_PEM_MAX_BYTES + 1);
-  if (buf == NULL) abort();
+  char *buf = wk_xmalloc(WK_PEM_MAX_BYTES + 1);
   size_t n = fread(buf, 1, WK_PEM_MAX_BYTES + 1, f);
   int read_error = ferror(f);
   int saved = errno;

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "lib/wk_alloc.h"
 
 #define TASK_ID_RULE "must be 1 to 128 printable ASCII characters (0x21-0x7e)"
 #define NAME_RULE "must be 1 to 128 characters of [A-Za-z0-9_.-] not starting with '.'"
@@ -332,8 +333,7 @@ bool wk_validate_watch_tasks(const Worker__V1__WatchTasksRequest *req,
     if (!wk_validate_task_id(field, req->task_ids[i], err, err_len)) return false;
   }
   if (n == 1) return true;
-  id_ref *refs = calloc(n, sizeof *refs);
-  if (refs == NULL) abort();
+  id_ref *refs = wk_xcalloc(n, sizeof *refs);
   for (size_t i = 0; i < n; i++) {
     refs[i].id = req->task_ids[i];
     refs[i].index = i;

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lib/wk_alloc.h"
 #include "lib/wk_log.h"
 
 #define ACTIONS_MAX 256u
@@ -147,8 +148,7 @@ static void send_attempt(wk_calls *c, const wk_disp_action *act) {
     int64_t left = deadline - c->now_ms;
     spec.deadline_ms = left < 1 ? 1 : (left > UINT32_MAX ? UINT32_MAX : (uint32_t)left);
   }
-  wk_attempt *a = calloc(1, sizeof *a);
-  if (!a) abort();
+  wk_attempt *a = wk_xcalloc(1, sizeof *a);
   a->rt = rt;
   a->call_id = act->call_id;
   a->group = act->depth ? act->group : 0;
@@ -283,14 +283,12 @@ wk_calls *wk_calls_create(const wk_calls_config *cfg, const wk_exec_adapter *exe
     snprintf(err, err_len, "dispatcher: %s", why);
     return NULL;
   }
-  wk_calls *c = calloc(1, sizeof *c);
-  if (!c) abort();
+  wk_calls *c = wk_xcalloc(1, sizeof *c);
   c->cfg = *cfg;
   if (c->cfg.stream_batch == 0) c->cfg.stream_batch = 256;
   if (c->cfg.stream_low_water == 0) c->cfg.stream_low_water = 128;
   c->disp = wk_disp_create(&cfg->disp);
-  c->by_slot = calloc(cfg->disp.max_calls, sizeof *c->by_slot);
-  if (!c->by_slot) abort();
+  c->by_slot = wk_xcalloc(cfg->disp.max_calls, sizeof *c->by_slot);
   c->exec = exec;
   c->done = done;
   c->ud = ud;
@@ -315,8 +313,7 @@ void wk_calls_set_capacity(wk_calls *c, uint32_t calls, int64_t now_ms) {
 
 void wk_calls_start(wk_calls *c, wk_task_rt *rt, const wk_task_view *task, int64_t now_ms) {
   c->now_ms = now_ms;
-  rt->calls.outputs = calloc(rt->build.calls_total ? rt->build.calls_total : 1, sizeof *rt->calls.outputs);
-  if (!rt->calls.outputs) abort();
+  rt->calls.outputs = wk_xcalloc(rt->build.calls_total ? rt->build.calls_total : 1, sizeof *rt->calls.outputs);
   wk_disp_task_params p = {
       .failure_policy = task->call_failure_policy,
       .max_failed_calls = task->max_failed_calls,
@@ -385,8 +382,7 @@ void wk_calls_on_result(wk_calls *c, void *call_ctx, const wk_call_outcome *o, i
     c->scratch.len = 0;
     wk_task_rt_encode_output(a->index, o, &c->scratch, a->failure, sizeof a->failure);
     wk_buf_free(&a->output);
-    a->output.data = malloc(c->scratch.len ? c->scratch.len : 1);
-    if (!a->output.data) abort();
+    a->output.data = wk_xmalloc(c->scratch.len ? c->scratch.len : 1);
     memcpy(a->output.data, c->scratch.data, c->scratch.len);
     a->output.len = a->output.cap = c->scratch.len;
     if (c->scratch.cap > SCRATCH_KEEP_MAX) wk_buf_free(&c->scratch); /* a huge one is not kept */
@@ -432,8 +428,7 @@ void wk_calls_on_subcalls(wk_calls *c, void *call_ctx, const wk_frame_subcalls *
              err == WK_ERR_INVALID_ARGUMENT ? "subcalls nested deeper than this worker allows (max_depth)"
              : err == WK_ERR_NO_SLOT        ? "too many calls in flight on this worker to start subcalls"
                                             : "the parent call is no longer running");
-    wk_frame_child *children = calloc(req->count ? req->count : 1, sizeof *children);
-    if (!children) abort();
+    wk_frame_child *children = wk_xcalloc(req->count ? req->count : 1, sizeof *children);
     for (uint32_t i = 0; i < req->count; i++) {
       children[i] = (wk_frame_child){.status = WK_FRAME_STATUS_ERROR,
                                      .error_type = wk_frame_bytes_cstr("SubcallRefused"),
@@ -444,8 +439,7 @@ void wk_calls_on_subcalls(wk_calls *c, void *call_ctx, const wk_frame_subcalls *
     process(c);
     return;
   }
-  wk_subcall_group *g = calloc(1, sizeof *g);
-  if (!g) abort();
+  wk_subcall_group *g = wk_xcalloc(1, sizeof *g);
   g->group = group;
   g->parent_call_id = parent->call_id;
   g->request_id = req->request_id;
@@ -453,11 +447,10 @@ void wk_calls_on_subcalls(wk_calls *c, void *call_ctx, const wk_frame_subcalls *
   snprintf(g->function, sizeof g->function, "%.*s", (int)req->function.len, (const char *)req->function.ptr);
   snprintf(g->entrypoint, sizeof g->entrypoint, "%.*s", (int)req->entrypoint.len, (const char *)req->entrypoint.ptr);
   g->content_type = req->content_type;
-  g->offsets = calloc((size_t)req->count + 1, sizeof *g->offsets);
-  g->args = malloc(req->args_enc.len ? req->args_enc.len : 1);
-  g->children = calloc(req->count, sizeof *g->children);
-  g->child_bytes = calloc(req->count, sizeof *g->child_bytes);
-  if (!g->offsets || !g->args || !g->children || !g->child_bytes) abort();
+  g->offsets = wk_xcalloc((size_t)req->count + 1, sizeof *g->offsets);
+  g->args = wk_xmalloc(req->args_enc.len ? req->args_enc.len : 1);
+  g->children = wk_xcalloc(req->count, sizeof *g->children);
+  g->child_bytes = wk_xcalloc(req->count, sizeof *g->child_bytes);
   wk_frame_iter it = wk_frame_subcalls_args(req);
   wk_frame_bytes arg;
   size_t at = 0;

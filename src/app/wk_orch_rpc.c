@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "adapters/wk_shadow.h"
+#include "lib/wk_alloc.h"
 #include "lib/wk_log.h"
 #include "app/wk_wire.h"
 #include "grpc/health/v1/health.pb-c.h"
@@ -24,8 +25,7 @@ struct wk_orch__health_watch {
 static void reply_packed(wk_rpc *rpc, const ProtobufCMessage *m) {
   size_t n = protobuf_c_message_get_packed_size(m);
   uint8_t stack[512];
-  uint8_t *p = n <= sizeof stack ? stack : malloc(n);
-  if (!p) abort();
+  uint8_t *p = n <= sizeof stack ? stack : wk_xmalloc(n);
   protobuf_c_message_pack(m, p);
   wk_rpc_reply(rpc, p, n);
   if (p != stack) free(p);
@@ -86,8 +86,7 @@ static uint64_t request_digest(const Worker__V1__SubmitTaskRequest *req) {
   Worker__V1__SubmitTaskRequest copy = *req;
   copy.slot_id = 0;
   size_t n = worker__v1__submit_task_request__get_packed_size(&copy);
-  uint8_t *p = malloc(n ? n : 1);
-  if (!p) abort();
+  uint8_t *p = wk_xmalloc(n ? n : 1);
   worker__v1__submit_task_request__pack(&copy, p);
   uint64_t h = wk_hash64(p, n, 0xd1e5u);
   free(p);
@@ -141,8 +140,7 @@ static void handle_submit(wk_orch *o, wk_rpc *rpc) {
   if (!res.duplicate && o->shadow && !is_shadow) {
     /* mirrored after the primary succeeded; the forwarder never blocks */
     size_t n = worker__v1__submit_task_request__get_packed_size(req);
-    uint8_t *bytes = malloc(n ? n : 1);
-    if (!bytes) abort();
+    uint8_t *bytes = wk_xmalloc(n ? n : 1);
     worker__v1__submit_task_request__pack(req, bytes);
     wk_shadow_offer(o->shadow, bytes, n);
     free(bytes);
@@ -233,8 +231,7 @@ static void handle_health(wk_orch *o, wk_rpc *rpc, bool watch) {
     wk_rpc_release(rpc);
     return;
   }
-  wk_orch__health_watch *hw = calloc(1, sizeof *hw);
-  if (!hw) abort();
+  wk_orch__health_watch *hw = wk_xcalloc(1, sizeof *hw);
   hw->rpc = rpc;
   hw->last_sent = known_service(req->service) ? serving_status(o) : -1;
   if (hw->last_sent >= 0) send_health(rpc, hw->last_sent, true);

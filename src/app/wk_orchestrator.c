@@ -11,6 +11,7 @@
 #include "app/wk_calls.h"
 #include "app/wk_orch_int.h"
 #include "app/wk_subscriptions.h"
+#include "lib/wk_alloc.h"
 
 #define TIMER_BATCH 64
 
@@ -40,8 +41,7 @@ static bool post(wk_orch *o, wk_orch__event ev) {
   if (ev.kind == WK_ORCH__EV_RPC) o->n_queued_rpcs++;
   if (o->n_events == o->cap_events) {
     o->cap_events = o->cap_events ? o->cap_events * 2 : 64;
-    o->events = realloc(o->events, o->cap_events * sizeof *o->events);
-    if (!o->events) abort();
+    o->events = wk_xrealloc(o->events, o->cap_events * sizeof *o->events);
   }
   o->events[o->n_events++] = ev;
   pthread_mutex_unlock(&o->mu);
@@ -80,8 +80,7 @@ wk_grpc_server_sink wk_orch_sink(wk_orch *o) {
 /* ---- deferred phase steps ---------------------------------------------------- */
 
 void wk_orch__defer_step(wk_orch *o, wk_orch__step_kind kind, wk_task_rt *rt) {
-  wk_orch__step *s = calloc(1, sizeof *s);
-  if (!s) abort();
+  wk_orch__step *s = wk_xcalloc(1, sizeof *s);
   s->kind = kind;
   s->rt = rt;
   wk_task_rt_ref(rt);
@@ -103,8 +102,7 @@ bool wk_orch__converged(const wk_orch *o, const wk_task_rt *rt) {
 
 void wk_orch__queue_job(wk_orch *o, wk_task_rt *rt, uint64_t slot_id, uv_work_cb work,
                         uv_after_work_cb done) {
-  wk_orch__job *j = calloc(1, sizeof *j);
-  if (!j) abort();
+  wk_orch__job *j = wk_xcalloc(1, sizeof *j);
   j->o = o;
   j->rt = rt;
   j->slot_id = slot_id;
@@ -294,8 +292,7 @@ wk_orch *wk_orch_create(uv_loop_t *loop, const wk_orch_config *cfg, char *err, s
     snprintf(err, err_len, "%s", why);
     return NULL;
   }
-  wk_orch *o = calloc(1, sizeof *o);
-  if (!o) abort();
+  wk_orch *o = wk_xcalloc(1, sizeof *o);
   o->loop = loop;
   o->cfg = *cfg;
   if (o->cfg.max_queued_rpcs == 0) o->cfg.max_queued_rpcs = WK_ORCH_DEFAULT_MAX_QUEUED_RPCS;

@@ -7,6 +7,7 @@
 #include "app/wk_wire.h"
 #include "lib/wk_hash.h"
 #include "worker/v1/worker.pb-c.h"
+#include "lib/wk_alloc.h"
 
 #define BUCKETS 4096u
 
@@ -35,8 +36,7 @@ struct wk_subs {
 };
 
 wk_subs *wk_subs_create(wk_core *core) {
-  wk_subs *s = calloc(1, sizeof *s);
-  if (!s) abort();
+  wk_subs *s = wk_xcalloc(1, sizeof *s);
   s->core = core;
   return s;
 }
@@ -123,8 +123,7 @@ void wk_subs_watch(wk_subs *s, wk_rpc *rpc, int64_t now_ms, int64_t wall_offset_
       return;
     }
   }
-  wk_sub *sub = calloc(1, sizeof *sub);
-  if (!sub) abort();
+  wk_sub *sub = wk_xcalloc(1, sizeof *sub);
   sub->rpc = rpc;
   sub->next = s->streams;
   if (s->streams) s->streams->prev = sub;
@@ -153,8 +152,7 @@ void wk_subs_watch(wk_subs *s, wk_rpc *rpc, int64_t now_ms, int64_t wall_offset_
       return;
     }
     if (terminal) continue;
-    wk_watch_entry *e = calloc(1, sizeof *e);
-    if (!e) abort();
+    wk_watch_entry *e = wk_xcalloc(1, sizeof *e);
     e->sub = sub;
     e->hash = id_hash(id);
     snprintf(e->task_id, sizeof e->task_id, "%s", id);

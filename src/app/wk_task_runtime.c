@@ -7,6 +7,7 @@
 
 #include "app/wk_fs.h"
 #include "app/wk_wire.h"
+#include "lib/wk_alloc.h"
 
 static void copy_str(char *dst, size_t cap, const char *src) {
   snprintf(dst, cap, "%s", src ? src : "");
@@ -14,8 +15,7 @@ static void copy_str(char *dst, size_t cap, const char *src) {
 
 wk_task_rt *wk_task_rt_create(uv_loop_t *loop, const Worker__V1__SubmitTaskRequest *req,
                               const char *traceparent, bool shadow) {
-  wk_task_rt *rt = calloc(1, sizeof *rt);
-  if (!rt) abort();
+  wk_task_rt *rt = wk_xcalloc(1, sizeof *rt);
   rt->loop = loop;
   rt->refs = 1;
   wk_rt_request *q = &rt->req;
@@ -30,19 +30,16 @@ wk_task_rt *wk_task_rt_create(uv_loop_t *loop, const Worker__V1__SubmitTaskReque
   copy_str(q->traceparent, sizeof q->traceparent, traceparent);
   if (req->result_handler && req->result_handler->n_options) {
     size_t n = req->result_handler->n_options; /* bounded by request validation */
-    q->handler_options = calloc(n, sizeof *q->handler_options);
-    if (!q->handler_options) abort();
+    q->handler_options = wk_xcalloc(n, sizeof *q->handler_options);
     for (size_t i = 0; i < n; i++) {
-      q->handler_options[i].key = strdup(req->result_handler->options[i]->key);
-      q->handler_options[i].value = strdup(req->result_handler->options[i]->value);
-      if (!q->handler_options[i].key || !q->handler_options[i].value) abort();
+      q->handler_options[i].key = wk_xstrdup(req->result_handler->options[i]->key);
+      q->handler_options[i].value = wk_xstrdup(req->result_handler->options[i]->value);
     }
     q->n_handler_options = n;
   }
   q->args_len = fn->args.len;
   if (q->args_len) {
-    q->args = malloc(q->args_len);
-    if (!q->args) abort();
+    q->args = wk_xmalloc(q->args_len);
     memcpy(q->args, fn->args.data, q->args_len);
   }
   q->args_json = fn->content_type == WORKER__V1__CONTENT_TYPE__CONTENT_TYPE_JSON;
@@ -71,8 +68,7 @@ static void removed_scratch(uv_work_t *w, int status) {
 void wk_task_rt_unref(wk_task_rt *rt) {
   if (--rt->refs > 0) return;
   if (rt->act.scratch_created) {
-    scratch_removal *r = malloc(sizeof *r);
-    if (!r) abort();
+    scratch_removal *r = wk_xmalloc(sizeof *r);
     memcpy(r->path, rt->act.scratch_dir, sizeof r->path);
     r->work.data = r;
     if (uv_queue_work(rt->loop, &r->work, remove_scratch, removed_scratch) != 0) {
@@ -96,8 +92,7 @@ void wk_task_rt_unref(wk_task_rt *rt) {
 
 /* A NUL-terminated copy of a byte view; an empty view (ptr may be NULL) gives "". */
 static char *dup_view(wk_frame_bytes b) {
-  char *s = malloc((size_t)b.len + 1);
-  if (!s) abort();
+  char *s = wk_xmalloc((size_t)b.len + 1);
   if (b.len) memcpy(s, b.ptr, b.len);
   s[b.len] = '\0';
   return s;
@@ -119,7 +114,6 @@ void wk_task_rt_encode_output(uint32_t index, const wk_call_outcome *o, wk_buf *
     type = dup_view(o->error_type);
     message = dup_view(o->error_message);
     traceback = dup_view(o->traceback);
-    if (!type || !message || !traceback) abort();
     error.type = type;
     error.message = message;
     error.traceback = traceback;
@@ -129,8 +123,7 @@ void wk_task_rt_encode_output(uint32_t index, const wk_call_outcome *o, wk_buf *
     if (failure) snprintf(failure, failure_len, "call %u failed: %s: %s", index, type, message);
   }
   size_t n = worker__v1__call_output__get_packed_size(&m);
-  uint8_t *tmp = malloc(n ? n : 1);
-  if (!tmp) abort();
+  uint8_t *tmp = wk_xmalloc(n ? n : 1);
   worker__v1__call_output__pack(&m, tmp);
   wk_wire_append_bytes_field(out, 7, tmp, n);
   free(tmp);

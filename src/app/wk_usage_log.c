@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "lib/wk_alloc.h"
 #include "lib/wk_log.h"
 
 /* Usage records go to the usage sink file on the threadpool (a disk write never
@@ -37,11 +38,9 @@ static void usage_done(uv_work_t *w, int status) {
 static void append_usage(wk_orch *o, const json_t *usage) {
   char *text = json_dumps(usage, JSON_COMPACT);
   if (!text) return;
-  usage_job *j = calloc(1, sizeof *j);
-  if (!j) abort();
+  usage_job *j = wk_xcalloc(1, sizeof *j);
   j->len = strlen(text);
-  j->line = realloc(text, j->len + 2);
-  if (!j->line) abort();
+  j->line = wk_xrealloc(text, j->len + 2);
   j->line[j->len++] = '\n';
   j->path = o->cfg.usage_log;
   j->work.data = j;

@@ -60,12 +60,12 @@ static size_t tasks_bytes(uint32_t capacity) { return (size_t)capacity * sizeof(
 wk_core *wk_core_create(const wk_core_config *cfg) {
   if (wk_core_config_validate(cfg, NULL) != WK_OK) return NULL;
   const wk_allocator *a = &cfg->allocator;
-  wk_core *core = wk_xcalloc(a, 1, sizeof *core);
+  wk_core *core = wk_allocator_calloc(a, 1, sizeof *core);
   core->cfg = *cfg;
   a = &core->cfg.allocator;
 
   uint32_t n = cfg->task_slots;
-  core->slots = wk_xcalloc(a, n, sizeof *core->slots);
+  core->slots = wk_allocator_calloc(a, n, sizeof *core->slots);
   for (uint32_t i = 0; i < n; i++) {
     core->slots[i].state = WK_SLOT_FREE;
     core->slots[i].task = WK_NONE;
@@ -75,7 +75,7 @@ wk_core *wk_core_create(const wk_core_config *cfg) {
   core->n_free = n;
 
   core->task_capacity = n + cfg->max_retained_results;
-  core->tasks_mem = wk_xcalloc(a, 1, tasks_bytes(core->task_capacity));
+  core->tasks_mem = wk_allocator_calloc(a, 1, tasks_bytes(core->task_capacity));
   core->tasks = (wk_task *)(((uintptr_t)core->tasks_mem + 63u) & ~(uintptr_t)63u);
   for (uint32_t i = 0; i < core->task_capacity; i++) {
     core->tasks[i].stage = WK_STAGE_FREE;
@@ -90,15 +90,15 @@ wk_core *wk_core_create(const wk_core_config *cfg) {
   wk_heap_init_with_run(&core->timeout_heap, core->task_capacity, a);
   wk_heap_init(&core->watch_heap, core->task_capacity, a);
   core->retained_cap = cfg->max_retained_results + 1;
-  core->retained = wk_xcalloc(a, core->retained_cap, sizeof *core->retained);
+  core->retained = wk_allocator_calloc(a, core->retained_cap, sizeof *core->retained);
   return core;
 }
 
 static void release_blobs(wk_core *core, wk_task *t) {
   const wk_allocator *a = &core->cfg.allocator;
-  wk_xfree(a, (void *)(uintptr_t)t->result.outputs.data, t->result.outputs.len);
-  wk_xfree(a, (void *)(uintptr_t)t->result.plugin_results.data, t->result.plugin_results.len);
-  if (t->message_size) wk_xfree(a, (void *)(uintptr_t)t->result.failure_message, t->message_size);
+  wk_allocator_free(a, (void *)(uintptr_t)t->result.outputs.data, t->result.outputs.len);
+  wk_allocator_free(a, (void *)(uintptr_t)t->result.plugin_results.data, t->result.plugin_results.len);
+  if (t->message_size) wk_allocator_free(a, (void *)(uintptr_t)t->result.failure_message, t->message_size);
   t->result.outputs = (wk_bytes){0};
   t->result.plugin_results = (wk_bytes){0};
   t->result.failure_message = "";
@@ -113,10 +113,10 @@ void wk_core_destroy(wk_core *core) {
   wk_heap_free(&core->timeout_heap, &a);
   wk_heap_free(&core->watch_heap, &a);
   wk_task_index_free(&core->index, &a);
-  wk_xfree(&a, core->retained, (size_t)core->retained_cap * sizeof *core->retained);
-  wk_xfree(&a, core->tasks_mem, tasks_bytes(core->task_capacity));
-  wk_xfree(&a, core->slots, (size_t)core->cfg.task_slots * sizeof *core->slots);
-  wk_xfree(&a, core, sizeof *core);
+  wk_allocator_free(&a, core->retained, (size_t)core->retained_cap * sizeof *core->retained);
+  wk_allocator_free(&a, core->tasks_mem, tasks_bytes(core->task_capacity));
+  wk_allocator_free(&a, core->slots, (size_t)core->cfg.task_slots * sizeof *core->slots);
+  wk_allocator_free(&a, core, sizeof *core);
 }
 
 void wk_core_set_ready(wk_core *core, bool ready) { core->ready = ready; }
@@ -259,14 +259,14 @@ static int64_t clamp_ttl(const wk_core *core, int64_t ttl_ms) {
 
 static const void *copy_bytes(wk_core *core, wk_bytes b) {
   if (!b.data || b.len == 0) return NULL;
-  void *p = wk_xcalloc(&core->cfg.allocator, 1, b.len);
+  void *p = wk_allocator_calloc(&core->cfg.allocator, 1, b.len);
   memcpy(p, b.data, b.len);
   return p;
 }
 
 static void set_message(wk_core *core, wk_task *t, const char *msg) {
   if (t->message_size) {
-    wk_xfree(&core->cfg.allocator, (void *)(uintptr_t)t->result.failure_message, t->message_size);
+    wk_allocator_free(&core->cfg.allocator, (void *)(uintptr_t)t->result.failure_message, t->message_size);
     t->message_size = 0;
   }
   t->result.failure_message = "";
@@ -275,7 +275,7 @@ static void set_message(wk_core *core, wk_task *t, const char *msg) {
   while (len < core->cfg.max_failure_message_bytes && msg[len]) len++;
   /* never cut a UTF-8 sequence in half */
   while (len > 0 && msg[len] && ((unsigned char)msg[len] & 0xC0u) == 0x80u) len--;
-  char *copy = wk_xcalloc(&core->cfg.allocator, 1, len + 1);
+  char *copy = wk_allocator_calloc(&core->cfg.allocator, 1, len + 1);
   memcpy(copy, msg, len);
   t->result.failure_message = copy;
   t->message_size = (uint32_t)(len + 1); /* len <= max_failure_message_bytes <= 2^20 */

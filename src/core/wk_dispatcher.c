@@ -47,14 +47,14 @@ wk_err wk_disp_config_validate(const wk_disp_config *cfg, const char **why) {
 
 wk_disp *wk_disp_create(const wk_disp_config *cfg) {
   if (wk_disp_config_validate(cfg, NULL) != WK_OK) return NULL;
-  wk_disp *d = wk_xcalloc(&cfg->allocator, 1, sizeof *d);
+  wk_disp *d = wk_allocator_calloc(&cfg->allocator, 1, sizeof *d);
   d->cfg = *cfg;
   const wk_allocator *a = &d->cfg.allocator;
   d->capacity = cfg->max_inflight;
   wk_rng_seed(&d->rng, cfg->rng_seed);
 
   uint32_t nc = cfg->max_calls;
-  d->calls = wk_xcalloc(a, nc, sizeof *d->calls);
+  d->calls = wk_allocator_calloc(a, nc, sizeof *d->calls);
   for (uint32_t i = 0; i < nc; i++) {
     wk_dcall *c = &d->calls[i];
     c->state = WK_DC_FREE;
@@ -66,7 +66,7 @@ wk_disp *wk_disp_create(const wk_disp_config *cfg) {
   d->free_calls = nc;
 
   uint32_t nt = cfg->max_tasks;
-  d->tasks = wk_xcalloc(a, nt, sizeof *d->tasks);
+  d->tasks = wk_allocator_calloc(a, nt, sizeof *d->tasks);
   for (uint32_t i = 0; i < nt; i++) {
     wk_dtask *t = &d->tasks[i];
     t->state = WK_DT_FREE;
@@ -80,7 +80,7 @@ wk_disp *wk_disp_create(const wk_disp_config *cfg) {
   wk_heap_init(&d->backoff_heap, nc, a);
   wk_heap_init(&d->deadline_heap, nc, a);
   d->pend_cap = 3 * nc; /* see wk_dispatch_int.h: CANCEL + *_DONE + SUBCALLS_COMPLETE */
-  d->pend = wk_xcalloc(a, d->pend_cap, sizeof *d->pend);
+  d->pend = wk_allocator_calloc(a, d->pend_cap, sizeof *d->pend);
   return d;
 }
 
@@ -89,10 +89,10 @@ void wk_disp_destroy(wk_disp *d) {
   wk_allocator a = d->cfg.allocator;
   wk_heap_free(&d->backoff_heap, &a);
   wk_heap_free(&d->deadline_heap, &a);
-  wk_xfree(&a, d->pend, (size_t)d->pend_cap * sizeof *d->pend);
-  wk_xfree(&a, d->tasks, (size_t)d->cfg.max_tasks * sizeof *d->tasks);
-  wk_xfree(&a, d->calls, (size_t)d->cfg.max_calls * sizeof *d->calls);
-  wk_xfree(&a, d, sizeof *d);
+  wk_allocator_free(&a, d->pend, (size_t)d->pend_cap * sizeof *d->pend);
+  wk_allocator_free(&a, d->tasks, (size_t)d->cfg.max_tasks * sizeof *d->tasks);
+  wk_allocator_free(&a, d->calls, (size_t)d->cfg.max_calls * sizeof *d->calls);
+  wk_allocator_free(&a, d, sizeof *d);
 }
 
 void wk_disp_set_capacity(wk_disp *d, uint32_t max_inflight) {

@@ -9,14 +9,14 @@
 void wk_task_index_init(wk_task_index *ix, uint32_t records, const wk_allocator *a) {
   uint32_t cap = 16;
   while (cap < records * 2u) cap <<= 1; /* load factor <= 0.5 */
-  ix->entries = wk_xcalloc(a, cap, sizeof *ix->entries);
+  ix->entries = wk_allocator_calloc(a, cap, sizeof *ix->entries);
   for (uint32_t i = 0; i < cap; i++) ix->entries[i].record = WK_NONE;
   ix->mask = cap - 1;
   ix->count = 0;
 }
 
 void wk_task_index_free(wk_task_index *ix, const wk_allocator *a) {
-  wk_xfree(a, ix->entries, ((size_t)ix->mask + 1) * sizeof *ix->entries);
+  wk_allocator_free(a, ix->entries, ((size_t)ix->mask + 1) * sizeof *ix->entries);
   ix->entries = NULL;
 }
 

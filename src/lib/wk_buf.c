@@ -3,12 +3,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lib/wk_alloc.h"
+
 uint8_t *wk_buf_reserve(wk_buf *b, size_t n) {
   if (b->cap - b->len < n) {
     size_t cap = b->cap ? b->cap : 256;
     while (cap - b->len < n) cap *= 2;
-    uint8_t *p = realloc(b->data, cap);
-    if (!p) abort();
+    uint8_t *p = wk_xrealloc(b->data, cap);
     b->data = p;
     b->cap = cap;
   }

@@ -20,13 +20,13 @@ static size_t mem_bytes(uint32_t capacity, bool with_run) {
 
 static void init(wk_heap *h, uint32_t capacity, bool with_run, const wk_allocator *a) {
   assert(capacity > 0 && capacity <= WK_HEAP_CAPACITY_MAX);
-  h->mem = wk_xcalloc(a, 1, mem_bytes(capacity, with_run));
+  h->mem = wk_allocator_calloc(a, 1, mem_bytes(capacity, with_run));
   uintptr_t base = ((uintptr_t)h->mem + (LINE - 1u)) & ~(uintptr_t)(LINE - 1u);
   h->ent = (wk_heap_entry *)base + PAD; /* &ent[1] is line-aligned */
   h->run = with_run ? h->ent + capacity : NULL;
   assert((uintptr_t)(h->ent + capacity) + (with_run ? capacity * sizeof(wk_heap_entry) : 0u) <=
          (uintptr_t)h->mem + mem_bytes(capacity, with_run));
-  h->pos = wk_xcalloc(a, capacity, sizeof *h->pos);
+  h->pos = wk_allocator_calloc(a, capacity, sizeof *h->pos);
   for (uint32_t i = 0; i < capacity; i++) h->pos[i] = WK_HEAP_ABSENT;
   h->size = h->heap_size = 0;
   h->run_head = h->run_len = h->run_live = 0;
@@ -42,8 +42,8 @@ void wk_heap_init_with_run(wk_heap *h, uint32_t capacity, const wk_allocator *a)
 }
 
 void wk_heap_free(wk_heap *h, const wk_allocator *a) {
-  wk_xfree(a, h->mem, mem_bytes(h->capacity, h->run != NULL));
-  wk_xfree(a, h->pos, (size_t)h->capacity * sizeof *h->pos);
+  wk_allocator_free(a, h->mem, mem_bytes(h->capacity, h->run != NULL));
+  wk_allocator_free(a, h->pos, (size_t)h->capacity * sizeof *h->pos);
   h->mem = NULL;
   h->ent = h->run = NULL;
   h->pos = NULL;

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "lib/wk_alloc.h"
 
 void wk_call_list_free(wk_call_list *list) {
   free(list->items);
@@ -21,8 +22,7 @@ static int build_single(const wk_builder_input *in, wk_call_list *out, char *err
   (void)err;
   (void)err_len;
   out->count = 1;
-  out->items = calloc(1, sizeof *out->items);
-  if (!out->items) abort();
+  out->items = wk_xcalloc(1, sizeof *out->items);
   out->items[0].args = in->args;
   out->items[0].len = in->args_len;
   return 0;
@@ -76,9 +76,8 @@ static int build_map(const wk_builder_input *in, wk_call_list *out, char *err, s
   size_t total = 0;
   for (size_t i = 0; i < n; i++) total += json_dumpb(json_array_get(arr, i), NULL, 0, JSON_COMPACT | JSON_ENCODE_ANY);
   out->count = (uint32_t)n;
-  out->items = calloc(n ? n : 1, sizeof *out->items);
-  out->storage = malloc(total ? total : 1);
-  if (!out->items || !out->storage) abort();
+  out->items = wk_xcalloc(n ? n : 1, sizeof *out->items);
+  out->storage = wk_xmalloc(total ? total : 1);
   size_t at = 0;
   for (size_t i = 0; i < n; i++) {
     size_t len = json_dumpb(json_array_get(arr, i), (char *)out->storage + at, total - at,

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "plugins/wk_writers_int.h"
+#include "lib/wk_alloc.h"
 
 #define NAME_MAX_BYTES 200  /* of the final file name (the temporary adds 12 + 1) */
 #define FLUSH_BYTES 65536
@@ -32,8 +33,7 @@ static int file_validate(const wk_writer_settings *s, char *err, size_t len) {
   if (!S_ISDIR(st.st_mode)) return wk_werr(err, len, "file: output_dir %s: not a directory", dir);
   /* Writable for real (access() says yes to root on a read-only mount): a probe file. */
   size_t n = strlen(dir) + sizeof "/.wk-probe-XXXXXX";
-  char *probe = malloc(n);
-  if (!probe) abort();
+  char *probe = wk_xmalloc(n);
   snprintf(probe, n, "%s/.wk-probe-XXXXXX", dir);
   int fd = mkostemp(probe, O_CLOEXEC);
   if (fd < 0) {
@@ -108,8 +108,7 @@ static int file_write(const wk_writer *w, const wk_writer_task *t, wk_buf *plugi
 
   size_t plen = strlen(dir) + 1 + strlen(name) + 1;
   size_t tlen = strlen(dir) + 2 + strlen(name) + sizeof ".tmp-XXXXXX";
-  char *path = malloc(plen), *tmp = malloc(tlen);
-  if (!path || !tmp) abort();
+  char *path = wk_xmalloc(plen), *tmp = wk_xmalloc(tlen);
   snprintf(path, plen, "%s/%s", dir, name);
   snprintf(tmp, tlen, "%s/.%s.tmp-XXXXXX", dir, name);
 
