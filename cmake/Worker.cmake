@@ -13,7 +13,7 @@ add_library(wk_executor_pool STATIC
 target_include_directories(wk_executor_pool PUBLIC ${PROJECT_SOURCE_DIR}/src)
 target_compile_definitions(wk_executor_pool PRIVATE _GNU_SOURCE)
 target_compile_options(wk_executor_pool PRIVATE ${WK_WARNINGS})
-target_link_libraries(wk_executor_pool PUBLIC wk_adapters_frame PkgConfig::LIBUV PRIVATE wk_log)
+target_link_libraries(wk_executor_pool PUBLIC wk_adapters_frame PkgConfig::LIBUV PRIVATE wk_lib wk_log)
 
 add_library(wk_app STATIC
   src/app/wk_fs.c

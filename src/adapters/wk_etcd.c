@@ -58,7 +58,7 @@ const char *wk_etcd_rc_name(int rc) {
 __attribute__((format(printf, 2, 3))) static void set_err(wk_etcd *c, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
-  vsnprintf(c->err, sizeof c->err, fmt, ap);
+  wk_verrf(c->err, sizeof c->err, fmt, ap);
   va_end(ap);
 }
 
@@ -402,7 +402,7 @@ static int request(wk_etcd *c, const char *path, json_t *body, json_t **answer) 
       set_err(c, "etcd %s: %s", url, c->curl_err[0] ? c->curl_err : curl_easy_strerror(cr));
       if (cr == CURLE_OPERATION_TIMEDOUT) {
         size_t n = strlen(c->err);
-        snprintf(c->err + n, sizeof c->err - n, " (timeout %" PRId64 " ms)", c->timeout_ms);
+        wk_errf(c->err + n, sizeof c->err - n, " (timeout %" PRId64 " ms)", c->timeout_ms);
       }
       rc = WK_ETCD_E_UNREACHABLE;
       continue;
@@ -752,8 +752,8 @@ void wk_etcd_worker_parse(const char *prefix, const char *key, const char *value
   json_error_t jerr;
   json_t *j = json_loadb(value, value_len, 0, &jerr);
   if (!j || !json_is_object(j)) {
-    snprintf(out->error, sizeof out->error, "value is not a JSON object%s%.90s", j ? "" : ": ",
-             j ? "" : jerr.text);
+    wk_errf(out->error, sizeof out->error, "value is not a JSON object%s%.90s", j ? "" : ": ",
+            j ? "" : jerr.text);
     json_decref(j);
     j = json_object();
   } else {
@@ -785,7 +785,7 @@ void wk_etcd_worker_parse(const char *prefix, const char *key, const char *value
     if (!json_object_get(j, "free_slots")) bad = "free_slots";
     if (bad) {
       out->valid = false;
-      snprintf(out->error, sizeof out->error, "missing or malformed \"%s\"", bad);
+      wk_errf(out->error, sizeof out->error, "missing or malformed \"%s\"", bad);
     }
   }
   json_decref(j);

@@ -23,6 +23,7 @@
 
 #include "adapters/wk_etcd.h"
 #include "lib/wk_alloc.h"
+#include "lib/wk_err.h"
 #include "lib/wk_log.h"
 
 typedef enum pub_state {
@@ -311,13 +312,13 @@ static bool in_range(int64_t v, int64_t lo, int64_t hi) { return v >= lo && v <=
 wk_etcd_publisher *wk_etcd_publisher_start(const wk_etcd_publisher_config *cfg, char *err,
                                            size_t len) {
   if (!cfg || !cfg->advertise_addr || !*cfg->advertise_addr) {
-    snprintf(err, len, "etcd publisher: no advertise address");
+    wk_errf(err, len, "etcd publisher: no advertise address");
     return NULL;
   }
   for (const char *s = cfg->advertise_addr; *s; s++) {
     if ((unsigned char)*s <= ' ' || *s == 0x7f) {
-      snprintf(err, len, "etcd publisher: advertise address '%s' has a space or control character",
-               cfg->advertise_addr);
+      wk_errf(err, len, "etcd publisher: advertise address '%s' has a space or control character",
+              cfg->advertise_addr);
       return NULL;
     }
   }
@@ -343,7 +344,7 @@ wk_etcd_publisher *wk_etcd_publisher_start(const wk_etcd_publisher_config *cfg, 
     bad = "backoff must be 1 <= initial <= max <= 600000 ms";
   }
   if (bad) {
-    snprintf(err, len, "etcd publisher: %s", bad);
+    wk_errf(err, len, "etcd publisher: %s", bad);
     return NULL;
   }
   wk_etcd *etcd = wk_etcd_new(cfg->endpoints, timeout, err, len);
@@ -390,7 +391,7 @@ wk_etcd_publisher *wk_etcd_publisher_start(const wk_etcd_publisher_config *cfg, 
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   if (e == 0) pthread_setname_np(p->thread, "wk-etcd");
   if (e != 0) {
-    snprintf(err, len, "etcd publisher: cannot start its thread: %s", strerror(e));
+    wk_errf(err, len, "etcd publisher: cannot start its thread: %s", strerror(e));
     pthread_cond_destroy(&p->cv);
     pthread_mutex_destroy(&p->mu);
     wk_etcd_free(etcd);

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "lib/wk_alloc.h"
+#include "lib/wk_err.h"
 #include "lib/wk_log.h"
 
 #define READ_CHUNK 65536u
@@ -433,7 +434,7 @@ static int spawn_one(wk_pool *pool, char *err, size_t err_len) {
   e->proc.data = e;
   int rc = uv_spawn(pool->loop, &e->proc, &opt);
   if (rc != 0) {
-    snprintf(err, err_len, "cannot start executor %s %s: %s", pool->python, pool->script, uv_strerror(rc));
+    wk_errf(err, err_len, "cannot start executor %s %s: %s", pool->python, pool->script, uv_strerror(rc));
     pool->handles_open++;
     pool->n_structs++;
     e->next = pool->executors;
@@ -920,11 +921,11 @@ wk_pool_stats wk_pool_get_stats(const wk_pool *pool) { return pool->stats; }
 wk_pool *wk_pool_start(uv_loop_t *loop, const wk_pool_config *cfg, wk_exec_callbacks cb, char *err,
                        size_t err_len) {
   if (access(cfg->python, X_OK) != 0) {
-    snprintf(err, err_len, "python interpreter %s is not executable: %s", cfg->python, strerror(errno));
+    wk_errf(err, err_len, "python interpreter %s is not executable: %s", cfg->python, strerror(errno));
     return NULL;
   }
   if (access(cfg->executor_script, R_OK) != 0) {
-    snprintf(err, err_len, "executor script %s is not readable: %s", cfg->executor_script, strerror(errno));
+    wk_errf(err, err_len, "executor script %s is not readable: %s", cfg->executor_script, strerror(errno));
     return NULL;
   }
   wk_pool *pool = wk_xcalloc(1, sizeof *pool);
@@ -939,7 +940,7 @@ wk_pool *wk_pool_start(uv_loop_t *loop, const wk_pool_config *cfg, wk_exec_callb
   const char *tmp = getenv("TMPDIR");
   snprintf(pool->dir, sizeof pool->dir, "%s/wk-exec-XXXXXX", (tmp && strlen(tmp) < 40) ? tmp : "/tmp");
   if (!mkdtemp(pool->dir)) { /* mkdtemp makes it 0700 */
-    snprintf(err, err_len, "cannot create the executor socket directory %s: %s", pool->dir, strerror(errno));
+    wk_errf(err, err_len, "cannot create the executor socket directory %s: %s", pool->dir, strerror(errno));
     free(pool->python);
     free(pool->script);
     free(pool->python_path);
@@ -957,7 +958,7 @@ wk_pool *wk_pool_start(uv_loop_t *loop, const wk_pool_config *cfg, wk_exec_callb
   int rc = uv_pipe_bind(&pool->listener, pool->sock_path);
   if (rc == 0) rc = uv_listen((uv_stream_t *)&pool->listener, 128, on_connection);
   if (rc != 0) {
-    snprintf(err, err_len, "cannot listen on %s: %s", pool->sock_path, uv_strerror(rc));
+    wk_errf(err, err_len, "cannot listen on %s: %s", pool->sock_path, uv_strerror(rc));
     wk_pool_stop(pool, NULL, NULL);
     return NULL;
   }

@@ -25,6 +25,7 @@
 
 #include "adapters/wk_pem.h"
 #include "lib/wk_alloc.h"
+#include "lib/wk_err.h"
 
 #define TOKEN_MAX 4096u /* as the server's WK_GRPC_AUTH_TOKEN_MAX */
 
@@ -210,20 +211,15 @@ static int load_security(const wk_grpc_client_options *opts, tls_files *t, char 
       ok = ch > 0x20 && ch < 0x7f;
     }
     if (!ok) {
-      if (err && err_len) {
-        snprintf(err, err_len,
-                 "the token must be 1..%u printable ASCII characters without spaces",
-                 TOKEN_MAX);
-      }
+      wk_errf(err, err_len, "the token must be 1..%u printable ASCII characters without spaces",
+              TOKEN_MAX);
       return -1;
     }
   }
   if (opt_on(opts->cert_file) != opt_on(opts->key_file)) {
-    if (err && err_len) {
-      snprintf(err, err_len,
-               "a TLS client certificate needs both cert_file and key_file (only %s is set)",
-               opt_on(opts->cert_file) ? "cert_file" : "key_file");
-    }
+    wk_errf(err, err_len,
+            "a TLS client certificate needs both cert_file and key_file (only %s is set)",
+            opt_on(opts->cert_file) ? "cert_file" : "key_file");
     return -1;
   }
   char why[1400] = "";
@@ -244,7 +240,7 @@ static int load_security(const wk_grpc_client_options *opts, tls_files *t, char 
   }
   if (!ok) {
     tls_files_free(t);
-    if (err && err_len) snprintf(err, err_len, "%s", why);
+    wk_errf(err, err_len, "%s", why);
     return -1;
   }
   return 0;
@@ -254,7 +250,7 @@ int wk_grpc_client_open(const char *target, const wk_grpc_client_options *opts,
                         wk_grpc_client **out, char *err, size_t err_len) {
   *out = NULL;
   if (!target || !*target) {
-    if (err && err_len) snprintf(err, err_len, "no server address given");
+    wk_errf(err, err_len, "no server address given");
     return -1;
   }
   tls_files tls;
@@ -320,7 +316,7 @@ int wk_grpc_client_open(const char *target, const wk_grpc_client_options *opts,
     wk_pem_free(c->authorization);
     free(c);
     if (err && err_len) {
-      snprintf(err, err_len, "cannot create a %schannel to %s", use_tls ? "TLS " : "", target);
+      wk_errf(err, err_len, "cannot create a %schannel to %s", use_tls ? "TLS " : "", target);
     }
     return -1;
   }

@@ -646,13 +646,13 @@ static void dispatch_request(wk_grpc_server *s, wk_rpc *r, grpc_byte_buffer *pay
   char err[WK_VALIDATE_ERR_LEN];
   ProtobufCMessage *msg = NULL;
   if (payload == NULL) {
-    (void)snprintf(err, sizeof err, "request message is missing: %s expects one %s",
-                   k_methods[r->method].name, wk_validate_descriptor(r->method)->name);
+    wk_errf(err, sizeof err, "request message is missing: %s expects one %s",
+            k_methods[r->method].name, wk_validate_descriptor(r->method)->name);
   } else {
     grpc_byte_buffer_reader rd;
     if (!grpc_byte_buffer_reader_init(&rd, payload)) {
-      (void)snprintf(err, sizeof err, "request is not a valid %s (undecompressable)",
-                     wk_validate_descriptor(r->method)->name);
+      wk_errf(err, sizeof err, "request is not a valid %s (undecompressable)",
+              wk_validate_descriptor(r->method)->name);
     } else {
       grpc_slice bytes = grpc_byte_buffer_reader_readall(&rd);
       grpc_byte_buffer_reader_destroy(&rd);
@@ -963,11 +963,11 @@ int wk_grpc_server_start(const wk_grpc_server_config *cfg, wk_grpc_server_sink s
                          wk_grpc_server **out, int *port, char *err, size_t err_len) {
   if (err != NULL && err_len > 0) err[0] = '\0';
   if (cfg == NULL || out == NULL || cfg->listen_addr == NULL || cfg->listen_addr[0] == '\0') {
-    if (err != NULL) (void)snprintf(err, err_len, "grpc server: listen_addr is required");
+    wk_errf(err, err_len, "grpc server: listen_addr is required");
     return -1;
   }
   if (sink.on_rpc == NULL) {
-    if (err != NULL) (void)snprintf(err, err_len, "grpc server: sink.on_rpc is required");
+    wk_errf(err, err_len, "grpc server: sink.on_rpc is required");
     return -1;
   }
   *out = NULL;
@@ -1023,9 +1023,7 @@ int wk_grpc_server_start(const wk_grpc_server_config *cfg, wk_grpc_server_sink s
     s->registered[m] = grpc_server_register_method(s->server, k_methods[m].path, NULL,
                                                    GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
     if (s->registered[m] == NULL) {
-      if (err != NULL) {
-        (void)snprintf(err, err_len, "grpc server: cannot register %s", k_methods[m].path);
-      }
+      wk_errf(err, err_len, "grpc server: cannot register %s", k_methods[m].path);
       tls_files_free(&tls);
       abandon_server(s);
       return -1;

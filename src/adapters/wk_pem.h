@@ -26,7 +26,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
 #include "lib/wk_alloc.h"
+#include "lib/wk_err.h"
 
 #define WK_PEM_MAX_BYTES ((size_t)1 << 20) /* a CA bundle is well below 1 MiB */
 
@@ -134,7 +136,7 @@ static inline bool wk_pem_check(const char *pem, wk_pem_kind kind, const char *w
     const char *label_end = strstr(label, dashes);
     const char *eol = strchr(label, '\n');
     if (label_end == NULL || (eol != NULL && eol < label_end)) {
-      (void)snprintf(err, err_len, "%s: a malformed -----BEGIN line", what);
+      wk_errf(err, err_len, "%s: a malformed -----BEGIN line", what);
       return false;
     }
     size_t label_len = (size_t)(label_end - label);
@@ -143,8 +145,8 @@ static inline bool wk_pem_check(const char *pem, wk_pem_kind kind, const char *w
     const char *e = strstr(body, end_mark);
     if (e == NULL || strncmp(e + sizeof end_mark - 1, label, label_len) != 0 ||
         strncmp(e + sizeof end_mark - 1 + label_len, dashes, sizeof dashes - 1) != 0) {
-      (void)snprintf(err, err_len, "%s: the PEM block \"%.*s\" has no matching -----END line",
-                     what, (int)(label_len > 64 ? 64 : label_len), label);
+      wk_errf(err, err_len, "%s: the PEM block \"%.*s\" has no matching -----END line",
+              what, (int)(label_len > 64 ? 64 : label_len), label);
       return false;
     }
     bool is_cert = label_len == 11 && memcmp(label, "CERTIFICATE", 11) == 0;
@@ -153,23 +155,23 @@ static inline bool wk_pem_check(const char *pem, wk_pem_kind kind, const char *w
                   (label_len == 14 && memcmp(label, "EC PRIVATE KEY", 14) == 0);
     bool is_encrypted = label_len == 21 && memcmp(label, "ENCRYPTED PRIVATE KEY", 21) == 0;
     if (kind == WK_PEM_PRIVATE_KEY && is_encrypted) {
-      (void)snprintf(err, err_len,
-                     "%s: the private key is encrypted; give an unencrypted key (e.g. "
-                     "`openssl pkey -in KEY -out PLAIN`)",
-                     what);
+      wk_errf(err, err_len,
+              "%s: the private key is encrypted; give an unencrypted key (e.g. "
+              "`openssl pkey -in KEY -out PLAIN`)",
+              what);
       return false;
     }
     if (kind == WK_PEM_PRIVATE_KEY && is_key && wk_pem_has(body, e, "Proc-Type:")) {
-      (void)snprintf(err, err_len, "%s: the private key is encrypted (Proc-Type header)", what);
+      wk_errf(err, err_len, "%s: the private key is encrypted (Proc-Type header)", what);
       return false;
     }
     bool wanted = kind == WK_PEM_CERTIFICATES ? is_cert : is_key;
     if (wanted) {
       const char *why = "";
       if (!wk_pem_body_ok(body, e, &why)) {
-        (void)snprintf(err, err_len, "%s: PEM block %zu (%.*s): %s", what,
-                       (kind == WK_PEM_CERTIFICATES ? certs : keys) + 1, (int)label_len, label,
-                       why);
+        wk_errf(err, err_len, "%s: PEM block %zu (%.*s): %s", what,
+                (kind == WK_PEM_CERTIFICATES ? certs : keys) + 1, (int)label_len, label,
+                why);
         return false;
       }
       if (is_cert) certs++;
@@ -178,16 +180,16 @@ static inline bool wk_pem_check(const char *pem, wk_pem_kind kind, const char *w
     p = e + sizeof end_mark - 1 + label_len + sizeof dashes - 1;
   }
   if (kind == WK_PEM_CERTIFICATES && certs == 0) {
-    (void)snprintf(err, err_len,
-                   "%s: not a PEM certificate file (no -----BEGIN CERTIFICATE----- block)", what);
+    wk_errf(err, err_len,
+            "%s: not a PEM certificate file (no -----BEGIN CERTIFICATE----- block)", what);
     return false;
   }
   if (kind == WK_PEM_PRIVATE_KEY && keys != 1) {
-    (void)snprintf(err, err_len,
-                   keys == 0 ? "%s: not a PEM private key file (no -----BEGIN PRIVATE KEY----- "
-                               "block)"
-                             : "%s: more than one private key in the file",
-                   what);
+    wk_errf(err, err_len,
+            keys == 0 ? "%s: not a PEM private key file (no -----BEGIN PRIVATE KEY----- "
+                        "block)"
+                      : "%s: more than one private key in the file",
+            what);
     return false;
   }
   return true;
@@ -202,7 +204,7 @@ static inline char *wk_pem_read(const char *path, wk_pem_kind kind, const char *
   (void)snprintf(name, sizeof name, "%s %.1024s", what, path);
   FILE *f = fopen(path, "rb");
   if (f == NULL) {
-    (void)snprintf(err, err_len, "%s: cannot open: %s", name, strerror(errno));
+    wk_errf(err, err_len, "%s: cannot open: %s", name, strerror(errno));
     return NULL;
   }
   char *buf = wk_xmalloc(WK_PEM_MAX_BYTES + 1);
@@ -211,27 +213,28 @@ static inline char *wk_pem_read(const char *path, wk_pem_kind kind, const char *
   int saved = errno;
   (void)fclose(f);
   if (read_error) {
-    (void)snprintf(err, err_len, "%s: cannot read: %s", name, strerror(saved));
+    wk_errf(err, err_len, "%s: cannot read: %s", name, strerror(saved));
     free(buf);
     return NULL;
   }
   if (n > WK_PEM_MAX_BYTES) {
-    (void)snprintf(err, err_len, "%s: larger than %zu bytes: not a PEM file", name,
-                   WK_PEM_MAX_BYTES);
+    wk_errf(err, err_len, "%s: larger than %zu bytes: not a PEM file", name,
+            WK_PEM_MAX_BYTES);
     memset(buf, 0, WK_PEM_MAX_BYTES + 1);
     free(buf);
     return NULL;
   }
   buf[n] = '\0';
   if (n == 0) {
-    (void)snprintf(err, err_len, "%s: the file is empty", name);
+    wk_errf(err, err_len, "%s: the file is empty", name);
     free(buf);
     return NULL;
   }
   if (memchr(buf, '\0', n) != NULL) {
-    (void)snprintf(err, err_len, "%s: a binary file (DER?); PEM text is needed (`openssl x509 "
-                                 "-inform der -in FILE` converts a certificate)",
-                   name);
+    wk_errf(err, err_len,
+            "%s: a binary file (DER?); PEM text is needed (`openssl x509 -inform der -in "
+            "FILE` converts a certificate)",
+            name);
     memset(buf, 0, n);
     free(buf);
     return NULL;

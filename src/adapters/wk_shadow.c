@@ -24,6 +24,7 @@
 #include <jansson.h>
 
 #include "adapters/wk_grpc_client.h"
+#include "lib/wk_err.h"
 #include "lib/wk_log.h"
 #include "lib/wk_rng.h"
 
@@ -176,7 +177,7 @@ static void *run(void *arg) {
 /* ---- API ----------------------------------------------------------------------------- */
 
 static wk_shadow *fail(char *err, size_t len, const char *msg) {
-  if (err != NULL && len > 0) snprintf(err, len, "shadow forwarder: %s", msg);
+  wk_errf(err, len, "shadow forwarder: %s", msg);
   return NULL;
 }
 
@@ -189,19 +190,19 @@ wk_shadow *wk_shadow_start(const wk_shadow_config *cfg, char *err, size_t len) {
   double rate = cfg->sample_rate;
   if (isnan(rate) || rate < 0.0 || rate > 1.0) {
     char m[128];
-    snprintf(m, sizeof m, "sample_rate must be between 0.0 and 1.0, got %g", rate);
+    wk_errf(m, sizeof m, "sample_rate must be between 0.0 and 1.0, got %g", rate);
     return fail(err, len, m);
   }
   if (cfg->queue_capacity > WK_SHADOW_MAX_QUEUE_CAPACITY) {
     char m[128];
-    snprintf(m, sizeof m, "queue_capacity must be at most %u, got %u",
-             WK_SHADOW_MAX_QUEUE_CAPACITY, cfg->queue_capacity);
+    wk_errf(m, sizeof m, "queue_capacity must be at most %u, got %u",
+            WK_SHADOW_MAX_QUEUE_CAPACITY, cfg->queue_capacity);
     return fail(err, len, m);
   }
   if (cfg->deadline_ms > WK_SHADOW_MAX_DEADLINE_MS) {
     char m[128];
-    snprintf(m, sizeof m, "deadline_ms must be at most %u, got %u", WK_SHADOW_MAX_DEADLINE_MS,
-             cfg->deadline_ms);
+    wk_errf(m, sizeof m, "deadline_ms must be at most %u, got %u", WK_SHADOW_MAX_DEADLINE_MS,
+            cfg->deadline_ms);
     return fail(err, len, m);
   }
 
@@ -244,7 +245,7 @@ wk_shadow *wk_shadow_start(const wk_shadow_config *cfg, char *err, size_t len) {
   pthread_sigmask(SIG_SETMASK, &old, NULL);
   if (e != 0) {
     char m[128];
-    snprintf(m, sizeof m, "cannot start its thread: %s", strerror(e));
+    wk_errf(m, sizeof m, "cannot start its thread: %s", strerror(e));
     pthread_cond_destroy(&s->idle_cv);
     pthread_cond_destroy(&s->work_cv);
     pthread_mutex_destroy(&s->mu);

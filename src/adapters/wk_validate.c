@@ -7,7 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
 #include "lib/wk_alloc.h"
+#include "lib/wk_err.h"
 
 #define TASK_ID_RULE "must be 1 to 128 printable ASCII characters (0x21-0x7e)"
 #define NAME_RULE "must be 1 to 128 characters of [A-Za-z0-9_.-] not starting with '.'"
@@ -22,14 +24,13 @@ _Static_assert(WK_ENTRYPOINT_MAX == 256u, "ENTRYPOINT_RULE spells out the limit"
 
 /* ---- helpers ------------------------------------------------------------------ */
 
+/* wk_errf that returns false, for `return failf(err, err_len, ...)`. */
 __attribute__((format(printf, 3, 4))) static bool failf(char *err, size_t err_len,
                                                         const char *fmt, ...) {
-  if (err != NULL && err_len > 0) {
-    va_list ap;
-    va_start(ap, fmt);
-    (void)vsnprintf(err, err_len, fmt, ap);
-    va_end(ap);
-  }
+  va_list ap;
+  va_start(ap, fmt);
+  wk_verrf(err, err_len, fmt, ap);
+  va_end(ap);
   return false;
 }
 
