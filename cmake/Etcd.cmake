@@ -1,8 +1,9 @@
 # etcd registration: wk_etcd (a small synchronous client of etcd's v3 JSON gateway,
-# libcurl + jansson) and wk_etcd_publisher (the EtcdPublisher thread that keeps the
-# Worker's leased key and heartbeat value in etcd). Included from the top-level
-# CMakeLists.txt after cmake/Warnings.cmake (for ${WK_WARNINGS}); cmake/Workerctl.cmake
-# links workerctl to wk_etcd for `workerctl workers`.
+# libcurl + jansson), wk_etcd_publisher (the EtcdPublisher thread that keeps the
+# Worker's leased key and heartbeat value in etcd) and wk_etcd_registry (reading and
+# ranking the registered Workers; cmake/Workerctl.cmake links workerctl to it for
+# `workerctl workers` and `workerctl submit` without --addr). Included from the top-level
+# CMakeLists.txt after cmake/Warnings.cmake (for ${WK_WARNINGS}).
 add_library(wk_etcd STATIC ${PROJECT_SOURCE_DIR}/src/adapters/wk_etcd.c)
 target_include_directories(wk_etcd PUBLIC ${PROJECT_SOURCE_DIR}/src)
 target_compile_definitions(wk_etcd PRIVATE _GNU_SOURCE)
@@ -14,3 +15,9 @@ target_include_directories(wk_etcd_publisher PUBLIC ${PROJECT_SOURCE_DIR}/src)
 target_compile_definitions(wk_etcd_publisher PRIVATE _GNU_SOURCE)
 target_compile_options(wk_etcd_publisher PRIVATE ${WK_WARNINGS})
 target_link_libraries(wk_etcd_publisher PRIVATE wk_etcd wk_log PkgConfig::JANSSON Threads::Threads)
+
+add_library(wk_etcd_registry STATIC ${PROJECT_SOURCE_DIR}/src/adapters/wk_etcd_registry.c)
+target_include_directories(wk_etcd_registry PUBLIC ${PROJECT_SOURCE_DIR}/src)
+target_compile_definitions(wk_etcd_registry PRIVATE _GNU_SOURCE)
+target_compile_options(wk_etcd_registry PRIVATE ${WK_WARNINGS})
+target_link_libraries(wk_etcd_registry PUBLIC wk_etcd PRIVATE wk_lib PkgConfig::JANSSON)

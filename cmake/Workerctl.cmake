@@ -1,11 +1,11 @@
 # The client side: the synchronous gRPC client (also used by the Worker's shadow
 # forwarder), the function code store (also used by the Worker at activation), and the
 # workerctl CLI. Included from the top-level CMakeLists.txt after cmake/Warnings.cmake,
-# cmake/Proto.cmake and cmake/Etcd.cmake (for ${WK_WARNINGS}, wk_proto and wk_etcd).
+# cmake/Proto.cmake and cmake/Etcd.cmake (for ${WK_WARNINGS}, wk_proto and wk_etcd_registry).
 
 add_library(wk_grpc_client STATIC ${PROJECT_SOURCE_DIR}/src/adapters/wk_grpc_client.c)
 target_include_directories(wk_grpc_client PUBLIC ${PROJECT_SOURCE_DIR}/src)
-target_link_libraries(wk_grpc_client PUBLIC PkgConfig::GRPC PRIVATE wk_lib)
+target_link_libraries(wk_grpc_client PUBLIC PkgConfig::GRPC PRIVATE wk_lib wk_pem)
 target_compile_options(wk_grpc_client PRIVATE ${WK_WARNINGS})
 
 add_library(wk_code_store STATIC ${PROJECT_SOURCE_DIR}/src/adapters/wk_code_store.c)
@@ -21,6 +21,6 @@ add_executable(workerctl
   ${PROJECT_SOURCE_DIR}/cmd/workerctl/workerctl_workers.c)
 target_include_directories(workerctl PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/cmd/workerctl)
 target_link_libraries(workerctl PRIVATE wk_grpc_client wk_code_store wk_proto PkgConfig::JANSSON)
-# `workerctl workers` reads the registry through wk_etcd (cmake/Etcd.cmake).
-target_link_libraries(workerctl PRIVATE wk_etcd)
+# `workerctl workers` and `submit` without --addr read the registry (cmake/Etcd.cmake).
+target_link_libraries(workerctl PRIVATE wk_etcd_registry)
 target_compile_options(workerctl PRIVATE ${WK_WARNINGS})

@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "adapters/wk_code_store.h"
-#include "adapters/wk_etcd.h"
+#include "adapters/wk_etcd_registry.h"
 #include "adapters/wk_grpc_client.h"
 #include "grpc/health/v1/health.pb-c.h"
 #include "workerctl.h"

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "workerctl.h"
-#include "lib/wk_alloc.h"
+#include "lib/wk_base64.h"
 
 #define TEXT_PREVIEW_MAX 2000u  /* bytes of a JSON output / captured text shown */
 #define BYTES_PREVIEW_MAX 64u   /* bytes of a binary output shown */
@@ -89,24 +89,6 @@ static json_t *json_str(const char *s) {
   return j ? j : json_string("");
 }
 
-static char *base64(const uint8_t *p, size_t n) {
-  static const char tbl[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  size_t out_len = 4 * ((n + 2) / 3);
-  char *out = wk_xmalloc(out_len + 1);
-  size_t o = 0;
-  for (size_t i = 0; i < n; i += 3) {
-    uint32_t v = (uint32_t)p[i] << 16;
-    if (i + 1 < n) v |= (uint32_t)p[i + 1] << 8;
-    if (i + 2 < n) v |= (uint32_t)p[i + 2];
-    out[o++] = tbl[(v >> 18) & 63u];
-    out[o++] = tbl[(v >> 12) & 63u];
-    out[o++] = i + 1 < n ? tbl[(v >> 6) & 63u] : '=';
-    out[o++] = i + 2 < n ? tbl[v & 63u] : '=';
-  }
-  out[o] = '\0';
-  return out;
-}
-
 /* Bytes as a JSON string when valid UTF-8 (key), else base64 (key_base64). */
 static void set_text_or_base64(json_t *obj, const char *key, const uint8_t *p, size_t n) {
   json_t *s = json_stringn((const char *)p, n);
@@ -116,7 +98,7 @@ static void set_text_or_base64(json_t *obj, const char *key, const uint8_t *p, s
   }
   char k[64];
   snprintf(k, sizeof k, "%s_base64", key);
-  char *b = base64(p, n);
+  char *b = wk_base64_encode(p, n);
   json_object_set_new(obj, k, json_string(b));
   free(b);
 }
@@ -256,7 +238,7 @@ static json_t *output_json(const Worker__V1__CallOutput *o) {
   json_object_set_new(j, "content_type", json_str(content_name(o->content_type, b, sizeof b)));
   if (o->outcome_case == WORKER__V1__CALL_OUTPUT__OUTCOME_VALUE) {
     if (o->content_type == WORKER__V1__CONTENT_TYPE__CONTENT_TYPE_BYTES) {
-      char *b64 = base64(o->value.data, o->value.len);
+      char *b64 = wk_base64_encode(o->value.data, o->value.len);
       json_object_set_new(j, "value", json_string(b64));
       free(b64);
     } else {

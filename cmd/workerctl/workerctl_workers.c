@@ -7,7 +7,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "adapters/wk_etcd.h"
+#include "adapters/wk_etcd_registry.h"
 #include "workerctl.h"
 
 static int64_t now_unix_ms(void) {

@@ -1,6 +1,7 @@
 /* wk_etcd.c: the etcd v3 JSON-gateway client (see wk_etcd.h). */
 #include "lib/wk_err.h"
 #include "adapters/wk_etcd.h"
+#include "adapters/wk_etcd_int.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -15,6 +16,7 @@
 #include <curl/curl.h>
 #include <jansson.h>
 #include "lib/wk_alloc.h"
+#include "lib/wk_base64.h"
 
 #define POLL_SLICE_MS 50 /* how often a transfer in progress looks at the abort flag */
 #define GRPC_DEADLINE_EXCEEDED 4
@@ -67,70 +69,7 @@ static CURLcode curl_init_rc = CURLE_OK;
 
 static void curl_init(void) { curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT); }
 
-/* ---- base64 ------------------------------------------------------------------------- */
-
-static const char b64_alphabet[] =
-    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-char *wk_etcd_b64_encode(const void *data, size_t len) {
-  const unsigned char *in = data;
-  size_t out_len = (len + 2) / 3 * 4;
-  char *out = wk_xmalloc(out_len + 1);
-  size_t o = 0;
-  size_t i = 0;
-  for (; i + 3 <= len; i += 3) {
-    uint32_t v = (uint32_t)in[i] << 16 | (uint32_t)in[i + 1] << 8 | (uint32_t)in[i + 2];
-    out[o++] = b64_alphabet[(v >> 18) & 63u];
-    out[o++] = b64_alphabet[(v >> 12) & 63u];
-    out[o++] = b64_alphabet[(v >> 6) & 63u];
-    out[o++] = b64_alphabet[v & 63u];
-  }
-  size_t rest = len - i;
-  if (rest > 0) {
-    uint32_t v = (uint32_t)in[i] << 16;
-    if (rest == 2) v |= (uint32_t)in[i + 1] << 8;
-    out[o++] = b64_alphabet[(v >> 18) & 63u];
-    out[o++] = b64_alphabet[(v >> 12) & 63u];
-    out[o++] = rest == 2 ? b64_alphabet[(v >> 6) & 63u] : '=';
-    out[o++] = '=';
-  }
-  out[o] = '\0';
-  return out;
-}
-
-static int b64_value(char ch) {
-  if (ch >= 'A' && ch <= 'Z') return ch - 'A';
-  if (ch >= 'a' && ch <= 'z') return ch - 'a' + 26;
-  if (ch >= '0' && ch <= '9') return ch - '0' + 52;
-  if (ch == '+' || ch == '-') return 62; /* accept the URL-safe alphabet too */
-  if (ch == '/' || ch == '_') return 63;
-  return -1;
-}
-
-char *wk_etcd_b64_decode(const char *text, size_t len, size_t *out_len) {
-  while (len > 0 && text[len - 1] == '=') len--;
-  if (len % 4 == 1) return NULL;
-  char *out = wk_xmalloc(len / 4 * 3 + 3);
-  size_t o = 0;
-  uint32_t acc = 0;
-  unsigned bits = 0;
-  for (size_t i = 0; i < len; i++) {
-    int v = b64_value(text[i]);
-    if (v < 0) {
-      free(out);
-      return NULL;
-    }
-    acc = acc << 6 | (uint32_t)v;
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      out[o++] = (char)(unsigned char)((acc >> bits) & 0xffu);
-    }
-  }
-  out[o] = '\0';
-  *out_len = o;
-  return out;
-}
+/* ---- keys and ranges ------------------------------------------------------------ */
 
 size_t wk_etcd_prefix_end(const char *prefix, size_t prefix_len, char *out) {
   size_t n = prefix_len;
@@ -146,9 +85,7 @@ size_t wk_etcd_prefix_end(const char *prefix, size_t prefix_len, char *out) {
 
 /* ---- JSON helpers -------------------------------------------------------------------- */
 
-/* An int64 field, given by the gateway as a decimal string (or a number). Absent
- * fields are zero (proto3 omits zero values). False when present and malformed. */
-static bool json_i64_field(const json_t *obj, const char *name, int64_t *out) {
+bool wk_etcd__json_i64_field(const json_t *obj, const char *name, int64_t *out) {
   *out = 0;
   const json_t *v = json_object_get(obj, name);
   if (!v || json_is_null(v)) return true;
@@ -174,7 +111,7 @@ static json_t *json_i64_string(int64_t v) {
 }
 
 static json_t *json_b64(const void *data, size_t len) {
-  char *t = wk_etcd_b64_encode(data, len);
+  char *t = wk_base64_encode(data, len);
   json_t *j = json_string(t);
   free(t);
   return j;
@@ -429,7 +366,7 @@ static int request(wk_etcd *c, const char *path, json_t *body, json_t **answer) 
     if (j && json_is_object(j)) {
       msg = json_string_value(json_object_get(j, "message"));
       if (!msg) msg = json_string_value(json_object_get(j, "error"));
-      if (!json_i64_field(j, "code", &gcode)) gcode = -1;
+      if (!wk_etcd__json_i64_field(j, "code", &gcode)) gcode = -1;
     }
     set_err(c, "etcd %s: HTTP %ld: %.300s", url, code,
             msg ? msg : (c->resp_len ? c->resp : "(no body)"));
@@ -472,7 +409,7 @@ int wk_etcd_lease_grant(wk_etcd *c, int64_t ttl_s, int64_t *id, int64_t *granted
     json_decref(ans);
     return WK_ETCD_E_SERVER;
   }
-  if (!json_i64_field(ans, "ID", &lid) || !json_i64_field(ans, "TTL", &ttl) || lid == 0 ||
+  if (!wk_etcd__json_i64_field(ans, "ID", &lid) || !wk_etcd__json_i64_field(ans, "TTL", &ttl) || lid == 0 ||
       ttl <= 0) {
     set_err(c, "etcd lease grant: no lease ID/TTL in the answer");
     json_decref(ans);
@@ -493,7 +430,7 @@ int wk_etcd_lease_keepalive(wk_etcd *c, int64_t id, int64_t *ttl_s) {
   if (err) {
     const char *m = json_string_value(json_object_get(err, "message"));
     int64_t gcode = 0;
-    (void)json_i64_field(err, "code", &gcode);
+    (void)wk_etcd__json_i64_field(err, "code", &gcode);
     set_err(c, "etcd lease keepalive %" PRId64 ": %s", id, m ? m : "error");
     json_decref(ans);
     return (gcode == GRPC_NOT_FOUND) ? WK_ETCD_E_LEASE_NOT_FOUND : WK_ETCD_E_SERVER;
@@ -505,7 +442,7 @@ int wk_etcd_lease_keepalive(wk_etcd *c, int64_t id, int64_t *ttl_s) {
     return WK_ETCD_E_PROTOCOL;
   }
   int64_t ttl = 0;
-  if (!json_i64_field(res, "TTL", &ttl)) {
+  if (!wk_etcd__json_i64_field(res, "TTL", &ttl)) {
     set_err(c, "etcd lease keepalive %" PRId64 ": malformed TTL", id);
     json_decref(ans);
     return WK_ETCD_E_PROTOCOL;
@@ -531,7 +468,7 @@ int wk_etcd_lease_ttl(wk_etcd *c, int64_t id, int64_t *ttl_s, int64_t *granted_t
   int rc = request(c, "/v3/lease/timetolive", json_pack("{s:o}", "ID", json_i64_string(id)), &ans);
   if (rc != WK_ETCD_OK) return rc;
   int64_t ttl = 0, granted = 0;
-  bool ok = json_i64_field(ans, "TTL", &ttl) && json_i64_field(ans, "grantedTTL", &granted);
+  bool ok = wk_etcd__json_i64_field(ans, "TTL", &ttl) && wk_etcd__json_i64_field(ans, "grantedTTL", &granted);
   json_decref(ans);
   if (!ok) {
     set_err(c, "etcd lease time-to-live %" PRId64 ": malformed answer", id);
@@ -585,12 +522,13 @@ static bool decode_field(const json_t *obj, const char *name, char **out, size_t
     return true;
   }
   if (!json_is_string(v)) return false;
-  *out = wk_etcd_b64_decode(json_string_value(v), json_string_length(v), out_len);
+  *out = wk_base64_decode_alloc(json_string_value(v), json_string_length(v), WK_ETCD_BASE64_FLAGS,
+                                out_len);
   return *out != NULL;
 }
 
 static int parse_kvs(wk_etcd *c, const json_t *ans, wk_etcd_kvs *out) {
-  if (!json_i64_field(json_object_get(ans, "header"), "revision", &out->revision)) {
+  if (!wk_etcd__json_i64_field(json_object_get(ans, "header"), "revision", &out->revision)) {
     out->revision = 0;
   }
   const json_t *arr = json_object_get(ans, "kvs");
@@ -606,9 +544,9 @@ static int parse_kvs(wk_etcd *c, const json_t *ans, wk_etcd_kvs *out) {
     wk_etcd_kv *kv = &out->items[out->n];
     if (!json_is_object(o) || !decode_field(o, "key", &kv->key, &kv->key_len) ||
         !decode_field(o, "value", &kv->value, &kv->value_len) ||
-        !json_i64_field(o, "lease", &kv->lease) ||
-        !json_i64_field(o, "create_revision", &kv->create_revision) ||
-        !json_i64_field(o, "mod_revision", &kv->mod_revision)) {
+        !wk_etcd__json_i64_field(o, "lease", &kv->lease) ||
+        !wk_etcd__json_i64_field(o, "create_revision", &kv->create_revision) ||
+        !wk_etcd__json_i64_field(o, "mod_revision", &kv->mod_revision)) {
       wk_etcd_kv_free(kv);
       set_err(c, "etcd range: entry %zu is malformed", i);
       return WK_ETCD_E_PROTOCOL;
@@ -678,7 +616,7 @@ int wk_etcd_delete(wk_etcd *c, const char *key, int64_t *deleted) {
       request(c, "/v3/kv/deleterange", json_pack("{s:o}", "key", json_b64(key, strlen(key))), &ans);
   if (rc != WK_ETCD_OK) return rc;
   int64_t d = 0;
-  bool ok = json_i64_field(ans, "deleted", &d);
+  bool ok = wk_etcd__json_i64_field(ans, "deleted", &d);
   json_decref(ans);
   if (!ok) {
     set_err(c, "etcd delete: malformed \"deleted\"");
@@ -705,175 +643,9 @@ int wk_etcd_delete_if_lease(wk_etcd *c, const char *key, int64_t lease, int64_t 
   int64_t d = 0;
   if (json_is_true(json_object_get(ans, "succeeded"))) {
     const json_t *r = json_array_get(json_object_get(ans, "responses"), 0);
-    if (!json_i64_field(json_object_get(r, "response_delete_range"), "deleted", &d)) d = 0;
+    if (!wk_etcd__json_i64_field(json_object_get(r, "response_delete_range"), "deleted", &d)) d = 0;
   }
   json_decref(ans);
   if (deleted) *deleted = d;
-  return WK_ETCD_OK;
-}
-
-/* ---- registered workers -------------------------------------------------------------- */
-
-void wk_etcd_worker_clear(wk_etcd_worker *w) {
-  if (!w) return;
-  free(w->key);
-  free(w->address);
-  free(w->deployment);
-  free(w->service);
-  free(w->version);
-  memset(w, 0, sizeof *w);
-}
-
-void wk_etcd_workers_free(wk_etcd_workers *ws) {
-  if (!ws) return;
-  for (size_t i = 0; i < ws->n; i++) wk_etcd_worker_clear(&ws->items[i]);
-  free(ws->items);
-  memset(ws, 0, sizeof *ws);
-}
-
-static char *str_field(const json_t *o, const char *name) {
-  const char *s = json_string_value(json_object_get(o, name));
-  return wk_xstrdup(s ? s : "");
-}
-
-/* A uint32 count; false when present and not a non-negative integer that fits. */
-static bool u32_field(const json_t *o, const char *name, uint32_t *out) {
-  int64_t v = 0;
-  if (!json_i64_field(o, name, &v) || v < 0 || v > (int64_t)UINT32_MAX) return false;
-  *out = (uint32_t)v;
-  return true;
-}
-
-void wk_etcd_worker_parse(const char *prefix, const char *key, const char *value, size_t value_len,
-                          int64_t lease, wk_etcd_worker *out) {
-  memset(out, 0, sizeof *out);
-  out->key = wk_xstrdup(key);
-  out->lease = lease;
-  json_error_t jerr;
-  json_t *j = json_loadb(value, value_len, 0, &jerr);
-  if (!j || !json_is_object(j)) {
-    wk_errf(out->error, sizeof out->error, "value is not a JSON object%s%.90s", j ? "" : ": ",
-            j ? "" : jerr.text);
-    json_decref(j);
-    j = json_object();
-  } else {
-    out->valid = true;
-  }
-  out->address = str_field(j, "address");
-  if (!*out->address) {
-    free(out->address);
-    size_t plen = prefix ? strlen(prefix) : 0;
-    out->address = wk_xstrdup(strncmp(key, prefix ? prefix : "", plen) == 0 ? key + plen : key);
-  }
-  out->deployment = str_field(j, "deployment");
-  out->service = str_field(j, "service");
-  out->version = str_field(j, "version");
-  if (out->valid) {
-    const char *bad = NULL;
-    if (!u32_field(j, "task_slots", &out->task_slots)) bad = "task_slots";
-    if (!u32_field(j, "reserved_slots", &out->reserved_slots)) bad = "reserved_slots";
-    if (!u32_field(j, "running_tasks", &out->running_tasks)) bad = "running_tasks";
-    if (!u32_field(j, "free_slots", &out->free_slots)) bad = "free_slots";
-    if (!json_i64_field(j, "updated_unix_ms", &out->updated_unix_ms)) bad = "updated_unix_ms";
-    const json_t *ready = json_object_get(j, "ready");
-    const json_t *draining = json_object_get(j, "draining");
-    if (!json_is_boolean(ready)) bad = "ready";
-    if (draining && !json_is_boolean(draining)) bad = "draining";
-    out->ready = json_is_true(ready);
-    out->draining = json_is_true(draining);
-    if (!json_object_get(j, "task_slots")) bad = "task_slots";
-    if (!json_object_get(j, "free_slots")) bad = "free_slots";
-    if (bad) {
-      out->valid = false;
-      wk_errf(out->error, sizeof out->error, "missing or malformed \"%s\"", bad);
-    }
-  }
-  json_decref(j);
-}
-
-int wk_etcd_list_workers(wk_etcd *c, const char *prefix, wk_etcd_workers *out) {
-  memset(out, 0, sizeof *out);
-  wk_etcd_kvs kvs;
-  int rc = wk_etcd_range_prefix(c, prefix, 0, &kvs);
-  if (rc != WK_ETCD_OK) return rc;
-  out->items = wk_xcalloc(kvs.n ? kvs.n : 1, sizeof *out->items);
-  for (size_t i = 0; i < kvs.n; i++) {
-    const wk_etcd_kv *kv = &kvs.items[i];
-    wk_etcd_worker_parse(prefix, kv->key, kv->value, kv->value_len, kv->lease,
-                         &out->items[out->n++]);
-  }
-  wk_etcd_kvs_free(&kvs);
-  return WK_ETCD_OK;
-}
-
-bool wk_etcd_worker_eligible(const wk_etcd_worker *w, int64_t now_unix_ms, int64_t max_age_ms) {
-  if (!w->valid || !w->ready || w->draining || w->free_slots == 0 || !*w->address) return false;
-  if (max_age_ms > 0 && now_unix_ms - w->updated_unix_ms > max_age_ms) return false;
-  return true;
-}
-
-static uint64_t tie_hash(const char *s, uint64_t seed) {
-  uint64_t h = 1469598103934665603ull ^ seed; /* FNV-1a, then a final mix */
-  for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-    h ^= *p;
-    h *= 1099511628211ull;
-  }
-  h ^= h >> 33;
-  h *= 0xff51afd7ed558ccdull;
-  h ^= h >> 33;
-  return h;
-}
-
-typedef struct ranked {
-  wk_etcd_worker w;
-  uint64_t tie; /* 0 when ties go by address */
-} ranked;
-
-static int cmp_ranked(const void *pa, const void *pb) {
-  const ranked *ra = pa, *rb = pb;
-  const wk_etcd_worker *a = &ra->w, *b = &rb->w;
-  if (a->free_slots != b->free_slots) return a->free_slots > b->free_slots ? -1 : 1;
-  if (a->running_tasks != b->running_tasks) return a->running_tasks < b->running_tasks ? -1 : 1;
-  if (ra->tie != rb->tie) return ra->tie < rb->tie ? -1 : 1;
-  return strcmp(a->address, b->address);
-}
-
-size_t wk_etcd_workers_rank(wk_etcd_workers *ws, int64_t now_unix_ms, int64_t max_age_ms,
-                            uint64_t tie_seed) {
-  ranked *r = wk_xcalloc(ws->n ? ws->n : 1, sizeof *r);
-  size_t kept = 0;
-  for (size_t i = 0; i < ws->n; i++) {
-    if (wk_etcd_worker_eligible(&ws->items[i], now_unix_ms, max_age_ms)) {
-      r[kept].w = ws->items[i];
-      r[kept].tie = tie_seed ? tie_hash(ws->items[i].address, tie_seed) : 0;
-      kept++;
-    } else {
-      wk_etcd_worker_clear(&ws->items[i]);
-    }
-  }
-  if (kept > 1) qsort(r, kept, sizeof r[0], cmp_ranked);
-  for (size_t i = 0; i < kept; i++) ws->items[i] = r[i].w;
-  ws->n = kept;
-  free(r);
-  return kept;
-}
-
-int wk_etcd_find_candidates(const char *endpoints, const char *prefix, int64_t timeout_ms,
-                            int64_t max_age_ms, uint64_t tie_seed, wk_etcd_workers *out, char *err,
-                            size_t len) {
-  memset(out, 0, sizeof *out);
-  wk_etcd *c = wk_etcd_new(endpoints, timeout_ms, err, len);
-  if (!c) return WK_ETCD_E_INVALID;
-  int rc = wk_etcd_list_workers(c, prefix ? prefix : WK_ETCD_DEFAULT_PREFIX, out);
-  if (rc != WK_ETCD_OK) {
-    wk_errf(err, len, "%s", wk_etcd_errmsg(c));
-    wk_etcd_free(c);
-    return rc;
-  }
-  wk_etcd_free(c);
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  int64_t now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-  wk_etcd_workers_rank(out, now, max_age_ms, tie_seed);
   return WK_ETCD_OK;
 }

@@ -135,68 +135,14 @@ int wk_etcd_delete(wk_etcd *c, const char *key, int64_t *deleted);
  * NULL) gets 1 when it was deleted, 0 when absent or on another lease. */
 int wk_etcd_delete_if_lease(wk_etcd *c, const char *key, int64_t lease, int64_t *deleted);
 
-/* ---- registered workers ---------------------------------------------------------- */
-
-/* The value a Worker's EtcdPublisher puts under registry_prefix + address:
- *   {"address","task_slots","reserved_slots","running_tasks","free_slots","ready",
- *    "draining","deployment","service","version","updated_unix_ms"} */
-typedef struct wk_etcd_worker {
-  char *key;     /* the etcd key, owned */
-  char *address; /* owned; "" when absent */
-  uint32_t task_slots, reserved_slots, running_tasks, free_slots;
-  bool ready, draining;
-  char *deployment, *service, *version; /* owned; "" when absent */
-  int64_t updated_unix_ms;
-  int64_t lease;
-  bool valid; /* false: the value is not a worker heartbeat (error says why) */
-  char error[128];
-} wk_etcd_worker;
-
-typedef struct wk_etcd_workers {
-  wk_etcd_worker *items; /* owned; free with wk_etcd_workers_free */
-  size_t n;
-} wk_etcd_workers;
-
-void wk_etcd_workers_free(wk_etcd_workers *ws);
-
-/** Parses one registry entry (key and JSON value) into *out (free its strings with
- * wk_etcd_worker_clear). Never fails: an unparseable value gives valid = false and
- * the reason in out->error; a missing "address" is taken from the key after `prefix`. */
-void wk_etcd_worker_parse(const char *prefix, const char *key, const char *value, size_t value_len,
-                          int64_t lease, wk_etcd_worker *out);
-void wk_etcd_worker_clear(wk_etcd_worker *w);
-
-/** Lists every worker registered under `prefix` (in key order, invalid values
- * included with valid = false). *out is reset first. Errors as for range. */
-int wk_etcd_list_workers(wk_etcd *c, const char *prefix, wk_etcd_workers *out);
-
-/** True when w can take a task: a valid heartbeat, ready, not draining, free_slots
- * > 0, and (when max_age_ms > 0) updated no longer than max_age_ms before now. */
-bool wk_etcd_worker_eligible(const wk_etcd_worker *w, int64_t now_unix_ms, int64_t max_age_ms);
-
-/** Keeps only the eligible workers of *ws and orders them best first: most free
- * slots, then fewest running tasks, then (ties) by a hash of the address mixed with
- * tie_seed (0: by address), so many clients with different seeds spread over equals.
- * Returns how many remain (ws->n). Ineligible entries are freed. */
-size_t wk_etcd_workers_rank(wk_etcd_workers *ws, int64_t now_unix_ms, int64_t max_age_ms,
-                            uint64_t tie_seed);
-
-/** For `workerctl submit` without --addr: lists the workers under `prefix` at
- * `endpoints` and leaves in *out only the candidates, best first (as
- * wk_etcd_workers_rank with max_age_ms and tie_seed). Returns WK_ETCD_OK (out->n may
- * be 0: nothing registered, or no worker with a free slot) or a negative wk_etcd_rc
- * with a message in err. */
-int wk_etcd_find_candidates(const char *endpoints, const char *prefix, int64_t timeout_ms,
-                            int64_t max_age_ms, uint64_t tie_seed, wk_etcd_workers *out, char *err,
-                            size_t len);
+/* The registry of Workers (reading, ranking) is in wk_etcd_registry.h. */
 
 /* ---- helpers (exposed for tests) --------------------------------------------------- */
 
-/** Standard base64 with padding. Encode: returns a malloc'd NUL-terminated string.
- * Decode: returns a malloc'd buffer (NUL-terminated, *out_len without the NUL) or NULL
- * on bad input. Both abort on out-of-memory. */
-char *wk_etcd_b64_encode(const void *data, size_t len);
-char *wk_etcd_b64_decode(const char *text, size_t len, size_t *out_len);
+/* How keys and values from the gateway are decoded (flags of lib/wk_base64.h, which the
+ * user of this macro includes): the standard and the URL-safe alphabets, any number of
+ * trailing '='. Keys and values sent are encoded with wk_base64_encode. */
+#define WK_ETCD_BASE64_FLAGS WK_BASE64_URL_SAFE
 
 /** The range_end that selects every key starting with prefix (prefix with its last
  * byte < 0xff incremented, trailing 0xff bytes dropped; "\0" for an empty prefix or

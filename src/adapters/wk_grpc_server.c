@@ -24,10 +24,10 @@
  * gate, waits for the count to reach zero, and only then shuts the CQ down: nothing
  * can post to a CQ that is shut down, whichever thread the sink answers from.
  *
- * Security. TLS and mutual TLS are gRPC core's (ssl server credentials on the port);
- * the files are read and checked (wk_pem.h) at start. The bearer token is checked on
- * the CQ thread as a call is accepted, before its request is decoded: a call without
- * it is answered UNAUTHENTICATED like an invalid one, and never reaches the sink.
+ * Security (wk_grpc_auth.c). TLS and mutual TLS are gRPC core's (ssl server credentials
+ * on the port); the files are read and checked (wk_pem.h) at start. The bearer token is
+ * checked on the CQ thread as a call is accepted, before its request is decoded: a call
+ * without it is answered UNAUTHENTICATED like an invalid one, and never reaches the sink.
  *
  * Locks: rpc->mu guards one rpc's send state; the gate is atomic (its mutex only
  * wakes stop); server->list_mu guards the live list and is never held with rpc->mu. */
@@ -52,6 +52,7 @@
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
 
+#include "adapters/wk_grpc_auth.h"
 #include "adapters/wk_pem.h"
 #include "adapters/wk_validate.h"
 #include "lib/wk_alloc.h"
@@ -133,13 +134,6 @@ typedef struct msg_node {
   grpc_byte_buffer *bb;
 } msg_node;
 
-typedef struct md_entry {
-  const char *key;
-  size_t key_len;
-  const char *value;
-  size_t value_len;
-} md_entry;
-
 struct wk_rpc {
   wk_grpc_server *server; /* holds a server reference */
   atomic_uint refs;
@@ -155,9 +149,7 @@ struct wk_rpc {
   grpc_call *call; /* NULL once stop has detached the rpc (then closed is true) */
   ProtobufCMessage *request;
   char *peer; /* gpr_malloc'ed by gRPC */
-  md_entry *md;
-  size_t md_count;
-  char *md_blob;
+  wk_grpc_auth_md md; /* the request metadata but "authorization" */
 
   wk_tag close_tag;
   int cancelled; /* written by RECV_CLOSE_ON_SERVER */
@@ -337,8 +329,7 @@ static void rpc_free(wk_rpc *r) {
   free(r->finish_message);
   if (r->request != NULL) protobuf_c_message_free_unpacked(r->request, NULL);
   if (r->peer != NULL) gpr_free(r->peer);
-  free(r->md);
-  free(r->md_blob);
+  wk_grpc_auth_md_free(&r->md);
   pthread_mutex_destroy(&r->mu);
   free(r);
   server_unref(s);
@@ -376,87 +367,6 @@ static bool rpc_try_ref(wk_rpc *r) {
   return false;
 }
 
-/* ---- the bearer token -------------------------------------------------------- */
-
-static bool ascii_equal_nocase(const uint8_t *a, const char *b, size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    unsigned char x = a[i];
-    unsigned char y = (unsigned char)b[i];
-    if (x >= 'A' && x <= 'Z') x = (unsigned char)(x - 'A' + 'a');
-    if (y >= 'A' && y <= 'Z') y = (unsigned char)(y - 'A' + 'a');
-    if (x != y) return false;
-  }
-  return true;
-}
-
-static bool is_authorization_key(const grpc_slice *key) {
-  static const char name[] = "authorization";
-  return GRPC_SLICE_LENGTH(*key) == sizeof name - 1 &&
-         ascii_equal_nocase(GRPC_SLICE_START_PTR(*key), name, sizeof name - 1);
-}
-
-/* Compares got[0..got_len) with the token in time that depends on the token's length
- * only, never on where the bytes differ. */
-static bool token_equal(const wk_grpc_server *s, const uint8_t *got, size_t got_len) {
-  unsigned diff = got_len == s->auth_token_len ? 0u : 1u;
-  for (size_t i = 0; i < s->auth_token_len; i++) {
-    unsigned char g = i < got_len ? got[i] : 0;
-    diff |= (unsigned)(g ^ (unsigned char)s->auth_token[i]);
-  }
-  return diff == 0;
-}
-
-/* True when no token is required, or one "authorization" entry of md is "Bearer
- * <token>" (the scheme in any case, as RFC 6750 allows). */
-static bool token_ok(const wk_grpc_server *s, const grpc_metadata_array *md) {
-  static const char scheme[] = "bearer ";
-  if (s->auth_token == NULL) return true;
-  bool ok = false;
-  for (size_t i = 0; i < md->count; i++) {
-    if (!is_authorization_key(&md->metadata[i].key)) continue;
-    const grpc_slice *v = &md->metadata[i].value;
-    size_t n = GRPC_SLICE_LENGTH(*v);
-    const uint8_t *p = GRPC_SLICE_START_PTR(*v);
-    if (n < sizeof scheme - 1 || !ascii_equal_nocase(p, scheme, sizeof scheme - 1)) continue;
-    if (token_equal(s, p + (sizeof scheme - 1), n - (sizeof scheme - 1))) ok = true;
-  }
-  return ok;
-}
-
-/* Copies the request metadata the sink may read: all of it but "authorization". */
-static void copy_metadata(wk_rpc *r, const grpc_metadata_array *md) {
-  size_t total = 0;
-  size_t kept = 0;
-  for (size_t i = 0; i < md->count; i++) {
-    if (is_authorization_key(&md->metadata[i].key)) continue;
-    total += GRPC_SLICE_LENGTH(md->metadata[i].key) + 1;
-    total += GRPC_SLICE_LENGTH(md->metadata[i].value) + 1;
-    kept++;
-  }
-  if (kept == 0) return;
-  r->md = wk_xcalloc(kept, sizeof *r->md);
-  r->md_blob = wk_xcalloc(total, 1);
-  char *p = r->md_blob;
-  size_t at = 0;
-  for (size_t i = 0; i < md->count; i++) {
-    if (is_authorization_key(&md->metadata[i].key)) continue;
-    const grpc_slice *k = &md->metadata[i].key;
-    const grpc_slice *v = &md->metadata[i].value;
-    md_entry *e = &r->md[at++];
-    e->key_len = GRPC_SLICE_LENGTH(*k);
-    memcpy(p, GRPC_SLICE_START_PTR(*k), e->key_len);
-    e->key = p;
-    p += e->key_len + 1;
-    e->value_len = GRPC_SLICE_LENGTH(*v);
-    memcpy(p, GRPC_SLICE_START_PTR(*v), e->value_len);
-    e->value = p;
-    p += e->value_len + 1;
-  }
-  r->md_count = kept;
-  assert(at == kept);
-  assert(p == r->md_blob + total);
-}
-
 /* A new rpc for an accepted call, holding the CQ thread's (accept) reference, on the
  * live list. Takes ownership of call. */
 static wk_rpc *rpc_new(wk_grpc_server *s, wk_rpc_method m, grpc_call *call,
@@ -471,7 +381,7 @@ static wk_rpc *rpc_new(wk_grpc_server *s, wk_rpc_method m, grpc_call *call,
   r->send_tag.kind = TAG_SEND;
   r->finish_code = GRPC_STATUS_OK;
   if (pthread_mutex_init(&r->mu, NULL) != 0) abort();
-  copy_metadata(r, md);
+  wk_grpc_auth_md_copy(&r->md, md);
   r->peer = grpc_call_get_peer(call);
   atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed);
 
@@ -691,7 +601,7 @@ static void on_request(request_slot *slot, bool ok) {
   slot->call = NULL;
   slot->payload = NULL;
   assert(call != NULL);
-  bool authenticated = token_ok(s, &slot->md);
+  bool authenticated = wk_grpc_auth_token_ok(s->auth_token, s->auth_token_len, &slot->md);
   wk_rpc *r = rpc_new(s, slot->method, call, &slot->md);
   grpc_metadata_array_destroy(&slot->md);
   grpc_metadata_array_init(&slot->md);
@@ -778,7 +688,7 @@ static void on_generic(generic_slot *g, bool ok) {
   }
   grpc_call *call = g->call;
   g->call = NULL;
-  if (!token_ok(s, &g->md)) {
+  if (!wk_grpc_auth_token_ok(s->auth_token, s->auth_token_len, &g->md)) {
     /* no word on which methods exist to a caller without the token */
     grpc_call_details_destroy(&g->details);
     grpc_call_details_init(&g->details);
@@ -843,97 +753,6 @@ static void *cq_thread_main(void *arg) {
 
 /* ---- start and stop ----------------------------------------------------------- */
 
-static bool setting_on(const char *v) { return v != NULL && v[0] != '\0'; }
-
-/* The TLS files, read at start (NULL: not configured). */
-typedef struct tls_files {
-  char *cert;
-  char *key;
-  char *client_ca;
-} tls_files;
-
-static void tls_files_free(tls_files *t) {
-  wk_pem_free(t->cert);
-  wk_pem_free(t->key);
-  wk_pem_free(t->client_ca);
-  memset(t, 0, sizeof *t);
-}
-
-/* Checks the security settings of cfg and reads its TLS files into *t. Returns 0, or
- * -1 with a reason in err (and nothing to free). */
-static int load_security(const wk_grpc_server_config *cfg, tls_files *t, char *err,
-                         size_t err_len) {
-  memset(t, 0, sizeof *t);
-  bool cert = setting_on(cfg->tls_cert_file);
-  bool key = setting_on(cfg->tls_key_file);
-  bool ca = setting_on(cfg->tls_client_ca_file);
-  if (cert != key) {
-    wk_errf(err, err_len,
-            "grpc server: TLS needs both tls_cert_file and tls_key_file (only %s is set)",
-            cert ? "tls_cert_file" : "tls_key_file");
-    return -1;
-  }
-  if (ca && !cert) {
-    wk_errf(err, err_len,
-            "grpc server: tls_client_ca_file (mutual TLS) needs tls_cert_file and "
-            "tls_key_file too");
-    return -1;
-  }
-  if (cfg->auth_token != NULL && cfg->auth_token[0] != '\0') {
-    size_t n = strnlen(cfg->auth_token, WK_GRPC_AUTH_TOKEN_MAX + 1);
-    if (n > WK_GRPC_AUTH_TOKEN_MAX) {
-      wk_errf(err, err_len, "grpc server: auth_token is longer than %u characters",
-              WK_GRPC_AUTH_TOKEN_MAX);
-      return -1;
-    }
-    for (size_t i = 0; i < n; i++) {
-      unsigned char c = (unsigned char)cfg->auth_token[i];
-      if (c <= 0x20 || c >= 0x7f) {
-        wk_errf(err, err_len,
-                "grpc server: auth_token must be printable ASCII without spaces (character "
-                "%zu is not)",
-                i + 1);
-        return -1;
-      }
-    }
-  }
-  if (!cert) return 0;
-  char why[1400];
-  t->cert = wk_pem_read(cfg->tls_cert_file, WK_PEM_CERTIFICATES, "tls_cert_file", why,
-                        sizeof why);
-  if (t->cert != NULL) {
-    t->key = wk_pem_read(cfg->tls_key_file, WK_PEM_PRIVATE_KEY, "tls_key_file", why,
-                         sizeof why);
-  }
-  if (t->key != NULL && ca) {
-    t->client_ca = wk_pem_read(cfg->tls_client_ca_file, WK_PEM_CERTIFICATES,
-                               "tls_client_ca_file", why, sizeof why);
-  }
-  if (t->cert == NULL || t->key == NULL || (ca && t->client_ca == NULL)) {
-    tls_files_free(t);
-    wk_errf(err, err_len, "grpc server: %s", why);
-    return -1;
-  }
-  return 0;
-}
-
-/* The port's credentials: TLS (mutual when t->client_ca is set) or plaintext. */
-static grpc_server_credentials *make_credentials(const tls_files *t) {
-  if (t->cert == NULL) return grpc_insecure_server_credentials_create();
-  grpc_ssl_pem_key_cert_pair pair = {.private_key = t->key, .cert_chain = t->cert};
-  /* gRPC copies the PEM text */
-  grpc_ssl_server_certificate_config *cc =
-      grpc_ssl_server_certificate_config_create(t->client_ca, &pair, 1);
-  if (cc == NULL) return NULL;
-  grpc_ssl_server_credentials_options *opts =
-      grpc_ssl_server_credentials_create_options_using_config(
-          t->client_ca != NULL ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
-                               : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE,
-          cc);
-  if (opts == NULL) return NULL;
-  return grpc_ssl_server_credentials_create_with_options(opts);
-}
-
 /* Tears down a server that never started its thread (start failed). */
 static void abandon_server(wk_grpc_server *s) {
   if (s->server != NULL) {
@@ -971,8 +790,8 @@ int wk_grpc_server_start(const wk_grpc_server_config *cfg, wk_grpc_server_sink s
     return -1;
   }
   *out = NULL;
-  tls_files tls;
-  if (load_security(cfg, &tls, err, err_len) != 0) return -1;
+  wk_grpc_auth_tls tls;
+  if (wk_grpc_auth_load(cfg, &tls, err, err_len) != 0) return -1;
   grpc_init();
 
   wk_grpc_server *s = wk_xcalloc(1, sizeof *s);
@@ -987,7 +806,7 @@ int wk_grpc_server_start(const wk_grpc_server_config *cfg, wk_grpc_server_sink s
   s->cfg.tls_key_file = NULL;
   s->cfg.tls_client_ca_file = NULL;
   s->cfg.auth_token = NULL;
-  if (setting_on(cfg->auth_token)) {
+  if (cfg->auth_token != NULL && cfg->auth_token[0] != '\0') {
     s->auth_token = wk_xstrndup(cfg->auth_token, WK_GRPC_AUTH_TOKEN_MAX);
     s->auth_token_len = strlen(s->auth_token);
   }
@@ -1024,14 +843,14 @@ int wk_grpc_server_start(const wk_grpc_server_config *cfg, wk_grpc_server_sink s
                                                    GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
     if (s->registered[m] == NULL) {
       wk_errf(err, err_len, "grpc server: cannot register %s", k_methods[m].path);
-      tls_files_free(&tls);
+      wk_grpc_auth_tls_free(&tls);
       abandon_server(s);
       return -1;
     }
   }
-  grpc_server_credentials *creds = make_credentials(&tls);
+  grpc_server_credentials *creds = wk_grpc_auth_credentials(&tls);
   bool with_tls = tls.cert != NULL;
-  tls_files_free(&tls);
+  wk_grpc_auth_tls_free(&tls);
   if (creds == NULL) {
     wk_errf(err, err_len, "grpc server: gRPC refused the TLS settings (tls_cert_file, "
                           "tls_key_file, tls_client_ca_file)");
@@ -1175,33 +994,9 @@ const void *wk_rpc_request(const wk_rpc *rpc) {
   return rpc->request;
 }
 
-static bool key_equal(const char *a, size_t a_len, const char *b, size_t b_len) {
-  if (a_len != b_len) return false;
-  for (size_t i = 0; i < a_len; i++) {
-    unsigned char x = (unsigned char)a[i];
-    unsigned char y = (unsigned char)b[i];
-    if (x >= 'A' && x <= 'Z') x = (unsigned char)(x - 'A' + 'a');
-    if (y >= 'A' && y <= 'Z') y = (unsigned char)(y - 'A' + 'a');
-    if (x != y) return false;
-  }
-  return true;
-}
-
 bool wk_rpc_metadata(const wk_rpc *rpc, const char *key, char *buf, size_t buf_len) {
   assert(rpc != NULL);
-  if (key == NULL) return false;
-  size_t key_len = strlen(key);
-  for (size_t i = 0; i < rpc->md_count; i++) {
-    const md_entry *e = &rpc->md[i];
-    if (!key_equal(e->key, e->key_len, key, key_len)) continue;
-    if (buf != NULL && buf_len > 0) {
-      size_t n = e->value_len < buf_len - 1 ? e->value_len : buf_len - 1;
-      memcpy(buf, e->value, n);
-      buf[n] = '\0';
-    }
-    return true;
-  }
-  return false;
+  return wk_grpc_auth_md_get(&rpc->md, key, buf, buf_len);
 }
 
 const char *wk_rpc_peer(const wk_rpc *rpc) {

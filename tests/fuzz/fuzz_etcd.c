@@ -39,6 +39,8 @@
 #include <string.h>
 
 #include "adapters/wk_etcd.h"
+#include "adapters/wk_etcd_registry.h"
+#include "lib/wk_base64.h"
 #include "fake_curl.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -99,13 +101,13 @@ static void fuzz_worker_parse(uint8_t knobs, const uint8_t *p, size_t n) {
 static void fuzz_b64(const uint8_t *p, size_t n) {
   char *text = (char *)copy(p, n);
   size_t len = 0;
-  char *bytes = wk_etcd_b64_decode(text, n, &len);
+  char *bytes = wk_base64_decode_alloc(text, n, WK_ETCD_BASE64_FLAGS, &len);
   if (bytes) {
     CHECK(bytes[len] == '\0');
-    char *again = wk_etcd_b64_encode(bytes, len);
+    char *again = wk_base64_encode(bytes, len);
     CHECK(strlen(again) == (len + 2) / 3 * 4);
     size_t len2 = 0;
-    char *bytes2 = wk_etcd_b64_decode(again, strlen(again), &len2);
+    char *bytes2 = wk_base64_decode_alloc(again, strlen(again), WK_ETCD_BASE64_FLAGS, &len2);
     CHECK(bytes2 && len2 == len && memcmp(bytes, bytes2, len) == 0);
     free(bytes2);
     free(again);

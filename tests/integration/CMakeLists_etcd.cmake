@@ -4,7 +4,8 @@
 # (Debian etcd-server) on loopback with free ports. Needs wk_etcd_publisher
 # (cmake/Etcd.cmake) and PkgConfig::CMOCKA (cmake/Dependencies.cmake).
 add_executable(test_etcd_publisher ${CMAKE_CURRENT_SOURCE_DIR}/test_etcd_publisher.c)
-target_link_libraries(test_etcd_publisher PRIVATE wk_etcd_publisher wk_etcd PkgConfig::JANSSON PkgConfig::CMOCKA)
+target_link_libraries(test_etcd_publisher PRIVATE wk_etcd_publisher wk_etcd_registry PkgConfig::JANSSON
+  PkgConfig::CMOCKA)
 target_compile_options(test_etcd_publisher PRIVATE ${WK_WARNINGS})
 target_compile_definitions(test_etcd_publisher PRIVATE _GNU_SOURCE)
 target_compile_definitions(test_etcd_publisher PRIVATE WK_WORKERCTL="$<TARGET_FILE:workerctl>")

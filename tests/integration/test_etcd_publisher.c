@@ -32,6 +32,7 @@
 #include <jansson.h>
 
 #include "adapters/wk_etcd.h"
+#include "adapters/wk_etcd_registry.h"
 #include "adapters/wk_etcd_publisher.h"
 
 #define ADDR "127.0.0.1:7070"
@@ -324,24 +325,6 @@ static int64_t key_lease(fixture *f) {
 
 static void test_helpers(void **state) {
   (void)state;
-  const char *samples[] = {"", "a", "ab", "abc", "abcd", "/workers/127.0.0.1:7070"};
-  for (size_t i = 0; i < sizeof samples / sizeof samples[0]; i++) {
-    char *enc = wk_etcd_b64_encode(samples[i], strlen(samples[i]));
-    size_t n = 0;
-    char *dec = wk_etcd_b64_decode(enc, strlen(enc), &n);
-    assert_non_null(dec);
-    assert_int_equal(n, strlen(samples[i]));
-    assert_memory_equal(dec, samples[i], n);
-    free(enc);
-    free(dec);
-  }
-  char *enc = wk_etcd_b64_encode("/workers/a", 10);
-  assert_string_equal(enc, "L3dvcmtlcnMvYQ==");
-  free(enc);
-  size_t n;
-  assert_null(wk_etcd_b64_decode("a", 1, &n));
-  assert_null(wk_etcd_b64_decode("ab$d", 4, &n));
-
   char out[16];
   assert_int_equal(wk_etcd_prefix_end("/workers/", 9, out), 9);
   assert_memory_equal(out, "/workers0", 9);
