@@ -27,7 +27,16 @@ add_library(wk_app STATIC
   src/app/wk_phase_sem.c
   src/app/wk_io_scope.c
   src/app/wk_usage_log.c
-  src/app/wk_config.c
+  src/app/wk_config_table.c
+  src/app/wk_config_value.c
+  src/app/wk_config_names.c
+  src/app/wk_config_problems.c
+  src/app/wk_config_yaml.c
+  src/app/wk_config_env.c
+  src/app/wk_config_cli.c
+  src/app/wk_config_load.c
+  src/app/wk_config_validate.c
+  src/app/wk_config_print.c
   src/app/wk_app.c
   src/app/wk_app_metrics.c
   src/app/wk_audit.c

@@ -35,7 +35,7 @@
 #define WK_PYTHON_DIR "python"
 #endif
 
-/* The defaults and the checks live in the settings table (app/wk_config.c). */
+/* The defaults and the checks live in the settings table (app/wk_config_table.c). */
 void wk_app_config_default(wk_app_config *c) { wk_config_defaults(c, NULL); }
 
 int wk_app_config_validate(const wk_app_config *c, char *err, size_t len) {

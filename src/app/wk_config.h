@@ -16,7 +16,7 @@
  * memory that outlives a call; nothing is global but the static table.
  *
  * Adding a setting: append the field to wk_app_config, a row to the table in
- * wk_config.c (test_config checks that every field has a row), a cross-field rule in
+ * wk_config_table.c (test_config checks that every field has a row), a cross-field rule in
  * wk_config_validate if it needs one, and regenerate docs/specs/configuration.md with
  * `worker --print-config --markdown`. */
 #ifndef WK_CONFIG_H

@@ -1,4 +1,4 @@
-/* fuzz_config.c: libFuzzer target for the config file loader (src/app/wk_config.c:
+/* fuzz_config.c: libFuzzer target for the config file loader (src/app/wk_config_yaml.c:
  * wk_config_load_file, YAML through libyaml), which reads a file a person wrote.
  *
  * Input: the file's text. wk_config has no from-memory entry point, so the bytes go
@@ -86,7 +86,7 @@ static void write_file(const uint8_t *data, size_t size) {
  * Known issue (reported, not fixed here): messages echo values and setting names as
  * the file spells them, so a quoted "in\nfo" or a block scalar puts a newline inside a
  * message, and one problem then spans several lines (seed newline_in_value.yaml).
- * wk_config.c replaces control bytes in what it echoes, so the check is strict:
+ * wk_config_problems.c replaces control bytes in what it echoes, so the check is strict:
  * exactly n lines, each starting with the prefix. */
 #define FUZZ_CONFIG_STRICT_LINES 1
 static void check_lines(const char *err, size_t cap, int n, const char *prefix) {

@@ -1,4 +1,4 @@
-/* Unit tests of the settings table and its sources (app/wk_config.c): the table covers
+/* Unit tests of the settings table and its sources (app/wk_config_*.c): the table covers
  * wk_app_config, defaults are valid, the YAML file (every error kind with its line),
  * WORKER_<NAME> overrides, flags, precedence, and every validation rule. */
 #include <setjmp.h>

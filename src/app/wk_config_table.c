@@ -1,0 +1,191 @@
+/* wk_config_table.c: the settings table (WorkerFullConfig): one row per field of
+ * wk_app_config, and finding a row by name. See wk_config.h. */
+#include "app/wk_config.h"
+
+#include <stddef.h>
+#include <string.h>
+
+#include "app/wk_config_int.h"
+
+#ifndef WK_PYTHON_DIR
+#define WK_PYTHON_DIR "python"
+#endif
+
+#define FIELD(f)                                                                          \
+  .name = #f, .offset = offsetof(wk_app_config, f), .size = sizeof(((wk_app_config *)0)->f)
+#define STRMAX(f) ((int64_t)sizeof(((wk_app_config *)0)->f) - 1)
+
+static const wk_config_item table[] = {
+    /* serving */
+    {FIELD(listen_addr), .type = WK_CONFIG_STRING, .def = "127.0.0.1:7070", .min = 1,
+     .max = STRMAX(listen_addr), .alias = "listen", .meta = "HOST:PORT",
+     .help = "gRPC address: host:port, [v6addr]:port or unix:PATH (port 0 = any free)"},
+    {FIELD(task_slots), .type = WK_CONFIG_UINT, .def = "16", .min = 1, .max = 1048576,
+     .help = "concurrent tasks (slots)"},
+    {FIELD(code_root), .type = WK_CONFIG_STRING, .def = "./code", .min = 1,
+     .max = STRMAX(code_root), .meta = "DIR",
+     .help = "function code store (an existing directory)"},
+    {FIELD(scratch_root), .type = WK_CONFIG_STRING, .def = "", .min = 0,
+     .max = STRMAX(scratch_root), .meta = "DIR",
+     .help = "parent of per-task scratch dirs (empty = a fresh directory under $TMPDIR)"},
+    /* executors */
+    {FIELD(executors), .type = WK_CONFIG_UINT, .def = "2", .min = 1, .max = 1024,
+     .help = "Python executors prestarted and kept (the minimum)"},
+    {FIELD(executors_max), .type = WK_CONFIG_UINT, .def = "4", .min = 0, .max = 1024,
+     .help = "grow to this many executors while work waits (0 = executors; "
+             "left at its default, at least executors)"},
+    {FIELD(pipeline_depth), .type = WK_CONFIG_UINT, .def = "64", .min = 1, .max = 1024,
+     .help = "calls in flight per executor at most (fewer when calls are slow: ~2 ms of work ahead)"},
+    {FIELD(executor_idle_timeout_ms), .type = WK_CONFIG_MS, .def = "60000", .min = 100,
+     .max = 86400000, .help = "stop idle executors above the minimum after this long"},
+    {FIELD(max_calls_per_executor), .type = WK_CONFIG_UINT, .def = "0", .min = 0,
+     .max = 1000000000000, .help = "recycle an executor after this many calls (0 = never)"},
+    {FIELD(max_executor_rss_mb), .type = WK_CONFIG_UINT, .def = "0", .min = 0, .max = 1048576,
+     .help = "recycle an executor above this peak RSS in MiB (0 = never)"},
+    {FIELD(executor_heartbeat_interval_ms), .type = WK_CONFIG_MS, .def = "2000", .min = 100,
+     .max = 600000, .help = "ping each executor this often"},
+    {FIELD(executor_heartbeat_timeout_ms), .type = WK_CONFIG_MS, .def = "10000", .min = 200,
+     .max = 3600000, .help = "kill and replace an executor silent this long"},
+    {FIELD(executor_rlimit_as_mb), .type = WK_CONFIG_UINT, .def = "0", .min = 0,
+     .max = 16777216, .help = "executor address-space limit in MiB (0 = unchanged)"},
+    {FIELD(executor_rlimit_nofile), .type = WK_CONFIG_UINT, .def = "1024", .min = 0,
+     .max = 1048576, .help = "executor open-files limit (0 = unchanged)"},
+    {FIELD(executor_rlimit_cpu_s), .type = WK_CONFIG_UINT, .def = "0", .min = 0,
+     .max = 31536000, .help = "executor CPU-seconds limit (0 = unchanged)"},
+    {FIELD(python), .type = WK_CONFIG_STRING, .def = "/usr/bin/python3", .min = 1,
+     .max = STRMAX(python), .meta = "PATH", .help = "interpreter for executors (an executable)"},
+    {FIELD(executor_script), .type = WK_CONFIG_STRING, .def = WK_PYTHON_DIR "/worker_executor.py",
+     .min = 1, .max = STRMAX(executor_script), .meta = "PATH",
+     .doc_default = "python/worker_executor.py of the source tree",
+     .help = "the executor program run by python"},
+    {FIELD(python_path), .type = WK_CONFIG_STRING, .def = WK_PYTHON_DIR, .min = 0,
+     .max = STRMAX(python_path), .meta = "DIRS", .doc_default = "python/ of the source tree",
+     .help = "PYTHONPATH for executors"},
+    /* results and watchers */
+    {FIELD(result_retention_ms), .type = WK_CONFIG_MS, .def = "600000", .min = 0,
+     .max = 86400000, .alias = "retention-ms", .help = "keep terminal results this long"},
+    {FIELD(max_retained_results), .type = WK_CONFIG_UINT, .def = "10000", .min = 1,
+     .max = 4194304, .help = "keep at most this many terminal results"},
+    {FIELD(max_retained_bytes), .type = WK_CONFIG_BYTES, .def = "256MiB", .min = 1024,
+     .max = 1099511627776, .help = "keep terminal results holding at most this many bytes"},
+    {FIELD(watch_disconnect_grace_ms), .type = WK_CONFIG_MS, .def = "10000", .min = 0,
+     .max = 3600000, .alias = "watch-grace-ms",
+     .help = "fail a task OWNER_LOST this long after its last watcher broke"},
+    /* slots and tasks */
+    {FIELD(default_slot_ttl_ms), .type = WK_CONFIG_MS, .def = "30000", .min = 1,
+     .max = 3600000, .alias = "slot-ttl-ms", .help = "slot lease when a request gives none"},
+    {FIELD(max_slot_ttl_ms), .type = WK_CONFIG_MS, .def = "600000", .min = 1, .max = 86400000,
+     .help = "longest slot lease accepted"},
+    {FIELD(default_task_timeout_ms), .type = WK_CONFIG_MS, .def = "600000", .min = 1,
+     .max = 86400000, .alias = "default-timeout-ms",
+     .help = "task timeout when a submit gives none"},
+    {FIELD(max_task_timeout_ms), .type = WK_CONFIG_MS, .def = "3600000", .min = 1,
+     .max = 604800000, .alias = "max-timeout-ms", .help = "longest task timeout accepted"},
+    {FIELD(drain_timeout_ms), .type = WK_CONFIG_MS, .def = "30000", .min = 0, .max = 3600000,
+     .help = "on SIGTERM, wait this long for running tasks"},
+    {FIELD(cancel_grace_ms), .type = WK_CONFIG_MS, .def = "2000", .min = 1, .max = 600000,
+     .help = "kill an executor whose cancelled call still runs after this long"},
+    {FIELD(tick_ms), .type = WK_CONFIG_MS, .def = "500", .min = 10, .max = 60000,
+     .help = "timer tick: lease expiry, task timeouts, watch grace, result cleanup"},
+    {FIELD(max_message_bytes), .type = WK_CONFIG_BYTES, .def = "4MiB", .min = 1024,
+     .max = 1073741824, .help = "largest gRPC message"},
+    {FIELD(max_inline_output_bytes), .type = WK_CONFIG_BYTES, .def = "4MiB", .min = 0,
+     .max = 1073741824, .help = "largest outputs kept in a task result without a writer"},
+    {FIELD(max_calls_per_task), .type = WK_CONFIG_UINT, .def = "1000000", .min = 1,
+     .max = 100000000, .help = "most calls one task may make, subcalls included"},
+    {FIELD(task_window_max), .type = WK_CONFIG_UINT, .def = "256", .min = 8, .max = 1048576,
+     .help = "a task's calls in flight at most (its ramp-up ceiling)"},
+    {FIELD(subcall_max_depth), .type = WK_CONFIG_UINT, .def = "4", .min = 0, .max = 32,
+     .help = "how deep ctx.call may nest"},
+    {FIELD(max_calls_in_flight), .type = WK_CONFIG_UINT, .def = "65536", .min = 1024,
+     .max = 67108864, .help = "call records held at once, all tasks together"},
+    {FIELD(io_scope_max_mb), .type = WK_CONFIG_UINT, .def = "1024", .min = 0, .max = 1048576,
+     .help = "a task's scratch directory at most, in MiB, checked every tick while its calls run "
+             "(over it the calls phase fails; 0 = unbounded)"},
+    /* audit and usage */
+    {FIELD(audit_allow), .type = WK_CONFIG_STRING, .def = "", .min = 0, .max = STRMAX(audit_allow),
+     .meta = "LIST", .help = "functions this worker runs: comma-separated names, '*' suffix for a prefix (empty = all)"},
+    {FIELD(audit_deny), .type = WK_CONFIG_STRING, .def = "", .min = 0, .max = STRMAX(audit_deny),
+     .meta = "LIST", .help = "functions refused at activation (ACTIVATION_FAILED), checked before audit_allow"},
+    {FIELD(usage_log), .type = WK_CONFIG_STRING, .def = "", .min = 0, .max = STRMAX(usage_log),
+     .meta = "FILE", .help = "usage sink: one JSON usage record per task appended here (empty = the log only)"},
+    /* writer plugins (a plugin the profile enables runs when its setting is set) */
+    {FIELD(output_dir), .type = WK_CONFIG_STRING, .def = "", .min = 0, .max = STRMAX(output_dir),
+     .meta = "DIR", .help = "file writer: directory for <task_id>.jsonl outputs (empty = off)"},
+    {FIELD(redis_addr), .type = WK_CONFIG_STRING, .def = "", .min = 0, .max = STRMAX(redis_addr),
+     .meta = "HOST:PORT", .help = "redis writer: server outputs are XADDed to (empty = off)"},
+    {FIELD(postgres_dsn), .type = WK_CONFIG_STRING, .def = "", .min = 0,
+     .max = STRMAX(postgres_dsn), .meta = "DSN",
+     .help = "postgres writer: libpq connection string outputs are COPYed through (empty = off)"},
+    /* transport security */
+    {FIELD(tls_cert_file), .type = WK_CONFIG_STRING, .def = "", .min = 0,
+     .max = STRMAX(tls_cert_file), .meta = "PEM",
+     .help = "server certificate chain (PEM); with tls_key_file turns TLS on"},
+    {FIELD(tls_key_file), .type = WK_CONFIG_STRING, .def = "", .min = 0,
+     .max = STRMAX(tls_key_file), .meta = "PEM", .help = "server private key (PEM, unencrypted)"},
+    {FIELD(tls_client_ca_file), .type = WK_CONFIG_STRING, .def = "", .min = 0,
+     .max = STRMAX(tls_client_ca_file), .meta = "PEM",
+     .help = "CA for client certificates: set = mutual TLS required"},
+    {FIELD(auth_token), .type = WK_CONFIG_STRING, .def = "", .min = 0, .max = STRMAX(auth_token),
+     .meta = "TOKEN",
+     .help = "set = every RPC (health included) needs 'authorization: Bearer TOKEN'"},
+    /* registration and shadow traffic */
+    {FIELD(etcd_endpoints), .type = WK_CONFIG_STRING, .def = "", .min = 0,
+     .max = STRMAX(etcd_endpoints), .meta = "URLS",
+     .help = "etcd endpoints, comma-separated http://host:port (empty = stand-alone)"},
+    {FIELD(registry_prefix), .type = WK_CONFIG_STRING, .def = "", .min = 0,
+     .max = STRMAX(registry_prefix), .meta = "PREFIX",
+     .help = "etcd key prefix the worker registers under (empty = the profile's)"},
+    {FIELD(advertise_addr), .type = WK_CONFIG_STRING, .def = "", .min = 0,
+     .max = STRMAX(advertise_addr), .meta = "HOST:PORT",
+     .help = "address coordinators dial, registered in etcd (empty = listen_addr's bound address)"},
+    {FIELD(etcd_lease_ttl_s), .type = WK_CONFIG_UINT, .def = "10", .min = 1, .max = 3600,
+     .help = "etcd lease TTL in seconds: a dead worker's key is gone this long after"},
+    {FIELD(heartbeat_interval_ms), .type = WK_CONFIG_MS, .def = "3000", .min = 10,
+     .max = 3600000, .help = "the registration value is re-put at least this often"},
+    {FIELD(shadow_target_addr), .type = WK_CONFIG_STRING, .def = "", .min = 0,
+     .max = STRMAX(shadow_target_addr), .meta = "HOST:PORT",
+     .help = "mirror sampled successful submissions to this worker (empty = off)"},
+    {FIELD(metrics_addr), .type = WK_CONFIG_STRING, .def = "", .min = 0, .max = STRMAX(metrics_addr),
+     .meta = "HOST:PORT",
+     .help = "serve Prometheus metrics on http://HOST:PORT/metrics (port 0 picks one; empty = off)"},
+    {FIELD(shadow_sample_percent), .type = WK_CONFIG_UINT, .def = "100", .min = 0, .max = 100,
+     .help = "percent of successful submissions mirrored to shadow_target_addr"},
+    {FIELD(builder_concurrency), .type = WK_CONFIG_UINT, .def = "4", .min = 1, .max = 65536,
+     .help = "tasks in their builder phase at once (the builder semaphore)"},
+    {FIELD(scan_concurrency), .type = WK_CONFIG_UINT, .def = "4", .min = 1, .max = 65536,
+     .help = "streaming builders producing calls at once (the scan semaphore)"},
+    {FIELD(executor_concurrency), .type = WK_CONFIG_UINT, .def = "1048576", .min = 1,
+     .max = 1048576, .help = "tasks in their calls phase at once (the executor semaphore)"},
+    {FIELD(plugin_concurrency), .type = WK_CONFIG_UINT, .def = "4", .min = 1, .max = 65536,
+     .help = "tasks in their writer phase at once (the plugin semaphore)"},
+    {FIELD(log_level), .type = WK_CONFIG_ENUM, .def = "info", .min = 1, .max = STRMAX(log_level),
+     .choices = "debug|info|warn|error", .meta = "LEVEL",
+     .help = "lowest level logged (JSON lines on stderr)"},
+};
+
+#define N_ITEMS (sizeof table / sizeof table[0])
+_Static_assert(N_ITEMS <= WK_CONFIG_MAX_ITEMS, "raise WK_CONFIG_MAX_ITEMS");
+
+size_t wk_config_count(void) { return N_ITEMS; }
+
+const wk_config_item *wk_config_item_at(size_t i) {
+  if (i >= N_ITEMS) return NULL;
+  return &table[i];
+}
+
+const wk_config_item *wk_config_find(const char *name, size_t *index) {
+  for (size_t i = 0; i < N_ITEMS; i++) {
+    if (strcmp(table[i].name, name) == 0) {
+      if (index) *index = i;
+      return &table[i];
+    }
+  }
+  return NULL;
+}
+
+size_t wk_config__index_of(const char *name) {
+  size_t i = 0;
+  const wk_config_item *it = wk_config_find(name, &i);
+  return it ? i : wk_config_count();
+}
