@@ -40,7 +40,8 @@ add_library(wk_app STATIC
   src/app/wk_app.c
   src/app/wk_app_metrics.c
   src/app/wk_audit.c
-  src/app/wk_profile.c)
+  src/app/wk_profile.c
+  src/app/wk_main.c)
 target_include_directories(wk_app PUBLIC ${PROJECT_SOURCE_DIR}/src)
 target_compile_definitions(wk_app PRIVATE _GNU_SOURCE WK_PYTHON_DIR="${PROJECT_SOURCE_DIR}/python" WK_VERSION="${PROJECT_VERSION}")
 target_compile_options(wk_app PRIVATE ${WK_WARNINGS})

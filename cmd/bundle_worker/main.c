@@ -1,6 +1,6 @@
 /* bundle_worker: the Worker bundled with its functions, Profile "bundle": the same
  * daemon, registered under its own prefix, with more executors kept warm by default. */
-#include "app/wk_profile.h"
+#include "app/wk_main.h"
 
 static void tune_bundle(wk_app_config *cfg) {
   cfg->executors = 4;
@@ -17,4 +17,4 @@ static const wk_profile bundle_profile = {
     .tune_defaults = tune_bundle,
 };
 
-int main(int argc, char **argv) { return wk_app_main(&bundle_profile, argc, argv); }
+int main(int argc, char **argv) { return wk_main(&bundle_profile, argc, argv); }

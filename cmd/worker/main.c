@@ -1,7 +1,7 @@
 /* worker: the Worker daemon, Profile "block". An entry point only declares its
- * Profile; wk_app_main reads the configuration and runs the one wiring and
+ * Profile; wk_main reads the configuration and runs the one wiring and
  * start-up / shutdown sequence. */
-#include "app/wk_profile.h"
+#include "app/wk_main.h"
 
 static const wk_profile block_profile = {
     .deployment = WK_DEPLOYMENT_BLOCK,
@@ -12,4 +12,4 @@ static const wk_profile block_profile = {
     .plugins = {"file", "redis", "postgres"},
 };
 
-int main(int argc, char **argv) { return wk_app_main(&block_profile, argc, argv); }
+int main(int argc, char **argv) { return wk_main(&block_profile, argc, argv); }

@@ -35,13 +35,6 @@
 #define WK_PYTHON_DIR "python"
 #endif
 
-/* The defaults and the checks live in the settings table (app/wk_config_table.c). */
-void wk_app_config_default(wk_app_config *c) { wk_config_defaults(c, NULL); }
-
-int wk_app_config_validate(const wk_app_config *c, char *err, size_t len) {
-  return wk_config_validate(c, err, len);
-}
-
 /* ---- the running app ------------------------------------------------------------ */
 
 typedef enum app_phase { APP_STARTING, APP_SERVING, APP_DRAINING, APP_FLUSHING, APP_STOPPING } app_phase;
@@ -269,7 +262,7 @@ static void on_signal(uv_async_t *a) {
 
 int wk_app_run(const wk_app_config *cfg, const wk_profile *profile) {
   char err[2048];
-  if (wk_app_config_validate(cfg, err, sizeof err) != 0) {
+  if (wk_config_validate(cfg, err, sizeof err) != 0) {
     fprintf(stderr, "worker: invalid configuration:\n%s", err);
     return 2;
   }

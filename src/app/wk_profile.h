@@ -1,14 +1,13 @@
 /* wk_profile.h: what an entry point declares about its deployment (the seed's
  * Profile): a label, names for observability and registration, the call builders and
- * writer plugins it enables, and how it tunes built-in defaults. wk_app_main is the
- * single wiring and start-up / shutdown sequence: an entry point only declares its
- * Profile and calls it. */
+ * writer plugins it enables, and how it tunes built-in defaults. An entry point only
+ * declares its Profile and calls wk_main (app/wk_main.h). */
 #ifndef WK_PROFILE_H
 #define WK_PROFILE_H
 
 #include <stddef.h>
 
-#include "app/wk_app.h"
+#include "app/wk_config.h"
 
 typedef enum wk_deployment {
   WK_DEPLOYMENT_BLOCK = 0,  /* one worker per block of capacity */
@@ -34,11 +33,5 @@ const char *wk_deployment_name(wk_deployment d);
  * starts and ends with '/', builders and plugins that exist. Writes one line per
  * problem into err; returns their number. */
 int wk_profile_validate(const wk_profile *p, char *err, size_t len);
-
-/** The whole program: reads the configuration (defaults, the Profile's tuning, the
- * file, the environment, the flags), validates it and the Profile, and runs the
- * worker until it is stopped. Returns the process exit code (2 for a bad
- * configuration, 0 after a clean stop). */
-int wk_app_main(const wk_profile *profile, int argc, char **argv);
 
 #endif

@@ -148,12 +148,6 @@ static void test_defaults_are_valid_and_marked_default(void **state) {
     assert_int_equal(s.item[i].origin, WK_CONFIG_FROM_DEFAULT);
     assert_string_equal(s.item[i].where, "default");
   }
-  /* the wrappers the app keeps agree */
-  wk_app_config d;
-  wk_app_config_default(&d);
-  snprintf(d.code_root, sizeof d.code_root, "%s", code_dir);
-  assert_memory_equal(&c, &d, sizeof c);
-  assert_int_equal(wk_app_config_validate(&d, err, sizeof err), 0);
 }
 
 /* ---- values ------------------------------------------------------------------------------- */
