@@ -63,6 +63,15 @@ typedef struct wk_app {
   wk_app_metrics *metrics;            /* NULL without metrics_addr */
   wk_metrics_server *metrics_server;
   int64_t metrics_sampled_ms;
+  /* what start-up made, for the one cleanup path */
+  char code_root[PATH_MAX];          /* absolute: executors load code by path */
+  wk_builder_registry builders;      /* the Profile's call builders */
+  wk_writer_settings writer_settings; /* shared by every writer */
+  const char *writers[16];           /* writers enabled and configured, NULL-terminated */
+  bool loop_open;                    /* loop, mutex and the two handles initialised */
+  bool grpc_started;                 /* grpc_init called */
+  pthread_t sig_thread;
+  bool sig_thread_started;
 } wk_app;
 
 enum { METRICS_SAMPLE_MS = 250 }; /* gauges and snapshot counters lag at most this */
@@ -260,152 +269,184 @@ static void on_signal(uv_async_t *a) {
   on_phase_timer(&app->phase_timer);
 }
 
-int wk_app_run(const wk_app_config *cfg, const wk_profile *profile) {
-  char err[2048];
-  if (wk_config_validate(cfg, err, sizeof err) != 0) {
-    fprintf(stderr, "worker: invalid configuration:\n%s", err);
-    return 2;
-  }
-  wk_log_set_level((wk_log_level)wk_log_parse_level(cfg->log_level));
+/* ---- start-up: each piece's configuration, built from the settings ------------------ */
 
-  /* writers: those the Profile enables and the configuration gives a backend; each is
-   * checked now, before anything binds (an unreachable Redis is a bad configuration) */
-  static wk_writer_settings writer_settings;
-  writer_settings = (wk_writer_settings){
+/* The writers the Profile enables and the configuration gives a backend, each checked
+ * now, before anything binds (an unreachable Redis is a bad configuration). */
+static int choose_writers(wk_app *app, char *err, size_t len) {
+  const wk_app_config *cfg = app->cfg;
+  app->writer_settings = (wk_writer_settings){
       .output_dir = cfg->output_dir,
       .redis_addr = cfg->redis_addr,
       .postgres_dsn = cfg->postgres_dsn,
   };
-  const char *writers[16] = {0};
   size_t n_writers = 0;
-  for (size_t i = 0; i < WK_PROFILE_NAMES_MAX && profile->plugins[i] && n_writers < 15; i++) {
+  const size_t cap = sizeof app->writers / sizeof app->writers[0] - 1; /* NULL-terminated */
+  const wk_profile *profile = app->profile;
+  for (size_t i = 0; i < WK_PROFILE_NAMES_MAX && profile->plugins[i] && n_writers < cap; i++) {
     const char *name = profile->plugins[i];
     bool configured = (strcmp(name, "file") == 0 && cfg->output_dir[0]) ||
                       (strcmp(name, "redis") == 0 && cfg->redis_addr[0]) ||
                       (strcmp(name, "postgres") == 0 && cfg->postgres_dsn[0]);
     if (!configured) continue;
     const wk_writer *w = wk_writer_find(name);
-    if (w->validate(&writer_settings, err, sizeof err) != 0) {
+    if (w->validate(&app->writer_settings, err, len) != 0) {
       fprintf(stderr, "worker: writer plugin %s: %s\n", name, err);
       return 2;
     }
-    writers[n_writers++] = name;
+    app->writers[n_writers++] = name;
   }
+  return 0;
+}
 
-
-  /* gRPC's threads inherit this mask: only the signal thread sees the stop signals */
+/* gRPC's threads inherit this mask: only the signal thread sees the stop signals. */
+static void block_stop_signals(void) {
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
   sigaddset(&stop_signals, SIGTERM);
   sigaddset(&stop_signals, SIGUSR2);
   pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
   signal(SIGPIPE, SIG_IGN);
+}
 
-  wk_app app = {.cfg = cfg, .profile = profile};
-  if (cfg->metrics_addr[0]) {
-    /* bound before anything else listens: a bad metrics_addr stops the start */
-    app.metrics = wk_app_metrics_new();
-    if (!app.metrics) {
-      fprintf(stderr, "worker: out of memory for the metrics\n");
-      return 1;
-    }
-    uint16_t metrics_port = 0;
-    app.metrics_server = wk_metrics_server_start(wk_app_metrics_registry(app.metrics), cfg->metrics_addr,
-                                                 &metrics_port, err, sizeof err);
-    if (!app.metrics_server) {
-      fprintf(stderr, "worker: metrics_addr %s: %s\n", cfg->metrics_addr, err);
-      wk_app_metrics_free(app.metrics);
-      return 2;
-    }
-    wk_log_json(WK_LOG_INFO, "metrics_listening",
-                json_pack("{s:s,s:i}", "metrics_addr", cfg->metrics_addr, "port", (int)metrics_port));
+/* The metrics endpoint, bound before anything else listens: a bad metrics_addr stops
+ * the start. */
+static int start_metrics(wk_app *app, char *err, size_t len) {
+  const wk_app_config *cfg = app->cfg;
+  if (!cfg->metrics_addr[0]) return 0;
+  app->metrics = wk_app_metrics_new();
+  if (!app->metrics) {
+    fprintf(stderr, "worker: out of memory for the metrics\n");
+    return 1;
   }
-  pthread_mutex_init(&app.mu, NULL);
-  uv_loop_init(&app.loop);
-  uv_async_init(&app.loop, &app.signal_async, on_signal);
-  app.signal_async.data = &app;
-  uv_timer_init(&app.loop, &app.phase_timer);
-  app.phase_timer.data = &app;
+  uint16_t metrics_port = 0;
+  app->metrics_server = wk_metrics_server_start(wk_app_metrics_registry(app->metrics), cfg->metrics_addr,
+                                                &metrics_port, err, len);
+  if (!app->metrics_server) {
+    fprintf(stderr, "worker: metrics_addr %s: %s\n", cfg->metrics_addr, err);
+    return 2;
+  }
+  wk_log_json(WK_LOG_INFO, "metrics_listening",
+              json_pack("{s:s,s:i}", "metrics_addr", cfg->metrics_addr, "port", (int)metrics_port));
+  return 0;
+}
 
+/* The loop with the app's own handles (the signal wake-up and the phase timer). */
+static void init_loop(wk_app *app) {
+  pthread_mutex_init(&app->mu, NULL);
+  uv_loop_init(&app->loop);
+  uv_async_init(&app->loop, &app->signal_async, on_signal);
+  app->signal_async.data = app;
+  uv_timer_init(&app->loop, &app->phase_timer);
+  app->phase_timer.data = app;
+  app->loop_open = true;
+}
+
+/* scratch_root, or a fresh directory under $TMPDIR the app owns (and removes). */
+static int make_scratch_root(wk_app *app) {
+  const wk_app_config *cfg = app->cfg;
   if (cfg->scratch_root[0]) {
-    snprintf(app.scratch_root, sizeof app.scratch_root, "%s", cfg->scratch_root);
+    snprintf(app->scratch_root, sizeof app->scratch_root, "%s", cfg->scratch_root);
   } else {
     const char *tmp = getenv("TMPDIR");
-    snprintf(app.scratch_root, sizeof app.scratch_root, "%s/wk-scratch-XXXXXX", tmp ? tmp : "/tmp");
-    if (!mkdtemp(app.scratch_root)) {
+    snprintf(app->scratch_root, sizeof app->scratch_root, "%s/wk-scratch-XXXXXX", tmp ? tmp : "/tmp");
+    if (!mkdtemp(app->scratch_root)) {
       fprintf(stderr, "worker: cannot create a scratch directory: %s\n", strerror(errno));
       return 1;
     }
-    app.own_scratch_root = true;
+    app->own_scratch_root = true;
   }
+  return 0;
+}
 
-  /* the Profile decides which builders exist: an unlisted one is BUILDER_NOT_FOUND */
-  static wk_builder_registry builders;
-  for (size_t i = 0; i < WK_PROFILE_NAMES_MAX && profile->builders[i]; i++) {
-    wk_builder_registry_add(&builders, profile->builders[i]);
-  }
-
-  /* executors load code by absolute path */
-  char code_root[PATH_MAX];
-  if (!realpath(cfg->code_root, code_root)) {
+/* Executors load code by absolute path: code_root and scratch_root made absolute. */
+static int resolve_paths(wk_app *app) {
+  const wk_app_config *cfg = app->cfg;
+  if (!realpath(cfg->code_root, app->code_root)) {
     fprintf(stderr, "worker: code_root %s: %s\n", cfg->code_root, strerror(errno));
     return 2;
   }
   char scratch_abs[PATH_MAX];
-  if (realpath(app.scratch_root, scratch_abs) && strlen(scratch_abs) < sizeof app.scratch_root) {
-    memcpy(app.scratch_root, scratch_abs, strlen(scratch_abs) + 1);
+  if (realpath(app->scratch_root, scratch_abs) && strlen(scratch_abs) < sizeof app->scratch_root) {
+    memcpy(app->scratch_root, scratch_abs, strlen(scratch_abs) + 1);
   }
+  return 0;
+}
 
-  wk_orch_config ocfg = {
-      .code_root = code_root,
-      .scratch_root = app.scratch_root,
+static void build_core_config(const wk_app_config *cfg, wk_core_config *core) {
+  wk_core_config_default(core);
+  core->task_slots = cfg->task_slots;
+  core->default_slot_ttl_ms = cfg->default_slot_ttl_ms;
+  core->max_slot_ttl_ms = cfg->max_slot_ttl_ms;
+  core->default_task_timeout_ms = cfg->default_task_timeout_ms;
+  core->max_task_timeout_ms = cfg->max_task_timeout_ms;
+  core->watch_disconnect_grace_ms = cfg->watch_disconnect_grace_ms;
+  core->result_retention_ms = cfg->result_retention_ms;
+  core->max_retained_results = cfg->max_retained_results;
+  core->max_retained_bytes = cfg->max_retained_bytes;
+}
+
+static void build_calls_config(const wk_app_config *cfg, wk_calls_config *calls) {
+  wk_disp_config_default(&calls->disp);
+  calls->disp.max_inflight = 0; /* set from the pool's capacity once executors are up */
+  calls->disp.window_initial = 8;
+  calls->disp.window_max = cfg->task_window_max;
+  calls->disp.max_depth = cfg->subcall_max_depth;
+  calls->disp.max_tasks = cfg->task_slots + 16;
+  calls->disp.max_calls = cfg->max_calls_in_flight;
+  calls->disp.rng_seed = (uint64_t)getpid() ^ (uint64_t)time(NULL);
+  calls->escalation_budget_ms = cfg->cancel_grace_ms + 1000 + 500;
+  calls->stream_low_water = 512;
+  calls->stream_batch = 1024;
+}
+
+static void build_orch_config(const wk_app *app, wk_orch_config *ocfg) {
+  const wk_app_config *cfg = app->cfg;
+  *ocfg = (wk_orch_config){
+      .code_root = app->code_root,
+      .scratch_root = app->scratch_root,
       .tick_ms = cfg->tick_ms,
       .max_inline_output_bytes = cfg->max_inline_output_bytes,
       .max_calls_per_task = cfg->max_calls_per_task,
-      .builders = &builders,
-      .writer_settings = &writer_settings,
+      .builders = &app->builders,
+      .writer_settings = &app->writer_settings,
       .io_scope_max_bytes = cfg->io_scope_max_mb * 1024u * 1024u,
       .audit_allow = cfg->audit_allow,
       .audit_deny = cfg->audit_deny,
       .usage_log = cfg->usage_log,
-      .deployment = wk_deployment_name(profile->deployment),
-      .service = profile->service,
+      .deployment = wk_deployment_name(app->profile->deployment),
+      .service = app->profile->service,
       .builder_concurrency = cfg->builder_concurrency,
       .scan_concurrency = cfg->scan_concurrency,
       .executor_concurrency = cfg->executor_concurrency,
       .plugin_concurrency = cfg->plugin_concurrency,
-      .on_task_finished = app.metrics ? wk_app_metrics_on_task_finished : NULL,
-      .on_task_finished_ud = app.metrics,
+      .on_task_finished = app->metrics ? wk_app_metrics_on_task_finished : NULL,
+      .on_task_finished_ud = app->metrics,
   };
-  memcpy(ocfg.writers, writers, sizeof writers);
-  wk_disp_config_default(&ocfg.calls.disp);
-  ocfg.calls.disp.max_inflight = 0; /* set from the pool's capacity once executors are up */
-  ocfg.calls.disp.window_initial = 8;
-  ocfg.calls.disp.window_max = cfg->task_window_max;
-  ocfg.calls.disp.max_depth = cfg->subcall_max_depth;
-  ocfg.calls.disp.max_tasks = cfg->task_slots + 16;
-  ocfg.calls.disp.max_calls = cfg->max_calls_in_flight;
-  ocfg.calls.disp.rng_seed = (uint64_t)getpid() ^ (uint64_t)time(NULL);
-  ocfg.calls.escalation_budget_ms = cfg->cancel_grace_ms + 1000 + 500;
-  ocfg.calls.stream_low_water = 512;
-  ocfg.calls.stream_batch = 1024;
-  wk_core_config_default(&ocfg.core);
-  ocfg.core.task_slots = cfg->task_slots;
-  ocfg.core.default_slot_ttl_ms = cfg->default_slot_ttl_ms;
-  ocfg.core.max_slot_ttl_ms = cfg->max_slot_ttl_ms;
-  ocfg.core.default_task_timeout_ms = cfg->default_task_timeout_ms;
-  ocfg.core.max_task_timeout_ms = cfg->max_task_timeout_ms;
-  ocfg.core.watch_disconnect_grace_ms = cfg->watch_disconnect_grace_ms;
-  ocfg.core.result_retention_ms = cfg->result_retention_ms;
-  ocfg.core.max_retained_results = cfg->max_retained_results;
-  ocfg.core.max_retained_bytes = cfg->max_retained_bytes;
-  app.orch = wk_orch_create(&app.loop, &ocfg, err, sizeof err);
-  if (!app.orch) {
+  _Static_assert(sizeof ocfg->writers == sizeof app->writers, "one writer list");
+  memcpy(ocfg->writers, app->writers, sizeof app->writers);
+  build_calls_config(cfg, &ocfg->calls);
+  build_core_config(cfg, &ocfg->core);
+}
+
+/* The orchestrator, with the builders the Profile lists (an unlisted one is
+ * BUILDER_NOT_FOUND). */
+static int start_orchestrator(wk_app *app, char *err, size_t len) {
+  for (size_t i = 0; i < WK_PROFILE_NAMES_MAX && app->profile->builders[i]; i++) {
+    wk_builder_registry_add(&app->builders, app->profile->builders[i]);
+  }
+  wk_orch_config ocfg;
+  build_orch_config(app, &ocfg);
+  app->orch = wk_orch_create(&app->loop, &ocfg, err, len);
+  if (!app->orch) {
     fprintf(stderr, "worker: %s\n", err);
     return 2;
   }
+  return 0;
+}
 
-  wk_pool_config pcfg = {
+static void build_pool_config(const wk_app_config *cfg, wk_pool_config *pcfg) {
+  *pcfg = (wk_pool_config){
       .python = cfg->python,
       .executor_script = cfg->executor_script,
       .python_path = cfg->python_path,
@@ -425,29 +466,43 @@ int wk_app_run(const wk_app_config *cfg, const wk_profile *profile) {
       .rlimit_nofile = cfg->executor_rlimit_nofile,
       .rlimit_cpu_s = cfg->executor_rlimit_cpu_s,
   };
-  wk_exec_callbacks ecb = {.on_result = wk_orch_on_call_result, .on_subcalls = wk_orch_on_subcalls, .ud = app.orch};
-  app.pool = wk_pool_start(&app.loop, &pcfg, ecb, err, sizeof err);
-  if (!app.pool) {
+}
+
+/* The executor pool, feeding the orchestrator. */
+static int start_pool(wk_app *app, char *err, size_t len) {
+  wk_pool_config pcfg;
+  build_pool_config(app->cfg, &pcfg);
+  wk_exec_callbacks ecb = {.on_result = wk_orch_on_call_result, .on_subcalls = wk_orch_on_subcalls, .ud = app->orch};
+  app->pool = wk_pool_start(&app->loop, &pcfg, ecb, err, len);
+  if (!app->pool) {
     fprintf(stderr, "worker: %s\n", err);
     return 1;
   }
-  wk_orch_set_executor(app.orch, wk_pool_adapter(app.pool));
+  wk_orch_set_executor(app->orch, wk_pool_adapter(app->pool));
+  return 0;
+}
 
-  grpc_init();
-  if (cfg->shadow_target_addr[0]) {
-    wk_shadow_config shc = {
-        .target = cfg->shadow_target_addr,
-        .sample_rate = (double)cfg->shadow_sample_percent / 100.0,
-        .seed = (uint64_t)getpid(),
-    };
-    app.shadow = wk_shadow_start(&shc, err, sizeof err);
-    if (!app.shadow) {
-      fprintf(stderr, "worker: shadow forwarding to %s: %s\n", cfg->shadow_target_addr, err);
-      return 2;
-    }
-    wk_orch_set_shadow(app.orch, app.shadow);
+/* Shadow forwarding, when shadow_target_addr is set. */
+static int start_shadow(wk_app *app, char *err, size_t len) {
+  const wk_app_config *cfg = app->cfg;
+  if (!cfg->shadow_target_addr[0]) return 0;
+  wk_shadow_config shc = {
+      .target = cfg->shadow_target_addr,
+      .sample_rate = (double)cfg->shadow_sample_percent / 100.0,
+      .seed = (uint64_t)getpid(),
+  };
+  app->shadow = wk_shadow_start(&shc, err, len);
+  if (!app->shadow) {
+    fprintf(stderr, "worker: shadow forwarding to %s: %s\n", cfg->shadow_target_addr, err);
+    return 2;
   }
-  wk_grpc_server_config scfg = {
+  wk_orch_set_shadow(app->orch, app->shadow);
+  return 0;
+}
+
+static void build_server_config(const wk_app *app, wk_grpc_server_config *scfg) {
+  const wk_app_config *cfg = app->cfg;
+  *scfg = (wk_grpc_server_config){
       .listen_addr = cfg->listen_addr,
       .max_message_bytes = cfg->max_message_bytes,
       .max_ttl_ms = (uint64_t)cfg->max_slot_ttl_ms,
@@ -458,41 +513,119 @@ int wk_app_run(const wk_app_config *cfg, const wk_profile *profile) {
       .tls_key_file = cfg->tls_key_file,
       .tls_client_ca_file = cfg->tls_client_ca_file,
       .auth_token = cfg->auth_token,
-      .on_status = app.metrics ? wk_app_metrics_on_rpc_status : NULL,
-      .on_status_ud = app.metrics,
+      .on_status = app->metrics ? wk_app_metrics_on_rpc_status : NULL,
+      .on_status_ud = app->metrics,
   };
+}
+
+/* The gRPC server on listen_addr, and the address the registration advertises. */
+static int start_server(wk_app *app, char *err, size_t len) {
+  const wk_app_config *cfg = app->cfg;
+  wk_grpc_server_config scfg;
+  build_server_config(app, &scfg);
   int port = 0;
-  if (wk_grpc_server_start(&scfg, wk_orch_sink(app.orch), &app.server, &port, err, sizeof err) != 0) {
+  if (wk_grpc_server_start(&scfg, wk_orch_sink(app->orch), &app->server, &port, err, len) != 0) {
     fprintf(stderr, "worker: cannot serve on %s: %s\n", cfg->listen_addr, err);
     return 1;
   }
   if (cfg->advertise_addr[0]) {
-    snprintf(app.advertise_addr, sizeof app.advertise_addr, "%s", cfg->advertise_addr);
+    snprintf(app->advertise_addr, sizeof app->advertise_addr, "%s", cfg->advertise_addr);
   } else {
     /* the listen host with the port actually bound */
     const char *colon = strrchr(cfg->listen_addr, ':');
     int host_len = colon ? (int)(colon - cfg->listen_addr) : (int)strlen(cfg->listen_addr);
-    snprintf(app.advertise_addr, sizeof app.advertise_addr, "%.*s:%d", host_len, cfg->listen_addr, port);
+    snprintf(app->advertise_addr, sizeof app->advertise_addr, "%.*s:%d", host_len, cfg->listen_addr, port);
   }
   wk_log_json(WK_LOG_INFO, "worker_listening",
               json_pack("{s:s,s:i,s:s,s:i}", "listen_addr", cfg->listen_addr, "port", port,
-                        "code_root", code_root, "executors", (int)cfg->executors));
-
-  pthread_t sig_thread;
-  pthread_create(&sig_thread, NULL, signal_thread, &app);
-  enter(&app, APP_STARTING);
-  uv_timer_start(&app.phase_timer, on_phase_timer, 0, 20);
-
-  uv_run(&app.loop, UV_RUN_DEFAULT);
-
-  pthread_kill(sig_thread, SIGUSR2);
-  pthread_join(sig_thread, NULL);
-  uv_loop_close(&app.loop);
-  grpc_shutdown();
-  if (app.own_scratch_root) wk_fs_remove_tree(app.scratch_root);
-  wk_metrics_server_stop(app.metrics_server); /* served until the very end */
-  wk_app_metrics_free(app.metrics);
-  pthread_mutex_destroy(&app.mu);
-  wk_log(WK_LOG_INFO, "worker_stopped", "clean shutdown");
+                        "code_root", app->code_root, "executors", (int)cfg->executors));
   return 0;
+}
+
+static int start_signal_thread(wk_app *app) {
+  int rc = pthread_create(&app->sig_thread, NULL, signal_thread, app);
+  if (rc != 0) {
+    fprintf(stderr, "worker: cannot start the signal thread: %s\n", strerror(rc));
+    return 1;
+  }
+  app->sig_thread_started = true;
+  return 0;
+}
+
+/* Everything up to serving, in order; on failure returns the exit code with the
+ * reason on stderr, leaving what was started for app_cleanup. */
+static int app_start(wk_app *app) {
+  char err[2048];
+  int rc = choose_writers(app, err, sizeof err);
+  if (rc != 0) return rc;
+  block_stop_signals();
+  if ((rc = start_metrics(app, err, sizeof err)) != 0) return rc;
+  init_loop(app);
+  if ((rc = make_scratch_root(app)) != 0) return rc;
+  if ((rc = resolve_paths(app)) != 0) return rc;
+  if ((rc = start_orchestrator(app, err, sizeof err)) != 0) return rc;
+  if ((rc = start_pool(app, err, sizeof err)) != 0) return rc;
+  grpc_init();
+  app->grpc_started = true;
+  if ((rc = start_shadow(app, err, sizeof err)) != 0) return rc;
+  if ((rc = start_server(app, err, sizeof err)) != 0) return rc;
+  return start_signal_thread(app);
+}
+
+/* What a failed start leaves on the loop, stopped as stop_everything would (without
+ * the registration, which starts only once serving). */
+static void stop_partial_start(wk_app *app) {
+  wk_grpc_server_stop(app->server);
+  app->server = NULL;
+  if (app->shadow) {
+    wk_orch_set_shadow(app->orch, NULL);
+    wk_shadow_stop(app->shadow);
+    app->shadow = NULL;
+  }
+  if (app->orch) wk_orch_close(app->orch);
+  app->orch = NULL;
+  if (app->pool) {
+    wk_pool_stop(app->pool, on_pool_stopped, app); /* closes the app's handles when done */
+  } else {
+    on_pool_stopped(app);
+  }
+  uv_run(&app->loop, UV_RUN_DEFAULT);
+}
+
+/* The one cleanup path, after serving or after a start that failed anywhere: releases
+ * whatever app holds, in the reverse order of app_start. */
+static void app_cleanup(wk_app *app) {
+  /* a start that failed before serving left the app's handles open on the loop */
+  if (app->loop_open && !uv_is_closing((uv_handle_t *)&app->signal_async)) stop_partial_start(app);
+  if (app->sig_thread_started) {
+    pthread_kill(app->sig_thread, SIGUSR2);
+    pthread_join(app->sig_thread, NULL);
+  }
+  if (app->loop_open) {
+    uv_loop_close(&app->loop);
+    pthread_mutex_destroy(&app->mu);
+  }
+  if (app->grpc_started) grpc_shutdown();
+  if (app->own_scratch_root) wk_fs_remove_tree(app->scratch_root);
+  wk_metrics_server_stop(app->metrics_server); /* served until the very end */
+  wk_app_metrics_free(app->metrics);
+}
+
+int wk_app_run(const wk_app_config *cfg, const wk_profile *profile) {
+  char err[2048];
+  if (wk_config_validate(cfg, err, sizeof err) != 0) {
+    fprintf(stderr, "worker: invalid configuration:\n%s", err);
+    return 2;
+  }
+  wk_log_set_level((wk_log_level)wk_log_parse_level(cfg->log_level));
+  wk_app app = {.cfg = cfg, .profile = profile};
+  int rc = app_start(&app);
+  if (rc == 0) {
+    enter(&app, APP_STARTING);
+    uv_timer_start(&app.phase_timer, on_phase_timer, 0, 20);
+    uv_run(&app.loop, UV_RUN_DEFAULT);
+  }
+  app_cleanup(&app);
+  if (rc == 0) wk_log(WK_LOG_INFO, "worker_stopped", "clean shutdown");
+  return rc;
 }
