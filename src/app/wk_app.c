@@ -52,14 +52,14 @@ typedef struct wk_app {
   pthread_mutex_t mu;
   app_phase phase;
   int64_t phase_started_ms;
-  char scratch_root[1024];
+  char scratch_root[WK_CONFIG_PATH_MAX];
   bool own_scratch_root;
   uint32_t capacity; /* last executor capacity handed to the dispatcher */
   const wk_profile *profile;
   wk_etcd_publisher *publisher; /* NULL when stand-alone */
   wk_shadow *shadow;            /* NULL without shadow_target_addr */
   int64_t shadow_logged_ms;
-  char advertise_addr[256];
+  char advertise_addr[WK_CONFIG_ADDR_MAX];
   wk_app_metrics *metrics;            /* NULL without metrics_addr */
   wk_metrics_server *metrics_server;
   int64_t metrics_sampled_ms;
@@ -67,14 +67,31 @@ typedef struct wk_app {
   char code_root[PATH_MAX];          /* absolute: executors load code by path */
   wk_builder_registry builders;      /* the Profile's call builders */
   wk_writer_settings writer_settings; /* shared by every writer */
-  const char *writers[16];           /* writers enabled and configured, NULL-terminated */
+  const char *writers[WK_PROFILE_NAMES_MAX]; /* writers enabled and configured, NULL-terminated */
   bool loop_open;                    /* loop, mutex and the two handles initialised */
   bool grpc_started;                 /* grpc_init called */
   pthread_t sig_thread;
   bool sig_thread_started;
 } wk_app;
 
-enum { METRICS_SAMPLE_MS = 250 }; /* gauges and snapshot counters lag at most this */
+/* Not settings: how the app paces itself and sizes what it hands to its pieces. The
+ * tunables are settings (app/wk_config_table.c). */
+enum {
+  PHASE_TICK_MS = 20,            /* the phase timer: capacity sync, start-up, drain */
+  METRICS_SAMPLE_MS = 250,       /* gauges and snapshot counters lag at most this */
+  SHADOW_STATS_LOG_MS = 30000,   /* a shadow_stats log line this often */
+  READY_WAIT_MS = 15000,         /* serve once `executors` are ready, or after this anyway */
+  FLUSH_WAIT_MS = 2000,          /* after the drain, watchers get their terminal events */
+  DISPATCH_TASK_HEADROOM = 16,   /* dispatcher tasks beyond task_slots: ended, not yet removed */
+  STACK_WAIT_MS = 1000,          /* a cancelled call's stack is awaited this long, then killed */
+  ESCALATION_MARGIN_MS = 500,    /* the pool's deadline comes this much before the dispatcher's */
+  STREAM_LOW_WATER = 512,        /* refill a streaming builder's calls below this many queued */
+  STREAM_BATCH = 1024,           /* calls added per refill */
+  EXECUTOR_SHUTDOWN_GRACE_MS = 2000, /* SHUTDOWN, then SIGKILL after this */
+  FRAME_OVERHEAD_BYTES = 1 << 20,    /* an executor frame: the largest message and its envelope */
+  MAX_WATCH_TASKS = 1024,        /* task_ids per WatchTasks request */
+  MAX_STREAM_QUEUE = 4096,       /* queued messages per stream before a send fails */
+};
 
 static sigset_t stop_signals;
 
@@ -198,7 +215,7 @@ static void on_phase_timer(uv_timer_t *t) {
     app->metrics_sampled_ms = now;
     sample_metrics(app);
   }
-  if (app->shadow && now - app->shadow_logged_ms >= 30000) {
+  if (app->shadow && now - app->shadow_logged_ms >= SHADOW_STATS_LOG_MS) {
     app->shadow_logged_ms = now;
     wk_shadow_stats st;
     wk_shadow_stats_get(app->shadow, &st);
@@ -218,7 +235,7 @@ static void on_phase_timer(uv_timer_t *t) {
   }
   switch (app->phase) {
     case APP_STARTING:
-      if (wk_pool_ready_executors(app->pool) >= app->cfg->executors || in_phase > 15000) {
+      if (wk_pool_ready_executors(app->pool) >= app->cfg->executors || in_phase > READY_WAIT_MS) {
         wk_orch_set_ready(app->orch, true);
         enter(app, APP_SERVING);
         start_registration(app);
@@ -240,7 +257,7 @@ static void on_phase_timer(uv_timer_t *t) {
       break;
     case APP_FLUSHING:
       /* let watchers receive their terminal events before the server goes */
-      if (wk_orch_open_streams(app->orch) == 0 || in_phase > 2000 || app->signals_handled > 1) {
+      if (wk_orch_open_streams(app->orch) == 0 || in_phase > FLUSH_WAIT_MS || app->signals_handled > 1) {
         stop_everything(app);
       }
       break;
@@ -373,31 +390,44 @@ static int resolve_paths(wk_app *app) {
   return 0;
 }
 
+/* Every field from the settings (the core checks them); none from the core's test
+ * preset wk_core_config_default. */
 static void build_core_config(const wk_app_config *cfg, wk_core_config *core) {
-  wk_core_config_default(core);
-  core->task_slots = cfg->task_slots;
-  core->default_slot_ttl_ms = cfg->default_slot_ttl_ms;
-  core->max_slot_ttl_ms = cfg->max_slot_ttl_ms;
-  core->default_task_timeout_ms = cfg->default_task_timeout_ms;
-  core->max_task_timeout_ms = cfg->max_task_timeout_ms;
-  core->watch_disconnect_grace_ms = cfg->watch_disconnect_grace_ms;
-  core->result_retention_ms = cfg->result_retention_ms;
-  core->max_retained_results = cfg->max_retained_results;
-  core->max_retained_bytes = cfg->max_retained_bytes;
+  *core = (wk_core_config){
+      .task_slots = cfg->task_slots,
+      .default_slot_ttl_ms = cfg->default_slot_ttl_ms,
+      .max_slot_ttl_ms = cfg->max_slot_ttl_ms,
+      .default_task_timeout_ms = cfg->default_task_timeout_ms,
+      .max_task_timeout_ms = cfg->max_task_timeout_ms,
+      .watch_disconnect_grace_ms = cfg->watch_disconnect_grace_ms,
+      .result_retention_ms = cfg->result_retention_ms,
+      .max_retained_results = cfg->max_retained_results,
+      .max_retained_bytes = cfg->max_retained_bytes,
+      .max_failure_message_bytes = WK_CORE_FAILURE_MESSAGE_BYTES,
+      .allocator = {0}, /* malloc/free */
+  };
 }
 
+/* Every dispatcher field from the settings (the dispatcher checks them); none from its
+ * test preset wk_disp_config_default. */
 static void build_calls_config(const wk_app_config *cfg, wk_calls_config *calls) {
-  wk_disp_config_default(&calls->disp);
-  calls->disp.max_inflight = 0; /* set from the pool's capacity once executors are up */
-  calls->disp.window_initial = 8;
-  calls->disp.window_max = cfg->task_window_max;
-  calls->disp.max_depth = cfg->subcall_max_depth;
-  calls->disp.max_tasks = cfg->task_slots + 16;
-  calls->disp.max_calls = cfg->max_calls_in_flight;
-  calls->disp.rng_seed = (uint64_t)getpid() ^ (uint64_t)time(NULL);
-  calls->escalation_budget_ms = cfg->cancel_grace_ms + 1000 + 500;
-  calls->stream_low_water = 512;
-  calls->stream_batch = 1024;
+  *calls = (wk_calls_config){
+      .disp =
+          {
+              .max_inflight = 0, /* set from the pool's capacity once executors are up */
+              .window_initial = cfg->task_window_initial,
+              .window_max = cfg->task_window_max,
+              .max_depth = cfg->subcall_max_depth,
+              .max_tasks = cfg->task_slots + DISPATCH_TASK_HEADROOM,
+              .max_calls = cfg->max_calls_in_flight,
+              .rng_seed = (uint64_t)getpid() ^ (uint64_t)time(NULL),
+              .jitter = WK_DISP_JITTER_EQUAL,
+              .allocator = {0}, /* malloc/free */
+          },
+      .escalation_budget_ms = cfg->cancel_grace_ms + STACK_WAIT_MS + ESCALATION_MARGIN_MS,
+      .stream_low_water = STREAM_LOW_WATER,
+      .stream_batch = STREAM_BATCH,
+  };
 }
 
 static void build_orch_config(const wk_app *app, wk_orch_config *ocfg) {
@@ -410,7 +440,7 @@ static void build_orch_config(const wk_app *app, wk_orch_config *ocfg) {
       .max_calls_per_task = cfg->max_calls_per_task,
       .builders = &app->builders,
       .writer_settings = &app->writer_settings,
-      .io_scope_max_bytes = cfg->io_scope_max_mb * 1024u * 1024u,
+      .io_scope_max_bytes = cfg->io_scope_max_mb << 20, /* MiB */
       .audit_allow = cfg->audit_allow,
       .audit_deny = cfg->audit_deny,
       .usage_log = cfg->usage_log,
@@ -458,10 +488,10 @@ static void build_pool_config(const wk_app_config *cfg, wk_pool_config *pcfg) {
       .max_executor_rss_mb = cfg->max_executor_rss_mb,
       .heartbeat_interval_ms = cfg->executor_heartbeat_interval_ms,
       .heartbeat_timeout_ms = cfg->executor_heartbeat_timeout_ms,
-      .max_frame = (uint32_t)(cfg->max_message_bytes + (1u << 20)),
+      .max_frame = (uint32_t)(cfg->max_message_bytes + FRAME_OVERHEAD_BYTES),
       .cancel_grace_ms = cfg->cancel_grace_ms,
-      .stack_wait_ms = 1000,
-      .shutdown_grace_ms = 2000,
+      .stack_wait_ms = STACK_WAIT_MS,
+      .shutdown_grace_ms = EXECUTOR_SHUTDOWN_GRACE_MS,
       .rlimit_as_mb = cfg->executor_rlimit_as_mb,
       .rlimit_nofile = cfg->executor_rlimit_nofile,
       .rlimit_cpu_s = cfg->executor_rlimit_cpu_s,
@@ -507,8 +537,8 @@ static void build_server_config(const wk_app *app, wk_grpc_server_config *scfg) 
       .max_message_bytes = cfg->max_message_bytes,
       .max_ttl_ms = (uint64_t)cfg->max_slot_ttl_ms,
       .max_timeout_ms = (uint64_t)cfg->max_task_timeout_ms,
-      .max_watch_tasks = 1024,
-      .max_stream_queue = 4096,
+      .max_watch_tasks = MAX_WATCH_TASKS,
+      .max_stream_queue = MAX_STREAM_QUEUE,
       .tls_cert_file = cfg->tls_cert_file,
       .tls_key_file = cfg->tls_key_file,
       .tls_client_ca_file = cfg->tls_client_ca_file,
@@ -622,7 +652,7 @@ int wk_app_run(const wk_app_config *cfg, const wk_profile *profile) {
   int rc = app_start(&app);
   if (rc == 0) {
     enter(&app, APP_STARTING);
-    uv_timer_start(&app.phase_timer, on_phase_timer, 0, 20);
+    uv_timer_start(&app.phase_timer, on_phase_timer, 0, PHASE_TICK_MS);
     uv_run(&app.loop, UV_RUN_DEFAULT);
   }
   app_cleanup(&app);

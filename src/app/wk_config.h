@@ -27,13 +27,18 @@
 #include <stdint.h>
 #include <stdio.h>
 
+/** Longest path a setting holds, its terminating NUL included. */
+#define WK_CONFIG_PATH_MAX 1024
+/** Longest address (host:port, [v6]:port, unix:PATH) a setting holds, NUL included. */
+#define WK_CONFIG_ADDR_MAX 256
+
 /** The Worker's settings, one field per row of the table (the table says each one's
  * default, range and meaning). */
 typedef struct wk_app_config {
-  char listen_addr[256];
+  char listen_addr[WK_CONFIG_ADDR_MAX];
   uint32_t task_slots;
-  char code_root[1024];
-  char scratch_root[1024]; /* "" = a fresh directory under $TMPDIR */
+  char code_root[WK_CONFIG_PATH_MAX];
+  char scratch_root[WK_CONFIG_PATH_MAX]; /* "" = a fresh directory under $TMPDIR */
   uint32_t executors;       /* executors_min: prestarted and kept */
   uint32_t executors_max;   /* grown to on demand */
   uint32_t pipeline_depth;  /* calls in flight per executor */
@@ -45,9 +50,9 @@ typedef struct wk_app_config {
   uint64_t executor_rlimit_as_mb;  /* 0 = unlimited */
   uint64_t executor_rlimit_nofile;
   uint64_t executor_rlimit_cpu_s;  /* 0 = unlimited */
-  char python[1024];
-  char executor_script[1024];
-  char python_path[1024];
+  char python[WK_CONFIG_PATH_MAX];
+  char executor_script[WK_CONFIG_PATH_MAX];
+  char python_path[WK_CONFIG_PATH_MAX];
   int64_t result_retention_ms;
   uint32_t max_retained_results;
   uint64_t max_retained_bytes;
@@ -62,27 +67,28 @@ typedef struct wk_app_config {
   size_t max_message_bytes;
   size_t max_inline_output_bytes;
   uint32_t max_calls_per_task;
+  uint32_t task_window_initial; /* a task's calls in flight at first (the ramp-up's start) */
   uint32_t task_window_max;     /* a task's calls in flight at most (ramp-up ceiling) */
   uint32_t subcall_max_depth;   /* ctx.call nesting allowed */
   uint32_t max_calls_in_flight; /* dispatcher call records (all tasks) */
   char etcd_endpoints[1024];    /* comma-separated http://host:port; "" = stand-alone */
   char registry_prefix[256];    /* "" = the Profile's */
-  char advertise_addr[256];     /* "" = listen_addr with its bound port */
+  char advertise_addr[WK_CONFIG_ADDR_MAX];     /* "" = listen_addr with its bound port */
   uint64_t etcd_lease_ttl_s;
   int64_t heartbeat_interval_ms; /* registration value refreshed at least this often */
-  char tls_cert_file[1024];      /* "" = plaintext gRPC */
-  char tls_key_file[1024];
-  char tls_client_ca_file[1024]; /* set = mutual TLS required */
+  char tls_cert_file[WK_CONFIG_PATH_MAX];      /* "" = plaintext gRPC */
+  char tls_key_file[WK_CONFIG_PATH_MAX];
+  char tls_client_ca_file[WK_CONFIG_PATH_MAX]; /* set = mutual TLS required */
   char auth_token[512];          /* set = every RPC needs "authorization: Bearer <token>" */
   uint64_t io_scope_max_mb;     /* a task's scratch directory at most (0 = unbounded) */
   char audit_allow[1024];       /* functions allowed (comma-separated, '*' suffix); "" = all */
   char audit_deny[1024];        /* functions refused, checked first */
-  char usage_log[1024];         /* usage records appended here as JSON lines ("" = log only) */
-  char output_dir[1024];        /* file writer: where <task_id>.jsonl files go ("" = off) */
-  char redis_addr[256];         /* redis writer: host:port ("" = off) */
+  char usage_log[WK_CONFIG_PATH_MAX];         /* usage records appended here as JSON lines ("" = log only) */
+  char output_dir[WK_CONFIG_PATH_MAX];        /* file writer: where <task_id>.jsonl files go ("" = off) */
+  char redis_addr[WK_CONFIG_ADDR_MAX];         /* redis writer: host:port ("" = off) */
   char postgres_dsn[1024];      /* postgres writer: libpq connection string ("" = off) */
-  char shadow_target_addr[256]; /* "" = no shadow forwarding */
-  char metrics_addr[256];       /* "" = no Prometheus endpoint */
+  char shadow_target_addr[WK_CONFIG_ADDR_MAX]; /* "" = no shadow forwarding */
+  char metrics_addr[WK_CONFIG_ADDR_MAX];       /* "" = no Prometheus endpoint */
   uint32_t shadow_sample_percent;
   uint32_t builder_concurrency;  /* phase semaphores: tasks in each phase at once */
   uint32_t scan_concurrency;
@@ -252,9 +258,9 @@ int wk_config_load_tuned(wk_app_config *cfg, wk_config_sources *sources, const w
 
 /** Checks every value against the table's ranges, lengths and choices, then the
  * cross-field rules: default_slot_ttl_ms <= max_slot_ttl_ms, default_task_timeout_ms
- * <= max_task_timeout_ms, executors_max 0 or >= executors, heartbeat timeout above the
- * interval, listen_addr host:port (or unix:PATH), code_root and scratch_root (when
- * set) existing directories, python executable, executor_script readable. Writes one
+ * <= max_task_timeout_ms, task_window_initial <= task_window_max, executors_max 0 or
+ * >= executors, heartbeat timeout above the interval, listen_addr host:port (or
+ * unix:PATH), code_root and scratch_root (when set) existing directories, python executable, executor_script readable. Writes one
  * line per problem ("task_slots must be between 1 and 1048576, got 0") and returns
  * their number (0 = valid). Touches nothing but err. */
 int wk_config_validate(const wk_app_config *cfg, char *err, size_t len);

@@ -93,6 +93,9 @@ static const wk_config_item table[] = {
      .max = 1073741824, .help = "largest outputs kept in a task result without a writer"},
     {FIELD(max_calls_per_task), .type = WK_CONFIG_UINT, .def = "1000000", .min = 1,
      .max = 100000000, .help = "most calls one task may make, subcalls included"},
+    {FIELD(task_window_initial), .type = WK_CONFIG_UINT, .def = "8", .min = 1, .max = 1048576,
+     .help = "a task's calls in flight at first; +1 per success up to task_window_max, "
+             "halved on retryable failures"},
     {FIELD(task_window_max), .type = WK_CONFIG_UINT, .def = "256", .min = 8, .max = 1048576,
      .help = "a task's calls in flight at most (its ramp-up ceiling)"},
     {FIELD(subcall_max_depth), .type = WK_CONFIG_UINT, .def = "4", .min = 0, .max = 32,

@@ -171,6 +171,11 @@ static int validate(const wk_app_config *c, const wk_config_sources *sources, wk
           ")",
           c->default_task_timeout_ms, c->max_task_timeout_ms);
   }
+  if (c->task_window_initial > c->task_window_max) {
+    vfail(&v, wk_config__index_of("task_window_initial"), wk_config__index_of("task_window_max"),
+          "task_window_initial (%" PRIu32 ") must not exceed task_window_max (%" PRIu32 ")",
+          c->task_window_initial, c->task_window_max);
+  }
   if (c->executors_max != 0 && c->executors_max < c->executors) {
     vfail(&v, wk_config__index_of("executors_max"), wk_config__index_of("executors"),
           "executors_max (%" PRIu32 ") must be 0 or at least executors (%" PRIu32 ")",

@@ -19,7 +19,7 @@ void wk_core_config_default(wk_core_config *cfg) {
   cfg->result_retention_ms = 600000;
   cfg->max_retained_results = 10000;
   cfg->max_retained_bytes = 256u << 20;
-  cfg->max_failure_message_bytes = 4096;
+  cfg->max_failure_message_bytes = WK_CORE_FAILURE_MESSAGE_BYTES;
 }
 
 #define WK_TIME_MAX_MS (INT64_C(1) << 40) /* ~35 years: keeps now + any limit far from overflow */

@@ -46,8 +46,14 @@ typedef struct wk_core_config {
 #define WK_CORE_SLOTS_MAX (1u << 20)
 #define WK_CORE_RETAINED_MAX (1u << 22)
 
-/** Fills `cfg` with the defaults (16 slots, 30 s ttl, 1 h timeout cap, 10 s grace,
- * 10 min retention, 10,000 results, 256 MiB). */
+/** Longest failure message kept (longer ones are truncated): the Worker's and the
+ * preset's max_failure_message_bytes. */
+#define WK_CORE_FAILURE_MESSAGE_BYTES 4096u
+
+/** Fills `cfg` with a small valid preset for tests, simulations and benchmarks (16
+ * slots, 30 s ttl, 1 h timeout cap, 10 s grace, 10 min retention, 10,000 results,
+ * 256 MiB). The Worker does not use it: it passes every field from its settings table
+ * (app/wk_config_table.c), where its defaults live. */
 void wk_core_config_default(wk_core_config *cfg);
 
 /** Checks every field of `cfg`. Returns WK_OK, or WK_ERR_INVALID_ARGUMENT with a

@@ -114,8 +114,11 @@ typedef struct wk_disp_config {
 #define WK_DISP_MULTIPLIER_MILLI_MAX 1000000u        /* x1000 */
 #define WK_DISP_MULTIPLIER_MILLI_DEFAULT 2000u       /* used when a policy says 0 */
 
-/** Fills `cfg` with the defaults: max_inflight 16, window 4..64, max_depth 4,
- * 1024 tasks, 16384 calls, seed 1, equal jitter, malloc/free. */
+/** Fills `cfg` with a small valid preset for tests, simulations and benchmarks:
+ * max_inflight 16, window 4..64, max_depth 4, 1024 tasks, 16384 calls, seed 1, equal
+ * jitter, malloc/free. The Worker does not use it: it passes every field from its
+ * settings table (app/wk_config_table.c; a task's window starts at
+ * task_window_initial, 8). */
 void wk_disp_config_default(wk_disp_config *cfg);
 
 /** Checks every field. Returns WK_OK, or WK_ERR_INVALID_ARGUMENT with a one-line
