@@ -159,3 +159,19 @@ def test_docs_configuration_md_matches_the_table(tmp_path):
         doc = f.read()
     assert out.stdout in doc, ("docs/specs/configuration.md is stale: regenerate its table with "
                                "`worker --print-config --markdown`")
+
+
+def test_a_failed_start_leaves_nothing_in_tmpdir(tmp_path):
+    """A start that fails after the worker made its scratch directory and the
+    executors' socket directory (here: listen_addr cannot be bound) removes both: the
+    worker owns what it made under $TMPDIR, whichever way it exits."""
+    code = tmp_path / "code"
+    code.mkdir()
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    out = run_worker(["--listen", "unix:%s" % (tmp_path / "no-such-dir" / "sock"),
+                      "--code-root", str(code), "--executors", "1"], tmp_path,
+                     {"TMPDIR": str(tmpdir)})
+    assert out.returncode == 1, out.stderr
+    assert "cannot serve on" in out.stderr
+    assert sorted(p.name for p in tmpdir.iterdir()) == []
