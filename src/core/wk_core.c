@@ -84,7 +84,7 @@ wk_core *wk_core_create(const wk_core_config *cfg) {
   }
   core->free_task_head = 0;
 
-  wk_task_index_init(&core->index, core->task_capacity, a);
+  wk_core__index_init(&core->index, core->task_capacity, a);
   wk_heap_init(&core->lease_heap, n, a);
   /* deadlines are mostly now + the default timeout: they arrive in order */
   wk_heap_init_with_run(&core->timeout_heap, core->task_capacity, a);
@@ -112,7 +112,7 @@ void wk_core_destroy(wk_core *core) {
   wk_heap_free(&core->lease_heap, &a);
   wk_heap_free(&core->timeout_heap, &a);
   wk_heap_free(&core->watch_heap, &a);
-  wk_task_index_free(&core->index, &a);
+  wk_core__index_free(&core->index, &a);
   wk_allocator_free(&a, core->retained, (size_t)core->retained_cap * sizeof *core->retained);
   wk_allocator_free(&a, core->tasks_mem, tasks_bytes(core->task_capacity));
   wk_allocator_free(&a, core->slots, (size_t)core->cfg.task_slots * sizeof *core->slots);
@@ -143,7 +143,7 @@ static uint32_t find_task(const wk_core *core, const char *id, size_t len) {
   uint64_t hash = wk_task_hash(id, len);
   WK_PREFETCH(&core->index.entries[(uint32_t)hash & core->index.mask]);
   if (!wk_task_id_valid(id, len)) return WK_NONE;
-  return wk_task_index_find(core, id, len, hash);
+  return wk_core__index_find(core, id, len, hash);
 }
 
 static uint64_t slot_id_of(const wk_core *core, uint32_t slot) {
@@ -185,14 +185,14 @@ static uint32_t new_task(wk_core *core, const char *id, size_t len, uint8_t stag
   t->result.task_id = t->id;
   t->result.task_id_len = len;
   t->result.failure_message = "";
-  wk_task_index_insert(core, i);
+  wk_core__index_insert(core, i);
   return i;
 }
 
 static void free_task(wk_core *core, uint32_t i) {
   wk_task *t = &core->tasks[i];
   assert(t->stage != WK_STAGE_FREE);
-  wk_task_index_remove(core, i);
+  wk_core__index_remove(core, i);
   release_blobs(core, t);
   t->stage = WK_STAGE_FREE;
   t->slot = WK_NONE;
@@ -283,18 +283,18 @@ static void set_message(wk_core *core, wk_task *t, const char *msg) {
 
 /* ---- retention ------------------------------------------------------------- */
 
-uint64_t wk_task_held_bytes(const wk_task *t) {
+uint64_t wk_core__task_held_bytes(const wk_task *t) {
   return sizeof *t + t->result.outputs.len + t->result.plugin_results.len + t->message_size;
 }
 
-void wk_core_evict_oldest(wk_core *core) {
+void wk_core__evict_oldest(wk_core *core) {
   assert(core->retained_count > 0);
   uint32_t i = core->retained[core->retained_head].record;
   wk_task *t = &core->tasks[i];
   assert(t->stage == WK_STAGE_TERMINAL);
   if (++core->retained_head == core->retained_cap) core->retained_head = 0;
   core->retained_count--;
-  core->retained_bytes -= wk_task_held_bytes(t);
+  core->retained_bytes -= wk_core__task_held_bytes(t);
   free_task(core, i);
 }
 
@@ -316,10 +316,10 @@ static void retain(wk_core *core, uint32_t i, int64_t now_ms) {
   r->record = i;
   r->hash32 = (uint32_t)t->hash;
   core->retained_count++;
-  core->retained_bytes += wk_task_held_bytes(t);
+  core->retained_bytes += wk_core__task_held_bytes(t);
   while (core->retained_count > 1 && (core->retained_count > core->cfg.max_retained_results ||
                                       core->retained_bytes > core->cfg.max_retained_bytes)) {
-    wk_core_evict_oldest(core);
+    wk_core__evict_oldest(core);
   }
   /* the next convergence evicts the next oldest: start fetching it now, a whole
    * task event ahead, rather than when it is needed */

@@ -72,15 +72,6 @@ void wk_core_destroy(wk_core *core);
 
 /* ---- tasks and results ------------------------------------------------- */
 
-/* Retry policy for calls: carried in the task context for the dispatcher. */
-typedef struct wk_retry_policy {
-  uint32_t max_attempts; /* 1 = no retry */
-  int64_t initial_backoff_ms;
-  int64_t max_backoff_ms;
-  uint32_t backoff_multiplier_milli; /* 2000 = x2.0 */
-  bool retry_on_timeout;
-} wk_retry_policy;
-
 /* Counters for the calls phase, reported by the adapter with the phase outcome. */
 typedef struct wk_call_stats {
   uint64_t calls_total, calls_succeeded, calls_failed, calls_retried, subcalls;

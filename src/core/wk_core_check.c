@@ -69,7 +69,7 @@ static const char *check_tasks(const wk_core *core) {
     if (t->watch_grace != wk_heap_contains(&core->watch_heap, i)) {
       return "task: watch grace flag disagrees with the watch heap";
     }
-    if (wk_task_index_find(core, t->id, t->id_len, t->hash) != i) return "task: record not found by its id";
+    if (wk_core__index_find(core, t->id, t->id_len, t->hash) != i) return "task: record not found by its id";
     if (t->hash != wk_task_hash(t->id, t->id_len)) return "task: stored hash is wrong";
     if (t->result.task_id != t->id) return "task: result names another id";
     switch ((wk_stage)t->stage) {
@@ -92,7 +92,7 @@ static const char *check_tasks(const wk_core *core) {
         terminal++;
         terminal_sum += i;
         terminal_sq += (uint64_t)i * i;
-        bytes += wk_task_held_bytes(t);
+        bytes += wk_core__task_held_bytes(t);
         if (t->slot != WK_NONE) return "task: terminal task still holds a slot";
         if (!wk_task_state_terminal(t->result.state) || t->result.phase != WK_PHASE_DONE) {
           return "task: retained result is not terminal";

@@ -112,20 +112,20 @@ struct wk_core {
 };
 
 /* ---- wk_task_index.c ---- */
-void wk_task_index_init(wk_task_index *ix, uint32_t records, const wk_allocator *a);
-void wk_task_index_free(wk_task_index *ix, const wk_allocator *a);
+void wk_core__index_init(wk_task_index *ix, uint32_t records, const wk_allocator *a);
+void wk_core__index_free(wk_task_index *ix, const wk_allocator *a);
 /** Record index of the task with this id, or WK_NONE. */
-uint32_t wk_task_index_find(const wk_core *core, const char *id, size_t len, uint64_t hash);
+uint32_t wk_core__index_find(const wk_core *core, const char *id, size_t len, uint64_t hash);
 /** Adds record `t` (its id and hash set); the id must not be present. */
-void wk_task_index_insert(wk_core *core, uint32_t t);
+void wk_core__index_insert(wk_core *core, uint32_t t);
 /** Removes record `t`, which must be present. */
-void wk_task_index_remove(wk_core *core, uint32_t t);
+void wk_core__index_remove(wk_core *core, uint32_t t);
 
 /* ---- wk_core.c, used by the timer and check files ---- */
 /** Forgets the oldest retained result: ring, index, blobs, record back to the free list. */
-void wk_core_evict_oldest(wk_core *core);
+void wk_core__evict_oldest(wk_core *core);
 /** Bytes a TERMINAL record holds, as counted in retained_bytes. */
-uint64_t wk_task_held_bytes(const wk_task *t);
+uint64_t wk_core__task_held_bytes(const wk_task *t);
 
 /** Ring index of the retained entry `k` places after the oldest (k < retained_cap). */
 static inline uint32_t wk_retained_index(const wk_core *core, uint32_t k) {

@@ -43,7 +43,7 @@ size_t wk_core_purge_expired_results(wk_core *core, int64_t now_ms) {
   size_t purged = 0;
   /* retention is one duration for all, so the ring is ordered by expiry */
   while (core->retained_count > 0 && core->retained[core->retained_head].until_ms <= now_ms) {
-    wk_core_evict_oldest(core);
+    wk_core__evict_oldest(core);
     purged++;
   }
   return purged;

@@ -78,7 +78,6 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "core/wk_core.h"
 #include "core/wk_types.h"
 #include "lib/wk_alloc.h"
 

@@ -6,7 +6,7 @@
 
 #include "core/wk_core_int.h"
 
-void wk_task_index_init(wk_task_index *ix, uint32_t records, const wk_allocator *a) {
+void wk_core__index_init(wk_task_index *ix, uint32_t records, const wk_allocator *a) {
   uint32_t cap = 16;
   while (cap < records * 2u) cap <<= 1; /* load factor <= 0.5 */
   ix->entries = wk_allocator_calloc(a, cap, sizeof *ix->entries);
@@ -15,7 +15,7 @@ void wk_task_index_init(wk_task_index *ix, uint32_t records, const wk_allocator 
   ix->count = 0;
 }
 
-void wk_task_index_free(wk_task_index *ix, const wk_allocator *a) {
+void wk_core__index_free(wk_task_index *ix, const wk_allocator *a) {
   wk_allocator_free(a, ix->entries, ((size_t)ix->mask + 1) * sizeof *ix->entries);
   ix->entries = NULL;
 }
@@ -24,7 +24,7 @@ static bool same_id(const wk_task *t, const char *id, size_t len, uint64_t hash)
   return t->hash == hash && t->id_len == len && memcmp(t->id, id, len) == 0;
 }
 
-uint32_t wk_task_index_find(const wk_core *core, const char *id, size_t len, uint64_t hash) {
+uint32_t wk_core__index_find(const wk_core *core, const char *id, size_t len, uint64_t hash) {
   const wk_task_index *ix = &core->index;
   uint32_t h32 = (uint32_t)hash;
   for (uint32_t i = h32 & ix->mask;; i = (i + 1) & ix->mask) {
@@ -38,7 +38,7 @@ uint32_t wk_task_index_find(const wk_core *core, const char *id, size_t len, uin
   }
 }
 
-void wk_task_index_insert(wk_core *core, uint32_t t) {
+void wk_core__index_insert(wk_core *core, uint32_t t) {
   wk_task_index *ix = &core->index;
   assert(ix->count < ix->mask); /* never full: capacity is twice the records */
   uint32_t h32 = (uint32_t)core->tasks[t].hash;
@@ -51,7 +51,7 @@ void wk_task_index_insert(wk_core *core, uint32_t t) {
   ix->count++;
 }
 
-void wk_task_index_remove(wk_core *core, uint32_t t) {
+void wk_core__index_remove(wk_core *core, uint32_t t) {
   wk_task_index *ix = &core->index;
   uint32_t i = (uint32_t)core->tasks[t].hash & ix->mask;
   while (ix->entries[i].record != t) {

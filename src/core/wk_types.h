@@ -85,6 +85,15 @@ typedef enum wk_call_failure_policy {
   WK_CALL_CONTINUE = 1,
 } wk_call_failure_policy;
 
+/* Retry policy for calls: carried in the task context for the dispatcher. */
+typedef struct wk_retry_policy {
+  uint32_t max_attempts; /* 1 = no retry */
+  int64_t initial_backoff_ms;
+  int64_t max_backoff_ms;
+  uint32_t backoff_multiplier_milli; /* 2000 = x2.0 */
+  bool retry_on_timeout;
+} wk_retry_policy;
+
 /* Limits on identifiers. */
 #define WK_TASK_ID_MAX 128u /* bytes, printable ASCII */
 
