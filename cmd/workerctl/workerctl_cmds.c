@@ -365,18 +365,43 @@ static int read_file(const char *path, uint8_t **out, size_t *len) {
   return 0;
 }
 
-/* Map entries of a ctl_kvs in the shape protobuf-c wants for any string map. */
-typedef struct kv_entries {
-  Worker__V1__SubmitTaskRequest__LabelsEntry labels[CTL_MAX_KV];
-  Worker__V1__SubmitTaskRequest__LabelsEntry *label_ptrs[CTL_MAX_KV];
-  Worker__V1__FunctionCallConfig__OptionsEntry options[CTL_MAX_KV];
-  Worker__V1__FunctionCallConfig__OptionsEntry *option_ptrs[CTL_MAX_KV];
-  Worker__V1__ResultHandler__OptionsEntry rh_options[CTL_MAX_KV];
-  Worker__V1__ResultHandler__OptionsEntry *rh_option_ptrs[CTL_MAX_KV];
-} kv_entries;
-
 /* protobuf-c messages hold `char *`; packing only reads them. */
 static char *mutable_str(const char *s) { return (char *)(uintptr_t)s; }
+
+/* A protobuf-c map<string, string> entry: every generated entry type has this layout
+ * and is told apart by its descriptor (checked for the three maps we send). */
+typedef struct string_entry {
+  ProtobufCMessage base;
+  char *key;
+  char *value;
+} string_entry;
+
+#define IS_STRING_ENTRY(T)                                                                    \
+  (sizeof(T) == sizeof(string_entry) && offsetof(T, key) == offsetof(string_entry, key) && \
+   offsetof(T, value) == offsetof(string_entry, value))
+_Static_assert(IS_STRING_ENTRY(Worker__V1__SubmitTaskRequest__LabelsEntry), "labels");
+_Static_assert(IS_STRING_ENTRY(Worker__V1__FunctionCallConfig__OptionsEntry), "options");
+_Static_assert(IS_STRING_ENTRY(Worker__V1__ResultHandler__OptionsEntry), "result options");
+
+/* One map field's entries in the shape protobuf-c wants. */
+typedef struct string_map {
+  string_entry entries[CTL_MAX_KV];
+  string_entry *ptrs[CTL_MAX_KV];
+} string_map;
+
+/* Fills m with kvs as entries of the map type `d` describes (keys and values are
+ * borrowed from kvs) and returns the pointer array a map field takes (kvs->n long). */
+static void *string_map_fill(string_map *m, const ctl_kvs *kvs, const ProtobufCMessageDescriptor *d) {
+  for (size_t i = 0; i < kvs->n; i++) {
+    m->entries[i] = (string_entry){
+        .base = PROTOBUF_C_MESSAGE_INIT(d),
+        .key = kvs->items[i].key,
+        .value = mutable_str(kvs->items[i].value),
+    };
+    m->ptrs[i] = &m->entries[i];
+  }
+  return m->ptrs;
+}
 
 /* ---- submit to a worker picked from etcd ---------------------------------------------- */
 
@@ -496,7 +521,21 @@ static int submit_discovered(ctl_args *a, const ProtobufCMessage *req, wk_etcd_w
 
 /* ---- submit ------------------------------------------------------------------------------ */
 
-int ctl_cmd_submit(ctl_args *a) {
+/* A SubmitTaskRequest and everything it points to, for one send. */
+typedef struct submit_msg {
+  Worker__V1__SubmitTaskRequest req;
+  Worker__V1__FunctionCallConfig fn;
+  Worker__V1__CallFailurePolicy fail;
+  Worker__V1__CallRetryPolicy retry;
+  Worker__V1__ResultHandler rh;
+  char task_id[CTL_TASK_ID_MAX + 1];
+  uint8_t *args; /* owned */
+  size_t args_len;
+  string_map labels, options, result_options;
+} submit_msg;
+
+/* The function name and where to send (--addr, or a worker from etcd: *discover). */
+static int check_submit_target(const ctl_args *a, bool *discover) {
   const char *function = a->pos[0];
   if (!wk_code_store_valid_function_name(function)) {
     return ctl_usage_error(a,
@@ -504,7 +543,6 @@ int ctl_cmd_submit(ctl_args *a) {
                            "[A-Za-z0-9_.-], not starting with '.'",
                            function, WK_CODE_STORE_NAME_MAX);
   }
-  bool raw = a->set[F_BYTES];
   if (a->npos == 2 && a->set[F_ARGS_FILE]) {
     return ctl_usage_error(a, "give ARGS or --args-file, not both");
   }
@@ -515,69 +553,65 @@ int ctl_cmd_submit(ctl_args *a) {
     return ctl_usage_error(a, "give --addr (this worker) or --etcd/--prefix (pick one from "
                               "etcd), not both");
   }
-  bool discover = !a->set[F_ADDR] && (!a->addr_given || etcd_flags);
-  if (discover && a->set[F_SLOT_ID]) {
+  *discover = !a->set[F_ADDR] && (!a->addr_given || etcd_flags);
+  if (*discover && a->set[F_SLOT_ID]) {
     return ctl_usage_error(a, "--slot-id is a slot on one worker: give that worker's --addr");
   }
+  return CTL_EXIT_OK;
+}
 
-  /* ---- arguments of the function, checked before anything is sent */
-  uint8_t *args = NULL;
-  size_t args_len = 0;
+/* The function's arguments (ARGS, --args-file, or none), checked as JSON unless raw,
+ * before anything is sent. */
+static int read_submit_args(const ctl_args *a, bool raw, submit_msg *m) {
   if (a->set[F_ARGS_FILE]) {
-    if (read_file(a->val[F_ARGS_FILE], &args, &args_len) != 0) {
+    if (read_file(a->val[F_ARGS_FILE], &m->args, &m->args_len) != 0) {
       return ctl_usage_error(a, "cannot read --args-file %s: %s", a->val[F_ARGS_FILE],
                              strerror(errno));
     }
   } else {
     const char *text = a->npos == 2 ? a->pos[1] : (raw ? "" : "null");
-    args_len = strlen(text);
-    args = wk_xmalloc(args_len ? args_len : 1);
-    memcpy(args, text, args_len);
+    m->args_len = strlen(text);
+    m->args = wk_xmalloc(m->args_len ? m->args_len : 1);
+    memcpy(m->args, text, m->args_len);
   }
-  int rc = CTL_EXIT_OK;
-  if (!raw) {
-    json_error_t jerr;
-    json_t *v = json_loadb((const char *)args, args_len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
-    if (!v) {
-      rc = ctl_usage_error(a,
+  if (raw) return CTL_EXIT_OK;
+  json_error_t jerr;
+  json_t *v = json_loadb((const char *)m->args, m->args_len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
+  if (!v) {
+    return ctl_usage_error(a,
                            "ARGS is not valid JSON (%s, line %d column %d); quote it for the "
                            "shell, e.g. '{\"n\": 3}', or pass --bytes for raw bytes",
                            jerr.text, jerr.line, jerr.column);
-      free(args);
-      return rc;
-    }
-    json_decref(v);
   }
+  json_decref(v);
+  return CTL_EXIT_OK;
+}
 
-  /* ---- the request */
-  Worker__V1__SubmitTaskRequest req;
-  worker__v1__submit_task_request__init(&req);
-  Worker__V1__FunctionCallConfig fn;
-  worker__v1__function_call_config__init(&fn);
-  Worker__V1__CallFailurePolicy fail;
-  worker__v1__call_failure_policy__init(&fail);
-  Worker__V1__CallRetryPolicy retry;
-  worker__v1__call_retry_policy__init(&retry);
-  Worker__V1__ResultHandler rh;
-  worker__v1__result_handler__init(&rh);
-  char task_id[CTL_TASK_ID_MAX + 1];
+/* The task id: --task-id, or a fresh one. */
+static int set_task_id(const ctl_args *a, submit_msg *m) {
   if (a->set[F_TASK_ID]) {
-    snprintf(task_id, sizeof task_id, "%s", a->val[F_TASK_ID]);
+    snprintf(m->task_id, sizeof m->task_id, "%s", a->val[F_TASK_ID]);
     if (strlen(a->val[F_TASK_ID]) > CTL_TASK_ID_MAX) {
-      free(args);
       return ctl_usage_error(a, "--task-id is longer than %u bytes", CTL_TASK_ID_MAX);
     }
   } else {
-    gen_task_id(task_id, sizeof task_id);
+    gen_task_id(m->task_id, sizeof m->task_id);
   }
-  req.task_id = task_id;
-  req.function = &fn;
-  fn.name = mutable_str(function);
-  fn.type = mutable_str(a->set[F_BUILDER] ? a->val[F_BUILDER] : "single");
-  fn.args.data = args;
-  fn.args.len = args_len;
-  fn.content_type = raw ? WORKER__V1__CONTENT_TYPE__CONTENT_TYPE_BYTES
-                        : WORKER__V1__CONTENT_TYPE__CONTENT_TYPE_JSON;
+  m->req.task_id = m->task_id;
+  return CTL_EXIT_OK;
+}
+
+/* The FunctionCallConfig: name, builder, arguments, entrypoint, epoch. */
+static int set_function(const ctl_args *a, bool raw, submit_msg *m) {
+  Worker__V1__FunctionCallConfig *fn = &m->fn;
+  int rc = CTL_EXIT_OK;
+  m->req.function = fn;
+  fn->name = mutable_str(a->pos[0]);
+  fn->type = mutable_str(a->set[F_BUILDER] ? a->val[F_BUILDER] : "single");
+  fn->args.data = m->args;
+  fn->args.len = m->args_len;
+  fn->content_type = raw ? WORKER__V1__CONTENT_TYPE__CONTENT_TYPE_BYTES
+                         : WORKER__V1__CONTENT_TYPE__CONTENT_TYPE_JSON;
   if (a->set[F_BUILDER] && !*a->val[F_BUILDER]) {
     rc = ctl_usage_error(a, "--builder is empty (single, map or range)");
   }
@@ -588,123 +622,151 @@ int ctl_cmd_submit(ctl_args *a) {
       rc = ctl_usage_error(a, "--entrypoint takes MODULE:ATTRIBUTE (e.g. main:handler), got '%s'",
                            ep);
     }
-    fn.entrypoint = mutable_str(ep);
+    fn->entrypoint = mutable_str(ep);
   }
   if (rc == 0 && a->set[F_EPOCH] &&
-      !ctl_parse_u64(a->val[F_EPOCH], 0, UINT64_MAX, &fn.epoch)) {
+      !ctl_parse_u64(a->val[F_EPOCH], 0, UINT64_MAX, &fn->epoch)) {
     rc = ctl_usage_error(a, "--epoch takes an epoch number, got '%s'", a->val[F_EPOCH]);
   }
-  if (rc == 0 && a->set[F_SLOT_ID] &&
-      !ctl_parse_u64(a->val[F_SLOT_ID], 0, UINT64_MAX, &req.slot_id)) {
-    rc = ctl_usage_error(a, "--slot-id takes a slot id from `workerctl slot`, got '%s'",
-                         a->val[F_SLOT_ID]);
+  return rc;
+}
+
+/* --continue: the failure policy. */
+static int set_failure_policy(const ctl_args *a, submit_msg *m) {
+  uint64_t n = 0;
+  int rc = CTL_EXIT_OK;
+  if (!ctl_parse_u64(a->val[F_CONTINUE], 0, UINT32_MAX, &n)) {
+    rc = ctl_usage_error(a, "--continue takes the number of failed calls to tolerate, got '%s'",
+                         a->val[F_CONTINUE]);
   }
-  if (rc == 0 && a->set[F_TIMEOUT_MS] &&
-      !ctl_parse_u64(a->val[F_TIMEOUT_MS], 0, UINT64_MAX, &req.timeout_ms)) {
-    rc = ctl_usage_error(a, "--timeout-ms takes a number of ms, got '%s'", a->val[F_TIMEOUT_MS]);
+  m->fail.mode = WORKER__V1__CALL_FAILURE_MODE__CALL_FAILURE_MODE_CONTINUE;
+  m->fail.max_failed_calls = (uint32_t)n;
+  m->req.call_failure_policy = &m->fail;
+  return rc;
+}
+
+/* --retries: the retry policy (100 ms doubling to 10 s, executor loss retried). */
+static int set_retry_policy(const ctl_args *a, submit_msg *m) {
+  uint64_t n = 0;
+  int rc = CTL_EXIT_OK;
+  if (!ctl_parse_u64(a->val[F_RETRIES], 0, 1000, &n)) {
+    rc = ctl_usage_error(a, "--retries takes a number in 0..1000, got '%s'", a->val[F_RETRIES]);
   }
-  if (rc == 0 && a->set[F_CONTINUE]) {
-    uint64_t m = 0;
-    if (!ctl_parse_u64(a->val[F_CONTINUE], 0, UINT32_MAX, &m)) {
-      rc = ctl_usage_error(a, "--continue takes the number of failed calls to tolerate, got '%s'",
-                           a->val[F_CONTINUE]);
-    }
-    fail.mode = WORKER__V1__CALL_FAILURE_MODE__CALL_FAILURE_MODE_CONTINUE;
-    fail.max_failed_calls = (uint32_t)m;
-    req.call_failure_policy = &fail;
+  m->retry.max_attempts = (uint32_t)n + 1u;
+  m->retry.initial_backoff_ms = 100;
+  m->retry.max_backoff_ms = 10000;
+  m->retry.backoff_multiplier = 2.0;
+  m->retry.retry_on_executor_lost = true;
+  m->req.call_retry_policy = &m->retry;
+  return rc;
+}
+
+/* The slot, the timeout, the policies and the result handler; the first problem ends
+ * the checks. */
+static int set_task_options(const ctl_args *a, submit_msg *m) {
+  Worker__V1__SubmitTaskRequest *req = &m->req;
+  if (a->set[F_SLOT_ID] && !ctl_parse_u64(a->val[F_SLOT_ID], 0, UINT64_MAX, &req->slot_id)) {
+    return ctl_usage_error(a, "--slot-id takes a slot id from `workerctl slot`, got '%s'",
+                           a->val[F_SLOT_ID]);
   }
-  if (rc == 0 && a->set[F_RETRIES]) {
-    uint64_t r = 0;
-    if (!ctl_parse_u64(a->val[F_RETRIES], 0, 1000, &r)) {
-      rc = ctl_usage_error(a, "--retries takes a number in 0..1000, got '%s'", a->val[F_RETRIES]);
-    }
-    retry.max_attempts = (uint32_t)r + 1u;
-    retry.initial_backoff_ms = 100;
-    retry.max_backoff_ms = 10000;
-    retry.backoff_multiplier = 2.0;
-    retry.retry_on_executor_lost = true;
-    req.call_retry_policy = &retry;
+  if (a->set[F_TIMEOUT_MS] && !ctl_parse_u64(a->val[F_TIMEOUT_MS], 0, UINT64_MAX, &req->timeout_ms)) {
+    return ctl_usage_error(a, "--timeout-ms takes a number of ms, got '%s'", a->val[F_TIMEOUT_MS]);
   }
-  if (rc == 0 && (a->set[F_RESULT_HANDLER] || a->result_options.n)) {
+  int rc = CTL_EXIT_OK;
+  if (a->set[F_CONTINUE] && (rc = set_failure_policy(a, m)) != 0) return rc;
+  if (a->set[F_RETRIES] && (rc = set_retry_policy(a, m)) != 0) return rc;
+  if (a->set[F_RESULT_HANDLER] || a->result_options.n) {
     if (!a->set[F_RESULT_HANDLER] || !*a->val[F_RESULT_HANDLER]) {
       rc = ctl_usage_error(a, "--result-option needs --result-handler TYPE");
     }
-    rh.type = mutable_str(a->val[F_RESULT_HANDLER]);
-    req.result_handler = &rh;
+    m->rh.type = mutable_str(a->val[F_RESULT_HANDLER]);
+    req->result_handler = &m->rh;
   }
-  if (rc != 0) {
-    free(args);
-    return rc;
-  }
+  return rc;
+}
 
-  kv_entries *kv = wk_xcalloc(1, sizeof *kv);
-  for (size_t i = 0; i < a->labels.n; i++) {
-    Worker__V1__SubmitTaskRequest__LabelsEntry e;
-    worker__v1__submit_task_request__labels_entry__init(&e);
-    e.key = a->labels.items[i].key;
-    e.value = mutable_str(a->labels.items[i].value);
-    kv->labels[i] = e;
-    kv->label_ptrs[i] = &kv->labels[i];
-  }
-  req.n_labels = a->labels.n;
-  req.labels = kv->label_ptrs;
-  for (size_t i = 0; i < a->options.n; i++) {
-    Worker__V1__FunctionCallConfig__OptionsEntry e;
-    worker__v1__function_call_config__options_entry__init(&e);
-    e.key = a->options.items[i].key;
-    e.value = mutable_str(a->options.items[i].value);
-    kv->options[i] = e;
-    kv->option_ptrs[i] = &kv->options[i];
-  }
-  fn.n_options = a->options.n;
-  fn.options = kv->option_ptrs;
-  for (size_t i = 0; i < a->result_options.n; i++) {
-    Worker__V1__ResultHandler__OptionsEntry e;
-    worker__v1__result_handler__options_entry__init(&e);
-    e.key = a->result_options.items[i].key;
-    e.value = mutable_str(a->result_options.items[i].value);
-    kv->rh_options[i] = e;
-    kv->rh_option_ptrs[i] = &kv->rh_options[i];
-  }
-  rh.n_options = a->result_options.n;
-  rh.options = kv->rh_option_ptrs;
+/* --label, --option and --result-option. */
+static void set_maps(const ctl_args *a, submit_msg *m) {
+  m->req.n_labels = a->labels.n;
+  m->req.labels = string_map_fill(&m->labels, &a->labels,
+                                  &worker__v1__submit_task_request__labels_entry__descriptor);
+  m->fn.n_options = a->options.n;
+  m->fn.options = string_map_fill(&m->options, &a->options,
+                                  &worker__v1__function_call_config__options_entry__descriptor);
+  m->rh.n_options = a->result_options.n;
+  m->rh.options = string_map_fill(&m->result_options, &a->result_options,
+                                  &worker__v1__result_handler__options_entry__descriptor);
+}
 
-  /* ---- send, then maybe watch (on the same worker) */
+/* Every part of the request from the command line; an exit code after reporting the
+ * first problem. */
+static int build_submit(const ctl_args *a, submit_msg *m) {
+  bool raw = a->set[F_BYTES];
+  worker__v1__submit_task_request__init(&m->req);
+  worker__v1__function_call_config__init(&m->fn);
+  worker__v1__call_failure_policy__init(&m->fail);
+  worker__v1__call_retry_policy__init(&m->retry);
+  worker__v1__result_handler__init(&m->rh);
+  int rc = read_submit_args(a, raw, m);
+  if (rc == 0) rc = set_task_id(a, m);
+  if (rc == 0) rc = set_function(a, raw, m);
+  if (rc == 0) rc = set_task_options(a, m);
+  if (rc == 0) set_maps(a, m);
+  return rc;
+}
+
+/* Prints the answer; with --watch, watches the task on the same worker. */
+static int show_submitted(ctl_args *a, wk_grpc_client *c, const Worker__V1__SubmitTaskResponse *r,
+                          char *task_id) {
+  const char *worker = a->discovered ? a->addr : NULL;
+  if (!a->set[F_WATCH]) {
+    if (a->json) {
+      ctl_json_print(stdout, ctl_submit_json(r, worker));
+    } else {
+      ctl_print_submit(stdout, r, worker);
+    }
+    return CTL_EXIT_OK;
+  }
+  if (!a->json) ctl_print_submit(stdout, r, worker);
+  char *ids[1] = {task_id};
+  return watch_tasks(a, c, ids, 1, true);
+}
+
+/* Sends the request (to --addr or a worker from etcd), then shows the answer. */
+static int send_submit(ctl_args *a, submit_msg *m, bool discover) {
   wk_grpc_client *c = NULL;
   wk_grpc_buf resp = {NULL, 0};
   wk_etcd_workers cands = {NULL, 0}; /* owns a->addr when discovered */
+  int rc;
   if (discover) {
-    rc = submit_discovered(a, &req.base, &cands, &c, &resp);
+    rc = submit_discovered(a, &m->req.base, &cands, &c, &resp);
   } else {
     rc = open_client(a, &c);
-    if (rc == 0) rc = call(a, c, M_SUBMIT, &req.base, &resp);
+    if (rc == 0) rc = call(a, c, M_SUBMIT, &m->req.base, &resp);
   }
-  free(kv);
-  free(args);
   Worker__V1__SubmitTaskResponse *r = NULL;
   if (rc == 0) {
     r = worker__v1__submit_task_response__unpack(NULL, resp.len, resp.data);
     wk_grpc_buf_free(&resp);
     if (!r) rc = report_decode_error(a, "SubmitTaskResponse");
   }
-  if (rc == 0) {
-    const char *worker = a->discovered ? a->addr : NULL;
-    if (!a->set[F_WATCH]) {
-      if (a->json) {
-        ctl_json_print(stdout, ctl_submit_json(r, worker));
-      } else {
-        ctl_print_submit(stdout, r, worker);
-      }
-    } else {
-      if (!a->json) ctl_print_submit(stdout, r, worker);
-      char *ids[1] = {task_id};
-      rc = watch_tasks(a, c, ids, 1, true);
-    }
-  }
+  if (rc == 0) rc = show_submitted(a, c, r, m->task_id);
   if (r) worker__v1__submit_task_response__free_unpacked(r, NULL);
   wk_grpc_client_close(c);
   a->addr = NULL; /* it may point into cands */
   wk_etcd_workers_free(&cands);
+  return rc;
+}
+
+int ctl_cmd_submit(ctl_args *a) {
+  bool discover = false;
+  int rc = check_submit_target(a, &discover);
+  if (rc != 0) return rc;
+  submit_msg *m = wk_xcalloc(1, sizeof *m);
+  rc = build_submit(a, m);
+  if (rc == 0) rc = send_submit(a, m, discover);
+  free(m->args);
+  free(m);
   return rc;
 }
 
