@@ -66,12 +66,18 @@ target_link_libraries(wk_app
     PkgConfig::YAML
     Threads::Threads)
 
-add_executable(worker cmd/worker/main.c)
+add_executable(worker
+  cmd/worker/main.c
+  cmd/worker/profile.c)
+target_include_directories(worker PRIVATE ${PROJECT_SOURCE_DIR})
 target_compile_options(worker PRIVATE ${WK_WARNINGS})
 target_compile_definitions(worker PRIVATE _GNU_SOURCE)
 target_link_libraries(worker PRIVATE wk_app)
 
-add_executable(bundle_worker cmd/bundle_worker/main.c)
+add_executable(bundle_worker
+  cmd/bundle_worker/main.c
+  cmd/bundle_worker/profile.c)
+target_include_directories(bundle_worker PRIVATE ${PROJECT_SOURCE_DIR})
 target_compile_options(bundle_worker PRIVATE ${WK_WARNINGS})
 target_compile_definitions(bundle_worker PRIVATE _GNU_SOURCE)
 target_link_libraries(bundle_worker PRIVATE wk_app)
