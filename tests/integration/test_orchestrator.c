@@ -11,6 +11,7 @@
 
 #include <dirent.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,7 +41,8 @@ typedef struct fake_call {
 typedef struct fake_exec {
   wk_orch *orch;
   uv_loop_t *loop;
-  int submitted, cancelled, answered;
+  /* written on the loop thread, read by the test's thread: atomic */
+  atomic_int submitted, cancelled, answered;
   uint32_t last_deadline_ms;  /* the last spec's relative deadline */
   char last_scratch_dir[256]; /* the last spec's scratch directory */
 } fake_exec;
@@ -76,9 +78,9 @@ static void *fake_submit(void *impl, const wk_call_spec *spec, void *ctx) {
   fake_call *c = calloc(1, sizeof *c);
   c->ctx = ctx;
   snprintf(c->args, sizeof c->args, "%.*s", (int)spec->args.len, (const char *)spec->args.ptr);
-  fake.submitted++;
   fake.last_deadline_ms = spec->deadline_ms;
   snprintf(fake.last_scratch_dir, sizeof fake.last_scratch_dir, "%s", spec->scratch_dir);
+  fake.submitted++; /* after the last_* fields: the test reads them once it sees this */
   uv_timer_init(fake.loop, &c->timer);
   c->timer.data = c;
   if (strcmp(c->args, "\"hang\"") != 0) uv_timer_start(&c->timer, fake_answer, 1, 0);
