@@ -126,7 +126,9 @@ static void quote_table(const char *t, char *out, size_t n) {
 
 /* Creates the table unless it exists. Creating it only when to_regclass finds nothing
  * keeps a role without CREATE on the schema working with an existing table; a
- * concurrent creation by another task is not an error. */
+ * concurrent creation by another task is not an error: PostgreSQL reports it as a
+ * unique violation on its catalog (23505), a duplicate table (42P07) or, when the two
+ * collide on the table's row type, a duplicate object (42710: type "t" already exists). */
 static int ensure_table(PGconn *c, const char *quoted, char *err, size_t len) {
   const char *params[] = {quoted};
   PGresult *r = PQexecParams(c, "SELECT to_regclass($1) IS NOT NULL", 1, NULL, params, NULL, NULL, 0);
@@ -147,7 +149,8 @@ static int ensure_table(PGconn *c, const char *quoted, char *err, size_t len) {
   int rc = 0;
   if (PQresultStatus(r) != PGRES_COMMAND_OK) {
     const char *state = PQresultErrorField(r, PG_DIAG_SQLSTATE);
-    bool raced = state && (strcmp(state, "23505") == 0 || strcmp(state, "42P07") == 0);
+    bool raced = state && (strcmp(state, "23505") == 0 || strcmp(state, "42P07") == 0 ||
+                           strcmp(state, "42710") == 0);
     if (!raced) rc = result_err(c, r, NULL, err, len);
   }
   PQclear(r);
