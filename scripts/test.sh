@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what is missing, then builds and runs every layer
-# twice — a Release build, and an ASan+UBSan build — then the libFuzzer targets in a
-# third, Clang build (build/fuzz), and fails when any test fails.
+# twice — a Release build, and an ASan+UBSan build — then the tests that run our own
+# threads under ThreadSanitizer (build/tsan), then the libFuzzer targets in a Clang
+# build (build/fuzz), and fails when any test fails.
 #   unit         cmocka tests of the cores and containers
 #   sim          the deterministic simulation (>= 2 million steps over many seeds)
 #   integration  adapters with real peers (frame codec, Python executor, gRPC server)
 #   e2e          the real worker binary, real executors, real gRPC clients
+#   tsan         the tests of our threads (completion queue <-> loop, thread pool,
+#                metrics server, etcd publisher, shadow, writers, gRPC server) built
+#                with -fsanitize=thread; suppressions for third-party frames only
+#                (tests/tsan.supp); one at a time, as TSan slows them several fold
 #   fuzz         each libFuzzer target: its seed corpus replayed, then a short mutation
-#                run (clang builds only: the third build below; about a minute)
+#                run (clang builds only: the last build below; about a minute)
 # Every build here turns warnings into errors (-DWK_WERROR=ON, cmake/Warnings.cmake).
 # Usage: scripts/test.sh [ctest -L label regex]   (e.g. scripts/test.sh unit)
 set -euo pipefail
@@ -35,8 +40,21 @@ run_fuzz() {
   ctest --test-dir "$dir" --output-on-failure -j "$jobs" -L fuzz
 }
 
+# ThreadSanitizer: build only the thread tests (tests/integration/CMakeLists.txt,
+# target thread_tests) and run those labelled tsan, serially.
+run_tsan() {
+  local dir="build/tsan"
+  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWK_WERROR=ON -DWK_TSAN=ON >/dev/null
+  cmake --build "$dir" -j "$jobs" --target thread_tests
+  echo "== ctest in $dir"
+  WK_BUILD_DIR="$root/$dir" ctest --test-dir "$dir" --output-on-failure -j 1 -L tsan
+}
+
 run_build release
 WK_SIM_STEPS=${WK_SIM_STEPS_ASAN:-500000} run_build asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWK_SANITIZE=ON
+if [ -z "$label" ] || [[ tsan =~ $label ]]; then
+  run_tsan
+fi
 if [ -z "$label" ] || [[ fuzz =~ $label ]]; then
   run_fuzz
 fi
