@@ -48,6 +48,8 @@ typedef struct fake_exec {
 } fake_exec;
 
 static fake_exec fake;
+/* guards fake.last_*: the loop thread writes them, the test's thread reads them */
+static pthread_mutex_t fake_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static void fake_free(uv_handle_t *h) { free(h->data); }
 
@@ -78,8 +80,10 @@ static void *fake_submit(void *impl, const wk_call_spec *spec, void *ctx) {
   fake_call *c = calloc(1, sizeof *c);
   c->ctx = ctx;
   snprintf(c->args, sizeof c->args, "%.*s", (int)spec->args.len, (const char *)spec->args.ptr);
+  pthread_mutex_lock(&fake_mu);
   fake.last_deadline_ms = spec->deadline_ms;
   snprintf(fake.last_scratch_dir, sizeof fake.last_scratch_dir, "%s", spec->scratch_dir);
+  pthread_mutex_unlock(&fake_mu);
   fake.submitted++; /* after the last_* fields: the test reads them once it sees this */
   uv_timer_init(fake.loop, &c->timer);
   c->timer.data = c;
@@ -538,7 +542,7 @@ static void test_i1_event_queue_is_bounded(void **state) {
 
 /* I2: CONVERGE is executed once the core's transition is complete. on_task_finished
  * runs while CONVERGE is executed: the task is terminal, not live, its slot free. */
-static int i2_finished, i2_complete;
+static atomic_int i2_finished, i2_complete; /* written on the loop thread, read by the test */
 static void i2_on_finished(void *ud, const wk_task_result *r) {
   (void)ud;
   wk_heartbeat hb = wk_orch_heartbeat(fake.orch);
@@ -599,12 +603,17 @@ static void test_i4_facts_come_from_the_core(void **state) {
   worker__v1__submit_task_response__free_unpacked(resp, NULL);
   for (int i = 0; i < 500 && fake.submitted == 0; i++) usleep(10000);
   assert_int_equal(fake.submitted, 1);
-  assert_true(fake.last_deadline_ms > 0 && fake.last_deadline_ms <= 300);
+  pthread_mutex_lock(&fake_mu);
+  uint32_t last_deadline_ms = fake.last_deadline_ms;
+  char last_scratch_dir[sizeof fake.last_scratch_dir];
+  memcpy(last_scratch_dir, fake.last_scratch_dir, sizeof last_scratch_dir);
+  pthread_mutex_unlock(&fake_mu);
+  assert_true(last_deadline_ms > 0 && last_deadline_ms <= 300);
   char suffix[32];
   snprintf(suffix, sizeof suffix, ".%llx", (unsigned long long)slot_id);
-  size_t n = strlen(fake.last_scratch_dir), k = strlen(suffix);
+  size_t n = strlen(last_scratch_dir), k = strlen(suffix);
   assert_true(n > k);
-  assert_string_equal(fake.last_scratch_dir + n - k, suffix);
+  assert_string_equal(last_scratch_dir + n - k, suffix);
   worker__v1__task_result__free_unpacked(wait_terminal(h, "i4-hang"), NULL);
 
   Worker__V1__CallRetryPolicy retry = WORKER__V1__CALL_RETRY_POLICY__INIT;
