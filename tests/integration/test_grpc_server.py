@@ -521,12 +521,22 @@ def test_stream_queue_bound(pb):
 # ---- load -----------------------------------------------------------------------------------
 
 def test_many_calls_in_flight_on_one_channel(pb, stub):
-    futures = [stub.RequestTaskSlot.future(pb.w.RequestTaskSlotRequest(task_id="m%d" % i),
-                                           timeout=10) for i in range(300)]
-    futures += [stub.SubmitTask.future(good_submit(pb, task_id="s%d" % i), timeout=10)
-                for i in range(100)]
-    for f in futures:
-        f.result()
+    slots = [stub.RequestTaskSlot.future(pb.w.RequestTaskSlotRequest(task_id="m%d" % i),
+                                         timeout=10) for i in range(300)]
+    # each submit names its own slot: the echo shows every answer went to its own call
+    submits = [stub.SubmitTask.future(good_submit(pb, task_id="s%d" % i, slot_id=100 + i),
+                                      timeout=10) for i in range(100)]
+    for f in slots:
+        r = f.result()
+        assert r.slot_id == 7
+        assert r.lease_expires_unix_ms == 1234
+        assert r.state == pb.w.TASK_STATE_PREPARING
+    for i, f in enumerate(submits):
+        r = f.result()
+        assert r.task_id == "s%d" % i
+        assert r.slot_id == 100 + i
+        assert r.state == pb.w.TASK_STATE_PREPARING
+        assert not r.duplicate
 
 
 def test_64_concurrent_clients(pb, harness):
