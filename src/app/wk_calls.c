@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "lib/wk_alloc.h"
+#include "lib/wk_err.h"
 #include "lib/wk_log.h"
 
 #define ACTIONS_MAX 256u
@@ -280,7 +281,7 @@ wk_calls *wk_calls_create(const wk_calls_config *cfg, const wk_exec_adapter *exe
                           void *ud, char *err, size_t err_len) {
   const char *why = NULL;
   if (wk_disp_config_validate(&cfg->disp, &why) != WK_OK) {
-    snprintf(err, err_len, "dispatcher: %s", why);
+    wk_errf(err, err_len, "dispatcher: %s", why);
     return NULL;
   }
   wk_calls *c = wk_xcalloc(1, sizeof *c);

@@ -1,6 +1,7 @@
 /* wk_config_value.c: a setting's value: parsing text with its units (ms, bytes),
  * reading and writing the field in wk_app_config, formatting it back. See wk_config.h. */
 #include "app/wk_config.h"
+#include "lib/wk_err.h"
 
 #include <assert.h>
 #include <ctype.h>
@@ -179,6 +180,16 @@ void wk_config__expected(const wk_config_item *it, char *out, size_t len) {
   snprintf(out, len, "a value");
 }
 
+/* The problem line of a failed number_with_unit (rc -2: over the limit; else malformed). */
+static int number_problem(int rc, const char *text, const char *exp, char *err, size_t len) {
+  if (rc == -2) {
+    wk_errf(err, len, "'%.80s' is too large", text);
+  } else {
+    wk_errf(err, len, "expected %s, got '%.80s'", exp, text);
+  }
+  return -1;
+}
+
 int wk_config_parse_value(const wk_config_item *it, const char *text, void *field, char *err,
                           size_t len) {
   assert(it != NULL && text != NULL && field != NULL);
@@ -191,11 +202,11 @@ int wk_config_parse_value(const wk_config_item *it, const char *text, void *fiel
     case WK_CONFIG_ENUM: {
       size_t n = strlen(text);
       if (it->size == 0 || n > it->size - 1) {
-        if (err) snprintf(err, len, "longer than %zu bytes", it->size ? it->size - 1 : 0);
+        wk_errf(err, len, "longer than %zu bytes", it->size ? it->size - 1 : 0);
         return -1;
       }
       if (it->type == WK_CONFIG_ENUM && !wk_config__enum_has(it->choices ? it->choices : "", text)) {
-        if (err) snprintf(err, len, "expected %s, got '%.80s'", exp, text);
+        wk_errf(err, len, "expected %s, got '%.80s'", exp, text);
         return -1;
       }
       memcpy(field, text, n + 1);
@@ -208,14 +219,12 @@ int wk_config_parse_value(const wk_config_item *it, const char *text, void *fiel
       int rc = number_with_unit(text, no_units, true, limit, &v, &neg);
       if (rc == 0 && neg) rc = -1;
       if (rc == -2) {
-        if (err) snprintf(err, len, "'%.80s' is too large (at most %" PRIu64 ")", text, limit);
+        wk_errf(err, len, "'%.80s' is too large (at most %" PRIu64 ")", text, limit);
         return -1;
       }
       if (rc != 0) {
-        if (err) {
-          snprintf(err, len, "expected %s%s, got '%.80s'", exp, text[0] == '-' ? " (not negative)" : "",
-                   text);
-        }
+        wk_errf(err, len, "expected %s%s, got '%.80s'", exp, text[0] == '-' ? " (not negative)" : "",
+                text);
         return -1;
       }
       set_uint(field, it->size, v);
@@ -225,14 +234,7 @@ int wk_config_parse_value(const wk_config_item *it, const char *text, void *fiel
       uint64_t v;
       bool neg;
       int rc = number_with_unit(text, ms_units, true, (uint64_t)INT64_MAX, &v, &neg);
-      if (rc == -2) {
-        if (err) snprintf(err, len, "'%.80s' is too large", text);
-        return -1;
-      }
-      if (rc != 0) {
-        if (err) snprintf(err, len, "expected %s, got '%.80s'", exp, text);
-        return -1;
-      }
+      if (rc != 0) return number_problem(rc, text, exp, err, len);
       int64_t s = neg ? -(int64_t)v : (int64_t)v;
       memcpy(field, &s, sizeof s);
       return 0;
@@ -242,14 +244,7 @@ int wk_config_parse_value(const wk_config_item *it, const char *text, void *fiel
       bool neg;
       uint64_t limit = it->size == sizeof(uint32_t) ? UINT32_MAX : UINT64_MAX;
       int rc = number_with_unit(text, byte_units, false, limit, &v, &neg);
-      if (rc == -2) {
-        if (err) snprintf(err, len, "'%.80s' is too large", text);
-        return -1;
-      }
-      if (rc != 0) {
-        if (err) snprintf(err, len, "expected %s, got '%.80s'", exp, text);
-        return -1;
-      }
+      if (rc != 0) return number_problem(rc, text, exp, err, len);
       set_uint(field, it->size, v);
       return 0;
     }
@@ -263,11 +258,11 @@ int wk_config_parse_value(const wk_config_item *it, const char *text, void *fiel
           return 0;
         }
       }
-      if (err) snprintf(err, len, "expected %s, got '%.80s'", exp, text);
+      wk_errf(err, len, "expected %s, got '%.80s'", exp, text);
       return -1;
     }
   }
-  if (err) snprintf(err, len, "unknown type");
+  wk_errf(err, len, "unknown type");
   return -1;
 }
 

@@ -12,6 +12,7 @@
 #include "app/wk_orch_int.h"
 #include "app/wk_subscriptions.h"
 #include "lib/wk_alloc.h"
+#include "lib/wk_err.h"
 
 #define TIMER_BATCH 64
 
@@ -289,7 +290,7 @@ static void reschedule_deadline(wk_orch *o) {
 wk_orch *wk_orch_create(uv_loop_t *loop, const wk_orch_config *cfg, char *err, size_t err_len) {
   const char *why = NULL;
   if (wk_core_config_validate(&cfg->core, &why) != WK_OK) {
-    snprintf(err, err_len, "%s", why);
+    wk_errf(err, err_len, "%s", why);
     return NULL;
   }
   wk_orch *o = wk_xcalloc(1, sizeof *o);
