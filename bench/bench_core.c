@@ -287,7 +287,8 @@ static lifecycle_figures lifecycle_end(lifecycle_run *r) {
   }
   wk_heartbeat hb = wk_core_derive_heartbeat(b->core, b->now);
   if (hb.running != r->in_flight) {
-    fprintf(stderr, "bench_core: expected %u running slots, heartbeat says %u\n", r->in_flight, hb.running);
+    fprintf(stderr, "bench_core: expected %u running slots, heartbeat says %u\n", r->in_flight,
+            hb.running);
     exit(1);
   }
   lifecycle_figures f = {
@@ -301,7 +302,8 @@ static lifecycle_figures lifecycle_end(lifecycle_run *r) {
   f.events_per_s = 1e9 / f.ns_per_event;
   wk_core_destroy(b->core);
   if (b->alloc.live_bytes != 0) {
-    fprintf(stderr, "bench_core: %" PRIu64 " bytes not freed by wk_core_destroy\n", b->alloc.live_bytes);
+    fprintf(stderr, "bench_core: %" PRIu64 " bytes not freed by wk_core_destroy\n",
+            b->alloc.live_bytes);
     exit(1);
   }
   free(r->ring);
@@ -312,9 +314,9 @@ static lifecycle_figures lifecycle_end(lifecycle_run *r) {
 /* ---- 2. memory per retained result ------------------------------------------------- */
 
 typedef struct memory_figures {
-  uint64_t core_bytes_per_result;  /* wk_core_retained_bytes / count */
-  uint64_t prealloc_per_record;    /* heap bytes per record the core preallocates */
-  uint64_t blob_bytes_per_result;  /* heap bytes allocated per retained result */
+  uint64_t core_bytes_per_result; /* wk_core_retained_bytes / count */
+  uint64_t prealloc_per_record;   /* heap bytes per record the core preallocates */
+  uint64_t blob_bytes_per_result; /* heap bytes allocated per retained result */
 } memory_figures;
 
 /* Heap after create, for a core able to retain `retained` results. */
@@ -342,7 +344,8 @@ static memory_figures measure_retained(uint32_t n, bool failed, size_t outputs_l
   uint64_t base = b->alloc.live_bytes;
   uint8_t outputs[256];
   memset(outputs, 0x5a, sizeof outputs);
-  static const char message[] = "the writer plugin could not reach its backend (connection refused)";
+  static const char message[] =
+      "the writer plugin could not reach its backend (connection refused)";
   for (uint32_t i = 0; i < n; i++) {
     bench_task t;
     start_task(b, &t);
@@ -384,9 +387,10 @@ int main(int argc, char **argv) {
     } else if (!strcmp(argv[i], "--slots") && i + 1 < argc) {
       only_slots = (uint32_t)strtoul(argv[++i], NULL, 10);
     } else {
-      fprintf(stderr, "usage: bench_core [--quick] [--cpu] [--slots N]\n"
-                      "  --cpu: time with the thread's CPU clock instead of the wall clock\n"
-                      "  --slots N: only the lifecycle run at N slots (for profiling)\n");
+      fprintf(stderr,
+              "usage: bench_core [--quick] [--cpu] [--slots N]\n"
+              "  --cpu: time with the thread's CPU clock instead of the wall clock\n"
+              "  --slots N: only the lifecycle run at N slots (for profiling)\n");
       return 2;
     }
   }
@@ -404,13 +408,14 @@ int main(int argc, char **argv) {
   }
 
   printf("bench_core: WorkerCore events, whole task lifecycles, slot table 15/16 full\n");
-  printf("  lifecycle = request_slot, submit, activation_prepared, watch_attached, builder,\n"
-         "  calls (16 B outputs), writer, watch_detached, get_result (%u events); every %u\n"
-         "  lifecycles a tick: expired_slots, timed_out_tasks, watch_disconnected_tasks, purge.\n"
-         "  10000 results retained (oldest evicted per convergence). Median of %d interleaved runs of %" PRIu64
-         " lifecycles,\n  timed with the %s clock.\n\n",
-         LIFECYCLE_EVENTS, TICK_EVERY, reps, per_rep,
-         bench_clock == CLOCK_MONOTONIC ? "wall" : "thread CPU");
+  printf(
+      "  lifecycle = request_slot, submit, activation_prepared, watch_attached, builder,\n"
+      "  calls (16 B outputs), writer, watch_detached, get_result (%u events); every %u\n"
+      "  lifecycles a tick: expired_slots, timed_out_tasks, watch_disconnected_tasks, purge.\n"
+      "  10000 results retained (oldest evicted per convergence). Median of %d interleaved runs of %" PRIu64
+      " lifecycles,\n  timed with the %s clock.\n\n",
+      LIFECYCLE_EVENTS, TICK_EVERY, reps, per_rep,
+      bench_clock == CLOCK_MONOTONIC ? "wall" : "thread CPU");
   printf("  %11s %10s %12s %14s %10s %10s   %s\n", "task_slots", "in flight", "events", "events/s",
          "ns/event", "best ns", "target >= 5.0 M/s");
   /* The repetitions of the three sizes are interleaved (16, 1024, 100000, 16, ...), so
@@ -438,10 +443,11 @@ int main(int argc, char **argv) {
     if (round_ratio[rep] > hi) hi = round_ratio[rep];
   }
   double ratio = median(round_ratio, reps);
-  printf("\n  ns/event at 100000 slots / at 16 slots: %.2f (median of %d interleaved rounds; "
-         "rounds %.2f .. %.2f;\n  medians of the sizes: %.2f)   (target <= %.1f) %s\n",
-         ratio, reps, lo, hi, f[2].ns_per_event / f[0].ns_per_event, TARGET_RATIO,
-         ratio <= TARGET_RATIO ? "PASS" : "MISS");
+  printf(
+      "\n  ns/event at 100000 slots / at 16 slots: %.2f (median of %d interleaved rounds; "
+      "rounds %.2f .. %.2f;\n  medians of the sizes: %.2f)   (target <= %.1f) %s\n",
+      ratio, reps, lo, hi, f[2].ns_per_event / f[0].ns_per_event, TARGET_RATIO,
+      ratio <= TARGET_RATIO ? "PASS" : "MISS");
 
   printf("\nbench_core: bytes held per retained result (task_slots 16, 10000 results)\n");
   printf("  %-38s %14s %16s %16s %14s\n", "result", "core account", "heap: record", "heap: blobs",
@@ -457,11 +463,12 @@ int main(int argc, char **argv) {
   };
   for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
     memory_figures m = measure_retained(10000, kinds[k].failed, kinds[k].outputs);
-    printf("  %-38s %12" PRIu64 " B %14" PRIu64 " B %14" PRIu64 " B %12" PRIu64 " B\n", kinds[k].what,
-           m.core_bytes_per_result, m.prealloc_per_record, m.blob_bytes_per_result,
+    printf("  %-38s %12" PRIu64 " B %14" PRIu64 " B %14" PRIu64 " B %12" PRIu64 " B\n",
+           kinds[k].what, m.core_bytes_per_result, m.prealloc_per_record, m.blob_bytes_per_result,
            m.prealloc_per_record + m.blob_bytes_per_result);
   }
-  printf("  (record: preallocated per task record, all records incl. index and heaps; blobs:\n"
-         "   outputs, plugin results and message copies; malloc's own overhead not counted)\n");
+  printf(
+      "  (record: preallocated per task record, all records incl. index and heaps; blobs:\n"
+      "   outputs, plugin results and message copies; malloc's own overhead not counted)\n");
   return 0;
 }

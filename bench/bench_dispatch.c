@@ -93,8 +93,8 @@ static uint64_t run(wk_disp *d, wk_disp_out *o, fifo *f, uint32_t retry_every, u
   fifo_sends(f, o, sends);
   while (f->head != f->tail) {
     uint64_t id = f->ids[f->head++ % f->cap];
-    wk_disp_result r = (retry_every && answered % retry_every == retry_every - 1) ? WK_DISP_RETRYABLE
-                                                                                  : WK_DISP_OK;
+    wk_disp_result r =
+        (retry_every && answered % retry_every == retry_every - 1) ? WK_DISP_RETRYABLE : WK_DISP_OK;
     o->count = 0;
     if (wk_disp_call_finished(d, id, r, 1, o) != WK_OK) die("call_finished refused");
     answered++;
@@ -159,8 +159,9 @@ static void bench_small_tasks(uint32_t tasks, uint32_t per_task) {
     if (wk_disp_remove_task(d, h[i]) != WK_OK) die("remove_task");
   }
   double el = now_s() - t0;
-  printf("%-44s %8.1f ns per call (%" PRIu64 " calls, %.2f M/s)\n", "1,000 tasks x 10 calls, capacity 64:",
-         el * 1e9 / (double)answered, answered, (double)answered / el / 1e6);
+  printf("%-44s %8.1f ns per call (%" PRIu64 " calls, %.2f M/s)\n",
+         "1,000 tasks x 10 calls, capacity 64:", el * 1e9 / (double)answered, answered,
+         (double)answered / el / 1e6);
   wk_disp_destroy(d);
   free(f.ids);
   free(h);
@@ -199,7 +200,8 @@ static void bench_fairness(uint32_t busy) {
   if (wk_disp_add_calls(d, small, 1, true, 1, &o) != WK_OK) die("add small calls");
   uint64_t others = 0, steps = 0;
   bool seen = false;
-  for (uint32_t i = 0; i < o.count; i++) seen |= o.items[i].kind == WK_DISP_SEND && o.items[i].task == small;
+  for (uint32_t i = 0; i < o.count; i++)
+    seen |= o.items[i].kind == WK_DISP_SEND && o.items[i].task == small;
   while (!seen) {
     uint64_t id = f.ids[f.head++ % f.cap];
     o.count = 0;
@@ -244,7 +246,9 @@ static void bench_memory(void) {
 int main(int argc, char **argv) {
   bool quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
   uint32_t big = quick ? 10000 : 100000;
-  bench_one_big(big, 0, quick ? "one task of 10,000 calls, capacity 64:" : "one task of 100,000 calls, capacity 64:");
+  bench_one_big(
+      big, 0,
+      quick ? "one task of 10,000 calls, capacity 64:" : "one task of 100,000 calls, capacity 64:");
   bench_one_big(big, 10, "same, 10% RETRYABLE (immediate retry):");
   bench_small_tasks(1000, 10);
   bench_fairness(1);

@@ -52,16 +52,16 @@ extern char **environ;
 #define FLOOR_IO_TIMEOUT_MS 20000
 
 typedef struct wk_floor_result {
-  unsigned calls;     /* RESULTs received (== calls sent) */
-  unsigned depth;     /* pipeline depth used */
-  double seconds;     /* from the first CALL byte written to the last RESULT decoded */
-  double calls_per_s; /* calls / seconds */
-  double us_per_call; /* 1e6 / calls_per_s */
-  unsigned reads;     /* recv() calls that returned data */
-  unsigned writes;    /* send() calls that wrote data */
-  unsigned errors;    /* RESULTs with a status other than OK */
+  unsigned calls;         /* RESULTs received (== calls sent) */
+  unsigned depth;         /* pipeline depth used */
+  double seconds;         /* from the first CALL byte written to the last RESULT decoded */
+  double calls_per_s;     /* calls / seconds */
+  double us_per_call;     /* 1e6 / calls_per_s */
+  unsigned reads;         /* recv() calls that returned data */
+  unsigned writes;        /* send() calls that wrote data */
+  unsigned errors;        /* RESULTs with a status other than OK */
   double cpu_us_per_call; /* executor user + system CPU per call (0 when /proc is missing) */
-  char error[256];    /* why wk_floor_run failed (it returned false) */
+  char error[256];        /* why wk_floor_run failed (it returned false) */
 } wk_floor_result;
 
 static double floor_now_s(void) {
@@ -95,7 +95,8 @@ static int floor_rm_entry(const char *path, const struct stat *st, int flag, str
   return flag == FTW_DP ? rmdir(path) : unlink(path);
 }
 
-static bool floor_fail(wk_floor_result *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static bool floor_fail(wk_floor_result *r, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
 static bool floor_fail(wk_floor_result *r, const char *fmt, ...) {
   va_list ap;
@@ -156,12 +157,13 @@ static bool wk_floor_run(const char *python, const char *script, unsigned n_call
   memset(&addr, 0, sizeof addr);
   addr.sun_family = AF_UNIX;
   memcpy(addr.sun_path, sock_path, strlen(sock_path) + 1);
-  if (lfd < 0 || bind(lfd, (const struct sockaddr *)&addr, sizeof addr) != 0 || listen(lfd, 1) != 0) {
+  if (lfd < 0 || bind(lfd, (const struct sockaddr *)&addr, sizeof addr) != 0 ||
+      listen(lfd, 1) != 0) {
     floor_fail(r, "listen on %s: %s", sock_path, strerror(errno));
     goto out;
   }
-  char *argv[] = {(char *)(uintptr_t)python, (char *)(uintptr_t)script, (char *)(uintptr_t)"--socket",
-                  sock_path, NULL};
+  char *argv[] = {(char *)(uintptr_t)python, (char *)(uintptr_t)script,
+                  (char *)(uintptr_t) "--socket", sock_path, NULL};
   int err = posix_spawn(&pid, python, NULL, NULL, argv, environ);
   if (err != 0) {
     pid = -1;
@@ -236,8 +238,8 @@ static bool wk_floor_run(const char *python, const char *script, unsigned n_call
   }
 
   if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) != 0) abort();
-  size_t wpos = offs[1];  /* next byte to write */
-  unsigned done = 0;      /* RESULTs decoded */
+  size_t wpos = offs[1]; /* next byte to write */
+  unsigned done = 0;     /* RESULTs decoded */
   double cpu0 = floor_proc_cpu_s(pid);
   double t0 = floor_now_s();
   while (done < n_calls) {
@@ -344,7 +346,8 @@ int main(int argc, char **argv) {
       case 'p': python = optarg; break;
       case 's': script = optarg; break;
       default:
-        fprintf(stderr, "usage: %s [-n CALLS] [-d DEPTH] [-p PYTHON] [-s EXECUTOR_SCRIPT]\n", argv[0]);
+        fprintf(stderr, "usage: %s [-n CALLS] [-d DEPTH] [-p PYTHON] [-s EXECUTOR_SCRIPT]\n",
+                argv[0]);
         return 2;
     }
   }

@@ -61,7 +61,7 @@
 #define M_SUBMIT "/worker.v1.WorkerService/SubmitTask"
 #define M_WATCH "/worker.v1.WorkerService/WatchTasks"
 
-#define SLOT_TTL_MS 200u       /* lease asked for by RequestTaskSlot: lapses quickly */
+#define SLOT_TTL_MS 200u /* lease asked for by RequestTaskSlot: lapses quickly */
 #define UNARY_DEADLINE_MS 10000
 #define WATCH_DEADLINE_MS 60000
 #define TARGET_RATIO 1.3
@@ -149,8 +149,8 @@ static bool proc_stat(pid_t pid, uint64_t *ticks, pid_t *ppid) {
   char state;
   int pp;
   unsigned long long ut, st;
-  if (sscanf(p + 2, "%c %d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &state, &pp, &ut,
-             &st) != 4) {
+  if (sscanf(p + 2, "%c %d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &state, &pp, &ut, &st) !=
+      4) {
     return false;
   }
   *ticks = (uint64_t)(ut + st);
@@ -212,9 +212,10 @@ static void cpu_print(const char *label, const cpu_snap *a, const cpu_snap *b) {
   double m = (double)(b->busy_ticks - a->busy_ticks) / hz / wall * 100.0;
   double others = m - (w + x + s);
   if (others < 0) others = 0;
-  printf("   cpu during %s, %% of one core (%ld online): worker %.0f, executors %.0f, "
-         "bench client %.0f; whole machine busy %.0f (other processes ~%.0f)\n",
-         label, sysconf(_SC_NPROCESSORS_ONLN), w, x, s, m, others);
+  printf(
+      "   cpu during %s, %% of one core (%ld online): worker %.0f, executors %.0f, "
+      "bench client %.0f; whole machine busy %.0f (other processes ~%.0f)\n",
+      label, sysconf(_SC_NPROCESSORS_ONLN), w, x, s, m, others);
 }
 
 /* CPU time of every thread of pid, in ns (the first field of each thread's schedstat):
@@ -281,9 +282,9 @@ static pid_t spawn_worker(bench *b) {
        a_ttl[] = "--slot-ttl-ms", a_maxttl[] = "--max-slot-ttl-ms", a_scratch[] = "--scratch-root";
   char *bin = strdup(b->worker_bin), *py = strdup(b->python);
   if (!bin || !py) abort();
-  char *argv[] = {bin,     a_listen, v_listen, a_code,    b->code_root, a_exec,  execs,
-                  a_py,    py,       a_slots,  slots,     a_ttl,        ttl,     a_maxttl,
-                  ttl,     a_scratch, b->scratch, NULL};
+  char *argv[] = {bin,   a_listen, v_listen, a_code,    b->code_root, a_exec,
+                  execs, a_py,     py,       a_slots,   slots,        a_ttl,
+                  ttl,   a_maxttl, ttl,      a_scratch, b->scratch,   NULL};
   int log = open(b->log_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (log < 0) {
     fprintf(stderr, "bench_grpc: cannot create %s: %s\n", b->log_path, strerror(errno));
@@ -826,8 +827,8 @@ int main(int argc, char **argv) {
     return 2;
   }
   if (access(b.worker_bin, X_OK) != 0) {
-    fprintf(stderr, "bench_grpc: cannot run the worker %s: %s (use --worker PATH)\n",
-            b.worker_bin, strerror(errno));
+    fprintf(stderr, "bench_grpc: cannot run the worker %s: %s (use --worker PATH)\n", b.worker_bin,
+            strerror(errno));
     return 2;
   }
   signal(SIGPIPE, SIG_IGN);
@@ -848,12 +849,14 @@ int main(int argc, char **argv) {
 
   long cores = sysconf(_SC_NPROCESSORS_ONLN);
   printf("bench_grpc: worker %s\n", b.worker_bin);
-  printf("  pid %d on 127.0.0.1:%d, %u executors (%s), --task-slots 100000, slot ttl %u ms,\n"
-         "  %.1f s per point, one shared client channel (one HTTP/2 connection)\n",
-         (int)b.pid, b.port, b.executors, b.python, SLOT_TTL_MS, b.seconds);
-  printf("  NOTE: %ld CPU cores online, shared by the worker, its %u Python executors and this\n"
-         "  benchmark's client threads: the figures include client-side cost and contention.\n",
-         cores, b.executors);
+  printf(
+      "  pid %d on 127.0.0.1:%d, %u executors (%s), --task-slots 100000, slot ttl %u ms,\n"
+      "  %.1f s per point, one shared client channel (one HTTP/2 connection)\n",
+      (int)b.pid, b.port, b.executors, b.python, SLOT_TTL_MS, b.seconds);
+  printf(
+      "  NOTE: %ld CPU cores online, shared by the worker, its %u Python executors and this\n"
+      "  benchmark's client threads: the figures include client-side cost and contention.\n",
+      cores, b.executors);
   printf("  task scratch directories under %s (%s)\n", b.scratch, fs_type(b.scratch));
   print_loadavg("at start");
 
@@ -881,17 +884,19 @@ int main(int argc, char **argv) {
   if (slices < 2) slices = 2;
   slices += slices % 2;
   double slice_s = b.seconds / slices;
-  printf("   Health.Check (H), RequestTaskSlot (R) and a control series of Health.Check (C)\n"
-         "   interleaved H R C C R H ...: %u slices of %.3f s each. RequestTaskSlot: fresh task id\n"
-         "   per call, ttl_ms %u (leases lapse, slots recycle). C/H is the noise floor: two runs\n"
-         "   of the same call.\n",
-         slices, slice_s, SLOT_TTL_MS);
-  printf("   target: RequestTaskSlot within %.1fx of Health.Check (p50 and p99) at every "
-         "concurrency\n",
-         TARGET_RATIO);
+  printf(
+      "   Health.Check (H), RequestTaskSlot (R) and a control series of Health.Check (C)\n"
+      "   interleaved H R C C R H ...: %u slices of %.3f s each. RequestTaskSlot: fresh task id\n"
+      "   per call, ttl_ms %u (leases lapse, slots recycle). C/H is the noise floor: two runs\n"
+      "   of the same call.\n",
+      slices, slice_s, SLOT_TTL_MS);
+  printf(
+      "   target: RequestTaskSlot within %.1fx of Health.Check (p50 and p99) at every "
+      "concurrency\n",
+      TARGET_RATIO);
   printf("   srv-cpu: the worker's CPU time per call (all its threads, microseconds)\n\n");
-  printf("   %-9s %-19s %9s %9s %9s %9s %9s %9s %6s\n", "in-flight", "method", "calls",
-         "calls/s", "p50", "p99", "srv-cpu", "exhausted", "errors");
+  printf("   %-9s %-19s %9s %9s %9s %9s %9s %9s %6s\n", "in-flight", "method", "calls", "calls/s",
+         "p50", "p99", "srv-cpu", "exhausted", "errors");
   bool all_pass = true;
   bool misses_all_noise = true; /* every MISS is marked (noise) */
   char verdicts[N_CONCURRENCY][128];
@@ -934,8 +939,7 @@ int main(int argc, char **argv) {
     }
     double r50 = p50[0] > 0 ? p50[1] / p50[0] : 0, r99 = p99[0] > 0 ? p99[1] / p99[0] : 0;
     double n50 = p50[0] > 0 ? p50[2] / p50[0] : 0, n99 = p99[0] > 0 ? p99[2] / p99[0] : 0;
-    bool pass = r50 <= TARGET_RATIO && r99 <= TARGET_RATIO && series[0].ok > 0 &&
-                series[1].ok > 0;
+    bool pass = r50 <= TARGET_RATIO && r99 <= TARGET_RATIO && series[0].ok > 0 && series[1].ok > 0;
     all_pass = all_pass && pass;
     if (strcmp(verdict(r50, n50), "MISS") == 0 || strcmp(verdict(r99, n99), "MISS") == 0) {
       misses_all_noise = false;
@@ -983,17 +987,18 @@ int main(int argc, char **argv) {
     printf("   %9s %9s %9s %9s %9s %9s   %s\n", "tasks", "ok", "failed", "p50", "p99", "tasks/s",
            "of which the SubmitTask RPC p50/p99");
     printf("   %9u %9zu %9llu %9.0f %9.0f %9.1f   %.0f / %.0f\n", b.seq_tasks, lat.n,
-           (unsigned long long)failed, pct_us(&lat, 0.50), pct_us(&lat, 0.99),
-           (double)lat.n / wall, pct_us(&sub, 0.50), pct_us(&sub, 0.99));
+           (unsigned long long)failed, pct_us(&lat, 0.50), pct_us(&lat, 0.99), (double)lat.n / wall,
+           pct_us(&sub, 0.50), pct_us(&sub, 0.99));
     cpu_print("sequential tasks", &c0, &c1);
     samples_free(&lat);
     samples_free(&sub);
   }
 
   /* ---- 3. throughput ---- */
-  printf("\n3. No-op tasks/s end to end, %u in flight (%u threads: submit, watch to terminal,\n"
-         "   repeat, for %.1f s; SUCCEEDED inside the window)\n\n",
-         TASK_THREADS, TASK_THREADS, b.seconds);
+  printf(
+      "\n3. No-op tasks/s end to end, %u in flight (%u threads: submit, watch to terminal,\n"
+      "   repeat, for %.1f s; SUCCEEDED inside the window)\n\n",
+      TASK_THREADS, TASK_THREADS, b.seconds);
   {
     load_result t;
     memset(&t, 0, sizeof t);
@@ -1013,7 +1018,7 @@ int main(int argc, char **argv) {
 
   printf("\nsummary: RequestTaskSlot within %.1fx of Health.Check at every concurrency: %s\n",
          TARGET_RATIO,
-         all_pass            ? "PASS"
+         all_pass           ? "PASS"
          : misses_all_noise ? "MISS, every miss within the noise floor (rerun on a quiet machine, "
                               "or with a longer --seconds-per-point)"
                             : "MISS");

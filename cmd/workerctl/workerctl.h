@@ -30,11 +30,12 @@ enum {
 #define CTL_DEFAULT_ADDR "127.0.0.1:7070"
 #define CTL_DEFAULT_DEADLINE_MS 10000
 #define CTL_STR2(x) #x
-#define CTL_STR(x) CTL_STR2(x) /* a macro's value as a string literal */
+#define CTL_STR(x) CTL_STR2(x)  /* a macro's value as a string literal */
 #define CTL_MAX_POSITIONAL 256u /* positional arguments (task ids of a watch) */
 #define CTL_MAX_KV 128u         /* --label / --option / --result-option pairs each */
 #define CTL_TASK_ID_MAX 128u
-#define CTL_SUBMIT_MAX_TRIES 8 /* workers a submit picked from etcd tries at most (a plain
+#define CTL_SUBMIT_MAX_TRIES \
+  8 /* workers a submit picked from etcd tries at most (a plain
                                  number: it is also printed in the help text) */
 
 /* ---- command line ------------------------------------------------------------------ */
@@ -93,10 +94,10 @@ typedef struct ctl_args {
   const char *val[F_COUNT]; /* last value of each flag that takes one */
   ctl_kvs labels, options, result_options;
   /* resolved globals */
-  const char *addr;  /* the worker: --addr, $WORKERCTL_ADDR, the default, or (submit
+  const char *addr; /* the worker: --addr, $WORKERCTL_ADDR, the default, or (submit
                         without either) the candidate picked from etcd being tried */
-  bool addr_given;   /* --addr or a non-empty $WORKERCTL_ADDR */
-  bool discovered;   /* addr was picked from etcd (submit): outputs name the worker */
+  bool addr_given;  /* --addr or a non-empty $WORKERCTL_ADDR */
+  bool discovered;  /* addr was picked from etcd (submit): outputs name the worker */
   bool json;
   int64_t deadline_ms;
   /* transport security (NULL: not set); any tls_* set means TLS */

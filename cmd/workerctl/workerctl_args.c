@@ -48,8 +48,8 @@ static const ctl_flag flags[F_COUNT] = {
 };
 
 #define BIT(f) ((uint64_t)1 << (f))
-#define GLOBAL_FLAGS                                                                    \
-  (BIT(F_ADDR) | BIT(F_JSON) | BIT(F_DEADLINE_MS) | BIT(F_HELP) | BIT(F_TLS_CA) |         \
+#define GLOBAL_FLAGS                                                              \
+  (BIT(F_ADDR) | BIT(F_JSON) | BIT(F_DEADLINE_MS) | BIT(F_HELP) | BIT(F_TLS_CA) | \
    BIT(F_TLS_CERT) | BIT(F_TLS_KEY) | BIT(F_TLS_SERVER_NAME) | BIT(F_TOKEN))
 
 /* ---- commands ----------------------------------------------------------------------- */
@@ -88,28 +88,30 @@ const ctl_command ctl_commands[] = {
      "(see `workerctl workers`): a ready, not draining worker with free slots, the most\n"
      "free slots first (ties spread at random). A worker that answers RESOURCE_EXHAUSTED\n"
      "or UNAVAILABLE, or cannot be reached, is skipped for the next (a line on stderr\n"
-     "each); at most " CTL_STR(CTL_SUBMIT_MAX_TRIES) " are tried. One that does not answer within "
-     "--deadline-ms is\n"
-     "not skipped: it may have taken the task. The chosen worker is printed with the\n"
-     "result (\"worker\" with --json) and --watch watches on it; get, watch and cancel\n"
-     "need it as --addr. Exit 4 when no worker qualifies or etcd cannot be reached, 3\n"
-     "when etcd answers an error.\n"
-     "  --etcd ENDPOINTS    comma-separated http://host:port (default: $WORKERCTL_ETCD,\n"
-     "                      else " CTL_DEFAULT_ETCD ")\n"
-     "  --prefix P          registry prefix (default: " CTL_DEFAULT_PREFIX ")\n"
-     "--etcd or --prefix pick from etcd even when $WORKERCTL_ADDR is set; they do not go\n"
-     "with --addr.\n",
+     "each); at most " CTL_STR(
+         CTL_SUBMIT_MAX_TRIES) " are tried. One that does not answer within "
+                               "--deadline-ms is\n"
+                               "not skipped: it may have taken the task. The chosen worker is printed with the\n"
+                               "result (\"worker\" with --json) and --watch watches on it; get, watch and cancel\n"
+                               "need it as --addr. Exit 4 when no worker qualifies or etcd cannot be reached, 3\n"
+                               "when etcd answers an error.\n"
+                               "  --etcd ENDPOINTS    comma-separated http://host:port (default: $WORKERCTL_ETCD,\n"
+                               "                      else " CTL_DEFAULT_ETCD ")\n"
+                               "  --prefix P          registry prefix (default: " CTL_DEFAULT_PREFIX
+                               ")\n"
+                               "--etcd or --prefix pick from etcd even when $WORKERCTL_ADDR is set; they do not go\n"
+                               "with --addr.\n",
      BIT(F_TASK_ID) | BIT(F_SLOT_ID) | BIT(F_BUILDER) | BIT(F_EPOCH) | BIT(F_ENTRYPOINT) |
-         BIT(F_BYTES) | BIT(F_ARGS_FILE) | BIT(F_TIMEOUT_MS) | BIT(F_CONTINUE) |
-         BIT(F_RETRIES) | BIT(F_LABEL) | BIT(F_OPTION) | BIT(F_RESULT_HANDLER) |
-         BIT(F_RESULT_OPTION) | BIT(F_WATCH) | BIT(F_ETCD) | BIT(F_PREFIX),
+         BIT(F_BYTES) | BIT(F_ARGS_FILE) | BIT(F_TIMEOUT_MS) | BIT(F_CONTINUE) | BIT(F_RETRIES) |
+         BIT(F_LABEL) | BIT(F_OPTION) | BIT(F_RESULT_HANDLER) | BIT(F_RESULT_OPTION) |
+         BIT(F_WATCH) | BIT(F_ETCD) | BIT(F_PREFIX),
      1, 2, ctl_cmd_submit},
     {"get", "get TASK_ID",
      "Prints the task's current snapshot or its retained result (GetTaskResult).\n", 0, 1, 1,
      ctl_cmd_get},
     {"watch", "watch TASK_ID...",
-     "Prints each event of the tasks as it arrives (WatchTasks) until all have ended.\n", 0,
-     1, CTL_MAX_POSITIONAL, ctl_cmd_watch},
+     "Prints each event of the tasks as it arrives (WatchTasks) until all have ended.\n", 0, 1,
+     CTL_MAX_POSITIONAL, ctl_cmd_watch},
     {"cancel", "cancel TASK_ID [--reason TEXT]",
      "Requests cancellation (CancelTask) and prints the task's snapshot.\n"
      "  --reason TEXT       recorded in the task's failure_message\n",
@@ -204,8 +206,7 @@ void ctl_print_help(FILE *f) {
 }
 
 void ctl_print_command_help(FILE *f, const ctl_command *c) {
-  fprintf(f, "usage: workerctl [GLOBAL OPTIONS] %s ...\n  %s\n\n%s", c->name, c->synopsis,
-          c->help);
+  fprintf(f, "usage: workerctl [GLOBAL OPTIONS] %s ...\n  %s\n\n%s", c->name, c->synopsis, c->help);
   fprintf(f, "\nGlobal options and exit codes: workerctl --help\n");
 }
 
@@ -257,8 +258,7 @@ static int find_flag(const char *name, size_t len) {
 static int add_kv(ctl_args *a, ctl_kvs *kvs, const char *flag, const char *text) {
   const char *eq = strchr(text, '=');
   if (!eq || eq == text) {
-    return ctl_usage_error(a, "--%s takes KEY=VALUE with a non-empty key, got '%s'", flag,
-                           text);
+    return ctl_usage_error(a, "--%s takes KEY=VALUE with a non-empty key, got '%s'", flag, text);
   }
   if (kvs->n == CTL_MAX_KV) return ctl_usage_error(a, "more than %u --%s", CTL_MAX_KV, flag);
   size_t klen = (size_t)(eq - text);

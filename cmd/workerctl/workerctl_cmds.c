@@ -79,8 +79,9 @@ static int report_status(const ctl_args *a, const wk_grpc_status *st) {
     if (strstr(st->message, "Socket closed") != NULL && !tls) {
       fprintf(stderr, "workerctl: (if the worker serves TLS, pass --tls-ca FILE)\n");
     } else if (strstr(st->message, "Socket closed") != NULL && !a->tls_cert) {
-      fprintf(stderr, "workerctl: (if the worker requires mutual TLS, pass --tls-cert FILE "
-                      "--tls-key FILE)\n");
+      fprintf(stderr,
+              "workerctl: (if the worker requires mutual TLS, pass --tls-cert FILE "
+              "--tls-key FILE)\n");
     }
   } else {
     fprintf(stderr, "workerctl: %s: %s\n", code, st->message);
@@ -286,8 +287,9 @@ int ctl_cmd_health(ctl_args *a) {
   wk_grpc_buf_free(&resp);
   if (!r) return report_decode_error(a, "HealthCheckResponse");
   char b[32];
-  const char *name = ctl_enum_name(&grpc__health__v1__health_check_response__serving_status__descriptor,
-                                   (int)r->status, b, sizeof b);
+  const char *name =
+      ctl_enum_name(&grpc__health__v1__health_check_response__serving_status__descriptor,
+                    (int)r->status, b, sizeof b);
   if (a->json) {
     json_t *j = json_object();
     json_object_set_new(j, "status", json_string(name));
@@ -376,7 +378,7 @@ typedef struct string_entry {
   char *value;
 } string_entry;
 
-#define IS_STRING_ENTRY(T)                                                                    \
+#define IS_STRING_ENTRY(T)                                                                 \
   (sizeof(T) == sizeof(string_entry) && offsetof(T, key) == offsetof(string_entry, key) && \
    offsetof(T, value) == offsetof(string_entry, value))
 _Static_assert(IS_STRING_ENTRY(Worker__V1__SubmitTaskRequest__LabelsEntry), "labels");
@@ -391,7 +393,8 @@ typedef struct string_map {
 
 /* Fills m with kvs as entries of the map type `d` describes (keys and values are
  * borrowed from kvs) and returns the pointer array a map field takes (kvs->n long). */
-static void *string_map_fill(string_map *m, const ctl_kvs *kvs, const ProtobufCMessageDescriptor *d) {
+static void *string_map_fill(string_map *m, const ctl_kvs *kvs,
+                             const ProtobufCMessageDescriptor *d) {
   for (size_t i = 0; i < kvs->n; i++) {
     m->entries[i] = (string_entry){
         .base = PROTOBUF_C_MESSAGE_INIT(d),
@@ -550,8 +553,9 @@ static int check_submit_target(const ctl_args *a, bool *discover) {
    * explicit --etcd or --prefix asks for etcd over $WORKERCTL_ADDR. */
   bool etcd_flags = a->set[F_ETCD] || a->set[F_PREFIX];
   if (a->set[F_ADDR] && etcd_flags) {
-    return ctl_usage_error(a, "give --addr (this worker) or --etcd/--prefix (pick one from "
-                              "etcd), not both");
+    return ctl_usage_error(a,
+                           "give --addr (this worker) or --etcd/--prefix (pick one from "
+                           "etcd), not both");
   }
   *discover = !a->set[F_ADDR] && (!a->addr_given || etcd_flags);
   if (*discover && a->set[F_SLOT_ID]) {
@@ -576,7 +580,8 @@ static int read_submit_args(const ctl_args *a, bool raw, submit_msg *m) {
   }
   if (raw) return CTL_EXIT_OK;
   json_error_t jerr;
-  json_t *v = json_loadb((const char *)m->args, m->args_len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
+  json_t *v =
+      json_loadb((const char *)m->args, m->args_len, JSON_DECODE_ANY | JSON_ALLOW_NUL, &jerr);
   if (!v) {
     return ctl_usage_error(a,
                            "ARGS is not valid JSON (%s, line %d column %d); quote it for the "
@@ -624,8 +629,7 @@ static int set_function(const ctl_args *a, bool raw, submit_msg *m) {
     }
     fn->entrypoint = mutable_str(ep);
   }
-  if (rc == 0 && a->set[F_EPOCH] &&
-      !ctl_parse_u64(a->val[F_EPOCH], 0, UINT64_MAX, &fn->epoch)) {
+  if (rc == 0 && a->set[F_EPOCH] && !ctl_parse_u64(a->val[F_EPOCH], 0, UINT64_MAX, &fn->epoch)) {
     rc = ctl_usage_error(a, "--epoch takes an epoch number, got '%s'", a->val[F_EPOCH]);
   }
   return rc;
@@ -669,7 +673,8 @@ static int set_task_options(const ctl_args *a, submit_msg *m) {
     return ctl_usage_error(a, "--slot-id takes a slot id from `workerctl slot`, got '%s'",
                            a->val[F_SLOT_ID]);
   }
-  if (a->set[F_TIMEOUT_MS] && !ctl_parse_u64(a->val[F_TIMEOUT_MS], 0, UINT64_MAX, &req->timeout_ms)) {
+  if (a->set[F_TIMEOUT_MS] &&
+      !ctl_parse_u64(a->val[F_TIMEOUT_MS], 0, UINT64_MAX, &req->timeout_ms)) {
     return ctl_usage_error(a, "--timeout-ms takes a number of ms, got '%s'", a->val[F_TIMEOUT_MS]);
   }
   int rc = CTL_EXIT_OK;
@@ -780,7 +785,8 @@ static const char *code_root(ctl_args *a) {
 
 int ctl_cmd_deploy(ctl_args *a) {
   const char *root = code_root(a);
-  if (!root) return ctl_usage_error(a, "no code root: pass --code-root DIR or set WORKER_CODE_ROOT");
+  if (!root)
+    return ctl_usage_error(a, "no code root: pass --code-root DIR or set WORKER_CODE_ROOT");
   const char *function = a->pos[0];
   if (!wk_code_store_valid_function_name(function)) {
     return ctl_usage_error(a,
@@ -816,7 +822,8 @@ int ctl_cmd_deploy(ctl_args *a) {
 
 int ctl_cmd_epochs(ctl_args *a) {
   const char *root = code_root(a);
-  if (!root) return ctl_usage_error(a, "no code root: pass --code-root DIR or set WORKER_CODE_ROOT");
+  if (!root)
+    return ctl_usage_error(a, "no code root: pass --code-root DIR or set WORKER_CODE_ROOT");
   const char *function = a->pos[0];
   size_t count = 0;
   uint64_t current = 0;

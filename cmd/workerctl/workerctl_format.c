@@ -11,9 +11,9 @@
 #include "workerctl.h"
 #include "lib/wk_base64.h"
 
-#define TEXT_PREVIEW_MAX 2000u  /* bytes of a JSON output / captured text shown */
-#define BYTES_PREVIEW_MAX 64u   /* bytes of a binary output shown */
-#define BLOCK_LINES_MAX 40u     /* lines of a traceback / stdout shown */
+#define TEXT_PREVIEW_MAX 2000u /* bytes of a JSON output / captured text shown */
+#define BYTES_PREVIEW_MAX 64u  /* bytes of a binary output shown */
+#define BLOCK_LINES_MAX 40u    /* lines of a traceback / stdout shown */
 
 /* ---- enums ------------------------------------------------------------------------- */
 
@@ -224,8 +224,8 @@ void ctl_print_result(FILE *f, const Worker__V1__TaskResult *r) {
   }
   for (size_t i = 0; i < r->n_plugin_results; i++) {
     const Worker__V1__PluginResult *p = r->plugin_results[i];
-    fprintf(f, "  plugin %s: %" PRIu64 " records, %" PRIu64 " bytes -> %s\n", p->plugin,
-            p->records, p->bytes, p->location);
+    fprintf(f, "  plugin %s: %" PRIu64 " records, %" PRIu64 " bytes -> %s\n", p->plugin, p->records,
+            p->bytes, p->location);
   }
   for (size_t i = 0; i < r->n_outputs; i++) print_output(f, r->outputs[i]);
   fflush(f);
@@ -370,8 +370,7 @@ void ctl_print_slot(FILE *f, const char *task_id, const Worker__V1__RequestTaskS
     }
     fputc('\n', f);
   } else {
-    fprintf(f, "no slot for task %s: the task is %s\n", task_id,
-            state_name(r->state, b, sizeof b));
+    fprintf(f, "no slot for task %s: the task is %s\n", task_id, state_name(r->state, b, sizeof b));
   }
   if (r->result) ctl_print_result(f, r->result);
   fflush(f);

@@ -21,9 +21,9 @@
 #include <unistd.h>
 #include "lib/wk_alloc.h"
 
-#define CS_PATH_MAX 4096u               /* bytes of any path we build */
+#define CS_PATH_MAX 4096u                   /* bytes of any path we build */
 #define CS_EPOCH_MAX 1000000000000000000ull /* 10^18: 18 digits, far from overflow */
-#define CS_CURRENT_MAX 32u              /* bytes of a well-formed CURRENT, generously */
+#define CS_CURRENT_MAX 32u                  /* bytes of a well-formed CURRENT, generously */
 #define CS_COPY_BUF (64u * 1024u)
 #define CS_CURRENT "CURRENT"
 #define CS_LOCK ".deploy.lock"
@@ -179,8 +179,8 @@ static int scan_epochs(const char *fn_dir, uint64_t *highest, uint64_t **list, s
     if (de->d_type != DT_DIR) {
       char p[CS_PATH_MAX];
       struct stat st;
-      if (de->d_type != DT_UNKNOWN || !join(p, sizeof p, fn_dir, de->d_name) ||
-          stat(p, &st) != 0 || !S_ISDIR(st.st_mode))
+      if (de->d_type != DT_UNKNOWN || !join(p, sizeof p, fn_dir, de->d_name) || stat(p, &st) != 0 ||
+          !S_ISDIR(st.st_mode))
         continue;
     }
     if (e > *highest) *highest = e;
@@ -217,8 +217,7 @@ static bool is_dir(const char *path) {
 }
 
 int wk_code_store_resolve(const char *root, const char *function, uint64_t requested_epoch,
-                          uint64_t *epoch, char *path, size_t path_len, char *err,
-                          size_t err_len) {
+                          uint64_t *epoch, char *path, size_t path_len, char *err, size_t err_len) {
   assert(epoch && path && path_len > 0);
   assert(err || err_len == 0);
   if (!wk_code_store_valid_function_name(function)) {
@@ -265,24 +264,25 @@ int wk_code_store_resolve(const char *root, const char *function, uint64_t reque
     (void)scan_epochs(fn_dir, &highest, NULL, &n, scan_err, sizeof scan_err);
     if (from_current) {
       wk_errf(err, err_len,
-              "CURRENT of '%s' names epoch %" PRIu64 " but %s does not exist: deploy again "
+              "CURRENT of '%s' names epoch %" PRIu64
+              " but %s does not exist: deploy again "
               "with workerctl deploy, or write an existing epoch into %s/%s",
               function, e, dir, fn_dir, CS_CURRENT);
     } else if (highest > 0) {
       wk_errf(err, err_len,
-              "epoch %" PRIu64 " of '%s' does not exist (the highest published epoch is "
+              "epoch %" PRIu64
+              " of '%s' does not exist (the highest published epoch is "
               "%" PRIu64 ")",
               e, function, highest);
     } else {
-      wk_errf(err, err_len, "epoch %" PRIu64 " of '%s' does not exist (no epoch is published)",
-              e, function);
+      wk_errf(err, err_len, "epoch %" PRIu64 " of '%s' does not exist (no epoch is published)", e,
+              function);
     }
     return -1;
   }
   int w = snprintf(path, path_len, "%s", dir);
   if (w < 0 || (size_t)w >= path_len) {
-    wk_errf(err, err_len, "code path %s is longer than the %zu bytes available", dir,
-            path_len);
+    wk_errf(err, err_len, "code path %s is longer than the %zu bytes available", dir, path_len);
     return -1;
   }
   *epoch = e;
@@ -323,8 +323,8 @@ int wk_code_store_list(const char *root, const char *function, uint64_t *epochs,
 typedef struct copy_ctx {
   const char *src_root; /* realpath of the source directory */
   size_t src_root_len;
-  size_t entries;       /* files and directories copied so far */
-  char *buf;            /* CS_COPY_BUF bytes */
+  size_t entries; /* files and directories copied so far */
+  char *buf;      /* CS_COPY_BUF bytes */
   char *err;
   size_t err_len;
 } copy_ctx;
@@ -410,8 +410,7 @@ static int copy_file(copy_ctx *cx, const char *src, const char *dst) {
 static int copy_tree(copy_ctx *cx, const char *src, const char *dst, unsigned depth) {
   DIR *d = opendir(src);
   if (!d) {
-    wk_errf(cx->err, cx->err_len, "cannot read directory '%s': %s", rel(cx, src),
-            strerror(errno));
+    wk_errf(cx->err, cx->err_len, "cannot read directory '%s': %s", rel(cx, src), strerror(errno));
     return -1;
   }
   int rc = 0;
@@ -486,8 +485,7 @@ static int copy_tree(copy_ctx *cx, const char *src, const char *dst, unsigned de
     }
   }
   if (rc == 0 && errno != 0) {
-    wk_errf(cx->err, cx->err_len, "cannot read directory '%s': %s", rel(cx, src),
-            strerror(errno));
+    wk_errf(cx->err, cx->err_len, "cannot read directory '%s': %s", rel(cx, src), strerror(errno));
     rc = -1;
   }
   closedir(d);
@@ -507,9 +505,7 @@ static int rm_one(const char *path, const struct stat *st, int flag, struct FTW 
 }
 
 /* Removes a tree (best effort; never follows symlinks). */
-static void rm_tree(const char *path) {
-  (void)nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-}
+static void rm_tree(const char *path) { (void)nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS); }
 
 /* mkdir -p for the code root. */
 static int mkdir_p(const char *path, char *err, size_t err_len) {
@@ -542,8 +538,8 @@ static int mkdir_p(const char *path, char *err, size_t err_len) {
 /* ---- deploy: publishing ------------------------------------------------------------ */
 
 /* Moves staging to fn_dir/<epoch>, trying the next epochs when one is taken. */
-static int publish(const char *staging, const char *fn_dir, const char *function,
-                   uint64_t *epoch, char *err, size_t err_len) {
+static int publish(const char *staging, const char *fn_dir, const char *function, uint64_t *epoch,
+                   char *err, size_t err_len) {
   for (unsigned attempt = 0; attempt < WK_CODE_STORE_DEPLOY_RETRIES; attempt++) {
     char num[24], target[CS_PATH_MAX];
     snprintf(num, sizeof num, "%" PRIu64, *epoch);
@@ -577,8 +573,8 @@ static int publish(const char *staging, const char *fn_dir, const char *function
     (*epoch)++; /* another deploy took this epoch */
   }
   wk_errf(err, err_len,
-          "could not publish '%s': %u epochs in a row were taken by other deploys; retry",
-          function, WK_CODE_STORE_DEPLOY_RETRIES);
+          "could not publish '%s': %u epochs in a row were taken by other deploys; retry", function,
+          WK_CODE_STORE_DEPLOY_RETRIES);
   return -1;
 }
 
@@ -607,7 +603,8 @@ fail:;
   int e = errno;
   (void)unlink(tmp);
   wk_errf(err, err_len,
-          "epoch %" PRIu64 " of '%s' was published but CURRENT could not be switched to it "
+          "epoch %" PRIu64
+          " of '%s' was published but CURRENT could not be switched to it "
           "(%s: %s); it can still be pinned by epoch",
           epoch, function, cur, strerror(e));
   return -1;

@@ -25,9 +25,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define WK_CODE_STORE_NAME_MAX 128u /* bytes of a function name */
-#define WK_CODE_STORE_MAX_DEPTH 32u /* directory levels copied by a deploy */
-#define WK_CODE_STORE_MAX_FILES 100000u /* files and directories copied by a deploy */
+#define WK_CODE_STORE_NAME_MAX 128u      /* bytes of a function name */
+#define WK_CODE_STORE_MAX_DEPTH 32u      /* directory levels copied by a deploy */
+#define WK_CODE_STORE_MAX_FILES 100000u  /* files and directories copied by a deploy */
 #define WK_CODE_STORE_DEPLOY_RETRIES 16u /* epochs tried when another deploy takes ours */
 
 /** True when `name` is a usable function name: 1..128 bytes of [A-Za-z0-9_.-], not
@@ -42,8 +42,7 @@ bool wk_code_store_valid_function_name(const char *name);
  * malformed (not a positive decimal epoch and a newline) or naming a missing epoch;
  * requested epoch not published; path longer than path_len; I/O error. */
 int wk_code_store_resolve(const char *root, const char *function, uint64_t requested_epoch,
-                          uint64_t *epoch, char *path, size_t path_len, char *err,
-                          size_t err_len);
+                          uint64_t *epoch, char *path, size_t path_len, char *err, size_t err_len);
 
 /** Publishes the contents of src_dir as the next epoch of `function` (highest
  * existing epoch + 1) and makes it CURRENT. Copies regular files and directories

@@ -409,8 +409,8 @@ int wk_etcd_lease_grant(wk_etcd *c, int64_t ttl_s, int64_t *id, int64_t *granted
     json_decref(ans);
     return WK_ETCD_E_SERVER;
   }
-  if (!wk_etcd__json_i64_field(ans, "ID", &lid) || !wk_etcd__json_i64_field(ans, "TTL", &ttl) || lid == 0 ||
-      ttl <= 0) {
+  if (!wk_etcd__json_i64_field(ans, "ID", &lid) || !wk_etcd__json_i64_field(ans, "TTL", &ttl) ||
+      lid == 0 || ttl <= 0) {
     set_err(c, "etcd lease grant: no lease ID/TTL in the answer");
     json_decref(ans);
     return WK_ETCD_E_PROTOCOL;
@@ -468,7 +468,8 @@ int wk_etcd_lease_ttl(wk_etcd *c, int64_t id, int64_t *ttl_s, int64_t *granted_t
   int rc = request(c, "/v3/lease/timetolive", json_pack("{s:o}", "ID", json_i64_string(id)), &ans);
   if (rc != WK_ETCD_OK) return rc;
   int64_t ttl = 0, granted = 0;
-  bool ok = wk_etcd__json_i64_field(ans, "TTL", &ttl) && wk_etcd__json_i64_field(ans, "grantedTTL", &granted);
+  bool ok = wk_etcd__json_i64_field(ans, "TTL", &ttl) &&
+            wk_etcd__json_i64_field(ans, "grantedTTL", &granted);
   json_decref(ans);
   if (!ok) {
     set_err(c, "etcd lease time-to-live %" PRId64 ": malformed answer", id);

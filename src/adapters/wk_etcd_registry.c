@@ -72,7 +72,8 @@ void wk_etcd_worker_parse(const char *prefix, const char *key, const char *value
     if (!u32_field(j, "reserved_slots", &out->reserved_slots)) bad = "reserved_slots";
     if (!u32_field(j, "running_tasks", &out->running_tasks)) bad = "running_tasks";
     if (!u32_field(j, "free_slots", &out->free_slots)) bad = "free_slots";
-    if (!wk_etcd__json_i64_field(j, "updated_unix_ms", &out->updated_unix_ms)) bad = "updated_unix_ms";
+    if (!wk_etcd__json_i64_field(j, "updated_unix_ms", &out->updated_unix_ms))
+      bad = "updated_unix_ms";
     const json_t *ready = json_object_get(j, "ready");
     const json_t *draining = json_object_get(j, "draining");
     if (!json_is_boolean(ready)) bad = "ready";

@@ -21,7 +21,7 @@
 #define RESPAWN_DELAY_MIN_MS 50u
 #define RESPAWN_DELAY_MAX_MS 5000u
 #define MAINTENANCE_MS 50u
-#define SPARE_WRITES_MAX 8u          /* write buffers kept for reuse */
+#define SPARE_WRITES_MAX 8u            /* write buffers kept for reuse */
 #define SPARE_WRITE_CAP_MAX (1u << 20) /* a larger one is freed, not kept */
 
 typedef struct wk_executor wk_executor;
@@ -61,9 +61,9 @@ struct wk_executor {
   uv_process_t proc;
   wk_conn *conn;
   int pid;
-  bool running;     /* process alive */
-  bool hello;       /* connected and identified */
-  bool retiring;    /* no new calls; SHUTDOWN once empty */
+  bool running;  /* process alive */
+  bool hello;    /* connected and identified */
+  bool retiring; /* no new calls; SHUTDOWN once empty */
   bool shutdown_sent;
   wk_pool_call *head, *tail; /* in flight, in send order */
   uint32_t inflight;
@@ -104,7 +104,7 @@ struct wk_pool {
   wk_frame_buf scratch;   /* a CALL encoded for the queue, before its exact-size copy */
   wk_write *spare_writes; /* finished writes, their buffers kept for the next flush */
   uint32_t n_spare_writes;
-  bool in_read;           /* inside on_read, which writes every executor's frames at its end */
+  bool in_read; /* inside on_read, which writes every executor's frames at its end */
   wk_pool_stats stats;
   bool stopping;
   int64_t stop_started_ms;
@@ -261,7 +261,8 @@ static void flush_all(wk_pool *pool) {
 
 static void queue_frame(wk_executor *e, const wk_frame *f) {
   if (wk_frame_encode(&e->wbuf, f, e->pool->cfg.max_frame) != WK_FRAME_OK) {
-    wk_log(WK_LOG_ERROR, "executor_protocol", "cannot encode a %s frame", wk_frame_type_name(f->type));
+    wk_log(WK_LOG_ERROR, "executor_protocol", "cannot encode a %s frame",
+           wk_frame_type_name(f->type));
   }
 }
 
@@ -276,8 +277,10 @@ static void deliver(wk_pool *pool, wk_pool_call *c, const wk_call_outcome *o) {
 static void deliver_lost(wk_pool *pool, wk_pool_call *c, const wk_executor *e, const char *why) {
   if (c->timed_out) {
     char msg[200];
-    int n = snprintf(msg, sizeof msg, "the call ran past its deadline and did not stop when cancelled; "
-                     "its executor (pid %d) was killed", e->pid);
+    int n = snprintf(msg, sizeof msg,
+                     "the call ran past its deadline and did not stop when cancelled; "
+                     "its executor (pid %d) was killed",
+                     e->pid);
     wk_call_outcome o = {
         .status = WK_CALL_TIMEOUT,
         .error_type = wk_frame_bytes_cstr("DeadlineExceeded"),
@@ -289,7 +292,8 @@ static void deliver_lost(wk_pool *pool, wk_pool_call *c, const wk_executor *e, c
     return;
   }
   char msg[200];
-  int n = snprintf(msg, sizeof msg, "the executor (pid %d) running this call was lost: %s", e->pid, why);
+  int n = snprintf(msg, sizeof msg, "the executor (pid %d) running this call was lost: %s", e->pid,
+                   why);
   wk_call_outcome o = {
       .status = WK_CALL_EXECUTOR_LOST,
       .error_type = wk_frame_bytes_cstr("ExecutorLost"),
@@ -304,7 +308,8 @@ static void deliver_lost(wk_pool *pool, wk_pool_call *c, const wk_executor *e, c
 static void kill_executor(wk_executor *e, const char *reason) {
   if (!e->running) return;
   if (!e->pool->stopping) {
-    wk_log_json(WK_LOG_WARN, "executor_killed", json_pack("{s:i,s:s}", "pid", e->pid, "reason", reason));
+    wk_log_json(WK_LOG_WARN, "executor_killed",
+                json_pack("{s:i,s:s}", "pid", e->pid, "reason", reason));
   }
   uv_process_kill(&e->proc, SIGKILL);
 }
@@ -314,7 +319,8 @@ static void retire(wk_executor *e, const char *reason, uint64_t *counter) {
   e->retiring = true;
   if (counter) (*counter)++;
   wk_log_json(WK_LOG_INFO, "executor_recycled",
-              json_pack("{s:i,s:s,s:I}", "pid", e->pid, "reason", reason, "calls", (json_int_t)e->calls_done));
+              json_pack("{s:i,s:s,s:I}", "pid", e->pid, "reason", reason, "calls",
+                        (json_int_t)e->calls_done));
   if (e->conn && !e->conn->closing) e->pool->n_ready--;
 }
 
@@ -386,8 +392,10 @@ static void on_process_exit(uv_process_t *proc, int64_t exit_status, int term_si
   if (!pool->stopping) {
     if (!e->shutdown_sent) {
       /* back off when executors die young (bad interpreter, broken code path) */
-      pool->respawn_delay_ms = pool->respawn_delay_ms ? pool->respawn_delay_ms * 2 : RESPAWN_DELAY_MIN_MS;
-      if (pool->respawn_delay_ms > RESPAWN_DELAY_MAX_MS) pool->respawn_delay_ms = RESPAWN_DELAY_MAX_MS;
+      pool->respawn_delay_ms =
+          pool->respawn_delay_ms ? pool->respawn_delay_ms * 2 : RESPAWN_DELAY_MIN_MS;
+      if (pool->respawn_delay_ms > RESPAWN_DELAY_MAX_MS)
+        pool->respawn_delay_ms = RESPAWN_DELAY_MAX_MS;
       pool->respawn_at_ms = now_ms(pool) + pool->respawn_delay_ms;
     }
     spawn_if_needed(pool);
@@ -416,8 +424,8 @@ static int spawn_one(wk_pool *pool, char *err, size_t err_len) {
   snprintf(max_frame, sizeof max_frame, "%u", pool->cfg.max_frame);
   static char f_socket[] = "--socket", f_as[] = "--rlimit-as-mb", f_nofile[] = "--rlimit-nofile",
               f_cpu[] = "--rlimit-cpu-s", f_frame[] = "--max-frame";
-  char *args[] = {pool->python, pool->script, f_socket, pool->sock_path, f_as, as, f_nofile, nofile,
-                  f_cpu, cpu, f_frame, max_frame, NULL};
+  char *args[] = {pool->python, pool->script, f_socket, pool->sock_path, f_as,      as,  f_nofile,
+                  nofile,       f_cpu,        cpu,      f_frame,         max_frame, NULL};
   uv_stdio_container_t stdio[3] = {
       {.flags = UV_IGNORE},
       {.flags = UV_INHERIT_FD, .data.fd = STDERR_FILENO},
@@ -434,7 +442,8 @@ static int spawn_one(wk_pool *pool, char *err, size_t err_len) {
   e->proc.data = e;
   int rc = uv_spawn(pool->loop, &e->proc, &opt);
   if (rc != 0) {
-    wk_errf(err, err_len, "cannot start executor %s %s: %s", pool->python, pool->script, uv_strerror(rc));
+    wk_errf(err, err_len, "cannot start executor %s %s: %s", pool->python, pool->script,
+            uv_strerror(rc));
     pool->handles_open++;
     pool->n_structs++;
     e->next = pool->executors;
@@ -469,7 +478,8 @@ static void spawn_if_needed(wk_pool *pool) {
   }
   uint32_t want = pool->cfg.executors_min;
   bool demand = (ready > 0 && backed_up == ready) || pool->queued > 0;
-  if (demand && pool->n_starting == 0 && live < pool->cfg.executors_max && live + 1 > want) want = live + 1;
+  if (demand && pool->n_starting == 0 && live < pool->cfg.executors_max && live + 1 > want)
+    want = live + 1;
   char err[256];
   while (live < want) {
     if (spawn_one(pool, err, sizeof err) != 0) {
@@ -541,14 +551,16 @@ static void handle_frame(wk_conn *conn, const wk_frame *f) {
   wk_executor *e = conn->exec;
   if (!e) {
     if (f->type != WK_FRAME_HELLO) {
-      wk_log(WK_LOG_WARN, "executor_protocol", "first frame was %s, not HELLO", wk_frame_type_name(f->type));
+      wk_log(WK_LOG_WARN, "executor_protocol", "first frame was %s, not HELLO",
+             wk_frame_type_name(f->type));
       conn_close(conn);
       return;
     }
     if (f->hello.version != WK_FRAME_VERSION) {
-      wk_log(WK_LOG_ERROR, "executor_protocol",
-             "executor pid %u speaks protocol version %u, this worker speaks %u: check --executor-script",
-             f->hello.pid, f->hello.version, WK_FRAME_VERSION);
+      wk_log(
+          WK_LOG_ERROR, "executor_protocol",
+          "executor pid %u speaks protocol version %u, this worker speaks %u: check --executor-script",
+          f->hello.pid, f->hello.version, WK_FRAME_VERSION);
       conn_close(conn);
       return;
     }
@@ -569,17 +581,13 @@ static void handle_frame(wk_conn *conn, const wk_frame *f) {
     return;
   }
   switch (f->type) {
-    case WK_FRAME_RESULT:
-      handle_result(e, &f->result);
-      break;
+    case WK_FRAME_RESULT: handle_result(e, &f->result); break;
     case WK_FRAME_PING: {
       wk_frame pong = {.type = WK_FRAME_PONG, .ping = f->ping};
       queue_frame(e, &pong);
       break;
     }
-    case WK_FRAME_PONG:
-      e->last_pong_ms = now_ms(pool);
-      break;
+    case WK_FRAME_PONG: e->last_pong_ms = now_ms(pool); break;
     case WK_FRAME_SUBCALLS: {
       wk_pool_call *parent = find_inflight(e, f->subcalls.parent_call_id);
       if (!parent) {
@@ -646,7 +654,8 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
                                      pool->cfg.max_frame, &f, &used);
     if (rc == WK_FRAME_NEED_MORE) break;
     if (rc != WK_FRAME_OK) {
-      wk_log(WK_LOG_WARN, "executor_protocol", "malformed frame from executor: %s", wk_frame_rc_describe(rc));
+      wk_log(WK_LOG_WARN, "executor_protocol", "malformed frame from executor: %s",
+             wk_frame_rc_describe(rc));
       if (c->exec) {
         pool->stats.killed_protocol++;
         kill_executor(c->exec, "malformed frame");
@@ -688,7 +697,8 @@ static void on_connection(uv_stream_t *server, int status) {
 /* ---- dispatch ----------------------------------------------------------------------- */
 
 static bool can_take(const wk_pool *pool, const wk_executor *e) {
-  return e->running && e->conn && !e->conn->closing && !e->retiring && active(e) < depth_of(pool, e);
+  return e->running && e->conn && !e->conn->closing && !e->retiring &&
+         active(e) < depth_of(pool, e);
 }
 
 static void on_flush(uv_idle_t *h) {
@@ -714,7 +724,8 @@ static void sent(wk_pool *pool, wk_executor *e, wk_pool_call *c) {
   list_push(&e->head, &e->tail, c);
   if (e->inflight++ == 0) e->busy_mark_ns = uv_hrtime();
   pool->stats.calls_sent++;
-  if (!pool->in_read && !uv_is_active((uv_handle_t *)&pool->flusher)) uv_idle_start(&pool->flusher, on_flush);
+  if (!pool->in_read && !uv_is_active((uv_handle_t *)&pool->flusher))
+    uv_idle_start(&pool->flusher, on_flush);
 }
 
 /* Sends queued calls to executors with room, least loaded first. */
@@ -764,7 +775,8 @@ wk_pool_call *wk_pool_submit(wk_pool *pool, const wk_call_spec *spec, void *call
     wk_call_outcome o = {
         .status = WK_CALL_ERROR,
         .error_type = wk_frame_bytes_cstr("ArgsTooLarge"),
-        .error_message = wk_frame_bytes_cstr("the call's arguments exceed the executor frame limit"),
+        .error_message =
+            wk_frame_bytes_cstr("the call's arguments exceed the executor frame limit"),
     };
     free(c);
     pool->cb.on_result(pool->cb.ud, call_ctx, &o);
@@ -814,7 +826,8 @@ void wk_pool_answer_subcalls(wk_pool *pool, wk_pool_call *parent, uint64_t reque
     e->resumed++;
   }
   wk_frame f = {.type = WK_FRAME_SUBCALLS_RESULT};
-  f.subcalls_result = (wk_frame_subcalls_result){.request_id = request_id, .count = count, .children = children};
+  f.subcalls_result =
+      (wk_frame_subcalls_result){.request_id = request_id, .count = count, .children = children};
   queue_frame(e, &f);
   flush(e);
 }
@@ -836,7 +849,8 @@ static void escalate(wk_pool *pool, wk_executor *e, wk_pool_call *c, int64_t now
     queue_frame(e, &f);
     return;
   }
-  if (c->stack_requested && now - c->escalated_ms >= pool->cfg.cancel_grace_ms + pool->cfg.stack_wait_ms) {
+  if (c->stack_requested &&
+      now - c->escalated_ms >= pool->cfg.cancel_grace_ms + pool->cfg.stack_wait_ms) {
     pool->stats.killed_wedged++;
     kill_executor(e, "a call outlived its deadline and the cancel grace (no stack came)");
   }
@@ -847,7 +861,8 @@ static void maintenance(uv_timer_t *t) {
   int64_t now = now_ms(pool);
   if (pool->stopping) {
     if (now - pool->stop_started_ms >= pool->cfg.shutdown_grace_ms) {
-      for (wk_executor *e = pool->executors; e; e = e->next) kill_executor(e, "shutdown grace over");
+      for (wk_executor *e = pool->executors; e; e = e->next)
+        kill_executor(e, "shutdown grace over");
     }
     return;
   }
@@ -891,8 +906,8 @@ static void *adapter_submit(void *impl, const wk_call_spec *spec, void *call_ctx
 
 static void adapter_cancel(void *impl, void *handle) { wk_pool_cancel(impl, handle); }
 
-static void adapter_answer(void *impl, void *handle, uint64_t request_id, const wk_frame_child *children,
-                           uint32_t count) {
+static void adapter_answer(void *impl, void *handle, uint64_t request_id,
+                           const wk_frame_child *children, uint32_t count) {
   wk_pool_answer_subcalls(impl, handle, request_id, children, count);
 }
 
@@ -921,26 +936,31 @@ wk_pool_stats wk_pool_get_stats(const wk_pool *pool) { return pool->stats; }
 wk_pool *wk_pool_start(uv_loop_t *loop, const wk_pool_config *cfg, wk_exec_callbacks cb, char *err,
                        size_t err_len) {
   if (access(cfg->python, X_OK) != 0) {
-    wk_errf(err, err_len, "python interpreter %s is not executable: %s", cfg->python, strerror(errno));
+    wk_errf(err, err_len, "python interpreter %s is not executable: %s", cfg->python,
+            strerror(errno));
     return NULL;
   }
   if (access(cfg->executor_script, R_OK) != 0) {
-    wk_errf(err, err_len, "executor script %s is not readable: %s", cfg->executor_script, strerror(errno));
+    wk_errf(err, err_len, "executor script %s is not readable: %s", cfg->executor_script,
+            strerror(errno));
     return NULL;
   }
   wk_pool *pool = wk_xcalloc(1, sizeof *pool);
   pool->loop = loop;
   pool->cfg = *cfg;
-  if (pool->cfg.executors_max < pool->cfg.executors_min) pool->cfg.executors_max = pool->cfg.executors_min;
+  if (pool->cfg.executors_max < pool->cfg.executors_min)
+    pool->cfg.executors_max = pool->cfg.executors_min;
   if (pool->cfg.pipeline_depth == 0) pool->cfg.pipeline_depth = 1;
   pool->python = wk_xstrdup(cfg->python);
   pool->script = wk_xstrdup(cfg->executor_script);
   pool->python_path = wk_xstrdup(cfg->python_path ? cfg->python_path : "");
   pool->cb = cb;
   const char *tmp = getenv("TMPDIR");
-  snprintf(pool->dir, sizeof pool->dir, "%s/wk-exec-XXXXXX", (tmp && strlen(tmp) < 40) ? tmp : "/tmp");
+  snprintf(pool->dir, sizeof pool->dir, "%s/wk-exec-XXXXXX",
+           (tmp && strlen(tmp) < 40) ? tmp : "/tmp");
   if (!mkdtemp(pool->dir)) { /* mkdtemp makes it 0700 */
-    wk_errf(err, err_len, "cannot create the executor socket directory %s: %s", pool->dir, strerror(errno));
+    wk_errf(err, err_len, "cannot create the executor socket directory %s: %s", pool->dir,
+            strerror(errno));
     free(pool->python);
     free(pool->script);
     free(pool->python_path);

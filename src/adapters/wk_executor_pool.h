@@ -35,25 +35,25 @@ typedef struct wk_pool wk_pool;
 typedef struct wk_pool_call wk_pool_call;
 
 typedef struct wk_pool_config {
-  const char *python;          /* interpreter to run executors with */
-  const char *executor_script; /* path of worker_executor.py */
-  const char *python_path;     /* PYTHONPATH for executors (holds the `worker` module) */
-  uint32_t executors_min;      /* prestarted and kept */
-  uint32_t executors_max;      /* grown to on demand */
-  uint32_t pipeline_depth;     /* calls in flight per executor at most (adaptive below it:
+  const char *python;              /* interpreter to run executors with */
+  const char *executor_script;     /* path of worker_executor.py */
+  const char *python_path;         /* PYTHONPATH for executors (holds the `worker` module) */
+  uint32_t executors_min;          /* prestarted and kept */
+  uint32_t executors_max;          /* grown to on demand */
+  uint32_t pipeline_depth;         /* calls in flight per executor at most (adaptive below it:
                                   about 2 ms of measured work ahead, at least 1) */
-  int64_t idle_timeout_ms;     /* an idle executor above the minimum stops after this */
+  int64_t idle_timeout_ms;         /* an idle executor above the minimum stops after this */
   uint64_t max_calls_per_executor; /* recycle after this many calls (0 = never) */
   uint64_t max_executor_rss_mb;    /* recycle above this peak RSS (0 = never) */
   int64_t heartbeat_interval_ms;
   int64_t heartbeat_timeout_ms;
-  uint32_t max_frame;          /* bytes; larger frames are a protocol error */
-  int64_t cancel_grace_ms;     /* a cancelled call still running after this: stack, kill */
-  int64_t stack_wait_ms;       /* how long to wait for the stack before killing */
-  int64_t shutdown_grace_ms;   /* SHUTDOWN, then SIGKILL after this */
-  uint64_t rlimit_as_mb;       /* executor address-space limit (0 = none) */
-  uint64_t rlimit_nofile;      /* executor open-files limit (0 = none) */
-  uint64_t rlimit_cpu_s;       /* executor CPU-seconds limit (0 = none) */
+  uint32_t max_frame;        /* bytes; larger frames are a protocol error */
+  int64_t cancel_grace_ms;   /* a cancelled call still running after this: stack, kill */
+  int64_t stack_wait_ms;     /* how long to wait for the stack before killing */
+  int64_t shutdown_grace_ms; /* SHUTDOWN, then SIGKILL after this */
+  uint64_t rlimit_as_mb;     /* executor address-space limit (0 = none) */
+  uint64_t rlimit_nofile;    /* executor open-files limit (0 = none) */
+  uint64_t rlimit_cpu_s;     /* executor CPU-seconds limit (0 = none) */
 } wk_pool_config;
 
 /* Counters for logs and metrics. */
@@ -66,8 +66,8 @@ typedef struct wk_pool_stats {
 
 /** Creates the socket directory, listens, and spawns executors_min executors.
  * Returns NULL with a reason in `err` (e.g. the interpreter does not exist). */
-wk_pool *wk_pool_start(uv_loop_t *loop, const wk_pool_config *cfg, wk_exec_callbacks cb,
-                       char *err, size_t err_len);
+wk_pool *wk_pool_start(uv_loop_t *loop, const wk_pool_config *cfg, wk_exec_callbacks cb, char *err,
+                       size_t err_len);
 
 /** Queues a call; `call_ctx` comes back in the result callback. Returns a handle valid
  * until the callback runs or wk_pool_cancel is called with it; NULL when the call was

@@ -211,8 +211,7 @@ static uint64_t body_size(const wk_frame *f) {
       return sat_add(8u + 8u + STR_SIZE(k->function) + STR_SIZE(k->entrypoint) + 1u + 4u,
                      args_size(k));
     }
-    case WK_FRAME_SUBCALLS_RESULT:
-      return sat_add(8u + 4u, children_size(&f->subcalls_result));
+    case WK_FRAME_SUBCALLS_RESULT: return sat_add(8u + 4u, children_size(&f->subcalls_result));
     case WK_FRAME_STACK_REQUEST: return 8u;
     case WK_FRAME_STACK: return 8u + STR_SIZE(f->stack.stack);
   }
@@ -265,9 +264,7 @@ static uint8_t *put_raw(uint8_t *p, wk_frame_bytes b) {
 
 static uint8_t *put_body(uint8_t *p, const wk_frame *f) {
   switch (f->type) {
-    case WK_FRAME_HELLO:
-      p = put_u32(p, f->hello.version);
-      return put_u32(p, f->hello.pid);
+    case WK_FRAME_HELLO: p = put_u32(p, f->hello.version); return put_u32(p, f->hello.pid);
     case WK_FRAME_CALL: {
       const wk_frame_call *c = &f->call;
       p = put_u64(p, c->call_id);
@@ -330,9 +327,7 @@ static uint8_t *put_body(uint8_t *p, const wk_frame *f) {
       return p;
     }
     case WK_FRAME_STACK_REQUEST: return put_u64(p, f->stack_request.call_id);
-    case WK_FRAME_STACK:
-      p = put_u64(p, f->stack.call_id);
-      return put_bytes(p, f->stack.stack);
+    case WK_FRAME_STACK: p = put_u64(p, f->stack.call_id); return put_bytes(p, f->stack.stack);
   }
   return p;
 }

@@ -33,20 +33,20 @@
 
 /* ---- constants ---------------------------------------------------------------- */
 
-#define WK_FRAME_VERSION 2u            /* protocol version carried in HELLO */
-#define WK_FRAME_PREFIX_SIZE 4u        /* the u32 length prefix */
+#define WK_FRAME_VERSION 2u              /* protocol version carried in HELLO */
+#define WK_FRAME_PREFIX_SIZE 4u          /* the u32 length prefix */
 #define WK_FRAME_MAX_DEFAULT (16u << 20) /* a sensible max_frame: 16 MiB */
-#define WK_FRAME_CAPTURE_MAX 65536u    /* executor cap on each of stdout/stderr per call */
+#define WK_FRAME_CAPTURE_MAX 65536u      /* executor cap on each of stdout/stderr per call */
 
 /* Frame types; the byte after the length prefix. */
 typedef enum wk_frame_type {
-  WK_FRAME_HELLO = 1,    /* executor -> worker, first frame: version, pid */
-  WK_FRAME_CALL = 2,     /* worker -> executor: run one call */
-  WK_FRAME_RESULT = 3,   /* executor -> worker: exactly one per CALL */
-  WK_FRAME_CANCEL = 4,   /* worker -> executor: cancel a call */
-  WK_FRAME_PING = 5,     /* either direction: answer with PONG, same nonce */
-  WK_FRAME_PONG = 6,     /* either direction */
-  WK_FRAME_SHUTDOWN = 7, /* worker -> executor: finish what was sent, then exit 0 */
+  WK_FRAME_HELLO = 1,           /* executor -> worker, first frame: version, pid */
+  WK_FRAME_CALL = 2,            /* worker -> executor: run one call */
+  WK_FRAME_RESULT = 3,          /* executor -> worker: exactly one per CALL */
+  WK_FRAME_CANCEL = 4,          /* worker -> executor: cancel a call */
+  WK_FRAME_PING = 5,            /* either direction: answer with PONG, same nonce */
+  WK_FRAME_PONG = 6,            /* either direction */
+  WK_FRAME_SHUTDOWN = 7,        /* worker -> executor: finish what was sent, then exit 0 */
   WK_FRAME_SUBCALLS = 8,        /* executor -> worker: a running call asks for child calls */
   WK_FRAME_SUBCALLS_RESULT = 9, /* worker -> executor: the children's outcomes, in order */
   WK_FRAME_STACK_REQUEST = 10,  /* worker -> executor: send the running call's Python stack */
@@ -112,10 +112,10 @@ typedef struct wk_frame_hello {
 typedef struct wk_frame_call {
   uint64_t call_id; /* chosen by the worker, unique per connection */
   wk_frame_bytes task_id;
-  wk_frame_bytes function; /* function name */
-  uint64_t epoch;          /* code epoch */
-  wk_frame_bytes code_dir; /* absolute path of the epoch directory */
-  wk_frame_bytes entrypoint; /* "module:attr"; empty = "main:handler" */
+  wk_frame_bytes function;       /* function name */
+  uint64_t epoch;                /* code epoch */
+  wk_frame_bytes code_dir;       /* absolute path of the epoch directory */
+  wk_frame_bytes entrypoint;     /* "module:attr"; empty = "main:handler" */
   wk_frame_content content_type; /* of args */
   uint32_t call_index;
   uint32_t deadline_ms; /* relative to receipt; 0 = no deadline */
@@ -132,8 +132,8 @@ typedef struct wk_frame_result {
   wk_frame_bytes error_type;     /* exception type name (status != OK) */
   wk_frame_bytes error_message;
   wk_frame_bytes traceback;
-  uint64_t cpu_us;     /* executor CPU time (user + system) spent on this call */
-  uint64_t max_rss_kb; /* executor peak resident set size so far */
+  uint64_t cpu_us;             /* executor CPU time (user + system) spent on this call */
+  uint64_t max_rss_kb;         /* executor peak resident set size so far */
   wk_frame_bytes stdout_bytes; /* captured, at most WK_FRAME_CAPTURE_MAX bytes by contract */
   wk_frame_bytes stderr_bytes;
 } wk_frame_result;
@@ -176,10 +176,11 @@ typedef struct wk_frame_child {
 } wk_frame_child;
 
 typedef struct wk_frame_subcalls_result {
-  uint64_t request_id;            /* the SUBCALLS' */
-  uint32_t count;                 /* == the SUBCALLS' count, >= 1 */
-  const wk_frame_child *children; /* encode: `count` outcomes, in SUBCALLS order; NULL when decoded */
-  wk_frame_bytes children_enc;    /* decoded: the encoded outcomes */
+  uint64_t request_id; /* the SUBCALLS' */
+  uint32_t count;      /* == the SUBCALLS' count, >= 1 */
+  const wk_frame_child
+      *children;               /* encode: `count` outcomes, in SUBCALLS order; NULL when decoded */
+  wk_frame_bytes children_enc; /* decoded: the encoded outcomes */
 } wk_frame_subcalls_result;
 
 typedef struct wk_frame_stack_request {

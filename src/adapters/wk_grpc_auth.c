@@ -37,8 +37,7 @@ static bool is_authorization_key(const grpc_slice *key) {
 
 /* Compares got[0..got_len) with the token in time that depends on the token's length
  * only, never on where the bytes differ. */
-static bool token_equal(const char *token, size_t token_len, const uint8_t *got,
-                        size_t got_len) {
+static bool token_equal(const char *token, size_t token_len, const uint8_t *got, size_t got_len) {
   unsigned diff = got_len == token_len ? 0u : 1u;
   for (size_t i = 0; i < token_len; i++) {
     unsigned char g = i < got_len ? got[i] : 0;
@@ -170,15 +169,13 @@ int wk_grpc_auth_load(const wk_grpc_server_config *cfg, wk_grpc_auth_tls *t, cha
   }
   if (!cert) return 0;
   char why[1400];
-  t->cert = wk_pem_read(cfg->tls_cert_file, WK_PEM_CERTIFICATES, "tls_cert_file", why,
-                        sizeof why);
+  t->cert = wk_pem_read(cfg->tls_cert_file, WK_PEM_CERTIFICATES, "tls_cert_file", why, sizeof why);
   if (t->cert != NULL) {
-    t->key = wk_pem_read(cfg->tls_key_file, WK_PEM_PRIVATE_KEY, "tls_key_file", why,
-                         sizeof why);
+    t->key = wk_pem_read(cfg->tls_key_file, WK_PEM_PRIVATE_KEY, "tls_key_file", why, sizeof why);
   }
   if (t->key != NULL && ca) {
-    t->client_ca = wk_pem_read(cfg->tls_client_ca_file, WK_PEM_CERTIFICATES,
-                               "tls_client_ca_file", why, sizeof why);
+    t->client_ca = wk_pem_read(cfg->tls_client_ca_file, WK_PEM_CERTIFICATES, "tls_client_ca_file",
+                               why, sizeof why);
   }
   if (t->cert == NULL || t->key == NULL || (ca && t->client_ca == NULL)) {
     wk_grpc_auth_tls_free(t);

@@ -154,8 +154,7 @@ static void fill_status(const wk_grpc_client *c, grpc_status_code code, grpc_sli
   } else if (code == GRPC_STATUS_UNAVAILABLE) {
     /* The server says UNAVAILABLE over a live connection (not ready, draining); the
      * transport says it when there is no connection to speak of. */
-    st->reached_server =
-        grpc_channel_check_connectivity_state(c->channel, 0) == GRPC_CHANNEL_READY;
+    st->reached_server = grpc_channel_check_connectivity_state(c->channel, 0) == GRPC_CHANNEL_READY;
   } else {
     st->reached_server = true;
   }
@@ -169,12 +168,23 @@ void wk_grpc_buf_free(wk_grpc_buf *b) {
 }
 
 const char *wk_grpc_status_name(grpc_status_code code) {
-  static const char *const names[] = {
-      "OK",           "CANCELLED",          "UNKNOWN",          "INVALID_ARGUMENT",
-      "DEADLINE_EXCEEDED", "NOT_FOUND",     "ALREADY_EXISTS",   "PERMISSION_DENIED",
-      "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED",   "OUT_OF_RANGE",
-      "UNIMPLEMENTED", "INTERNAL",          "UNAVAILABLE",      "DATA_LOSS",
-      "UNAUTHENTICATED"};
+  static const char *const names[] = {"OK",
+                                      "CANCELLED",
+                                      "UNKNOWN",
+                                      "INVALID_ARGUMENT",
+                                      "DEADLINE_EXCEEDED",
+                                      "NOT_FOUND",
+                                      "ALREADY_EXISTS",
+                                      "PERMISSION_DENIED",
+                                      "RESOURCE_EXHAUSTED",
+                                      "FAILED_PRECONDITION",
+                                      "ABORTED",
+                                      "OUT_OF_RANGE",
+                                      "UNIMPLEMENTED",
+                                      "INTERNAL",
+                                      "UNAVAILABLE",
+                                      "DATA_LOSS",
+                                      "UNAUTHENTICATED"};
   int i = (int)code;
   if (i < 0 || (size_t)i >= sizeof names / sizeof names[0]) return "UNKNOWN_CODE";
   return names[i];
@@ -233,8 +243,7 @@ static int load_security(const wk_grpc_client_options *opts, tls_files *t, char 
                           sizeof why);
     ok = t->cert != NULL;
     if (ok) {
-      t->key =
-          wk_pem_read(opts->key_file, WK_PEM_PRIVATE_KEY, "client key file", why, sizeof why);
+      t->key = wk_pem_read(opts->key_file, WK_PEM_PRIVATE_KEY, "client key file", why, sizeof why);
       ok = t->key != NULL;
     }
   }
@@ -339,8 +348,7 @@ const char *wk_grpc_client_target(const wk_grpc_client *c) { return c->target; }
 
 grpc_status_code wk_grpc_client_unary(wk_grpc_client *c, const char *method, const uint8_t *req,
                                       size_t req_len, const wk_grpc_md *md, size_t md_count,
-                                      int64_t deadline_ms, wk_grpc_buf *resp,
-                                      wk_grpc_status *st) {
+                                      int64_t deadline_ms, wk_grpc_buf *resp, wk_grpc_status *st) {
   assert(c && c->channel && method && method[0] == '/');
   assert(resp && st && (req || req_len == 0) && (md || md_count == 0));
   resp->data = NULL;
@@ -427,9 +435,9 @@ static void stream_free(wk_grpc_stream *s) {
   free(s);
 }
 
-int wk_grpc_stream_open(wk_grpc_client *c, const char *method, const uint8_t *req,
-                        size_t req_len, const wk_grpc_md *md, size_t md_count,
-                        int64_t deadline_ms, wk_grpc_stream **out, wk_grpc_status *st) {
+int wk_grpc_stream_open(wk_grpc_client *c, const char *method, const uint8_t *req, size_t req_len,
+                        const wk_grpc_md *md, size_t md_count, int64_t deadline_ms,
+                        wk_grpc_stream **out, wk_grpc_status *st) {
   assert(c && c->channel && method && method[0] == '/');
   assert(out && st && (req || req_len == 0) && (md || md_count == 0));
   *out = NULL;
@@ -437,8 +445,8 @@ int wk_grpc_stream_open(wk_grpc_client *c, const char *method, const uint8_t *re
   s->client = c;
   s->cq = grpc_completion_queue_create_for_pluck(NULL);
   grpc_slice method_slice = grpc_slice_from_copied_string(method);
-  s->call = grpc_channel_create_call(c->channel, NULL, GRPC_PROPAGATE_DEFAULTS, s->cq,
-                                     method_slice, NULL, deadline_of(deadline_ms), NULL);
+  s->call = grpc_channel_create_call(c->channel, NULL, GRPC_PROPAGATE_DEFAULTS, s->cq, method_slice,
+                                     NULL, deadline_of(deadline_ms), NULL);
   grpc_slice_unref(method_slice);
   s->md = make_md(c, md, md_count, &s->md_count);
   s->send_bb = make_bb(req, req_len);

@@ -107,17 +107,16 @@ const char *wk_grpc_client_target(const wk_grpc_client *c);
  * and returns its code. */
 grpc_status_code wk_grpc_client_unary(wk_grpc_client *c, const char *method, const uint8_t *req,
                                       size_t req_len, const wk_grpc_md *md, size_t md_count,
-                                      int64_t deadline_ms, wk_grpc_buf *resp,
-                                      wk_grpc_status *st);
+                                      int64_t deadline_ms, wk_grpc_buf *resp, wk_grpc_status *st);
 
 /** Starts a server-streaming call: sends the request and half-closes. deadline_ms as
  * for wk_grpc_client_unary (0 = none, the usual choice for a watch). Returns 0 and a
  * stream, to be read with wk_grpc_stream_next and ended with wk_grpc_stream_finish;
  * failures to reach the server show up there. Returns -1 with *st filled (and no
  * stream) only when the call cannot be started at all (invalid metadata). */
-int wk_grpc_stream_open(wk_grpc_client *c, const char *method, const uint8_t *req,
-                        size_t req_len, const wk_grpc_md *md, size_t md_count,
-                        int64_t deadline_ms, wk_grpc_stream **out, wk_grpc_status *st);
+int wk_grpc_stream_open(wk_grpc_client *c, const char *method, const uint8_t *req, size_t req_len,
+                        const wk_grpc_md *md, size_t md_count, int64_t deadline_ms,
+                        wk_grpc_stream **out, wk_grpc_status *st);
 
 /** Blocks for the next message. Returns 1 with the encoded message in *msg (caller
  * frees), or 0 when the stream has ended (normally, with an error, or cancelled):

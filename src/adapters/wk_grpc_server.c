@@ -60,10 +60,10 @@
 /* ---- constants ---------------------------------------------------------------- */
 
 enum {
-  SLOTS_PER_METHOD = 8,   /* calls requested ahead per registered method */
-  GENERIC_SLOTS = 2,      /* calls requested ahead for unknown methods */
+  SLOTS_PER_METHOD = 8,      /* calls requested ahead per registered method */
+  GENERIC_SLOTS = 2,         /* calls requested ahead for unknown methods */
   STATUS_MESSAGE_MAX = 4096, /* bytes of a status message sent */
-  UNKNOWN_PATH_MAX = 200, /* bytes of an unknown method's path echoed back */
+  UNKNOWN_PATH_MAX = 200,    /* bytes of an unknown method's path echoed back */
 };
 
 typedef struct method_info {
@@ -73,11 +73,10 @@ typedef struct method_info {
 } method_info;
 
 static const method_info k_methods[WK_RPC_METHOD_COUNT] = {
-    [WK_RPC_REQUEST_TASK_SLOT] = {"/worker.v1.WorkerService/RequestTaskSlot",
-                                  "RequestTaskSlot", false},
+    [WK_RPC_REQUEST_TASK_SLOT] = {"/worker.v1.WorkerService/RequestTaskSlot", "RequestTaskSlot",
+                                  false},
     [WK_RPC_SUBMIT_TASK] = {"/worker.v1.WorkerService/SubmitTask", "SubmitTask", false},
-    [WK_RPC_GET_TASK_RESULT] = {"/worker.v1.WorkerService/GetTaskResult", "GetTaskResult",
-                                false},
+    [WK_RPC_GET_TASK_RESULT] = {"/worker.v1.WorkerService/GetTaskResult", "GetTaskResult", false},
     [WK_RPC_WATCH_TASKS] = {"/worker.v1.WorkerService/WatchTasks", "WatchTasks", true},
     [WK_RPC_CANCEL_TASK] = {"/worker.v1.WorkerService/CancelTask", "CancelTask", false},
     [WK_RPC_HEALTH_CHECK] = {"/grpc.health.v1.Health/Check", "Health.Check", false},
@@ -101,8 +100,7 @@ typedef struct wk_tag {
   tag_kind kind;
 } wk_tag;
 
-#define CONTAINER_OF(ptr, type, member) \
-  ((type *)(void *)((char *)(ptr) - offsetof(type, member)))
+#define CONTAINER_OF(ptr, type, member) ((type *)(void *)((char *)(ptr)-offsetof(type, member)))
 
 typedef struct request_slot {
   wk_tag tag;
@@ -148,7 +146,7 @@ struct wk_rpc {
 
   grpc_call *call; /* NULL once stop has detached the rpc (then closed is true) */
   ProtobufCMessage *request;
-  char *peer; /* gpr_malloc'ed by gRPC */
+  char *peer;         /* gpr_malloc'ed by gRPC */
   wk_grpc_auth_md md; /* the request metadata but "authorization" */
 
   wk_tag close_tag;
@@ -210,8 +208,7 @@ __attribute__((format(printf, 1, 2))) static void log_error(const char *fmt, ...
   (void)vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
   /* msg comes from our own format strings: no quotes or control characters */
-  fprintf(stderr, "{\"level\":\"error\",\"component\":\"grpc_server\",\"msg\":\"%s\"}\n",
-          msg);
+  fprintf(stderr, "{\"level\":\"error\",\"component\":\"grpc_server\",\"msg\":\"%s\"}\n", msg);
 }
 
 static void lock(pthread_mutex_t *m) {
@@ -358,8 +355,7 @@ static void rpc_unref_not_last(wk_rpc *r) {
 static bool rpc_try_ref(wk_rpc *r) {
   unsigned cur = atomic_load_explicit(&r->refs, memory_order_relaxed);
   while (cur > 0) {
-    if (atomic_compare_exchange_weak_explicit(&r->refs, &cur, cur + 1,
-                                              memory_order_acq_rel,
+    if (atomic_compare_exchange_weak_explicit(&r->refs, &cur, cur + 1, memory_order_acq_rel,
                                               memory_order_relaxed)) {
       return true;
     }
@@ -457,7 +453,8 @@ static void start_send_locked(wk_rpc *r) {
     return;
   }
   if (want_status && r->server->cfg.on_status) {
-    r->server->cfg.on_status(r->server->cfg.on_status_ud, k_methods[r->method].name, (int)r->finish_code);
+    r->server->cfg.on_status(r->server->cfg.on_status_ud, k_methods[r->method].name,
+                             (int)r->finish_code);
   }
   r->send_in_flight = true;
   r->initial_md_sent = true;
@@ -529,9 +526,9 @@ static void finish_with(wk_rpc *r, grpc_status_code code, char *message, bool dr
 
 static void post_request(wk_grpc_server *s, request_slot *slot) {
   if (!gate_enter(s)) return;
-  grpc_call_error e = grpc_server_request_registered_call(
-      s->server, s->registered[slot->method], &slot->call, &slot->deadline, &slot->md,
-      &slot->payload, s->cq, s->cq, &slot->tag);
+  grpc_call_error e = grpc_server_request_registered_call(s->server, s->registered[slot->method],
+                                                          &slot->call, &slot->deadline, &slot->md,
+                                                          &slot->payload, s->cq, s->cq, &slot->tag);
   if (e != GRPC_CALL_OK) {
     log_error("%s: request_registered_call failed: %s", k_methods[slot->method].name,
               grpc_call_error_to_string(e));
@@ -542,8 +539,7 @@ static void post_request(wk_grpc_server *s, request_slot *slot) {
 static void post_generic(wk_grpc_server *s, generic_slot *g) {
   if (!gate_enter(s)) return;
   grpc_call_error e =
-      grpc_server_request_call(s->server, &g->call, &g->details, &g->md, s->cq, s->cq,
-                               &g->tag);
+      grpc_server_request_call(s->server, &g->call, &g->details, &g->md, s->cq, s->cq, &g->tag);
   if (e != GRPC_CALL_OK) {
     log_error("request_call failed: %s", grpc_call_error_to_string(e));
     gate_leave(s);
@@ -566,8 +562,8 @@ static void dispatch_request(wk_grpc_server *s, wk_rpc *r, grpc_byte_buffer *pay
     } else {
       grpc_slice bytes = grpc_byte_buffer_reader_readall(&rd);
       grpc_byte_buffer_reader_destroy(&rd);
-      msg = wk_validate_decode(r->method, GRPC_SLICE_START_PTR(bytes),
-                               GRPC_SLICE_LENGTH(bytes), &s->limits, err, sizeof err);
+      msg = wk_validate_decode(r->method, GRPC_SLICE_START_PTR(bytes), GRPC_SLICE_LENGTH(bytes),
+                               &s->limits, err, sizeof err);
       grpc_slice_unref(bytes);
     }
     grpc_byte_buffer_destroy(payload);
@@ -741,8 +737,7 @@ static void *cq_thread_main(void *arg) {
   wk_grpc_server *s = arg;
   (void)pthread_setname_np(pthread_self(), "wk-grpc-cq");
   for (;;) {
-    grpc_event ev =
-        grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    grpc_event ev = grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
     if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
     if (ev.type != GRPC_OP_COMPLETE) continue;
     dispatch_event(ev.tag, ev.success != 0);
@@ -768,8 +763,7 @@ static void abandon_server(wk_grpc_server *s) {
   if (s->cq != NULL) {
     grpc_completion_queue_shutdown(s->cq);
     for (;;) {
-      grpc_event ev =
-          grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+      grpc_event ev = grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
       if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
     }
     grpc_completion_queue_destroy(s->cq);
@@ -820,8 +814,7 @@ int wk_grpc_server_start(const wk_grpc_server_config *cfg, wk_grpc_server_sink s
   s->sink = sink;
   s->shutdown_tag.kind = TAG_SHUTDOWN;
   if (pthread_mutex_init(&s->mu, NULL) != 0 || pthread_cond_init(&s->cv, NULL) != 0 ||
-      pthread_mutex_init(&s->list_mu, NULL) != 0 ||
-      pthread_cond_init(&s->list_cv, NULL) != 0) {
+      pthread_mutex_init(&s->list_mu, NULL) != 0 || pthread_cond_init(&s->list_cv, NULL) != 0) {
     abort();
   }
 
@@ -852,8 +845,9 @@ int wk_grpc_server_start(const wk_grpc_server_config *cfg, wk_grpc_server_sink s
   bool with_tls = tls.cert != NULL;
   wk_grpc_auth_tls_free(&tls);
   if (creds == NULL) {
-    wk_errf(err, err_len, "grpc server: gRPC refused the TLS settings (tls_cert_file, "
-                          "tls_key_file, tls_client_ca_file)");
+    wk_errf(err, err_len,
+            "grpc server: gRPC refused the TLS settings (tls_cert_file, "
+            "tls_key_file, tls_client_ca_file)");
     abandon_server(s);
     return -1;
   }
@@ -1059,8 +1053,7 @@ bool wk_rpc_send(wk_rpc *rpc, const uint8_t *msg, size_t len) {
 
 void wk_rpc_finish(wk_rpc *rpc, grpc_status_code code, const char *message) {
   assert(rpc != NULL);
-  finish_with(rpc, code, message != NULL ? wk_xstrndup(message, STATUS_MESSAGE_MAX) : NULL,
-              false);
+  finish_with(rpc, code, message != NULL ? wk_xstrndup(message, STATUS_MESSAGE_MAX) : NULL, false);
 }
 
 void wk_rpc_release(wk_rpc *rpc) {

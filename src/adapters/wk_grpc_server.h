@@ -75,12 +75,12 @@ typedef struct wk_grpc_server_sink {
 } wk_grpc_server_sink;
 
 typedef struct wk_grpc_server_config {
-  const char *listen_addr;      /* "host:port"; port 0 picks a free one */
-  size_t max_message_bytes;     /* larger requests: RESOURCE_EXHAUSTED from gRPC */
-  uint64_t max_ttl_ms;          /* ttl_ms above this is capped by the core, above 2^40 invalid */
-  uint64_t max_timeout_ms;      /* timeout_ms above this: INVALID_ARGUMENT */
-  uint32_t max_watch_tasks;     /* task_ids per WatchTasks request */
-  uint32_t max_stream_queue;    /* queued messages per stream before wk_rpc_send fails */
+  const char *listen_addr;   /* "host:port"; port 0 picks a free one */
+  size_t max_message_bytes;  /* larger requests: RESOURCE_EXHAUSTED from gRPC */
+  uint64_t max_ttl_ms;       /* ttl_ms above this is capped by the core, above 2^40 invalid */
+  uint64_t max_timeout_ms;   /* timeout_ms above this: INVALID_ARGUMENT */
+  uint32_t max_watch_tasks;  /* task_ids per WatchTasks request */
+  uint32_t max_stream_queue; /* queued messages per stream before wk_rpc_send fails */
   /* Transport security; NULL or "" leaves a setting off. Paths are read at start only
    * (the strings need not outlive wk_grpc_server_start). */
   const char *tls_cert_file;      /* PEM certificate chain, server certificate first:

@@ -22,7 +22,7 @@
 /* ---- series and metrics ------------------------------------------------------ */
 
 typedef struct {
-  char **values;    /* n_labels strings (NULL when the metric has no labels) */
+  char **values; /* n_labels strings (NULL when the metric has no labels) */
   uint64_t hash;
   double value;     /* counter, gauge */
   uint64_t *counts; /* histogram: per bucket, not cumulative; [n_bounds] is +Inf */
@@ -42,7 +42,7 @@ struct wk_metric {
   size_t max_series;
   series *series; /* [max_series], the first n_series used, in creation order */
   size_t n_series;
-  size_t *slots; /* open addressing: index + 1 into series, 0 = empty */
+  size_t *slots;  /* open addressing: index + 1 into series, 0 = empty */
   size_t n_slots; /* power of two, >= 2 * max_series */
   uint64_t dropped;
   wk_metric *next;
@@ -55,7 +55,8 @@ struct wk_metrics {
   wk_metric *tail;
 };
 
-static const double default_bounds[] = {1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000};
+static const double default_bounds[] = {1,   2.5, 5,    10,   25,   50,   100,
+                                        250, 500, 1000, 2500, 5000, 10000};
 
 static char *dup_str(const char *s) {
   size_t n = strlen(s) + 1;
@@ -210,9 +211,8 @@ static bool same_shape(const wk_metric *m, wk_metric_kind kind, size_t n_labels,
 }
 
 static wk_metric *register_metric(wk_metrics *reg, wk_metric_kind kind, const char *name,
-                                  const char *help, size_t n_labels,
-                                  const char *const *label_names, size_t n_bounds,
-                                  const double *bounds) {
+                                  const char *help, size_t n_labels, const char *const *label_names,
+                                  size_t n_bounds, const double *bounds) {
   if (!reg || !valid_metric_name(name) || n_labels > WK_METRICS_MAX_LABELS) return NULL;
   if (n_labels > 0 && !label_names) return NULL;
   for (size_t i = 0; i < n_labels; i++) {
@@ -278,10 +278,8 @@ static wk_metric *register_metric(wk_metrics *reg, wk_metric_kind kind, const ch
   } else if (!new_series(m, NULL, 0)) {
     goto fail;
   }
-  if (reg->tail)
-    reg->tail->next = m;
-  else
-    reg->head = m;
+  if (reg->tail) reg->tail->next = m;
+  else reg->head = m;
   reg->tail = m;
   pthread_mutex_unlock(&reg->mu);
   return m;
@@ -293,21 +291,21 @@ fail_unlocked:
   return NULL;
 }
 
-wk_metric *wk_metrics_counter(wk_metrics *reg, const char *name, const char *help,
-                              size_t n_labels, const char *const *label_names) {
+wk_metric *wk_metrics_counter(wk_metrics *reg, const char *name, const char *help, size_t n_labels,
+                              const char *const *label_names) {
   return register_metric(reg, WK_METRIC_COUNTER, name, help, n_labels, label_names, 0, NULL);
 }
 
-wk_metric *wk_metrics_gauge(wk_metrics *reg, const char *name, const char *help,
-                            size_t n_labels, const char *const *label_names) {
+wk_metric *wk_metrics_gauge(wk_metrics *reg, const char *name, const char *help, size_t n_labels,
+                            const char *const *label_names) {
   return register_metric(reg, WK_METRIC_GAUGE, name, help, n_labels, label_names, 0, NULL);
 }
 
 wk_metric *wk_metrics_histogram(wk_metrics *reg, const char *name, const char *help,
-                                size_t n_labels, const char *const *label_names,
-                                size_t n_buckets, const double *bounds_ms) {
-  return register_metric(reg, WK_METRIC_HISTOGRAM, name, help, n_labels, label_names,
-                         n_buckets, bounds_ms);
+                                size_t n_labels, const char *const *label_names, size_t n_buckets,
+                                const double *bounds_ms) {
+  return register_metric(reg, WK_METRIC_HISTOGRAM, name, help, n_labels, label_names, n_buckets,
+                         bounds_ms);
 }
 
 /* ---- updates ----------------------------------------------------------------- */
@@ -400,12 +398,9 @@ static void buf_escaped(buf *b, const char *s, bool quote) {
   const char *run = s;
   for (; *s; s++) {
     const char *rep = NULL;
-    if (*s == '\\')
-      rep = "\\\\";
-    else if (*s == '\n')
-      rep = "\\n";
-    else if (quote && *s == '"')
-      rep = "\\\"";
+    if (*s == '\\') rep = "\\\\";
+    else if (*s == '\n') rep = "\\n";
+    else if (quote && *s == '"') rep = "\\\"";
     if (rep) {
       buf_put(b, run, (size_t)(s - run));
       buf_str(b, rep);
@@ -488,10 +483,8 @@ static void render_metric(buf *b, wk_metric *m) {
     uint64_t cumulative = 0;
     for (size_t k = 0; k <= m->n_bounds; k++) {
       char le[32];
-      if (k < m->n_bounds)
-        fmt_double(le, m->bounds[k]);
-      else
-        strcpy(le, "+Inf");
+      if (k < m->n_bounds) fmt_double(le, m->bounds[k]);
+      else strcpy(le, "+Inf");
       cumulative += s->counts[k];
       buf_str(b, m->name);
       buf_str(b, "_bucket");
@@ -526,9 +519,10 @@ char *wk_metrics_render(wk_metrics *reg, size_t *len) {
     if (wk_metric_dropped(m) > 0) any_dropped = true;
   }
   if (any_dropped) {
-    buf_str(&b, "# HELP wk_metrics_series_dropped_total Updates dropped because the metric "
-                "reached its bound on label-value sets.\n"
-                "# TYPE wk_metrics_series_dropped_total counter\n");
+    buf_str(&b,
+            "# HELP wk_metrics_series_dropped_total Updates dropped because the metric "
+            "reached its bound on label-value sets.\n"
+            "# TYPE wk_metrics_series_dropped_total counter\n");
     for (wk_metric *m = reg->head; m; m = m->next) {
       uint64_t d = wk_metric_dropped(m);
       if (d == 0) continue;
@@ -559,8 +553,8 @@ static char body_not_found[] = "not found\n";
 static char body_not_allowed[] = "method not allowed\n";
 static char body_oom[] = "out of memory\n";
 
-static enum MHD_Result reply_static(struct MHD_Connection *conn, unsigned int status,
-                                    char *body, const char *allow) {
+static enum MHD_Result reply_static(struct MHD_Connection *conn, unsigned int status, char *body,
+                                    const char *allow) {
   struct MHD_Response *r =
       MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_PERSISTENT);
   if (!r) return MHD_NO;
@@ -572,9 +566,8 @@ static enum MHD_Result reply_static(struct MHD_Connection *conn, unsigned int st
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
-                                  const char *method, const char *version,
-                                  const char *upload_data, size_t *upload_data_size,
-                                  void **con_cls) {
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **con_cls) {
   (void)version;
   (void)upload_data;
   wk_metrics_server *srv = cls;
@@ -671,10 +664,10 @@ wk_metrics_server *wk_metrics_server_start(wk_metrics *reg, const char *host_por
   srv->reg = reg;
   unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO;
   if (family == AF_INET6) flags |= MHD_USE_IPv6;
-  srv->daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_SOCK_ADDR,
-                                 (struct sockaddr *)&addr, MHD_OPTION_CONNECTION_TIMEOUT,
-                                 (unsigned int)10, MHD_OPTION_CONNECTION_LIMIT,
-                                 (unsigned int)64, MHD_OPTION_END);
+  srv->daemon =
+      MHD_start_daemon(flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_SOCK_ADDR,
+                       (struct sockaddr *)&addr, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)10,
+                       MHD_OPTION_CONNECTION_LIMIT, (unsigned int)64, MHD_OPTION_END);
   if (!srv->daemon) {
     wk_errf(err, err_len, "metrics server: cannot listen on %s", host_port);
     free(srv);
@@ -686,8 +679,7 @@ wk_metrics_server *wk_metrics_server_start(wk_metrics *reg, const char *host_por
     struct sockaddr_storage got;
     socklen_t got_len = sizeof got;
     if (info && getsockname(info->listen_fd, (struct sockaddr *)&got, &got_len) == 0) {
-      if (got.ss_family == AF_INET)
-        *bound_port = ntohs(((struct sockaddr_in *)&got)->sin_port);
+      if (got.ss_family == AF_INET) *bound_port = ntohs(((struct sockaddr_in *)&got)->sin_port);
       else if (got.ss_family == AF_INET6)
         *bound_port = ntohs(((struct sockaddr_in6 *)&got)->sin6_port);
     }

@@ -66,16 +66,16 @@ wk_metrics *wk_metrics_new(size_t max_series_per_metric);
 void wk_metrics_free(wk_metrics *reg);
 
 /* Registration (see the rules above). label_names may be NULL when n_labels is 0. */
-wk_metric *wk_metrics_counter(wk_metrics *reg, const char *name, const char *help,
-                              size_t n_labels, const char *const *label_names);
-wk_metric *wk_metrics_gauge(wk_metrics *reg, const char *name, const char *help,
-                            size_t n_labels, const char *const *label_names);
+wk_metric *wk_metrics_counter(wk_metrics *reg, const char *name, const char *help, size_t n_labels,
+                              const char *const *label_names);
+wk_metric *wk_metrics_gauge(wk_metrics *reg, const char *name, const char *help, size_t n_labels,
+                            const char *const *label_names);
 /* bounds_ms: n_buckets finite upper bounds, strictly increasing (the +Inf bucket is
  * implicit). n_buckets 0 (bounds_ms NULL) uses the default buckets:
  * 1 2.5 5 10 25 50 100 250 500 1000 2500 5000 10000 ms. */
 wk_metric *wk_metrics_histogram(wk_metrics *reg, const char *name, const char *help,
-                                size_t n_labels, const char *const *label_names,
-                                size_t n_buckets, const double *bounds_ms);
+                                size_t n_labels, const char *const *label_names, size_t n_buckets,
+                                const double *bounds_ms);
 
 /* Updates: 0 when applied, -1 when refused (wrong metric type, a negative or NaN
  * counter increment, a NULL metric, or the series bound reached: see the rules). */

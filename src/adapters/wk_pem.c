@@ -22,9 +22,9 @@ void wk_pem_free(char *pem) {
 static bool body_ok(const char *p, const char *end, const char **why) {
   unsigned char head[6]; /* the first decoded bytes: tag and length */
   size_t decoded = 0;
-  wk_base64_rc rc = wk_base64_decode(p, (size_t)(end - p),
-                                     WK_BASE64_SKIP_SPACE | WK_BASE64_PAD_MAX_2, head,
-                                     sizeof head, &decoded);
+  wk_base64_rc rc =
+      wk_base64_decode(p, (size_t)(end - p), WK_BASE64_SKIP_SPACE | WK_BASE64_PAD_MAX_2, head,
+                       sizeof head, &decoded);
   if (rc == WK_BASE64_E_CHAR) {
     *why = "its body is not base64";
     return false;
@@ -66,8 +66,7 @@ static bool contains(const char *p, const char *end, const char *s) {
   return false;
 }
 
-bool wk_pem_check(const char *pem, wk_pem_kind kind, const char *what, char *err,
-                  size_t err_len) {
+bool wk_pem_check(const char *pem, wk_pem_kind kind, const char *what, char *err, size_t err_len) {
   static const char begin[] = "-----BEGIN ";
   static const char end_mark[] = "-----END ";
   static const char dashes[] = "-----";
@@ -90,8 +89,8 @@ bool wk_pem_check(const char *pem, wk_pem_kind kind, const char *what, char *err
     const char *e = strstr(body, end_mark);
     if (e == NULL || strncmp(e + sizeof end_mark - 1, label, label_len) != 0 ||
         strncmp(e + sizeof end_mark - 1 + label_len, dashes, sizeof dashes - 1) != 0) {
-      wk_errf(err, err_len, "%s: the PEM block \"%.*s\" has no matching -----END line",
-              what, (int)(label_len > 64 ? 64 : label_len), label);
+      wk_errf(err, err_len, "%s: the PEM block \"%.*s\" has no matching -----END line", what,
+              (int)(label_len > 64 ? 64 : label_len), label);
       return false;
     }
     bool is_cert = label_len == 11 && memcmp(label, "CERTIFICATE", 11) == 0;
@@ -115,8 +114,7 @@ bool wk_pem_check(const char *pem, wk_pem_kind kind, const char *what, char *err
       const char *why = "";
       if (!body_ok(body, e, &why)) {
         wk_errf(err, err_len, "%s: PEM block %zu (%.*s): %s", what,
-                (kind == WK_PEM_CERTIFICATES ? certs : keys) + 1, (int)label_len, label,
-                why);
+                (kind == WK_PEM_CERTIFICATES ? certs : keys) + 1, (int)label_len, label, why);
         return false;
       }
       if (is_cert) certs++;
@@ -125,8 +123,8 @@ bool wk_pem_check(const char *pem, wk_pem_kind kind, const char *what, char *err
     p = e + sizeof end_mark - 1 + label_len + sizeof dashes - 1;
   }
   if (kind == WK_PEM_CERTIFICATES && certs == 0) {
-    wk_errf(err, err_len,
-            "%s: not a PEM certificate file (no -----BEGIN CERTIFICATE----- block)", what);
+    wk_errf(err, err_len, "%s: not a PEM certificate file (no -----BEGIN CERTIFICATE----- block)",
+            what);
     return false;
   }
   if (kind == WK_PEM_PRIVATE_KEY && keys != 1) {
@@ -140,8 +138,7 @@ bool wk_pem_check(const char *pem, wk_pem_kind kind, const char *what, char *err
   return true;
 }
 
-char *wk_pem_read(const char *path, wk_pem_kind kind, const char *what, char *err,
-                  size_t err_len) {
+char *wk_pem_read(const char *path, wk_pem_kind kind, const char *what, char *err, size_t err_len) {
   char name[1200];
   (void)snprintf(name, sizeof name, "%s %.1024s", what, path);
   FILE *f = fopen(path, "rb");
@@ -160,8 +157,7 @@ char *wk_pem_read(const char *path, wk_pem_kind kind, const char *what, char *er
     return NULL;
   }
   if (n > WK_PEM_MAX_BYTES) {
-    wk_errf(err, err_len, "%s: larger than %zu bytes: not a PEM file", name,
-            WK_PEM_MAX_BYTES);
+    wk_errf(err, err_len, "%s: larger than %zu bytes: not a PEM file", name, WK_PEM_MAX_BYTES);
     memset(buf, 0, WK_PEM_MAX_BYTES + 1);
     free(buf);
     return NULL;

@@ -35,14 +35,12 @@ void wk_pem_free(char *pem);
 
 /** Checks the NUL-terminated PEM text `pem` for `kind`. Returns true, or false with a
  * reason (naming `what`, e.g. "tls_cert_file /a/b.pem") in err. */
-bool wk_pem_check(const char *pem, wk_pem_kind kind, const char *what, char *err,
-                  size_t err_len);
+bool wk_pem_check(const char *pem, wk_pem_kind kind, const char *what, char *err, size_t err_len);
 
 /** Reads the PEM file at path and checks it (wk_pem_check). Returns the text
  * (NUL-terminated; the caller frees it with wk_pem_free), or NULL with a reason in err
  * (cannot open or read, empty, larger than WK_PEM_MAX_BYTES, binary, or the check's).
  * `what` names the setting in messages ("tls_key_file", "--tls-ca"). */
-char *wk_pem_read(const char *path, wk_pem_kind kind, const char *what, char *err,
-                  size_t err_len);
+char *wk_pem_read(const char *path, wk_pem_kind kind, const char *what, char *err, size_t err_len);
 
 #endif

@@ -195,8 +195,8 @@ wk_shadow *wk_shadow_start(const wk_shadow_config *cfg, char *err, size_t len) {
   }
   if (cfg->queue_capacity > WK_SHADOW_MAX_QUEUE_CAPACITY) {
     char m[128];
-    wk_errf(m, sizeof m, "queue_capacity must be at most %u, got %u",
-            WK_SHADOW_MAX_QUEUE_CAPACITY, cfg->queue_capacity);
+    wk_errf(m, sizeof m, "queue_capacity must be at most %u, got %u", WK_SHADOW_MAX_QUEUE_CAPACITY,
+            cfg->queue_capacity);
     return fail(err, len, m);
   }
   if (cfg->deadline_ms > WK_SHADOW_MAX_DEADLINE_MS) {

@@ -55,12 +55,12 @@
 #define WK_SHADOW_ERROR_MAX 256u
 
 typedef struct wk_shadow_config {
-  const char *target;       /* "host:port" (any gRPC target URI); required */
-  double sample_rate;       /* fraction mirrored, 0.0 (none) .. 1.0 (all) */
-  uint32_t queue_capacity;  /* requests waiting at most; 0 = 1024; ≤ 2^20 */
-  size_t max_queued_bytes;  /* bytes waiting at most; 0 = 64 MiB */
-  uint32_t deadline_ms;     /* per mirrored request; 0 = 2000; ≤ 60000 */
-  uint64_t seed;            /* sampling PRNG seed: same seed, same choices */
+  const char *target;      /* "host:port" (any gRPC target URI); required */
+  double sample_rate;      /* fraction mirrored, 0.0 (none) .. 1.0 (all) */
+  uint32_t queue_capacity; /* requests waiting at most; 0 = 1024; ≤ 2^20 */
+  size_t max_queued_bytes; /* bytes waiting at most; 0 = 64 MiB */
+  uint32_t deadline_ms;    /* per mirrored request; 0 = 2000; ≤ 60000 */
+  uint64_t seed;           /* sampling PRNG seed: same seed, same choices */
 } wk_shadow_config;
 
 typedef struct wk_shadow_stats {
@@ -70,12 +70,13 @@ typedef struct wk_shadow_stats {
   uint64_t dropped;     /* chosen, but the queue was full (count or bytes) or no memory */
   uint64_t enqueued;    /* chosen and queued */
   /* enqueued = mirrored + failed + queued + in_flight (while running) */
-  uint64_t mirrored;    /* the target answered OK */
-  uint64_t failed;      /* non-OK answer, unreachable target or deadline passed */
-  uint64_t unreachable; /* of failed: no answer from the target (wk_grpc_status.reached_server false) */
-  uint32_t queued;      /* waiting now (not counting the one in flight) */
-  bool in_flight;       /* a request is being sent now */
-  int last_error_code;  /* grpc_status_code of the last failure; 0 when none yet */
+  uint64_t mirrored; /* the target answered OK */
+  uint64_t failed;   /* non-OK answer, unreachable target or deadline passed */
+  uint64_t
+      unreachable; /* of failed: no answer from the target (wk_grpc_status.reached_server false) */
+  uint32_t queued; /* waiting now (not counting the one in flight) */
+  bool in_flight;  /* a request is being sent now */
+  int last_error_code;                  /* grpc_status_code of the last failure; 0 when none yet */
   char last_error[WK_SHADOW_ERROR_MAX]; /* "UNAVAILABLE: ..." of the last failure; "" when none */
 } wk_shadow_stats;
 

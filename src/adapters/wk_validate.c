@@ -14,7 +14,7 @@
 #define TASK_ID_RULE "must be 1 to 128 printable ASCII characters (0x21-0x7e)"
 #define NAME_RULE "must be 1 to 128 characters of [A-Za-z0-9_.-] not starting with '.'"
 #define TYPE_RULE "must be empty or 1 to 32 characters of [a-z0-9_]"
-#define ENTRYPOINT_RULE                                                                \
+#define ENTRYPOINT_RULE \
   "must be empty or \"module:attr\" (dotted Python identifiers, at most 256 bytes)"
 
 _Static_assert(WK_TASK_ID_MAX == 128u, "TASK_ID_RULE spells out the limit");
@@ -25,8 +25,8 @@ _Static_assert(WK_ENTRYPOINT_MAX == 256u, "ENTRYPOINT_RULE spells out the limit"
 /* ---- helpers ------------------------------------------------------------------ */
 
 /* wk_errf that returns false, for `return failf(err, err_len, ...)`. */
-__attribute__((format(printf, 3, 4))) static bool failf(char *err, size_t err_len,
-                                                        const char *fmt, ...) {
+__attribute__((format(printf, 3, 4))) static bool failf(char *err, size_t err_len, const char *fmt,
+                                                        ...) {
   va_list ap;
   va_start(ap, fmt);
   wk_verrf(err, err_len, fmt, ap);
@@ -64,9 +64,7 @@ static bool is_ident_start(unsigned char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
 }
 
-static bool is_ident_char(unsigned char c) {
-  return is_ident_start(c) || (c >= '0' && c <= '9');
-}
+static bool is_ident_char(unsigned char c) { return is_ident_start(c) || (c >= '0' && c <= '9'); }
 
 /* ident(.ident)* over s[0..n). */
 static bool dotted_identifiers(const char *s, size_t n) {
@@ -106,8 +104,8 @@ bool wk_validate_task_id(const char *field, const char *id, char *err, size_t er
   for (size_t i = 0; i < n; i++) {
     unsigned char c = (unsigned char)id[i];
     if (c < 0x21 || c > 0x7e) {
-      return failf(err, err_len, "%s " TASK_ID_RULE ", got byte 0x%02x at offset %zu",
-                   field, (unsigned)c, i);
+      return failf(err, err_len, "%s " TASK_ID_RULE ", got byte 0x%02x at offset %zu", field,
+                   (unsigned)c, i);
     }
   }
   return true;
@@ -120,14 +118,12 @@ static bool validate_function_name(const char *name, char *err, size_t err_len) 
     return failf(err, err_len, "function.name " NAME_RULE ", got %zu bytes", n);
   }
   if (name[0] == '.') {
-    return failf(err, err_len, "function.name " NAME_RULE ", got \"%s\"",
-                 excerpt(name, ex));
+    return failf(err, err_len, "function.name " NAME_RULE ", got \"%s\"", excerpt(name, ex));
   }
   for (size_t i = 0; i < n; i++) {
     unsigned char c = (unsigned char)name[i];
     if (!(is_ident_char(c) || c == '.' || c == '-')) {
-      return failf(err, err_len,
-                   "function.name " NAME_RULE ", got byte 0x%02x at offset %zu",
+      return failf(err, err_len, "function.name " NAME_RULE ", got byte 0x%02x at offset %zu",
                    (unsigned)c, i);
     }
   }
@@ -142,8 +138,7 @@ static bool validate_entrypoint(const char *ep, char *err, size_t err_len) {
   bool ok = n <= WK_ENTRYPOINT_MAX && colon != NULL;
   if (ok) {
     size_t mod_len = (size_t)(colon - ep);
-    ok = dotted_identifiers(ep, mod_len) &&
-         dotted_identifiers(colon + 1, n - mod_len - 1);
+    ok = dotted_identifiers(ep, mod_len) && dotted_identifiers(colon + 1, n - mod_len - 1);
   }
   if (!ok) {
     return failf(err, err_len, "function.entrypoint " ENTRYPOINT_RULE ", got \"%s\"",
@@ -153,16 +148,14 @@ static bool validate_entrypoint(const char *ep, char *err, size_t err_len) {
 }
 
 /* protobuf-c map fields are repeated entry messages with char *key, char *value. */
-static bool validate_map_count(const char *field, size_t n, size_t max, char *err,
-                               size_t err_len) {
+static bool validate_map_count(const char *field, size_t n, size_t max, char *err, size_t err_len) {
   if (n > max) {
     return failf(err, err_len, "%s may hold at most %zu entries, got %zu", field, max, n);
   }
   return true;
 }
 
-static bool validate_labels(const Worker__V1__SubmitTaskRequest *req, char *err,
-                            size_t err_len) {
+static bool validate_labels(const Worker__V1__SubmitTaskRequest *req, char *err, size_t err_len) {
   if (!validate_map_count("labels", req->n_labels, WK_LABELS_MAX, err, err_len)) {
     return false;
   }
@@ -177,24 +170,21 @@ static bool validate_labels(const Worker__V1__SubmitTaskRequest *req, char *err,
                    excerpt(e->key, ex), WK_LABEL_BYTES_MAX, kn);
     }
     if (vn > WK_LABEL_BYTES_MAX) {
-      return failf(err, err_len,
-                   "labels value for key \"%s\" must be at most %u bytes, got %zu",
+      return failf(err, err_len, "labels value for key \"%s\" must be at most %u bytes, got %zu",
                    excerpt(e->key, ex), WK_LABEL_BYTES_MAX, vn);
     }
   }
   return true;
 }
 
-static bool validate_function(const Worker__V1__FunctionCallConfig *fn, char *err,
-                              size_t err_len) {
+static bool validate_function(const Worker__V1__FunctionCallConfig *fn, char *err, size_t err_len) {
   char ex[EXCERPT_LEN];
   if (fn == NULL) {
     return failf(err, err_len, "function is required (a FunctionCallConfig with a name)");
   }
   if (!validate_function_name(fn->name, err, err_len)) return false;
   if (!type_name_ok(fn->type)) {
-    return failf(err, err_len, "function.type " TYPE_RULE ", got \"%s\"",
-                 excerpt(fn->type, ex));
+    return failf(err, err_len, "function.type " TYPE_RULE ", got \"%s\"", excerpt(fn->type, ex));
   }
   if (!validate_entrypoint(fn->entrypoint, err, err_len)) return false;
   int ct = (int)fn->content_type;
@@ -205,12 +195,10 @@ static bool validate_function(const Worker__V1__FunctionCallConfig *fn, char *er
                  "(0 CONTENT_TYPE_JSON, 1 CONTENT_TYPE_BYTES)",
                  ct);
   }
-  return validate_map_count("function.options", fn->n_options, WK_OPTIONS_MAX, err,
-                            err_len);
+  return validate_map_count("function.options", fn->n_options, WK_OPTIONS_MAX, err, err_len);
 }
 
-static bool validate_retry(const Worker__V1__CallRetryPolicy *rp, char *err,
-                           size_t err_len) {
+static bool validate_retry(const Worker__V1__CallRetryPolicy *rp, char *err, size_t err_len) {
   if (rp == NULL) return true;
   if (rp->max_attempts > WK_RETRY_ATTEMPTS_MAX) {
     return failf(err, err_len, "call_retry_policy.max_attempts must be at most %u, got %u",
@@ -227,15 +215,13 @@ static bool validate_retry(const Worker__V1__CallRetryPolicy *rp, char *err,
     return failf(err, err_len,
                  "call_retry_policy.initial_backoff_ms must be at most %llu (one hour), "
                  "got %llu",
-                 (unsigned long long)WK_BACKOFF_MS_MAX,
-                 (unsigned long long)rp->initial_backoff_ms);
+                 (unsigned long long)WK_BACKOFF_MS_MAX, (unsigned long long)rp->initial_backoff_ms);
   }
   if (rp->max_backoff_ms > WK_BACKOFF_MS_MAX) {
     return failf(err, err_len,
                  "call_retry_policy.max_backoff_ms must be at most %llu (one hour), "
                  "got %llu",
-                 (unsigned long long)WK_BACKOFF_MS_MAX,
-                 (unsigned long long)rp->max_backoff_ms);
+                 (unsigned long long)WK_BACKOFF_MS_MAX, (unsigned long long)rp->max_backoff_ms);
   }
   if (rp->initial_backoff_ms != 0 && rp->max_backoff_ms != 0 &&
       rp->max_backoff_ms < rp->initial_backoff_ms) {
@@ -250,8 +236,8 @@ static bool validate_retry(const Worker__V1__CallRetryPolicy *rp, char *err,
 
 /* ---- decoded requests --------------------------------------------------------- */
 
-bool wk_validate_request_task_slot(const Worker__V1__RequestTaskSlotRequest *req,
-                                   char *err, size_t err_len) {
+bool wk_validate_request_task_slot(const Worker__V1__RequestTaskSlotRequest *req, char *err,
+                                   size_t err_len) {
   assert(req != NULL);
   if (!wk_validate_task_id("task_id", req->task_id, err, err_len)) return false;
   if (req->ttl_ms > WK_TTL_MS_MAX) {
@@ -270,8 +256,7 @@ bool wk_validate_submit_task(const Worker__V1__SubmitTaskRequest *req,
   if (!validate_function(req->function, err, err_len)) return false;
   if (req->timeout_ms > lim->max_timeout_ms) {
     return failf(err, err_len, "timeout_ms must be at most %llu, got %llu",
-                 (unsigned long long)lim->max_timeout_ms,
-                 (unsigned long long)req->timeout_ms);
+                 (unsigned long long)lim->max_timeout_ms, (unsigned long long)req->timeout_ms);
   }
   const Worker__V1__CallFailurePolicy *fp = req->call_failure_policy;
   if (fp != NULL) {
@@ -292,8 +277,8 @@ bool wk_validate_submit_task(const Worker__V1__SubmitTaskRequest *req,
       return failf(err, err_len, "result_handler.type " TYPE_RULE ", got \"%s\"",
                    excerpt(rh->type, ex));
     }
-    if (!validate_map_count("result_handler.options", rh->n_options, WK_OPTIONS_MAX,
-                            err, err_len)) {
+    if (!validate_map_count("result_handler.options", rh->n_options, WK_OPTIONS_MAX, err,
+                            err_len)) {
       return false;
     }
   }
@@ -354,20 +339,18 @@ bool wk_validate_watch_tasks(const Worker__V1__WatchTasksRequest *req,
   }
   free(refs);
   if (dup != SIZE_MAX) {
-    return failf(err, err_len, "task_ids[%zu] duplicates task_ids[%zu]; list each task once",
-                 dup, first);
+    return failf(err, err_len, "task_ids[%zu] duplicates task_ids[%zu]; list each task once", dup,
+                 first);
   }
   return true;
 }
 
-bool wk_validate_cancel_task(const Worker__V1__CancelTaskRequest *req, char *err,
-                             size_t err_len) {
+bool wk_validate_cancel_task(const Worker__V1__CancelTaskRequest *req, char *err, size_t err_len) {
   assert(req != NULL);
   if (!wk_validate_task_id("task_id", req->task_id, err, err_len)) return false;
   size_t n = str_len(req->reason);
   if (n > WK_CANCEL_REASON_MAX) {
-    return failf(err, err_len, "reason must be at most %u bytes, got %zu",
-                 WK_CANCEL_REASON_MAX, n);
+    return failf(err, err_len, "reason must be at most %u bytes, got %zu", WK_CANCEL_REASON_MAX, n);
   }
   return true;
 }
@@ -377,8 +360,8 @@ bool wk_validate_health(const Grpc__Health__V1__HealthCheckRequest *req, char *e
   assert(req != NULL);
   size_t n = str_len(req->service);
   if (n > WK_HEALTH_SERVICE_MAX) {
-    return failf(err, err_len, "service must be at most %u bytes, got %zu",
-                 WK_HEALTH_SERVICE_MAX, n);
+    return failf(err, err_len, "service must be at most %u bytes, got %zu", WK_HEALTH_SERVICE_MAX,
+                 n);
   }
   return true;
 }
@@ -445,12 +428,10 @@ static size_t utf8_bad_offset(const uint8_t *s, size_t len, bool *is_nul) {
   return len;
 }
 
-static bool scan_message(const ProtobufCMessageDescriptor *d, const uint8_t *buf,
-                         size_t len, const char *prefix, unsigned depth, char *err,
-                         size_t err_len) {
+static bool scan_message(const ProtobufCMessageDescriptor *d, const uint8_t *buf, size_t len,
+                         const char *prefix, unsigned depth, char *err, size_t err_len) {
   if (depth > SCAN_DEPTH_MAX) {
-    return failf(err, err_len, "request nests messages deeper than %d levels",
-                 SCAN_DEPTH_MAX);
+    return failf(err, err_len, "request nests messages deeper than %d levels", SCAN_DEPTH_MAX);
   }
   unsigned seen[SCAN_FIELDS_MAX] = {0};
   size_t pos = 0;
@@ -475,34 +456,31 @@ static bool scan_message(const ProtobufCMessageDescriptor *d, const uint8_t *buf
     if (skip > len - pos) goto malformed;
     size_t n = (size_t)skip;
     const ProtobufCFieldDescriptor *f =
-        number <= UINT32_MAX ? protobuf_c_message_descriptor_get_field(d, (unsigned)number)
-                             : NULL;
+        number <= UINT32_MAX ? protobuf_c_message_descriptor_get_field(d, (unsigned)number) : NULL;
     if (wire == 2 && f != NULL &&
         (f->type == PROTOBUF_C_TYPE_STRING || f->type == PROTOBUF_C_TYPE_MESSAGE)) {
       char path[SCAN_PATH_LEN];
       size_t fi = (size_t)(f - d->fields);
       if (f->label == PROTOBUF_C_LABEL_REPEATED && fi < SCAN_FIELDS_MAX) {
-        (void)snprintf(path, sizeof path, "%s%s%s[%u]", prefix, prefix[0] ? "." : "",
-                       f->name, seen[fi]);
+        (void)snprintf(path, sizeof path, "%s%s%s[%u]", prefix, prefix[0] ? "." : "", f->name,
+                       seen[fi]);
         seen[fi]++;
       } else {
-        (void)snprintf(path, sizeof path, "%s%s%s", prefix, prefix[0] ? "." : "",
-                       f->name);
+        (void)snprintf(path, sizeof path, "%s%s%s", prefix, prefix[0] ? "." : "", f->name);
       }
       if (f->type == PROTOBUF_C_TYPE_STRING) {
         bool is_nul;
         size_t bad = utf8_bad_offset(buf + pos, n, &is_nul);
         if (bad < n) {
           if (is_nul) {
-            return failf(err, err_len, "%s must not contain NUL bytes (one at offset %zu)",
-                         path, bad);
+            return failf(err, err_len, "%s must not contain NUL bytes (one at offset %zu)", path,
+                         bad);
           }
-          return failf(err, err_len, "%s must be valid UTF-8 (bad byte 0x%02x at offset %zu)",
-                       path, (unsigned)buf[pos + bad], bad);
+          return failf(err, err_len, "%s must be valid UTF-8 (bad byte 0x%02x at offset %zu)", path,
+                       (unsigned)buf[pos + bad], bad);
         }
       } else if (f->descriptor != NULL &&
-                 !scan_message(f->descriptor, buf + pos, n, path, depth + 1, err,
-                               err_len)) {
+                 !scan_message(f->descriptor, buf + pos, n, path, depth + 1, err, err_len)) {
         return false;
       }
     }
@@ -513,8 +491,8 @@ malformed:
   return failf(err, err_len, "request is not a valid %s", d->name);
 }
 
-bool wk_validate_wire_strings(const ProtobufCMessageDescriptor *d, const uint8_t *buf,
-                              size_t len, char *err, size_t err_len) {
+bool wk_validate_wire_strings(const ProtobufCMessageDescriptor *d, const uint8_t *buf, size_t len,
+                              char *err, size_t err_len) {
   assert(d != NULL);
   if (len == 0) return true;
   assert(buf != NULL);
@@ -541,32 +519,27 @@ static bool validate_message(wk_rpc_method m, const ProtobufCMessage *msg,
                              const wk_validate_limits *lim, char *err, size_t err_len) {
   switch (m) {
     case WK_RPC_REQUEST_TASK_SLOT:
-      return wk_validate_request_task_slot((const Worker__V1__RequestTaskSlotRequest *)msg,
-                                           err, err_len);
+      return wk_validate_request_task_slot((const Worker__V1__RequestTaskSlotRequest *)msg, err,
+                                           err_len);
     case WK_RPC_SUBMIT_TASK:
-      return wk_validate_submit_task((const Worker__V1__SubmitTaskRequest *)msg, lim, err,
-                                     err_len);
+      return wk_validate_submit_task((const Worker__V1__SubmitTaskRequest *)msg, lim, err, err_len);
     case WK_RPC_GET_TASK_RESULT:
-      return wk_validate_get_task_result((const Worker__V1__GetTaskResultRequest *)msg,
-                                         err, err_len);
+      return wk_validate_get_task_result((const Worker__V1__GetTaskResultRequest *)msg, err,
+                                         err_len);
     case WK_RPC_WATCH_TASKS:
-      return wk_validate_watch_tasks((const Worker__V1__WatchTasksRequest *)msg, lim, err,
-                                     err_len);
+      return wk_validate_watch_tasks((const Worker__V1__WatchTasksRequest *)msg, lim, err, err_len);
     case WK_RPC_CANCEL_TASK:
-      return wk_validate_cancel_task((const Worker__V1__CancelTaskRequest *)msg, err,
-                                     err_len);
+      return wk_validate_cancel_task((const Worker__V1__CancelTaskRequest *)msg, err, err_len);
     case WK_RPC_HEALTH_CHECK:
     case WK_RPC_HEALTH_WATCH:
-      return wk_validate_health((const Grpc__Health__V1__HealthCheckRequest *)msg, err,
-                                err_len);
+      return wk_validate_health((const Grpc__Health__V1__HealthCheckRequest *)msg, err, err_len);
     case WK_RPC_METHOD_COUNT: break;
   }
   return failf(err, err_len, "unknown method %d", (int)m);
 }
 
 ProtobufCMessage *wk_validate_decode(wk_rpc_method m, const uint8_t *buf, size_t len,
-                                     const wk_validate_limits *lim, char *err,
-                                     size_t err_len) {
+                                     const wk_validate_limits *lim, char *err, size_t err_len) {
   assert(lim != NULL);
   static const uint8_t empty[1] = {0};
   const ProtobufCMessageDescriptor *d = wk_validate_descriptor(m);

@@ -24,18 +24,18 @@
 
 /* ---- limits ------------------------------------------------------------------- */
 
-#define WK_VALIDATE_ERR_LEN 320u            /* a buffer this large holds every message */
-#define WK_TASK_ID_MAX 128u                 /* bytes */
-#define WK_TTL_MS_MAX (UINT64_C(1) << 40)   /* RequestTaskSlot ttl_ms */
+#define WK_VALIDATE_ERR_LEN 320u          /* a buffer this large holds every message */
+#define WK_TASK_ID_MAX 128u               /* bytes */
+#define WK_TTL_MS_MAX (UINT64_C(1) << 40) /* RequestTaskSlot ttl_ms */
 #define WK_FUNCTION_NAME_MAX 128u
-#define WK_PLUGIN_TYPE_MAX 32u              /* function.type, result_handler.type */
+#define WK_PLUGIN_TYPE_MAX 32u /* function.type, result_handler.type */
 #define WK_ENTRYPOINT_MAX 256u
 #define WK_RETRY_ATTEMPTS_MAX 100u
 #define WK_BACKOFF_MS_MAX UINT64_C(3600000) /* one hour */
 #define WK_BACKOFF_MULTIPLIER_MAX 100.0
 #define WK_LABELS_MAX 64u
-#define WK_LABEL_BYTES_MAX 256u             /* each key and each value */
-#define WK_OPTIONS_MAX 64u                  /* function.options, result_handler.options */
+#define WK_LABEL_BYTES_MAX 256u /* each key and each value */
+#define WK_OPTIONS_MAX 64u      /* function.options, result_handler.options */
 #define WK_CANCEL_REASON_MAX 1024u
 #define WK_HEALTH_SERVICE_MAX 256u
 
@@ -56,31 +56,28 @@ const ProtobufCMessageDescriptor *wk_validate_descriptor(wk_rpc_method m);
  * valid worker.v1.SubmitTaskRequest" for undecodable bytes, or the first invalid
  * field. Never reads past buf[len - 1]; buf may be NULL when len is 0. */
 ProtobufCMessage *wk_validate_decode(wk_rpc_method m, const uint8_t *buf, size_t len,
-                                     const wk_validate_limits *lim, char *err,
-                                     size_t err_len);
+                                     const wk_validate_limits *lim, char *err, size_t err_len);
 
 /** Checks the string fields of an encoded message of type d (recursively through
  * sub-messages): each must be valid UTF-8 without NUL bytes. protobuf-c checks
  * neither, and its NUL-terminated strings would silently cut a value at a NUL. The
  * bytes must already have decoded as d; on false err names the field. */
-bool wk_validate_wire_strings(const ProtobufCMessageDescriptor *d, const uint8_t *buf,
-                              size_t len, char *err, size_t err_len);
+bool wk_validate_wire_strings(const ProtobufCMessageDescriptor *d, const uint8_t *buf, size_t len,
+                              char *err, size_t err_len);
 
 /* ---- decoded requests --------------------------------------------------------- */
 /* Each returns true when every field is valid, else false with a reason in err. */
 
-bool wk_validate_request_task_slot(const Worker__V1__RequestTaskSlotRequest *req,
-                                   char *err, size_t err_len);
+bool wk_validate_request_task_slot(const Worker__V1__RequestTaskSlotRequest *req, char *err,
+                                   size_t err_len);
 bool wk_validate_submit_task(const Worker__V1__SubmitTaskRequest *req,
                              const wk_validate_limits *lim, char *err, size_t err_len);
 bool wk_validate_get_task_result(const Worker__V1__GetTaskResultRequest *req, char *err,
                                  size_t err_len);
 bool wk_validate_watch_tasks(const Worker__V1__WatchTasksRequest *req,
                              const wk_validate_limits *lim, char *err, size_t err_len);
-bool wk_validate_cancel_task(const Worker__V1__CancelTaskRequest *req, char *err,
-                             size_t err_len);
-bool wk_validate_health(const Grpc__Health__V1__HealthCheckRequest *req, char *err,
-                        size_t err_len);
+bool wk_validate_cancel_task(const Worker__V1__CancelTaskRequest *req, char *err, size_t err_len);
+bool wk_validate_health(const Grpc__Health__V1__HealthCheckRequest *req, char *err, size_t err_len);
 
 /* ---- fields ------------------------------------------------------------------- */
 

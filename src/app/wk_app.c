@@ -37,7 +37,13 @@
 
 /* ---- the running app ------------------------------------------------------------ */
 
-typedef enum app_phase { APP_STARTING, APP_SERVING, APP_DRAINING, APP_FLUSHING, APP_STOPPING } app_phase;
+typedef enum app_phase {
+  APP_STARTING,
+  APP_SERVING,
+  APP_DRAINING,
+  APP_FLUSHING,
+  APP_STOPPING
+} app_phase;
 
 typedef struct wk_app {
   const wk_app_config *cfg;
@@ -60,16 +66,16 @@ typedef struct wk_app {
   wk_shadow *shadow;            /* NULL without shadow_target_addr */
   int64_t shadow_logged_ms;
   char advertise_addr[WK_CONFIG_ADDR_MAX];
-  wk_app_metrics *metrics;            /* NULL without metrics_addr */
+  wk_app_metrics *metrics; /* NULL without metrics_addr */
   wk_metrics_server *metrics_server;
   int64_t metrics_sampled_ms;
   /* what start-up made, for the one cleanup path */
-  char code_root[PATH_MAX];          /* absolute: executors load code by path */
-  wk_builder_registry builders;      /* the Profile's call builders */
-  wk_writer_settings writer_settings; /* shared by every writer */
+  char code_root[PATH_MAX];                  /* absolute: executors load code by path */
+  wk_builder_registry builders;              /* the Profile's call builders */
+  wk_writer_settings writer_settings;        /* shared by every writer */
   const char *writers[WK_PROFILE_NAMES_MAX]; /* writers enabled and configured, NULL-terminated */
-  bool loop_open;                    /* loop, mutex and the two handles initialised */
-  bool grpc_started;                 /* grpc_init called */
+  bool loop_open;                            /* loop, mutex and the two handles initialised */
+  bool grpc_started;                         /* grpc_init called */
   pthread_t sig_thread;
   bool sig_thread_started;
 } wk_app;
@@ -77,20 +83,20 @@ typedef struct wk_app {
 /* Not settings: how the app paces itself and sizes what it hands to its pieces. The
  * tunables are settings (app/wk_config_table.c). */
 enum {
-  PHASE_TICK_MS = 20,            /* the phase timer: capacity sync, start-up, drain */
-  METRICS_SAMPLE_MS = 250,       /* gauges and snapshot counters lag at most this */
-  SHADOW_STATS_LOG_MS = 30000,   /* a shadow_stats log line this often */
-  READY_WAIT_MS = 15000,         /* serve once `executors` are ready, or after this anyway */
-  FLUSH_WAIT_MS = 2000,          /* after the drain, watchers get their terminal events */
-  DISPATCH_TASK_HEADROOM = 16,   /* dispatcher tasks beyond task_slots: ended, not yet removed */
-  STACK_WAIT_MS = 1000,          /* a cancelled call's stack is awaited this long, then killed */
-  ESCALATION_MARGIN_MS = 500,    /* the pool's deadline comes this much before the dispatcher's */
-  STREAM_LOW_WATER = 512,        /* refill a streaming builder's calls below this many queued */
-  STREAM_BATCH = 1024,           /* calls added per refill */
+  PHASE_TICK_MS = 20,          /* the phase timer: capacity sync, start-up, drain */
+  METRICS_SAMPLE_MS = 250,     /* gauges and snapshot counters lag at most this */
+  SHADOW_STATS_LOG_MS = 30000, /* a shadow_stats log line this often */
+  READY_WAIT_MS = 15000,       /* serve once `executors` are ready, or after this anyway */
+  FLUSH_WAIT_MS = 2000,        /* after the drain, watchers get their terminal events */
+  DISPATCH_TASK_HEADROOM = 16, /* dispatcher tasks beyond task_slots: ended, not yet removed */
+  STACK_WAIT_MS = 1000,        /* a cancelled call's stack is awaited this long, then killed */
+  ESCALATION_MARGIN_MS = 500,  /* the pool's deadline comes this much before the dispatcher's */
+  STREAM_LOW_WATER = 512,      /* refill a streaming builder's calls below this many queued */
+  STREAM_BATCH = 1024,         /* calls added per refill */
   EXECUTOR_SHUTDOWN_GRACE_MS = 2000, /* SHUTDOWN, then SIGKILL after this */
   FRAME_OVERHEAD_BYTES = 1 << 20,    /* an executor frame: the largest message and its envelope */
-  MAX_WATCH_TASKS = 1024,        /* task_ids per WatchTasks request */
-  MAX_STREAM_QUEUE = 4096,       /* queued messages per stream before a send fails */
+  MAX_WATCH_TASKS = 1024,            /* task_ids per WatchTasks request */
+  MAX_STREAM_QUEUE = 4096,           /* queued messages per stream before a send fails */
 };
 
 static sigset_t stop_signals;
@@ -143,7 +149,8 @@ static void publish(wk_app *app) {
 static void start_registration(wk_app *app) {
   const wk_app_config *cfg = app->cfg;
   if (!cfg->etcd_endpoints[0]) {
-    wk_log(WK_LOG_INFO, "registration_off", "no etcd_endpoints: running stand-alone (not registered)");
+    wk_log(WK_LOG_INFO, "registration_off",
+           "no etcd_endpoints: running stand-alone (not registered)");
     return;
   }
   char err[512];
@@ -220,10 +227,10 @@ static void on_phase_timer(uv_timer_t *t) {
     wk_shadow_stats st;
     wk_shadow_stats_get(app->shadow, &st);
     wk_log_json(WK_LOG_INFO, "shadow_stats",
-                json_pack("{s:s,s:I,s:I,s:I,s:I,s:I}", "target", wk_shadow_target(app->shadow), "offered",
-                          (json_int_t)st.offered, "mirrored", (json_int_t)st.mirrored, "failed",
-                          (json_int_t)st.failed, "dropped", (json_int_t)st.dropped, "sampled_out",
-                          (json_int_t)st.sampled_out));
+                json_pack("{s:s,s:I,s:I,s:I,s:I,s:I}", "target", wk_shadow_target(app->shadow),
+                          "offered", (json_int_t)st.offered, "mirrored", (json_int_t)st.mirrored,
+                          "failed", (json_int_t)st.failed, "dropped", (json_int_t)st.dropped,
+                          "sampled_out", (json_int_t)st.sampled_out));
   }
   if (app->orch && app->pool && app->phase != APP_STARTING) {
     /* SyncExecutorSnapshots: the dispatcher admits what the ready executors can hold */
@@ -239,30 +246,31 @@ static void on_phase_timer(uv_timer_t *t) {
         wk_orch_set_ready(app->orch, true);
         enter(app, APP_SERVING);
         start_registration(app);
-        wk_log_json(WK_LOG_INFO, "worker_ready",
-                    json_pack("{s:i,s:i}", "executors_ready", (int)wk_pool_ready_executors(app->pool),
-                              "task_slots", (int)app->cfg->task_slots));
+        wk_log_json(
+            WK_LOG_INFO, "worker_ready",
+            json_pack("{s:i,s:i}", "executors_ready", (int)wk_pool_ready_executors(app->pool),
+                      "task_slots", (int)app->cfg->task_slots));
       }
       break;
-    case APP_SERVING:
-      break;
+    case APP_SERVING: break;
     case APP_DRAINING:
       if (wk_orch_live_tasks(app->orch) == 0 || in_phase >= app->cfg->drain_timeout_ms ||
           app->signals_handled > 1) {
         uint32_t left = wk_orch_live_tasks(app->orch);
-        if (left) wk_log(WK_LOG_WARN, "drain_incomplete", "%u tasks still running: WORKER_SHUTDOWN", left);
+        if (left)
+          wk_log(WK_LOG_WARN, "drain_incomplete", "%u tasks still running: WORKER_SHUTDOWN", left);
         wk_orch_abort_all(app->orch, "the worker shut down before the task finished");
         enter(app, APP_FLUSHING);
       }
       break;
     case APP_FLUSHING:
       /* let watchers receive their terminal events before the server goes */
-      if (wk_orch_open_streams(app->orch) == 0 || in_phase > FLUSH_WAIT_MS || app->signals_handled > 1) {
+      if (wk_orch_open_streams(app->orch) == 0 || in_phase > FLUSH_WAIT_MS ||
+          app->signals_handled > 1) {
         stop_everything(app);
       }
       break;
-    case APP_STOPPING:
-      break;
+    case APP_STOPPING: break;
   }
 }
 
@@ -337,8 +345,8 @@ static int start_metrics(wk_app *app, char *err, size_t len) {
     return 1;
   }
   uint16_t metrics_port = 0;
-  app->metrics_server = wk_metrics_server_start(wk_app_metrics_registry(app->metrics), cfg->metrics_addr,
-                                                &metrics_port, err, len);
+  app->metrics_server = wk_metrics_server_start(wk_app_metrics_registry(app->metrics),
+                                                cfg->metrics_addr, &metrics_port, err, len);
   if (!app->metrics_server) {
     fprintf(stderr, "worker: metrics_addr %s: %s\n", cfg->metrics_addr, err);
     return 2;
@@ -366,7 +374,8 @@ static int make_scratch_root(wk_app *app) {
     snprintf(app->scratch_root, sizeof app->scratch_root, "%s", cfg->scratch_root);
   } else {
     const char *tmp = getenv("TMPDIR");
-    snprintf(app->scratch_root, sizeof app->scratch_root, "%s/wk-scratch-XXXXXX", tmp ? tmp : "/tmp");
+    snprintf(app->scratch_root, sizeof app->scratch_root, "%s/wk-scratch-XXXXXX",
+             tmp ? tmp : "/tmp");
     if (!mkdtemp(app->scratch_root)) {
       fprintf(stderr, "worker: cannot create a scratch directory: %s\n", strerror(errno));
       return 1;
@@ -502,7 +511,8 @@ static void build_pool_config(const wk_app_config *cfg, wk_pool_config *pcfg) {
 static int start_pool(wk_app *app, char *err, size_t len) {
   wk_pool_config pcfg;
   build_pool_config(app->cfg, &pcfg);
-  wk_exec_callbacks ecb = {.on_result = wk_orch_on_call_result, .on_subcalls = wk_orch_on_subcalls, .ud = app->orch};
+  wk_exec_callbacks ecb = {
+      .on_result = wk_orch_on_call_result, .on_subcalls = wk_orch_on_subcalls, .ud = app->orch};
   app->pool = wk_pool_start(&app->loop, &pcfg, ecb, err, len);
   if (!app->pool) {
     fprintf(stderr, "worker: %s\n", err);
@@ -564,7 +574,8 @@ static int start_server(wk_app *app, char *err, size_t len) {
     /* the listen host with the port actually bound */
     const char *colon = strrchr(cfg->listen_addr, ':');
     int host_len = colon ? (int)(colon - cfg->listen_addr) : (int)strlen(cfg->listen_addr);
-    snprintf(app->advertise_addr, sizeof app->advertise_addr, "%.*s:%d", host_len, cfg->listen_addr, port);
+    snprintf(app->advertise_addr, sizeof app->advertise_addr, "%.*s:%d", host_len, cfg->listen_addr,
+             port);
   }
   wk_log_json(WK_LOG_INFO, "worker_listening",
               json_pack("{s:s,s:i,s:s,s:i}", "listen_addr", cfg->listen_addr, "port", port,

@@ -16,7 +16,7 @@ typedef struct sampled_counters {
 struct wk_app_metrics {
   wk_metrics *reg;
   /* gauges */
-  wk_metric *slots;          /* {state} */
+  wk_metric *slots; /* {state} */
   wk_metric *task_slots;
   wk_metric *ready;
   wk_metric *draining;
@@ -32,7 +32,7 @@ struct wk_app_metrics {
   wk_metric *call_retries;
   wk_metric *call_cpu;
   wk_metric *executor_starts;
-  wk_metric *executor_kills;  /* {reason} */
+  wk_metric *executor_kills; /* {reason} */
   wk_metric *executor_exits;
   wk_metric *executor_recycles; /* {reason} */
   wk_metric *executor_idle_stops;
@@ -46,8 +46,8 @@ struct wk_app_metrics {
 };
 
 /* Phase and task durations (ms): sub-millisecond no-op tasks to hour-long ones. */
-static const double k_duration_bounds_ms[] = {1,    2.5,   5,     10,    25,     50,
-                                              100,  250,   500,   1000,  2500,   5000,
+static const double k_duration_bounds_ms[] = {1,     2.5,   5,     10,     25,      50,
+                                              100,   250,   500,   1000,   2500,    5000,
                                               10000, 30000, 60000, 300000, 1800000, 3600000};
 
 wk_app_metrics *wk_app_metrics_new(void) {
@@ -66,30 +66,37 @@ wk_app_metrics *wk_app_metrics_new(void) {
   static const char *const state_code[] = {"state", "failure_code"};
   static const char *const phase[] = {"phase"};
 
-  m->slots = wk_metrics_gauge(r, "worker_slots", "Task slots by state (free, reserved, running).", 1, state);
+  m->slots = wk_metrics_gauge(r, "worker_slots", "Task slots by state (free, reserved, running).",
+                              1, state);
   m->task_slots = wk_metrics_gauge(r, "worker_task_slots", "Task slots configured.", 0, NULL);
   m->ready = wk_metrics_gauge(r, "worker_ready", "1 when the worker admits new tasks.", 0, NULL);
   m->draining = wk_metrics_gauge(r, "worker_draining", "1 while the worker drains.", 0, NULL);
-  m->live_tasks = wk_metrics_gauge(r, "worker_live_tasks", "Tasks submitted and not yet terminal.", 0, NULL);
-  m->open_streams = wk_metrics_gauge(r, "worker_watch_streams", "WatchTasks streams open.", 0, NULL);
-  m->executors_ready =
-      wk_metrics_gauge(r, "worker_executors_ready", "Executor processes able to take calls.", 0, NULL);
-  m->rpcs = wk_metrics_counter(r, "worker_rpcs_total", "RPCs answered, by method and status code.", 2,
-                               method_code);
-  m->tasks_finished = wk_metrics_counter(r, "worker_tasks_finished_total",
-                                         "Tasks converged, by terminal state and failure code.", 2, state_code);
+  m->live_tasks =
+      wk_metrics_gauge(r, "worker_live_tasks", "Tasks submitted and not yet terminal.", 0, NULL);
+  m->open_streams =
+      wk_metrics_gauge(r, "worker_watch_streams", "WatchTasks streams open.", 0, NULL);
+  m->executors_ready = wk_metrics_gauge(r, "worker_executors_ready",
+                                        "Executor processes able to take calls.", 0, NULL);
+  m->rpcs = wk_metrics_counter(r, "worker_rpcs_total", "RPCs answered, by method and status code.",
+                               2, method_code);
+  m->tasks_finished =
+      wk_metrics_counter(r, "worker_tasks_finished_total",
+                         "Tasks converged, by terminal state and failure code.", 2, state_code);
   m->phase_duration = wk_metrics_histogram(
       r, "worker_phase_duration_ms",
-      "Wall time of the phases of finished tasks (builder, calls, writer) and of the whole task (task).", 1,
-      phase, sizeof k_duration_bounds_ms / sizeof k_duration_bounds_ms[0], k_duration_bounds_ms);
-  m->calls = wk_metrics_counter(r, "worker_calls_total", "Calls of finished tasks, by outcome.", 1, outcome);
-  m->call_retries = wk_metrics_counter(r, "worker_call_retries_total", "Call attempts retried.", 0, NULL);
-  m->call_cpu = wk_metrics_counter(r, "worker_call_cpu_seconds_total",
-                                   "CPU time the executors spent in calls of finished tasks.", 0, NULL);
+      "Wall time of the phases of finished tasks (builder, calls, writer) and of the whole task (task).",
+      1, phase, sizeof k_duration_bounds_ms / sizeof k_duration_bounds_ms[0], k_duration_bounds_ms);
+  m->calls = wk_metrics_counter(r, "worker_calls_total", "Calls of finished tasks, by outcome.", 1,
+                                outcome);
+  m->call_retries =
+      wk_metrics_counter(r, "worker_call_retries_total", "Call attempts retried.", 0, NULL);
+  m->call_cpu =
+      wk_metrics_counter(r, "worker_call_cpu_seconds_total",
+                         "CPU time the executors spent in calls of finished tasks.", 0, NULL);
   m->executor_starts =
       wk_metrics_counter(r, "worker_executor_starts_total", "Executor processes started.", 0, NULL);
-  m->executor_exits =
-      wk_metrics_counter(r, "worker_executor_exits_total", "Executor processes that exited.", 0, NULL);
+  m->executor_exits = wk_metrics_counter(r, "worker_executor_exits_total",
+                                         "Executor processes that exited.", 0, NULL);
   m->executor_kills = wk_metrics_counter(
       r, "worker_executor_kills_total",
       "Executors killed, by reason (heartbeat: missed heartbeats; wedged: a call past its deadline or "
@@ -100,25 +107,28 @@ wk_app_metrics *wk_app_metrics_new(void) {
       "Executors retired and replaced, by reason (calls: max_calls_per_executor; rss: max_executor_rss_mb).",
       1, reason);
   m->executor_idle_stops =
-      wk_metrics_counter(r, "worker_executor_idle_stops_total", "Executors above the minimum stopped when idle.", 0, NULL);
-  m->etcd_registered =
-      wk_metrics_gauge(r, "worker_etcd_registered", "1 when the last registration put succeeded.", 0, NULL);
-  m->etcd_puts = wk_metrics_counter(r, "worker_etcd_puts_total", "Registration puts to etcd, by outcome.", 1, outcome);
-  m->etcd_keepalives = wk_metrics_counter(r, "worker_etcd_keepalives_total",
-                                          "Lease keep-alives sent to etcd, by outcome.", 1, outcome);
-  m->etcd_leases_lost =
-      wk_metrics_counter(r, "worker_etcd_leases_lost_total", "Registration leases found gone.", 0, NULL);
+      wk_metrics_counter(r, "worker_executor_idle_stops_total",
+                         "Executors above the minimum stopped when idle.", 0, NULL);
+  m->etcd_registered = wk_metrics_gauge(r, "worker_etcd_registered",
+                                        "1 when the last registration put succeeded.", 0, NULL);
+  m->etcd_puts = wk_metrics_counter(r, "worker_etcd_puts_total",
+                                    "Registration puts to etcd, by outcome.", 1, outcome);
+  m->etcd_keepalives = wk_metrics_counter(
+      r, "worker_etcd_keepalives_total", "Lease keep-alives sent to etcd, by outcome.", 1, outcome);
+  m->etcd_leases_lost = wk_metrics_counter(r, "worker_etcd_leases_lost_total",
+                                           "Registration leases found gone.", 0, NULL);
   m->shadow_requests = wk_metrics_counter(
       r, "worker_shadow_requests_total",
-      "Submissions offered to the shadow target, by outcome (mirrored, failed, dropped, sampled_out).", 1,
-      outcome);
-  m->shadow_queued =
-      wk_metrics_gauge(r, "worker_shadow_queued", "Mirrored submissions waiting to be sent.", 0, NULL);
-  if (!m->slots || !m->task_slots || !m->ready || !m->draining || !m->live_tasks || !m->open_streams ||
-      !m->executors_ready || !m->rpcs || !m->tasks_finished || !m->phase_duration || !m->calls ||
-      !m->call_retries || !m->call_cpu || !m->executor_starts || !m->executor_exits || !m->executor_kills ||
-      !m->executor_recycles || !m->executor_idle_stops || !m->etcd_registered || !m->etcd_puts ||
-      !m->etcd_keepalives || !m->etcd_leases_lost || !m->shadow_requests || !m->shadow_queued) {
+      "Submissions offered to the shadow target, by outcome (mirrored, failed, dropped, sampled_out).",
+      1, outcome);
+  m->shadow_queued = wk_metrics_gauge(r, "worker_shadow_queued",
+                                      "Mirrored submissions waiting to be sent.", 0, NULL);
+  if (!m->slots || !m->task_slots || !m->ready || !m->draining || !m->live_tasks ||
+      !m->open_streams || !m->executors_ready || !m->rpcs || !m->tasks_finished ||
+      !m->phase_duration || !m->calls || !m->call_retries || !m->call_cpu || !m->executor_starts ||
+      !m->executor_exits || !m->executor_kills || !m->executor_recycles ||
+      !m->executor_idle_stops || !m->etcd_registered || !m->etcd_puts || !m->etcd_keepalives ||
+      !m->etcd_leases_lost || !m->shadow_requests || !m->shadow_queued) {
     wk_app_metrics_free(m);
     return NULL;
   }
@@ -135,7 +145,8 @@ wk_metrics *wk_app_metrics_registry(wk_app_metrics *m) { return m->reg; }
 
 void wk_app_metrics_on_rpc_status(void *ud, const char *method, int code) {
   wk_app_metrics *m = ud;
-  wk_metric_inc(m->rpcs, (const char *const[]){method, wk_grpc_status_name((grpc_status_code)code)});
+  wk_metric_inc(m->rpcs,
+                (const char *const[]){method, wk_grpc_status_name((grpc_status_code)code)});
 }
 
 static void observe_span(wk_metric *h, const char *phase, int64_t started_ms, int64_t finished_ms) {
@@ -146,8 +157,8 @@ static void observe_span(wk_metric *h, const char *phase, int64_t started_ms, in
 void wk_app_metrics_on_task_finished(void *ud, const wk_task_result *r) {
   wk_app_metrics *m = ud;
   const wk_task_statistic *s = &r->statistic;
-  wk_metric_inc(m->tasks_finished,
-                (const char *const[]){wk_task_state_name(r->state), wk_failure_code_name(r->failure_code)});
+  wk_metric_inc(m->tasks_finished, (const char *const[]){wk_task_state_name(r->state),
+                                                         wk_failure_code_name(r->failure_code)});
   observe_span(m->phase_duration, "builder", s->builder_started_ms, s->builder_finished_ms);
   observe_span(m->phase_duration, "calls", s->calls_started_ms, s->calls_finished_ms);
   observe_span(m->phase_duration, "writer", s->writer_started_ms, s->writer_finished_ms);

@@ -31,7 +31,8 @@ bool wk_audit_permits(const char *allow, const char *deny, const char *function,
                       size_t why_len) {
   char hit[160];
   if (deny && deny[0] && matches(deny, function, hit, sizeof hit)) {
-    snprintf(why, why_len, "function '%s' is denied by this worker's audit_deny (%s)", function, hit);
+    snprintf(why, why_len, "function '%s' is denied by this worker's audit_deny (%s)", function,
+             hit);
     return false;
   }
   if (allow && allow[0] && !matches(allow, function, hit, sizeof hit)) {

@@ -17,11 +17,11 @@ struct wk_attempt {
   wk_attempt *next, *prev; /* in rt->calls.attempts */
   wk_task_rt *rt;
   uint64_t call_id;
-  uint64_t group;  /* for a child: its group; 0 for a top-level call */
-  uint32_t index;  /* call index, or position in the group */
-  void *handle;    /* the executor adapter's, while it runs */
-  bool answered;   /* the executor's outcome came in */
-  wk_buf output;   /* top-level: the encoded CallOutput of the answer */
+  uint64_t group; /* for a child: its group; 0 for a top-level call */
+  uint32_t index; /* call index, or position in the group */
+  void *handle;   /* the executor adapter's, while it runs */
+  bool answered;  /* the executor's outcome came in */
+  wk_buf output;  /* top-level: the encoded CallOutput of the answer */
   char failure[256];
   wk_frame_child child; /* child: the answer, views into `child_bytes` */
   wk_buf child_bytes;
@@ -37,7 +37,7 @@ struct wk_subcall_group {
   char function[WK_FUNCTION_NAME_MAX + 1];
   char entrypoint[WK_ENTRYPOINT_MAX + 1];
   wk_frame_content content_type;
-  uint8_t *args; /* count args back to back */
+  uint8_t *args;   /* count args back to back */
   size_t *offsets; /* count + 1 */
   wk_frame_child *children;
   wk_buf *child_bytes;
@@ -119,7 +119,8 @@ static void send_attempt(wk_calls *c, const wk_disp_action *act) {
   };
   if (act->depth == 0) {
     if (rt->build.streaming) {
-      size_t n = rt->build.impl->stream_args(&rt->build.stream, act->index, stream_args, sizeof stream_args);
+      size_t n = rt->build.impl->stream_args(&rt->build.stream, act->index, stream_args,
+                                             sizeof stream_args);
       spec.args = (wk_frame_bytes){(const uint8_t *)stream_args, (uint32_t)n};
       spec.content_type = WK_FRAME_CONTENT_JSON;
     } else {
@@ -187,7 +188,8 @@ static void record_call(wk_calls *c, const wk_disp_action *act) {
   if (a && a->answered) {
     rc->encoded = a->output; /* moved */
     a->output = (wk_buf){0};
-    if (rc->failed && !rt->calls.first_failure[0]) snprintf(rt->calls.first_failure, sizeof rt->calls.first_failure, "%s", a->failure);
+    if (rc->failed && !rt->calls.first_failure[0])
+      snprintf(rt->calls.first_failure, sizeof rt->calls.first_failure, "%s", a->failure);
   } else {
     /* the dispatcher decided without an answer (deadline backstop) */
     wk_call_outcome o = {
@@ -195,7 +197,8 @@ static void record_call(wk_calls *c, const wk_disp_action *act) {
         .error_type = wk_frame_bytes_cstr("DeadlineExceeded"),
         .error_message = wk_frame_bytes_cstr("the call got no answer before its deadline"),
     };
-    wk_task_rt_encode_output(act->index, &o, &rc->encoded, rt->calls.first_failure[0] ? NULL : rt->calls.first_failure,
+    wk_task_rt_encode_output(act->index, &o, &rc->encoded,
+                             rt->calls.first_failure[0] ? NULL : rt->calls.first_failure,
                              sizeof rt->calls.first_failure);
   }
   if (a) free_attempt(c, rt, a);
@@ -248,7 +251,8 @@ static void process(wk_calls *c) {
         case WK_DISP_SUBCALLS_COMPLETE: complete_group(c, act); break;
         case WK_DISP_TASK_DONE: {
           wk_disp_task_info info;
-          if (wk_disp_task_info_get(c->disp, act->task, &info) == WK_OK) rt->calls.stats.calls_retried = info.retried;
+          if (wk_disp_task_info_get(c->disp, act->task, &info) == WK_OK)
+            rt->calls.stats.calls_retried = info.retried;
           rt->calls.ok = act->ok;
           c->done(c->ud, rt);
           break;
@@ -272,13 +276,14 @@ static void refill(wk_calls *c, wk_task_rt *rt) {
   if (n > c->cfg.stream_batch) n = c->cfg.stream_batch;
   rt->calls.added += n;
   /* actions land in the shared buffer; the caller's process() loop picks them up */
-  wk_disp_add_calls(c->disp, rt->calls.disp_task, (uint32_t)n, rt->calls.added == rt->build.calls_total, c->now_ms, &c->out);
+  wk_disp_add_calls(c->disp, rt->calls.disp_task, (uint32_t)n,
+                    rt->calls.added == rt->build.calls_total, c->now_ms, &c->out);
 }
 
 /* ---- entry points -------------------------------------------------------------------- */
 
-wk_calls *wk_calls_create(const wk_calls_config *cfg, const wk_exec_adapter *exec, wk_calls_done_fn done,
-                          void *ud, char *err, size_t err_len) {
+wk_calls *wk_calls_create(const wk_calls_config *cfg, const wk_exec_adapter *exec,
+                          wk_calls_done_fn done, void *ud, char *err, size_t err_len) {
   const char *why = NULL;
   if (wk_disp_config_validate(&cfg->disp, &why) != WK_OK) {
     wk_errf(err, err_len, "dispatcher: %s", why);
@@ -314,13 +319,15 @@ void wk_calls_set_capacity(wk_calls *c, uint32_t calls, int64_t now_ms) {
 
 void wk_calls_start(wk_calls *c, wk_task_rt *rt, const wk_task_view *task, int64_t now_ms) {
   c->now_ms = now_ms;
-  rt->calls.outputs = wk_xcalloc(rt->build.calls_total ? rt->build.calls_total : 1, sizeof *rt->calls.outputs);
+  rt->calls.outputs =
+      wk_xcalloc(rt->build.calls_total ? rt->build.calls_total : 1, sizeof *rt->calls.outputs);
   wk_disp_task_params p = {
       .failure_policy = task->call_failure_policy,
       .max_failed_calls = task->max_failed_calls,
       .retry = task->retry,
       .retry_on_executor_lost = rt->req.retry_on_executor_lost,
-      .call_timeout_ms = rt->req.call_timeout_ms ? rt->req.call_timeout_ms + c->cfg.escalation_budget_ms : 0,
+      .call_timeout_ms =
+          rt->req.call_timeout_ms ? rt->req.call_timeout_ms + c->cfg.escalation_budget_ms : 0,
       .task_deadline_ms = task->deadline_ms,
   };
   wk_err err = wk_disp_add_task(c->disp, (uint64_t)(uintptr_t)rt, &p, &rt->calls.disp_task);
@@ -328,7 +335,8 @@ void wk_calls_start(wk_calls *c, wk_task_rt *rt, const wk_task_view *task, int64
     rt->calls.disp_task = 0;
     rt->calls.ok = false;
     snprintf(rt->calls.first_failure, sizeof rt->calls.first_failure,
-             "the dispatcher cannot take the task (%s): too many tasks in their calls phase", wk_err_name(err));
+             "the dispatcher cannot take the task (%s): too many tasks in their calls phase",
+             wk_err_name(err));
     c->done(c->ud, rt);
     return;
   }
@@ -336,7 +344,8 @@ void wk_calls_start(wk_calls *c, wk_task_rt *rt, const wk_task_view *task, int64
     refill(c, rt);
   } else {
     rt->calls.added = rt->build.calls_total;
-    wk_disp_add_calls(c->disp, rt->calls.disp_task, (uint32_t)rt->build.calls_total, true, now_ms, &c->out);
+    wk_disp_add_calls(c->disp, rt->calls.disp_task, (uint32_t)rt->build.calls_total, true, now_ms,
+                      &c->out);
   }
   process(c);
 }
@@ -396,14 +405,15 @@ void wk_calls_on_result(wk_calls *c, void *call_ctx, const wk_call_outcome *o, i
     wk_buf_append(b, o->traceback.ptr, o->traceback.len);
     const uint8_t *p = b->data;
     a->child = (wk_frame_child){
-        .status = o->status == WK_CALL_OK ? WK_FRAME_STATUS_OK
+        .status = o->status == WK_CALL_OK          ? WK_FRAME_STATUS_OK
                   : o->status == WK_CALL_RETRYABLE ? WK_FRAME_STATUS_RETRYABLE
                                                    : WK_FRAME_STATUS_ERROR,
         .content_type = o->content_type,
         .output = {p, o->output.len},
         .error_type = {p + o->output.len, o->error_type.len},
         .error_message = {p + o->output.len + o->error_type.len, o->error_message.len},
-        .traceback = {p + o->output.len + o->error_type.len + o->error_message.len, o->traceback.len},
+        .traceback = {p + o->output.len + o->error_type.len + o->error_message.len,
+                      o->traceback.len},
     };
   }
   wk_disp_result r = disp_result(o->status);
@@ -417,7 +427,8 @@ void wk_calls_on_result(wk_calls *c, void *call_ctx, const wk_call_outcome *o, i
   if (left) free_attempt(c, rt, left);
 }
 
-void wk_calls_on_subcalls(wk_calls *c, void *call_ctx, const wk_frame_subcalls *req, int64_t now_ms) {
+void wk_calls_on_subcalls(wk_calls *c, void *call_ctx, const wk_frame_subcalls *req,
+                          int64_t now_ms) {
   c->now_ms = now_ms;
   wk_attempt *parent = call_ctx;
   wk_task_rt *rt = parent->rt;
@@ -426,16 +437,19 @@ void wk_calls_on_subcalls(wk_calls *c, void *call_ctx, const wk_frame_subcalls *
   if (err != WK_OK) {
     char msg[160];
     snprintf(msg, sizeof msg, "%s",
-             err == WK_ERR_INVALID_ARGUMENT ? "subcalls nested deeper than this worker allows (max_depth)"
-             : err == WK_ERR_NO_SLOT        ? "too many calls in flight on this worker to start subcalls"
-                                            : "the parent call is no longer running");
+             err == WK_ERR_INVALID_ARGUMENT
+                 ? "subcalls nested deeper than this worker allows (max_depth)"
+             : err == WK_ERR_NO_SLOT ? "too many calls in flight on this worker to start subcalls"
+                                     : "the parent call is no longer running");
     wk_frame_child *children = wk_xcalloc(req->count ? req->count : 1, sizeof *children);
     for (uint32_t i = 0; i < req->count; i++) {
       children[i] = (wk_frame_child){.status = WK_FRAME_STATUS_ERROR,
                                      .error_type = wk_frame_bytes_cstr("SubcallRefused"),
                                      .error_message = wk_frame_bytes_cstr(msg)};
     }
-    if (parent->handle) c->exec->answer_subcalls(c->exec->impl, parent->handle, req->request_id, children, req->count);
+    if (parent->handle)
+      c->exec->answer_subcalls(c->exec->impl, parent->handle, req->request_id, children,
+                               req->count);
     free(children);
     process(c);
     return;
@@ -445,8 +459,10 @@ void wk_calls_on_subcalls(wk_calls *c, void *call_ctx, const wk_frame_subcalls *
   g->parent_call_id = parent->call_id;
   g->request_id = req->request_id;
   g->count = req->count;
-  snprintf(g->function, sizeof g->function, "%.*s", (int)req->function.len, (const char *)req->function.ptr);
-  snprintf(g->entrypoint, sizeof g->entrypoint, "%.*s", (int)req->entrypoint.len, (const char *)req->entrypoint.ptr);
+  snprintf(g->function, sizeof g->function, "%.*s", (int)req->function.len,
+           (const char *)req->function.ptr);
+  snprintf(g->entrypoint, sizeof g->entrypoint, "%.*s", (int)req->entrypoint.len,
+           (const char *)req->entrypoint.ptr);
   g->content_type = req->content_type;
   g->offsets = wk_xcalloc((size_t)req->count + 1, sizeof *g->offsets);
   g->args = wk_xmalloc(req->args_enc.len ? req->args_enc.len : 1);

@@ -29,8 +29,8 @@ typedef struct wk_calls_config {
 typedef void (*wk_calls_done_fn)(void *ud, wk_task_rt *rt);
 
 /** Creates the driver over `exec` (not owned). Returns NULL with a reason in err. */
-wk_calls *wk_calls_create(const wk_calls_config *cfg, const wk_exec_adapter *exec, wk_calls_done_fn done,
-                          void *ud, char *err, size_t err_len);
+wk_calls *wk_calls_create(const wk_calls_config *cfg, const wk_exec_adapter *exec,
+                          wk_calls_done_fn done, void *ud, char *err, size_t err_len);
 void wk_calls_destroy(wk_calls *c);
 
 /** Sets the dispatcher's global admission (executor capacity). */
@@ -47,7 +47,8 @@ void wk_calls_stop(wk_calls *c, wk_task_rt *rt, int64_t now_ms);
 void wk_calls_on_result(wk_calls *c, void *call_ctx, const wk_call_outcome *o, int64_t now_ms);
 
 /** A running attempt asks for child calls (the adapter's on_subcalls). */
-void wk_calls_on_subcalls(wk_calls *c, void *call_ctx, const wk_frame_subcalls *req, int64_t now_ms);
+void wk_calls_on_subcalls(wk_calls *c, void *call_ctx, const wk_frame_subcalls *req,
+                          int64_t now_ms);
 
 /** Timers: backoffs over, attempts past their deadline. */
 void wk_calls_tick(wk_calls *c, int64_t now_ms);

@@ -39,17 +39,17 @@ typedef struct wk_app_config {
   uint32_t task_slots;
   char code_root[WK_CONFIG_PATH_MAX];
   char scratch_root[WK_CONFIG_PATH_MAX]; /* "" = a fresh directory under $TMPDIR */
-  uint32_t executors;       /* executors_min: prestarted and kept */
-  uint32_t executors_max;   /* grown to on demand */
-  uint32_t pipeline_depth;  /* calls in flight per executor */
+  uint32_t executors;                    /* executors_min: prestarted and kept */
+  uint32_t executors_max;                /* grown to on demand */
+  uint32_t pipeline_depth;               /* calls in flight per executor */
   int64_t executor_idle_timeout_ms;
   uint64_t max_calls_per_executor; /* recycle after this many calls (0 = never) */
   uint64_t max_executor_rss_mb;    /* recycle above this peak RSS (0 = never) */
   int64_t executor_heartbeat_interval_ms;
   int64_t executor_heartbeat_timeout_ms;
-  uint64_t executor_rlimit_as_mb;  /* 0 = unlimited */
+  uint64_t executor_rlimit_as_mb; /* 0 = unlimited */
   uint64_t executor_rlimit_nofile;
-  uint64_t executor_rlimit_cpu_s;  /* 0 = unlimited */
+  uint64_t executor_rlimit_cpu_s; /* 0 = unlimited */
   char python[WK_CONFIG_PATH_MAX];
   char executor_script[WK_CONFIG_PATH_MAX];
   char python_path[WK_CONFIG_PATH_MAX];
@@ -73,24 +73,25 @@ typedef struct wk_app_config {
   uint32_t max_calls_in_flight; /* dispatcher call records (all tasks) */
   char etcd_endpoints[1024];    /* comma-separated http://host:port; "" = stand-alone */
   char registry_prefix[256];    /* "" = the Profile's */
-  char advertise_addr[WK_CONFIG_ADDR_MAX];     /* "" = listen_addr with its bound port */
+  char advertise_addr[WK_CONFIG_ADDR_MAX]; /* "" = listen_addr with its bound port */
   uint64_t etcd_lease_ttl_s;
-  int64_t heartbeat_interval_ms; /* registration value refreshed at least this often */
-  char tls_cert_file[WK_CONFIG_PATH_MAX];      /* "" = plaintext gRPC */
+  int64_t heartbeat_interval_ms;          /* registration value refreshed at least this often */
+  char tls_cert_file[WK_CONFIG_PATH_MAX]; /* "" = plaintext gRPC */
   char tls_key_file[WK_CONFIG_PATH_MAX];
   char tls_client_ca_file[WK_CONFIG_PATH_MAX]; /* set = mutual TLS required */
-  char auth_token[512];          /* set = every RPC needs "authorization: Bearer <token>" */
-  uint64_t io_scope_max_mb;     /* a task's scratch directory at most (0 = unbounded) */
-  char audit_allow[1024];       /* functions allowed (comma-separated, '*' suffix); "" = all */
-  char audit_deny[1024];        /* functions refused, checked first */
-  char usage_log[WK_CONFIG_PATH_MAX];         /* usage records appended here as JSON lines ("" = log only) */
-  char output_dir[WK_CONFIG_PATH_MAX];        /* file writer: where <task_id>.jsonl files go ("" = off) */
-  char redis_addr[WK_CONFIG_ADDR_MAX];         /* redis writer: host:port ("" = off) */
-  char postgres_dsn[1024];      /* postgres writer: libpq connection string ("" = off) */
+  char auth_token[512];     /* set = every RPC needs "authorization: Bearer <token>" */
+  uint64_t io_scope_max_mb; /* a task's scratch directory at most (0 = unbounded) */
+  char audit_allow[1024];   /* functions allowed (comma-separated, '*' suffix); "" = all */
+  char audit_deny[1024];    /* functions refused, checked first */
+  char
+      usage_log[WK_CONFIG_PATH_MAX]; /* usage records appended here as JSON lines ("" = log only) */
+  char output_dir[WK_CONFIG_PATH_MAX]; /* file writer: where <task_id>.jsonl files go ("" = off) */
+  char redis_addr[WK_CONFIG_ADDR_MAX]; /* redis writer: host:port ("" = off) */
+  char postgres_dsn[1024];             /* postgres writer: libpq connection string ("" = off) */
   char shadow_target_addr[WK_CONFIG_ADDR_MAX]; /* "" = no shadow forwarding */
   char metrics_addr[WK_CONFIG_ADDR_MAX];       /* "" = no Prometheus endpoint */
   uint32_t shadow_sample_percent;
-  uint32_t builder_concurrency;  /* phase semaphores: tasks in each phase at once */
+  uint32_t builder_concurrency; /* phase semaphores: tasks in each phase at once */
   uint32_t scan_concurrency;
   uint32_t executor_concurrency;
   uint32_t plugin_concurrency;
@@ -113,7 +114,7 @@ typedef enum wk_config_type {
 
 /** One setting. */
 typedef struct wk_config_item {
-  const char *name;        /* snake_case: the struct field, the YAML key, WORKER_<NAME> */
+  const char *name; /* snake_case: the struct field, the YAML key, WORKER_<NAME> */
   wk_config_type type;
   size_t offset;           /* offsetof(wk_app_config, <name>) */
   size_t size;             /* sizeof the field */
@@ -155,16 +156,16 @@ typedef struct wk_config_cli {
   bool markdown;           /* --markdown (with --print-config): the settings reference */
   size_t n_flags;
   struct {
-    size_t index;      /* row in the table */
-    const char *flag;  /* as typed, without "=VALUE": "--retention-ms" */
+    size_t index;     /* row in the table */
+    const char *flag; /* as typed, without "=VALUE": "--retention-ms" */
     size_t flag_len;
     const char *value;
   } flags[WK_CONFIG_MAX_FLAGS];
 } wk_config_cli;
 
 typedef enum wk_config_format {
-  WK_CONFIG_TEXT,     /* aligned columns: name, value, source */
-  WK_CONFIG_JSON,     /* {"name": {"value": ..., "source": "..."}, ...} */
+  WK_CONFIG_TEXT, /* aligned columns: name, value, source */
+  WK_CONFIG_JSON, /* {"name": {"value": ..., "source": "..."}, ...} */
 } wk_config_format;
 
 /* ---- the table ------------------------------------------------------------------ */
@@ -196,8 +197,8 @@ void wk_config_defaults(wk_app_config *cfg, wk_config_sources *sources);
  * bytes). Checks the syntax and what the field can hold (string length, integer
  * width), not the table's range: that is wk_config_validate's. Returns 0, or -1 with
  * one message (no location, no newline) in err: "expected a whole number, got 'x'". */
-int wk_config_parse_value(const wk_config_item *item, const char *text, void *field,
-                          char *err, size_t len);
+int wk_config_parse_value(const wk_config_item *item, const char *text, void *field, char *err,
+                          size_t len);
 
 /** Reads the YAML file at `path`: a mapping of setting names to scalar values
  * (`task_slots: 32`, `listen_addr: "0.0.0.0:7070"`, `max_message_bytes: 8MiB`; quoted
@@ -212,8 +213,8 @@ int wk_config_parse_value(const wk_config_item *item, const char *text, void *fi
  * and "PATH: cannot read: <strerror>" when the file cannot be opened. Otherwise the
  * values that parse are applied even when others fail; sources (may be NULL) get
  * "PATH:LINE". Returns the number of problems. */
-int wk_config_load_file(wk_app_config *cfg, const char *path, wk_config_sources *sources,
-                        char *err, size_t len);
+int wk_config_load_file(wk_app_config *cfg, const char *path, wk_config_sources *sources, char *err,
+                        size_t len);
 
 /** Applies WORKER_<NAME>=VALUE overrides from envp (a NULL-terminated "NAME=VALUE"
  * array such as environ; NULL = none). WORKER_CONFIG names the file and is skipped
@@ -231,13 +232,12 @@ int wk_config_apply_env(wk_app_config *cfg, char *const envp[], wk_config_source
  * does). Lines: "unknown flag '--task-slot' (did you mean --task-slots?)",
  * "--task-slots needs a value", "unexpected argument 'x'", "too many flags". Returns
  * the number of problems. */
-int wk_config_parse_cli(int argc, char *const argv[], wk_config_cli *cli, char *err,
-                        size_t len);
+int wk_config_parse_cli(int argc, char *const argv[], wk_config_cli *cli, char *err, size_t len);
 
 /** Applies the setting flags recorded in cli, in order (the last one wins). Lines:
  * "--task-slots: expected a whole number, got 'x'". Returns the number of problems. */
-int wk_config_apply_flags(wk_app_config *cfg, const wk_config_cli *cli,
-                          wk_config_sources *sources, char *err, size_t len);
+int wk_config_apply_flags(wk_app_config *cfg, const wk_config_cli *cli, wk_config_sources *sources,
+                          char *err, size_t len);
 
 /** The whole sequence: defaults, then the file (cli->config_path, else WORKER_CONFIG
  * from envp, else none), then the environment, then the flags (cli may be NULL). Every
@@ -272,8 +272,8 @@ int wk_config_validate_sources(const wk_app_config *cfg, const wk_config_sources
 
 /** Writes the value of `item` in cfg as text ("16", "127.0.0.1:7070", "true") into
  * buf; returns buf. */
-const char *wk_config_format_value(const wk_app_config *cfg, const wk_config_item *item,
-                                   char *buf, size_t len);
+const char *wk_config_format_value(const wk_app_config *cfg, const wk_config_item *item, char *buf,
+                                   size_t len);
 
 /** Prints the effective configuration with each value's source (sources may be NULL:
  * all "default"). */

@@ -19,8 +19,7 @@ static bool flag_is(const char *flag, size_t n, const char *name) {
   return i == n && name[i] == '\0';
 }
 
-int wk_config_parse_cli(int argc, char *const argv[], wk_config_cli *cli, char *err,
-                        size_t len) {
+int wk_config_parse_cli(int argc, char *const argv[], wk_config_cli *cli, char *err, size_t len) {
   wk_config__errs e = wk_config__errs_init(err, len);
   memset(cli, 0, sizeof *cli);
   for (int a = 1; a < argc; a++) {
@@ -81,7 +80,7 @@ int wk_config_parse_cli(int argc, char *const argv[], wk_config_cli *cli, char *
       char d[160] = "";
       if (s) wk_config__flag_name(s->name, d, sizeof d);
       wk_config__fail(&e, "unknown flag '--%.*s'%s%s%s", (int)(n > 80 ? 80 : n), name,
-           s ? " (did you mean --" : "", d, s ? "?)" : "");
+                      s ? " (did you mean --" : "", d, s ? "?)" : "");
       if (!eq && value && strncmp(value, "--", 2) == 0) a--; /* that is the next flag */
       continue;
     }
@@ -107,7 +106,7 @@ int wk_config_parse_cli(int argc, char *const argv[], wk_config_cli *cli, char *
 }
 
 int wk_config__apply_flags(wk_app_config *cfg, const wk_config_cli *cli, wk_config_sources *sources,
-                       wk_config__errs *e) {
+                           wk_config__errs *e) {
   int before = e->n;
   assert(cli->n_flags <= WK_CONFIG_MAX_FLAGS);
   for (size_t k = 0; k < cli->n_flags; k++) {
@@ -117,7 +116,8 @@ int wk_config__apply_flags(wk_app_config *cfg, const wk_config_cli *cli, wk_conf
     const wk_config_item *it = wk_config_item_at(idx);
     int fl = (int)(cli->flags[k].flag_len > 120 ? 120 : cli->flags[k].flag_len);
     char msg[256];
-    if (wk_config_parse_value(it, cli->flags[k].value, wk_config__field(cfg, it), msg, sizeof msg) != 0) {
+    if (wk_config_parse_value(it, cli->flags[k].value, wk_config__field(cfg, it), msg,
+                              sizeof msg) != 0) {
       wk_config__fail(e, "%.*s: %s", fl, cli->flags[k].flag, msg);
       continue;
     }
@@ -126,8 +126,8 @@ int wk_config__apply_flags(wk_app_config *cfg, const wk_config_cli *cli, wk_conf
   return e->n - before;
 }
 
-int wk_config_apply_flags(wk_app_config *cfg, const wk_config_cli *cli,
-                          wk_config_sources *sources, char *err, size_t len) {
+int wk_config_apply_flags(wk_app_config *cfg, const wk_config_cli *cli, wk_config_sources *sources,
+                          char *err, size_t len) {
   wk_config__errs e = wk_config__errs_init(err, len);
   return wk_config__apply_flags(cfg, cli, sources, &e);
 }

@@ -15,7 +15,7 @@ const char *wk_config__env_lookup(char *const envp[], const char *name) {
 }
 
 int wk_config__apply_env(wk_app_config *cfg, char *const envp[], wk_config_sources *sources,
-                     wk_config__errs *e) {
+                         wk_config__errs *e) {
   int before = e->n;
   static const char prefix[] = "WORKER_";
   for (size_t k = 0; envp && envp[k]; k++) {
@@ -43,8 +43,9 @@ int wk_config__apply_env(wk_app_config *cfg, char *const envp[], wk_config_sourc
       const wk_config_item *s = wk_config__suggest(rest, rest_len);
       char want[160] = "";
       if (s) wk_config__env_name(s->name, want, sizeof want);
-      wk_config__warn(e, "warning: %.*s is not a setting; ignored%s%s%s", (int)(var_len > 120 ? 120 : var_len),
-           var, s ? " (did you mean " : "", want, s ? "?)" : "");
+      wk_config__warn(e, "warning: %.*s is not a setting; ignored%s%s%s",
+                      (int)(var_len > 120 ? 120 : var_len), var, s ? " (did you mean " : "", want,
+                      s ? "?)" : "");
       continue;
     }
     char msg[256];

@@ -33,10 +33,12 @@ wk_config__errs wk_config__errs_init(char *buf, size_t len);
 
 /** Appends one problem line (control bytes shown as '?') and counts it. A full buffer
  * truncates the text, never the count. */
-__attribute__((format(printf, 2, 3))) void wk_config__fail(wk_config__errs *e, const char *fmt, ...);
+__attribute__((format(printf, 2, 3))) void wk_config__fail(wk_config__errs *e, const char *fmt,
+                                                           ...);
 
 /** Appends one warning line, not counted. */
-__attribute__((format(printf, 2, 3))) void wk_config__warn(wk_config__errs *e, const char *fmt, ...);
+__attribute__((format(printf, 2, 3))) void wk_config__warn(wk_config__errs *e, const char *fmt,
+                                                           ...);
 
 /* ---- the table (wk_config_table.c) -------------------------------------------------- */
 
@@ -84,9 +86,9 @@ void wk_config__expected(const wk_config_item *it, char *out, size_t len);
 /* ---- sources (wk_config_load.c) ----------------------------------------------------- */
 
 /** Records where setting i got its value (sources may be NULL: nothing recorded). */
-__attribute__((format(printf, 4, 5))) void wk_config__set_source(wk_config_sources *sources, size_t i,
-                                                                  wk_config_origin origin,
-                                                                  const char *fmt, ...);
+__attribute__((format(printf, 4, 5))) void wk_config__set_source(wk_config_sources *sources,
+                                                                 size_t i, wk_config_origin origin,
+                                                                 const char *fmt, ...);
 
 /** A source as shown to people: "default", "file worker.yaml:3", "env WORKER_X". */
 void wk_config__source_text(const wk_config_source *s, char *out, size_t len);

@@ -9,9 +9,9 @@
 
 #include "app/wk_config_int.h"
 
-__attribute__((format(printf, 4, 5))) void wk_config__set_source(wk_config_sources *sources, size_t i,
-                                                             wk_config_origin origin,
-                                                             const char *fmt, ...) {
+__attribute__((format(printf, 4, 5))) void wk_config__set_source(wk_config_sources *sources,
+                                                                 size_t i, wk_config_origin origin,
+                                                                 const char *fmt, ...) {
   if (!sources || i >= WK_CONFIG_MAX_ITEMS) return;
   sources->item[i].origin = origin;
   va_list ap;
@@ -68,12 +68,14 @@ int wk_config_load_tuned(wk_app_config *cfg, wk_config_sources *sources, const w
     tune(cfg);
     for (size_t i = 0; i < wk_config_count(); i++) {
       const wk_config_item *it = wk_config_item_at(i);
-      if (memcmp((const char *)&before + it->offset, (const char *)cfg + it->offset, it->size) != 0) {
+      if (memcmp((const char *)&before + it->offset, (const char *)cfg + it->offset, it->size) !=
+          0) {
         wk_config__set_source(sources, i, WK_CONFIG_FROM_DEFAULT, "profile");
       }
     }
   }
-  const char *path = cli && cli->config_path ? cli->config_path : wk_config__env_lookup(envp, "WORKER_CONFIG");
+  const char *path =
+      cli && cli->config_path ? cli->config_path : wk_config__env_lookup(envp, "WORKER_CONFIG");
   if (path && path[0]) wk_config__load_file(cfg, path, sources, &e);
   wk_config__apply_env(cfg, envp, sources, &e);
   if (cli) wk_config__apply_flags(cfg, cli, sources, &e);

@@ -74,9 +74,7 @@ static void range_text(const wk_config_item *it, char *out, size_t len) {
   switch (it->type) {
     case WK_CONFIG_UINT:
     case WK_CONFIG_MS:
-    case WK_CONFIG_BYTES:
-      snprintf(out, len, "%" PRId64 " .. %" PRId64, it->min, it->max);
-      return;
+    case WK_CONFIG_BYTES: snprintf(out, len, "%" PRId64 " .. %" PRId64, it->min, it->max); return;
     case WK_CONFIG_ENUM: wk_config__enum_list(it->choices ? it->choices : "", out, len); return;
     case WK_CONFIG_STRING:
       if (it->min > 0) {
@@ -102,33 +100,34 @@ void wk_config_print_markdown(FILE *out) {
     fprintf(out, "| `%s` | `%s` | `--%s`", it->name, env, flag);
     if (it->alias) fprintf(out, " (or `--%s`)", it->alias);
     if (it->doc_default) {
-      fprintf(out, " | %s | %s | %s | %s |\n", wk_config__type_name(it->type), it->doc_default, range,
-              it->help);
-    } else {
-      fprintf(out, " | %s | `%s` | %s | %s |\n", wk_config__type_name(it->type), it->def[0] ? it->def : "\"\"",
+      fprintf(out, " | %s | %s | %s | %s |\n", wk_config__type_name(it->type), it->doc_default,
               range, it->help);
+    } else {
+      fprintf(out, " | %s | `%s` | %s | %s |\n", wk_config__type_name(it->type),
+              it->def[0] ? it->def : "\"\"", range, it->help);
     }
   }
 }
 
 void wk_config_print_help(FILE *out) {
-  fputs("usage: worker [--config FILE] [--print-config [--json | --markdown]] [--SETTING VALUE]...\n"
-        "\n"
-        "Runs Python functions for a coordinator over gRPC (worker.v1.WorkerService).\n"
-        "\n"
-        "  --config FILE                  read settings from this YAML file (or WORKER_CONFIG)\n"
-        "  --print-config                 print the effective configuration with each value's\n"
-        "                                 source, check it, and exit (0 valid, 2 invalid)\n"
-        "  --json                         with --print-config: as JSON\n"
-        "  --markdown                     with --print-config: the settings reference (Markdown)\n"
-        "  -h, --help                     this text\n"
-        "\n"
-        "Settings: each one is a flag --name-with-dashes VALUE, an environment variable\n"
-        "WORKER_NAME and a key name in the file; flags beat the environment, which beats\n"
-        "the file, which beats the defaults. Units: ms accepts 30000, 30s, 5m, 1h; bytes\n"
-        "accepts 4194304, 64KiB, 4MiB, 1GiB.\n"
-        "\n",
-        out);
+  fputs(
+      "usage: worker [--config FILE] [--print-config [--json | --markdown]] [--SETTING VALUE]...\n"
+      "\n"
+      "Runs Python functions for a coordinator over gRPC (worker.v1.WorkerService).\n"
+      "\n"
+      "  --config FILE                  read settings from this YAML file (or WORKER_CONFIG)\n"
+      "  --print-config                 print the effective configuration with each value's\n"
+      "                                 source, check it, and exit (0 valid, 2 invalid)\n"
+      "  --json                         with --print-config: as JSON\n"
+      "  --markdown                     with --print-config: the settings reference (Markdown)\n"
+      "  -h, --help                     this text\n"
+      "\n"
+      "Settings: each one is a flag --name-with-dashes VALUE, an environment variable\n"
+      "WORKER_NAME and a key name in the file; flags beat the environment, which beats\n"
+      "the file, which beats the defaults. Units: ms accepts 30000, 30s, 5m, 1h; bytes\n"
+      "accepts 4194304, 64KiB, 4MiB, 1GiB.\n"
+      "\n",
+      out);
   for (size_t i = 0; i < wk_config_count(); i++) {
     const wk_config_item *it = wk_config_item_at(i);
     char flag[160], left[256];
@@ -143,7 +142,8 @@ void wk_config_print_help(FILE *out) {
     fprintf(out, "  %s (default %s%s%s)\n", it->help, def[0] ? def : "\"\"",
             it->alias ? "; also --" : "", it->alias ? it->alias : "");
   }
-  fputs("\nLogs are JSON lines on stderr; SIGINT/SIGTERM drain and stop (a second one skips the "
-        "wait).\n",
-        out);
+  fputs(
+      "\nLogs are JSON lines on stderr; SIGINT/SIGTERM drain and stop (a second one skips the "
+      "wait).\n",
+      out);
 }

@@ -11,7 +11,8 @@ wk_config__errs wk_config__errs_init(char *buf, size_t len) {
   return (wk_config__errs){.buf = buf, .len = len, .n = 0};
 }
 
-static void vappend(wk_config__errs *e, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
+static void vappend(wk_config__errs *e, const char *fmt, va_list ap)
+    __attribute__((format(printf, 2, 0)));
 static void vappend(wk_config__errs *e, const char *fmt, va_list ap) {
   if (!e->buf || e->len == 0) return;
   size_t used = strlen(e->buf);
@@ -34,7 +35,8 @@ static void vappend(wk_config__errs *e, const char *fmt, va_list ap) {
 }
 
 /** One problem: a line, counted. */
-__attribute__((format(printf, 2, 3))) void wk_config__fail(wk_config__errs *e, const char *fmt, ...) {
+__attribute__((format(printf, 2, 3))) void wk_config__fail(wk_config__errs *e, const char *fmt,
+                                                           ...) {
   va_list ap;
   va_start(ap, fmt);
   vappend(e, fmt, ap);
@@ -43,7 +45,8 @@ __attribute__((format(printf, 2, 3))) void wk_config__fail(wk_config__errs *e, c
 }
 
 /** A warning: a line, not counted. */
-__attribute__((format(printf, 2, 3))) void wk_config__warn(wk_config__errs *e, const char *fmt, ...) {
+__attribute__((format(printf, 2, 3))) void wk_config__warn(wk_config__errs *e, const char *fmt,
+                                                           ...) {
   va_list ap;
   va_start(ap, fmt);
   vappend(e, fmt, ap);

@@ -11,7 +11,7 @@
 #define WK_PYTHON_DIR "python"
 #endif
 
-#define FIELD(f)                                                                          \
+#define FIELD(f) \
   .name = #f, .offset = offsetof(wk_app_config, f), .size = sizeof(((wk_app_config *)0)->f)
 #define STRMAX(f) ((int64_t)sizeof(((wk_app_config *)0)->f) - 1)
 
@@ -35,7 +35,8 @@ static const wk_config_item table[] = {
      .help = "grow to this many executors while work waits (0 = executors; "
              "left at its default, at least executors)"},
     {FIELD(pipeline_depth), .type = WK_CONFIG_UINT, .def = "64", .min = 1, .max = 1024,
-     .help = "calls in flight per executor at most (fewer when calls are slow: ~2 ms of work ahead)"},
+     .help =
+         "calls in flight per executor at most (fewer when calls are slow: ~2 ms of work ahead)"},
     {FIELD(executor_idle_timeout_ms), .type = WK_CONFIG_MS, .def = "60000", .min = 100,
      .max = 86400000, .help = "stop idle executors above the minimum after this long"},
     {FIELD(max_calls_per_executor), .type = WK_CONFIG_UINT, .def = "0", .min = 0,
@@ -46,12 +47,12 @@ static const wk_config_item table[] = {
      .max = 600000, .help = "ping each executor this often"},
     {FIELD(executor_heartbeat_timeout_ms), .type = WK_CONFIG_MS, .def = "10000", .min = 200,
      .max = 3600000, .help = "kill and replace an executor silent this long"},
-    {FIELD(executor_rlimit_as_mb), .type = WK_CONFIG_UINT, .def = "0", .min = 0,
-     .max = 16777216, .help = "executor address-space limit in MiB (0 = unchanged)"},
-    {FIELD(executor_rlimit_nofile), .type = WK_CONFIG_UINT, .def = "1024", .min = 0,
-     .max = 1048576, .help = "executor open-files limit (0 = unchanged)"},
-    {FIELD(executor_rlimit_cpu_s), .type = WK_CONFIG_UINT, .def = "0", .min = 0,
-     .max = 31536000, .help = "executor CPU-seconds limit (0 = unchanged)"},
+    {FIELD(executor_rlimit_as_mb), .type = WK_CONFIG_UINT, .def = "0", .min = 0, .max = 16777216,
+     .help = "executor address-space limit in MiB (0 = unchanged)"},
+    {FIELD(executor_rlimit_nofile), .type = WK_CONFIG_UINT, .def = "1024", .min = 0, .max = 1048576,
+     .help = "executor open-files limit (0 = unchanged)"},
+    {FIELD(executor_rlimit_cpu_s), .type = WK_CONFIG_UINT, .def = "0", .min = 0, .max = 31536000,
+     .help = "executor CPU-seconds limit (0 = unchanged)"},
     {FIELD(python), .type = WK_CONFIG_STRING, .def = "/usr/bin/python3", .min = 1,
      .max = STRMAX(python), .meta = "PATH", .help = "interpreter for executors (an executable)"},
     {FIELD(executor_script), .type = WK_CONFIG_STRING, .def = WK_PYTHON_DIR "/worker_executor.py",
@@ -62,25 +63,25 @@ static const wk_config_item table[] = {
      .max = STRMAX(python_path), .meta = "DIRS", .doc_default = "python/ of the source tree",
      .help = "PYTHONPATH for executors"},
     /* results and watchers */
-    {FIELD(result_retention_ms), .type = WK_CONFIG_MS, .def = "600000", .min = 0,
-     .max = 86400000, .alias = "retention-ms", .help = "keep terminal results this long"},
-    {FIELD(max_retained_results), .type = WK_CONFIG_UINT, .def = "10000", .min = 1,
-     .max = 4194304, .help = "keep at most this many terminal results"},
+    {FIELD(result_retention_ms), .type = WK_CONFIG_MS, .def = "600000", .min = 0, .max = 86400000,
+     .alias = "retention-ms", .help = "keep terminal results this long"},
+    {FIELD(max_retained_results), .type = WK_CONFIG_UINT, .def = "10000", .min = 1, .max = 4194304,
+     .help = "keep at most this many terminal results"},
     {FIELD(max_retained_bytes), .type = WK_CONFIG_BYTES, .def = "256MiB", .min = 1024,
      .max = 1099511627776, .help = "keep terminal results holding at most this many bytes"},
     {FIELD(watch_disconnect_grace_ms), .type = WK_CONFIG_MS, .def = "10000", .min = 0,
      .max = 3600000, .alias = "watch-grace-ms",
      .help = "fail a task OWNER_LOST this long after its last watcher broke"},
     /* slots and tasks */
-    {FIELD(default_slot_ttl_ms), .type = WK_CONFIG_MS, .def = "30000", .min = 1,
-     .max = 3600000, .alias = "slot-ttl-ms", .help = "slot lease when a request gives none"},
+    {FIELD(default_slot_ttl_ms), .type = WK_CONFIG_MS, .def = "30000", .min = 1, .max = 3600000,
+     .alias = "slot-ttl-ms", .help = "slot lease when a request gives none"},
     {FIELD(max_slot_ttl_ms), .type = WK_CONFIG_MS, .def = "600000", .min = 1, .max = 86400000,
      .help = "longest slot lease accepted"},
     {FIELD(default_task_timeout_ms), .type = WK_CONFIG_MS, .def = "600000", .min = 1,
      .max = 86400000, .alias = "default-timeout-ms",
      .help = "task timeout when a submit gives none"},
-    {FIELD(max_task_timeout_ms), .type = WK_CONFIG_MS, .def = "3600000", .min = 1,
-     .max = 604800000, .alias = "max-timeout-ms", .help = "longest task timeout accepted"},
+    {FIELD(max_task_timeout_ms), .type = WK_CONFIG_MS, .def = "3600000", .min = 1, .max = 604800000,
+     .alias = "max-timeout-ms", .help = "longest task timeout accepted"},
     {FIELD(drain_timeout_ms), .type = WK_CONFIG_MS, .def = "30000", .min = 0, .max = 3600000,
      .help = "on SIGTERM, wait this long for running tasks"},
     {FIELD(cancel_grace_ms), .type = WK_CONFIG_MS, .def = "2000", .min = 1, .max = 600000,
@@ -107,11 +108,15 @@ static const wk_config_item table[] = {
              "(over it the calls phase fails; 0 = unbounded)"},
     /* audit and usage */
     {FIELD(audit_allow), .type = WK_CONFIG_STRING, .def = "", .min = 0, .max = STRMAX(audit_allow),
-     .meta = "LIST", .help = "functions this worker runs: comma-separated names, '*' suffix for a prefix (empty = all)"},
+     .meta = "LIST",
+     .help =
+         "functions this worker runs: comma-separated names, '*' suffix for a prefix (empty = all)"},
     {FIELD(audit_deny), .type = WK_CONFIG_STRING, .def = "", .min = 0, .max = STRMAX(audit_deny),
-     .meta = "LIST", .help = "functions refused at activation (ACTIVATION_FAILED), checked before audit_allow"},
+     .meta = "LIST",
+     .help = "functions refused at activation (ACTIVATION_FAILED), checked before audit_allow"},
     {FIELD(usage_log), .type = WK_CONFIG_STRING, .def = "", .min = 0, .max = STRMAX(usage_log),
-     .meta = "FILE", .help = "usage sink: one JSON usage record per task appended here (empty = the log only)"},
+     .meta = "FILE",
+     .help = "usage sink: one JSON usage record per task appended here (empty = the log only)"},
     /* writer plugins (a plugin the profile enables runs when its setting is set) */
     {FIELD(output_dir), .type = WK_CONFIG_STRING, .def = "", .min = 0, .max = STRMAX(output_dir),
      .meta = "DIR", .help = "file writer: directory for <task_id>.jsonl outputs (empty = off)"},
@@ -144,14 +149,15 @@ static const wk_config_item table[] = {
      .help = "address coordinators dial, registered in etcd (empty = listen_addr's bound address)"},
     {FIELD(etcd_lease_ttl_s), .type = WK_CONFIG_UINT, .def = "10", .min = 1, .max = 3600,
      .help = "etcd lease TTL in seconds: a dead worker's key is gone this long after"},
-    {FIELD(heartbeat_interval_ms), .type = WK_CONFIG_MS, .def = "3000", .min = 10,
-     .max = 3600000, .help = "the registration value is re-put at least this often"},
+    {FIELD(heartbeat_interval_ms), .type = WK_CONFIG_MS, .def = "3000", .min = 10, .max = 3600000,
+     .help = "the registration value is re-put at least this often"},
     {FIELD(shadow_target_addr), .type = WK_CONFIG_STRING, .def = "", .min = 0,
      .max = STRMAX(shadow_target_addr), .meta = "HOST:PORT",
      .help = "mirror sampled successful submissions to this worker (empty = off)"},
-    {FIELD(metrics_addr), .type = WK_CONFIG_STRING, .def = "", .min = 0, .max = STRMAX(metrics_addr),
-     .meta = "HOST:PORT",
-     .help = "serve Prometheus metrics on http://HOST:PORT/metrics (port 0 picks one; empty = off)"},
+    {FIELD(metrics_addr), .type = WK_CONFIG_STRING, .def = "", .min = 0,
+     .max = STRMAX(metrics_addr), .meta = "HOST:PORT",
+     .help =
+         "serve Prometheus metrics on http://HOST:PORT/metrics (port 0 picks one; empty = off)"},
     {FIELD(shadow_sample_percent), .type = WK_CONFIG_UINT, .def = "100", .min = 0, .max = 100,
      .help = "percent of successful submissions mirrored to shadow_target_addr"},
     {FIELD(builder_concurrency), .type = WK_CONFIG_UINT, .def = "4", .min = 1, .max = 65536,

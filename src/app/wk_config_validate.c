@@ -50,7 +50,8 @@ __attribute__((format(printf, 4, 5))) static void vfail(vctx *v, size_t a, size_
     snprintf(sb, sizeof sb, "from ");
     wk_config__source_text(src_b, sb + 5, sizeof sb - 5);
   }
-  wk_config__fail(v->e, "%s (%s %s, %s %s)", msg, wk_config_item_at(a)->name, sa, wk_config_item_at(b)->name, sb);
+  wk_config__fail(v->e, "%s (%s %s, %s %s)", msg, wk_config_item_at(a)->name, sa,
+                  wk_config_item_at(b)->name, sb);
 }
 
 static void check_range(vctx *v, size_t i) {
@@ -97,8 +98,8 @@ static void check_range(vctx *v, size_t i) {
       } else if (n == 0 && it->min > 0) {
         vfail(v, i, NO_ITEM, "%s must not be empty", it->name);
       } else if ((int64_t)n < it->min || (int64_t)n > it->max) {
-        vfail(v, i, NO_ITEM, "%s must be %" PRId64 " to %" PRId64 " bytes long, got %zu",
-              it->name, it->min, it->max, n);
+        vfail(v, i, NO_ITEM, "%s must be %" PRId64 " to %" PRId64 " bytes long, got %zu", it->name,
+              it->min, it->max, n);
       }
       return;
     }
@@ -108,7 +109,8 @@ static void check_range(vctx *v, size_t i) {
 /* NULL if addr is host:port, [v6]:port or unix:PATH; else why not. */
 static const char *listen_problem(const char *addr) {
   if (strncmp(addr, "unix:", 5) == 0) return addr[5] ? NULL : "unix: needs a path";
-  if (strncmp(addr, "unix-abstract:", 14) == 0) return addr[14] ? NULL : "unix-abstract: needs a name";
+  if (strncmp(addr, "unix-abstract:", 14) == 0)
+    return addr[14] ? NULL : "unix-abstract: needs a name";
   const char *colon = strrchr(addr, ':');
   if (!colon) return "no ':port'";
   size_t host_len = (size_t)(colon - addr);
@@ -135,8 +137,8 @@ static void check_dir(vctx *v, const char *name) {
     vfail(v, i, NO_ITEM, "%s must be an existing directory, got '%.200s' (%s)", name, path,
           strerror(errno));
   } else if (!S_ISDIR(st.st_mode)) {
-    vfail(v, i, NO_ITEM, "%s must be an existing directory, got '%.200s' (not a directory)",
-          name, path);
+    vfail(v, i, NO_ITEM, "%s must be an existing directory, got '%.200s' (not a directory)", name,
+          path);
   }
 }
 
@@ -166,9 +168,9 @@ static int validate(const wk_app_config *c, const wk_config_sources *sources, wk
           c->default_slot_ttl_ms, c->max_slot_ttl_ms);
   }
   if (c->default_task_timeout_ms > c->max_task_timeout_ms) {
-    vfail(&v, wk_config__index_of("default_task_timeout_ms"), wk_config__index_of("max_task_timeout_ms"),
-          "default_task_timeout_ms (%" PRId64 ") must not exceed max_task_timeout_ms (%" PRId64
-          ")",
+    vfail(&v, wk_config__index_of("default_task_timeout_ms"),
+          wk_config__index_of("max_task_timeout_ms"),
+          "default_task_timeout_ms (%" PRId64 ") must not exceed max_task_timeout_ms (%" PRId64 ")",
           c->default_task_timeout_ms, c->max_task_timeout_ms);
   }
   if (c->task_window_initial > c->task_window_max) {
@@ -182,7 +184,8 @@ static int validate(const wk_app_config *c, const wk_config_sources *sources, wk
           c->executors_max, c->executors);
   }
   if (c->executor_heartbeat_timeout_ms <= c->executor_heartbeat_interval_ms) {
-    vfail(&v, wk_config__index_of("executor_heartbeat_timeout_ms"), wk_config__index_of("executor_heartbeat_interval_ms"),
+    vfail(&v, wk_config__index_of("executor_heartbeat_timeout_ms"),
+          wk_config__index_of("executor_heartbeat_interval_ms"),
           "executor_heartbeat_timeout_ms (%" PRId64
           ") must exceed executor_heartbeat_interval_ms (%" PRId64 ")",
           c->executor_heartbeat_timeout_ms, c->executor_heartbeat_interval_ms);
@@ -219,7 +222,8 @@ static size_t type_align(const wk_config_item *it) {
     case WK_CONFIG_STRING:
     case WK_CONFIG_ENUM: return 1;
     case WK_CONFIG_UINT:
-    case WK_CONFIG_BYTES: return it->size == sizeof(uint32_t) ? _Alignof(uint32_t) : _Alignof(uint64_t);
+    case WK_CONFIG_BYTES:
+      return it->size == sizeof(uint32_t) ? _Alignof(uint32_t) : _Alignof(uint64_t);
     case WK_CONFIG_MS: return _Alignof(int64_t);
     case WK_CONFIG_BOOL: return _Alignof(bool);
   }
@@ -250,8 +254,9 @@ int wk_config_check_table(char *err, size_t len) {
       wk_config__fail(&e, "%s: not snake_case", it->name);
     }
     if (!it->help || !it->help[0]) wk_config__fail(&e, "%s: no description", it->name);
-    if (!size_fits(it)) wk_config__fail(&e, "%s: a %s does not fit the field's %zu bytes", it->name,
-                             wk_config__type_name(it->type), it->size);
+    if (!size_fits(it))
+      wk_config__fail(&e, "%s: a %s does not fit the field's %zu bytes", it->name,
+                      wk_config__type_name(it->type), it->size);
     if (it->min > it->max) wk_config__fail(&e, "%s: min above max", it->name);
     if ((it->type == WK_CONFIG_ENUM) != (it->choices != NULL)) {
       wk_config__fail(&e, "%s: choices go with enum only", it->name);
@@ -268,7 +273,8 @@ int wk_config_check_table(char *err, size_t len) {
       }
       if (o->alias) {
         wk_config__flag_name(it->name, d, sizeof d);
-        if (strcmp(d, o->alias) == 0) wk_config__fail(&e, "%s: its flag is %s's alias", it->name, o->name);
+        if (strcmp(d, o->alias) == 0)
+          wk_config__fail(&e, "%s: its flag is %s's alias", it->name, o->name);
       }
     }
     if (size_fits(it)) {
@@ -288,8 +294,8 @@ int wk_config_check_table(char *err, size_t len) {
   /* coverage: sorted by offset, each row starts where the one before ends (plus the
    * padding its alignment needs), and the struct ends after the last */
   for (size_t i = 1; i < wk_config_count(); i++) {
-    for (size_t j = i; j > 0 && wk_config_item_at(order[j - 1])->offset >
-                                  wk_config_item_at(order[j])->offset;
+    for (size_t j = i;
+         j > 0 && wk_config_item_at(order[j - 1])->offset > wk_config_item_at(order[j])->offset;
          j--) {
       size_t t = order[j];
       order[j] = order[j - 1];
@@ -309,7 +315,8 @@ int wk_config_check_table(char *err, size_t len) {
     end = it->offset + it->size;
     prev = it->name;
   }
-  size_t tail = (end + _Alignof(wk_app_config) - 1) / _Alignof(wk_app_config) * _Alignof(wk_app_config);
+  size_t tail =
+      (end + _Alignof(wk_app_config) - 1) / _Alignof(wk_app_config) * _Alignof(wk_app_config);
   if (tail != sizeof(wk_app_config)) {
     wk_config__fail(&e, "a field of wk_app_config after %s has no row", prev);
   }

@@ -79,9 +79,14 @@ typedef struct unit {
 } unit;
 
 static const unit no_units[] = {{"", 1}, {NULL, 0}};
-static const unit ms_units[] = {{"", 1}, {"ms", 1}, {"s", 1000}, {"m", 60000}, {"h", 3600000}, {NULL, 0}};
-static const unit byte_units[] = {{"", 1},           {"B", 1},           {"KiB", 1024},
-                                  {"MiB", 1048576},  {"GiB", 1073741824}, {"TiB", 1099511627776},
+static const unit ms_units[] = {{"", 1},      {"ms", 1},      {"s", 1000},
+                                {"m", 60000}, {"h", 3600000}, {NULL, 0}};
+static const unit byte_units[] = {{"", 1},
+                                  {"B", 1},
+                                  {"KiB", 1024},
+                                  {"MiB", 1048576},
+                                  {"GiB", 1073741824},
+                                  {"TiB", 1099511627776},
                                   {NULL, 0}};
 
 /* A whole number with an optional unit; *neg when it starts with '-' (if allowed).
@@ -205,7 +210,8 @@ int wk_config_parse_value(const wk_config_item *it, const char *text, void *fiel
         wk_errf(err, len, "longer than %zu bytes", it->size ? it->size - 1 : 0);
         return -1;
       }
-      if (it->type == WK_CONFIG_ENUM && !wk_config__enum_has(it->choices ? it->choices : "", text)) {
+      if (it->type == WK_CONFIG_ENUM &&
+          !wk_config__enum_has(it->choices ? it->choices : "", text)) {
         wk_errf(err, len, "expected %s, got '%.80s'", exp, text);
         return -1;
       }
@@ -223,8 +229,8 @@ int wk_config_parse_value(const wk_config_item *it, const char *text, void *fiel
         return -1;
       }
       if (rc != 0) {
-        wk_errf(err, len, "expected %s%s, got '%.80s'", exp, text[0] == '-' ? " (not negative)" : "",
-                text);
+        wk_errf(err, len, "expected %s%s, got '%.80s'", exp,
+                text[0] == '-' ? " (not negative)" : "", text);
         return -1;
       }
       set_uint(field, it->size, v);

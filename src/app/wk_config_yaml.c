@@ -25,19 +25,20 @@ static bool next_event(yaml_ctx *y, yaml_event_t *ev) {
   size_t line = y->parser.problem_mark.line + 1;
   if (y->parser.error == YAML_READER_ERROR) {
     wk_config__fail(y->e, "%s: YAML error: %s (byte %zu)", y->path,
-         y->parser.problem ? y->parser.problem : "cannot read", y->parser.problem_offset);
+                    y->parser.problem ? y->parser.problem : "cannot read",
+                    y->parser.problem_offset);
   } else if (y->parser.context) {
     size_t from = y->parser.context_mark.line + 1;
     if (from != line) {
       wk_config__fail(y->e, "%s:%zu: YAML syntax error: %s %s (started on line %zu)", y->path, line,
-           y->parser.problem ? y->parser.problem : "?", y->parser.context, from);
+                      y->parser.problem ? y->parser.problem : "?", y->parser.context, from);
     } else {
       wk_config__fail(y->e, "%s:%zu: YAML syntax error: %s %s", y->path, line,
-           y->parser.problem ? y->parser.problem : "?", y->parser.context);
+                      y->parser.problem ? y->parser.problem : "?", y->parser.context);
     }
   } else {
     wk_config__fail(y->e, "%s:%zu: YAML syntax error: %s", y->path, line,
-         y->parser.problem ? y->parser.problem : "?");
+                    y->parser.problem ? y->parser.problem : "?");
   }
   return false;
 }
@@ -58,8 +59,8 @@ static void skip_node(yaml_ctx *y, const yaml_event_t *ev) {
 static bool is_null_scalar(const yaml_event_t *ev) {
   if (ev->data.scalar.style != YAML_PLAIN_SCALAR_STYLE) return false;
   const char *v = (const char *)ev->data.scalar.value;
-  return v[0] == '\0' || strcmp(v, "~") == 0 || strcmp(v, "null") == 0 ||
-         strcmp(v, "Null") == 0 || strcmp(v, "NULL") == 0;
+  return v[0] == '\0' || strcmp(v, "~") == 0 || strcmp(v, "null") == 0 || strcmp(v, "Null") == 0 ||
+         strcmp(v, "NULL") == 0;
 }
 
 static const char *node_kind(yaml_event_type_t t) {
@@ -96,7 +97,7 @@ static void file_value(yaml_ctx *y, wk_app_config *cfg, wk_config_sources *sourc
     skip_node(y, ev);
     if (!y->broken) { /* a syntax error inside says enough */
       wk_config__fail(y->e, "%s:%zu: %s: expected %s, got %s", y->path, line, it->name, exp,
-           node_kind(ev->type));
+                      node_kind(ev->type));
     }
     return;
   }
@@ -113,8 +114,9 @@ static void file_value(yaml_ctx *y, wk_app_config *cfg, wk_config_sources *sourc
     }
     text = "";
   } else if (!stringy && ev->data.scalar.style != YAML_PLAIN_SCALAR_STYLE) {
-    wk_config__fail(y->e, "%s:%zu: %s: expected %s, got the quoted string \"%.80s\" (write it unquoted)",
-         y->path, line, it->name, exp, text);
+    wk_config__fail(y->e,
+                    "%s:%zu: %s: expected %s, got the quoted string \"%.80s\" (write it unquoted)",
+                    y->path, line, it->name, exp, text);
     return;
   }
   char msg[256];
@@ -140,7 +142,7 @@ static void file_mapping(yaml_ctx *y, wk_app_config *cfg, wk_config_sources *sou
     const wk_config_item *it = NULL;
     if (key.type != YAML_SCALAR_EVENT) {
       wk_config__fail(y->e, "%s:%zu: a setting name must be a word, got %s", y->path, line,
-           node_kind(key.type));
+                      node_kind(key.type));
       skip_node(y, &key);
     } else {
       const char *name = (const char *)key.data.scalar.value;
@@ -148,14 +150,14 @@ static void file_mapping(yaml_ctx *y, wk_app_config *cfg, wk_config_sources *sou
       if (!it) {
         const wk_config_item *s = wk_config__suggest(name, strlen(name));
         if (s) {
-          wk_config__fail(y->e, "%s:%zu: unknown setting '%.80s' (did you mean %s?)", y->path, line, name,
-               s->name);
+          wk_config__fail(y->e, "%s:%zu: unknown setting '%.80s' (did you mean %s?)", y->path, line,
+                          name, s->name);
         } else {
           wk_config__fail(y->e, "%s:%zu: unknown setting '%.80s'", y->path, line, name);
         }
       } else if (first_line[idx]) {
-        wk_config__fail(y->e, "%s:%zu: duplicate setting '%s' (first set on line %zu)", y->path, line,
-             it->name, first_line[idx]);
+        wk_config__fail(y->e, "%s:%zu: duplicate setting '%s' (first set on line %zu)", y->path,
+                        line, it->name, first_line[idx]);
         it = NULL;
       } else {
         first_line[idx] = line;
@@ -195,8 +197,8 @@ static void file_stream(yaml_ctx *y, wk_app_config *cfg, wk_config_sources *sour
       file_mapping(y, cfg, sources);
     } else if (!(root.type == YAML_SCALAR_EVENT && is_null_scalar(&root))) {
       wk_config__fail(y->e, "%s:%zu: the file must be a mapping of setting: value, got %s", y->path,
-           root.start_mark.line + 1,
-           root.type == YAML_SCALAR_EVENT ? "a single value" : node_kind(root.type));
+                      root.start_mark.line + 1,
+                      root.type == YAML_SCALAR_EVENT ? "a single value" : node_kind(root.type));
       skip_node(y, &root);
     }
     yaml_event_delete(&root);
@@ -205,7 +207,8 @@ static void file_stream(yaml_ctx *y, wk_app_config *cfg, wk_config_sources *sour
   }
 }
 
-int wk_config__load_file(wk_app_config *cfg, const char *path, wk_config_sources *sources, wk_config__errs *e) {
+int wk_config__load_file(wk_app_config *cfg, const char *path, wk_config_sources *sources,
+                         wk_config__errs *e) {
   int before = e->n;
   FILE *f = fopen(path, "rb");
   if (!f) {
@@ -244,8 +247,8 @@ int wk_config__load_file(wk_app_config *cfg, const char *path, wk_config_sources
   return e->n - before;
 }
 
-int wk_config_load_file(wk_app_config *cfg, const char *path, wk_config_sources *sources,
-                        char *err, size_t len) {
+int wk_config_load_file(wk_app_config *cfg, const char *path, wk_config_sources *sources, char *err,
+                        size_t len) {
   wk_config__errs e = wk_config__errs_init(err, len);
   return wk_config__load_file(cfg, path, sources, &e);
 }

@@ -42,7 +42,8 @@ int wk_main(const wk_profile *profile, int argc, char **argv) {
     wk_config_print_markdown(stdout);
     return 0;
   }
-  int problems = wk_config_load_tuned(&cfg, &sources, &cli, environ, profile->tune_defaults, err, sizeof err);
+  int problems =
+      wk_config_load_tuned(&cfg, &sources, &cli, environ, profile->tune_defaults, err, sizeof err);
   print_lines(err); /* errors, or warnings only */
   if (problems > 0) return 2;
 
@@ -52,7 +53,8 @@ int wk_main(const wk_profile *profile, int argc, char **argv) {
     fflush(stdout);
   }
   if (problems > 0) {
-    fprintf(stderr, "worker: invalid configuration (%d problem%s):\n", problems, problems == 1 ? "" : "s");
+    fprintf(stderr, "worker: invalid configuration (%d problem%s):\n", problems,
+            problems == 1 ? "" : "s");
     print_lines(err);
     return 2;
   }

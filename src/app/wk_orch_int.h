@@ -69,7 +69,7 @@ struct wk_orch {
   wk_orch_config cfg;
   wk_core *core;
   wk_exec_adapter exec;
-  wk_calls *calls; /* the calls phase: DispatcherCore and the attempts */
+  wk_calls *calls;          /* the calls phase: DispatcherCore and the attempts */
   struct wk_shadow *shadow; /* mirrors sampled submissions to another worker; NULL = off */
   wk_subs *subs;
   int64_t wall_offset_ms;
@@ -90,7 +90,7 @@ struct wk_orch {
   wk_orch__health_watch *health_watchers;
   bool closing;
   int handles_open;
-  uint32_t jobs; /* wk_orch__jobs on the threadpool: the orchestrator outlives them */
+  uint32_t jobs;      /* wk_orch__jobs on the threadpool: the orchestrator outlives them */
   wk_task_rt *scopes; /* runtimes in their calls phase, for the IO scope bound */
 };
 

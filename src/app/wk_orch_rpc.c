@@ -147,13 +147,13 @@ static void handle_submit(wk_orch *o, wk_rpc *rpc) {
   }
   if (!res.duplicate) {
     /* the audit line: who asked for what, once per accepted submission */
-    json_t *a = json_pack("{s:s,s:s,s:s,s:I,s:s,s:s,s:I,s:I,s:I,s:b}", "task_id", req->task_id, "function",
-                          req->function->name, "builder", rt_builder_name(req), "epoch_requested",
-                          (json_int_t)req->function->epoch, "result_handler",
-                          req->result_handler && !is_shadow ? req->result_handler->type : "", "peer",
-                          wk_rpc_peer(rpc), "slot_id", (json_int_t)res.slot_id, "args_bytes",
-                          (json_int_t)req->function->args.len, "timeout_ms", (json_int_t)req->timeout_ms,
-                          "shadow", is_shadow);
+    json_t *a = json_pack("{s:s,s:s,s:s,s:I,s:s,s:s,s:I,s:I,s:I,s:b}", "task_id", req->task_id,
+                          "function", req->function->name, "builder", rt_builder_name(req),
+                          "epoch_requested", (json_int_t)req->function->epoch, "result_handler",
+                          req->result_handler && !is_shadow ? req->result_handler->type : "",
+                          "peer", wk_rpc_peer(rpc), "slot_id", (json_int_t)res.slot_id,
+                          "args_bytes", (json_int_t)req->function->args.len, "timeout_ms",
+                          (json_int_t)req->timeout_ms, "shadow", is_shadow);
     if (traceparent[0]) json_object_set_new(a, "traceparent", json_string(traceparent));
     wk_log_json(WK_LOG_INFO, "audit", a);
   }
@@ -194,8 +194,9 @@ static void handle_cancel(wk_orch *o, wk_rpc *rpc) {
 
 static int serving_status(const wk_orch *o) {
   wk_heartbeat hb = wk_core_derive_heartbeat(o->core, o->now_ms);
-  return (hb.ready && !hb.draining) ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
-                                    : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
+  return (hb.ready && !hb.draining)
+             ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
+             : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
 }
 
 static bool known_service(const char *s) {
@@ -219,9 +220,11 @@ static void handle_health(wk_orch *o, wk_rpc *rpc, bool watch) {
   if (!known_service(req->service)) {
     if (watch) {
       /* Watch reports SERVICE_UNKNOWN and keeps the stream (per the health spec) */
-      send_health(rpc, GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVICE_UNKNOWN, true);
+      send_health(rpc, GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVICE_UNKNOWN,
+                  true);
     } else {
-      wk_rpc_fail(rpc, GRPC_STATUS_NOT_FOUND, "unknown service; this server serves \"\" and worker.v1.WorkerService");
+      wk_rpc_fail(rpc, GRPC_STATUS_NOT_FOUND,
+                  "unknown service; this server serves \"\" and worker.v1.WorkerService");
       wk_rpc_release(rpc);
       return;
     }
@@ -296,4 +299,3 @@ void wk_orch__handle_rpc(wk_orch *o, wk_rpc *rpc) {
   }
   wk_rpc_release(rpc);
 }
-

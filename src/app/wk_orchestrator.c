@@ -56,9 +56,10 @@ static void sink_on_rpc(void *ud, wk_rpc *rpc) {
   /* full: answered here, on the completion-queue thread; the loop never sees it (a
    * stream's close event still comes, for an rpc the loop does not know) */
   char msg[200];
-  snprintf(msg, sizeof msg,
-           "worker event queue full: %u rpcs wait for the worker's loop (max_queued_rpcs); retry later",
-           o->cfg.max_queued_rpcs);
+  snprintf(
+      msg, sizeof msg,
+      "worker event queue full: %u rpcs wait for the worker's loop (max_queued_rpcs); retry later",
+      o->cfg.max_queued_rpcs);
   wk_rpc_fail(rpc, GRPC_STATUS_UNAVAILABLE, msg);
   wk_rpc_release(rpc);
 }
@@ -135,21 +136,11 @@ void wk_orch__exec_cmds(wk_orch *o, const wk_cmds *cmds) {
     wk_task_rt *rt = c->adapter_ctx;
     const wk_task_result *r = NULL;
     switch (c->kind) {
-      case WK_CMD_PREPARE_ACTIVATION:
-        wk_orch__start_activation(o, rt, c->slot_id);
-        break;
-      case WK_CMD_START_BUILDER:
-        wk_orch__defer_step(o, WK_ORCH__STEP_BUILDER, rt);
-        break;
-      case WK_CMD_START_CALLS:
-        wk_orch__start_calls(o, rt);
-        break;
-      case WK_CMD_START_WRITER:
-        wk_orch__defer_step(o, WK_ORCH__STEP_WRITER, rt);
-        break;
-      case WK_CMD_CANCEL_TASK:
-        wk_calls_stop(o->calls, rt, o->now_ms);
-        break;
+      case WK_CMD_PREPARE_ACTIVATION: wk_orch__start_activation(o, rt, c->slot_id); break;
+      case WK_CMD_START_BUILDER: wk_orch__defer_step(o, WK_ORCH__STEP_BUILDER, rt); break;
+      case WK_CMD_START_CALLS: wk_orch__start_calls(o, rt); break;
+      case WK_CMD_START_WRITER: wk_orch__defer_step(o, WK_ORCH__STEP_WRITER, rt); break;
+      case WK_CMD_CANCEL_TASK: wk_calls_stop(o->calls, rt, o->now_ms); break;
       case WK_CMD_CONVERGE:
         r = c->u.converge.result;
         wk_calls_stop(o->calls, rt, o->now_ms);
@@ -344,7 +335,9 @@ uint32_t wk_orch_live_tasks(const wk_orch *o) { return wk_core_live_tasks(o->cor
 
 uv_loop_t *wk_orch_loop(wk_orch *o) { return o->loop; }
 
-wk_heartbeat wk_orch_heartbeat(wk_orch *o) { return wk_core_derive_heartbeat(o->core, wk_orch__loop_now(o)); }
+wk_heartbeat wk_orch_heartbeat(wk_orch *o) {
+  return wk_core_derive_heartbeat(o->core, wk_orch__loop_now(o));
+}
 
 uint32_t wk_orch_open_streams(const wk_orch *o) {
   return wk_subs_streams(o->subs); /* health watches stay until the server stops */

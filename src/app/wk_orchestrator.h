@@ -50,19 +50,19 @@ typedef struct wk_orch wk_orch;
 typedef struct wk_orch_config {
   wk_core_config core;
   const char *code_root;
-  const char *scratch_root;   /* parent of the tasks' scratch directories */
-  int64_t tick_ms;            /* timer tick (500) */
+  const char *scratch_root;       /* parent of the tasks' scratch directories */
+  int64_t tick_ms;                /* timer tick (500) */
   size_t max_inline_output_bytes; /* outputs kept in the TaskResult without a writer */
   uint32_t max_calls_per_task;
   const wk_builder_registry *builders;
-  wk_calls_config calls;      /* the dispatcher and stream refills */
+  wk_calls_config calls;                /* the dispatcher and stream refills */
   uint64_t io_scope_max_bytes;          /* a task's scratch directory at most (0 = unbounded) */
   const char *audit_allow, *audit_deny; /* the AuditGate, checked at activation */
   const char *usage_log;                /* "" = usage records only in task_finished */
   const char *deployment, *service;     /* labels of usage records */
   const wk_writer_settings *writer_settings; /* shared by every writer; lives as long */
-  const char *writers[16];      /* writers enabled and configured (NULL-terminated) */
-  uint32_t builder_concurrency;  /* phase semaphores (0 = unlimited) */
+  const char *writers[16];                   /* writers enabled and configured (NULL-terminated) */
+  uint32_t builder_concurrency;              /* phase semaphores (0 = unlimited) */
   uint32_t scan_concurrency;
   uint32_t executor_concurrency;
   uint32_t plugin_concurrency;

@@ -23,11 +23,15 @@ void wk_orch__start_calls(wk_orch *o, wk_task_rt *rt) {
   wk_calls_start(o->calls, rt, &task, o->now_ms);
 }
 
-void wk_orch__calls_done(void *ud, wk_task_rt *rt) { wk_orch__defer_step(ud, WK_ORCH__STEP_CALLS_DONE, rt); }
+void wk_orch__calls_done(void *ud, wk_task_rt *rt) {
+  wk_orch__defer_step(ud, WK_ORCH__STEP_CALLS_DONE, rt);
+}
 
-static void phase_finished(wk_orch *o, wk_task_rt *rt, wk_phase phase, const wk_phase_outcome *out) {
+static void phase_finished(wk_orch *o, wk_task_rt *rt, wk_phase phase,
+                           const wk_phase_outcome *out) {
   wk_transition_result tr;
-  wk_core_handle_phase_finished(o->core, rt->req.task_id, strlen(rt->req.task_id), phase, out, o->now_ms, &tr);
+  wk_core_handle_phase_finished(o->core, rt->req.task_id, strlen(rt->req.task_id), phase, out,
+                                o->now_ms, &tr);
   wk_orch__exec_cmds(o, &tr.cmds);
 }
 
@@ -38,9 +42,10 @@ void wk_orch__run_builder(wk_orch *o, wk_task_rt *rt) {
   const wk_builder *b = wk_builder_registry_find(o->cfg.builders, rt->req.builder);
   if (!b) {
     char names[256];
-    snprintf(err, sizeof err, "no call builder named '%s' in this worker (enabled: %s)", rt->req.builder,
-             wk_builder_registry_names(o->cfg.builders, names, sizeof names));
-    out = (wk_phase_outcome){.ok = false, .failure_code = WK_FAIL_BUILDER_NOT_FOUND, .message = err};
+    snprintf(err, sizeof err, "no call builder named '%s' in this worker (enabled: %s)",
+             rt->req.builder, wk_builder_registry_names(o->cfg.builders, names, sizeof names));
+    out =
+        (wk_phase_outcome){.ok = false, .failure_code = WK_FAIL_BUILDER_NOT_FOUND, .message = err};
   } else {
     wk_builder_input in = {.args = rt->req.args,
                            .args_len = rt->req.args_len,
@@ -90,9 +95,10 @@ void wk_orch__report_calls(wk_orch *o, wk_task_rt *rt) {
              (unsigned long long)rt->build.calls_total, rt->calls.first_failure);
     message = msg;
   } else if (outputs.len > o->cfg.max_inline_output_bytes && !rt->req.result_handler[0]) {
-    snprintf(msg, sizeof msg,
-             "the outputs (%zu bytes) exceed the inline limit of %zu bytes; configure a result handler",
-             outputs.len, o->cfg.max_inline_output_bytes);
+    snprintf(
+        msg, sizeof msg,
+        "the outputs (%zu bytes) exceed the inline limit of %zu bytes; configure a result handler",
+        outputs.len, o->cfg.max_inline_output_bytes);
     message = msg;
     ok = false;
     code = WK_FAIL_CALL_FAILED;
@@ -110,7 +116,8 @@ void wk_orch__report_calls(wk_orch *o, wk_task_rt *rt) {
 }
 
 static const wk_writer *enabled_writer(const wk_orch *o, const char *name) {
-  for (size_t i = 0; i < sizeof o->cfg.writers / sizeof o->cfg.writers[0] && o->cfg.writers[i]; i++) {
+  for (size_t i = 0; i < sizeof o->cfg.writers / sizeof o->cfg.writers[0] && o->cfg.writers[i];
+       i++) {
     if (strcmp(o->cfg.writers[i], name) == 0) return wk_writer_find(name);
   }
   return NULL;
@@ -181,16 +188,16 @@ void wk_orch__run_writer(wk_orch *o, wk_task_rt *rt) {
 /* Activation, on a threadpool thread: checks the AuditGate (allow/deny lists), resolves
  * and pins the epoch in code_root, creates the scratch directory under scratch_root.
  * Sets rt->act.rc 0, or -1 with its code and error. */
-static void activate(wk_task_rt *rt, uint64_t slot_id, const char *code_root, const char *scratch_root,
-                     const char *audit_allow, const char *audit_deny) {
+static void activate(wk_task_rt *rt, uint64_t slot_id, const char *code_root,
+                     const char *scratch_root, const char *audit_allow, const char *audit_deny) {
   wk_rt_activation *a = &rt->act;
   a->rc = -1;
   if (!wk_audit_permits(audit_allow, audit_deny, rt->req.function, a->error, sizeof a->error)) {
     a->code = WK_FAIL_ACTIVATION_FAILED;
     return;
   }
-  if (wk_code_store_resolve(code_root, rt->req.function, rt->req.requested_epoch, &a->epoch, a->code_dir,
-                            sizeof a->code_dir, a->error, sizeof a->error) != 0) {
+  if (wk_code_store_resolve(code_root, rt->req.function, rt->req.requested_epoch, &a->epoch,
+                            a->code_dir, sizeof a->code_dir, a->error, sizeof a->error) != 0) {
     a->code = WK_FAIL_ACTIVATION_FAILED;
     return;
   }
@@ -202,9 +209,8 @@ static void activate(wk_task_rt *rt, uint64_t slot_id, const char *code_root, co
                      (unsigned long long)slot_id);
   if (len < 0 || (size_t)len >= sizeof a->scratch_dir || mkdir(a->scratch_dir, 0700) != 0) {
     a->code = WK_FAIL_IO_SCOPE_FAILED;
-    snprintf(a->error, sizeof a->error,
-             "cannot create the task's scratch directory under %s: %s", scratch_root,
-             strerror(errno));
+    snprintf(a->error, sizeof a->error, "cannot create the task's scratch directory under %s: %s",
+             scratch_root, strerror(errno));
     return;
   }
   a->scratch_created = true;

@@ -40,7 +40,11 @@ void wk_orch__sem_release(wk_orch *o, wk_orch__sem_id id, wk_task_rt *rt) {
       /* hand the semaphore over, then run its step later (never from inside wk_orch__exec_cmds) */
       s->used++;
       next->sem.held = (uint8_t)(next->sem.held | (1u << id));
-      wk_orch__defer_step(o, id == WK_ORCH__SEM_BUILDER ? WK_ORCH__STEP_BUILDER : id == WK_ORCH__SEM_PLUGIN ? WK_ORCH__STEP_WRITER : WK_ORCH__STEP_CALLS, next);
+      wk_orch__defer_step(o,
+                          id == WK_ORCH__SEM_BUILDER  ? WK_ORCH__STEP_BUILDER
+                          : id == WK_ORCH__SEM_PLUGIN ? WK_ORCH__STEP_WRITER
+                                                      : WK_ORCH__STEP_CALLS,
+                          next);
     }
     wk_task_rt_unref(next);
   }
@@ -49,4 +53,3 @@ void wk_orch__sem_release(wk_orch *o, wk_orch__sem_id id, wk_task_rt *rt) {
 void wk_orch__release_all_sems(wk_orch *o, wk_task_rt *rt) {
   for (int id = 0; id < WK_ORCH__SEM_COUNT; id++) wk_orch__sem_release(o, (wk_orch__sem_id)id, rt);
 }
-

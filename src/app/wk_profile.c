@@ -16,7 +16,8 @@ const char *wk_deployment_name(wk_deployment d) {
   return "unknown";
 }
 
-__attribute__((format(printf, 4, 5))) static void add(char *err, size_t len, int *n, const char *fmt, ...) {
+__attribute__((format(printf, 4, 5))) static void add(char *err, size_t len, int *n,
+                                                      const char *fmt, ...) {
   size_t used = strlen(err);
   va_list ap;
   va_start(ap, fmt);
@@ -40,7 +41,8 @@ int wk_profile_validate(const wk_profile *p, char *err, size_t len) {
   if (!p->builders[0]) add(err, len, &n, "profile: at least one call builder must be enabled\n");
   for (size_t i = 0; i < WK_PROFILE_NAMES_MAX && p->builders[i]; i++) {
     if (!wk_builder_find_builtin(p->builders[i])) {
-      add(err, len, &n, "profile: no call builder named '%s' (known: single, map, range)\n", p->builders[i]);
+      add(err, len, &n, "profile: no call builder named '%s' (known: single, map, range)\n",
+          p->builders[i]);
     }
   }
   for (size_t i = 0; i < WK_PROFILE_NAMES_MAX && p->plugins[i]; i++) {

@@ -45,7 +45,8 @@ wk_task_rt *wk_task_rt_create(uv_loop_t *loop, const Worker__V1__SubmitTaskReque
   q->args_json = fn->content_type == WORKER__V1__CONTENT_TYPE__CONTENT_TYPE_JSON;
   q->requested_epoch = fn->epoch;
   /* the rest of the retry policy is the core's; this flag only the dispatcher reads */
-  if (req->call_retry_policy) q->retry_on_executor_lost = req->call_retry_policy->retry_on_executor_lost;
+  if (req->call_retry_policy)
+    q->retry_on_executor_lost = req->call_retry_policy->retry_on_executor_lost;
   q->call_timeout_ms = (int64_t)req->call_timeout_ms;
   return rt;
 }
@@ -76,7 +77,8 @@ void wk_task_rt_unref(wk_task_rt *rt) {
       free(r);
     }
   }
-  for (uint64_t i = 0; rt->calls.outputs && i < rt->build.calls_total; i++) wk_buf_free(&rt->calls.outputs[i].encoded);
+  for (uint64_t i = 0; rt->calls.outputs && i < rt->build.calls_total; i++)
+    wk_buf_free(&rt->calls.outputs[i].encoded);
   free(rt->calls.outputs);
   for (size_t i = 0; i < rt->req.n_handler_options; i++) {
     free((void *)(uintptr_t)rt->req.handler_options[i].key);

@@ -80,11 +80,11 @@ typedef struct wk_rt_activation {
 /* What the builder made, and whether the calls phase was reported. */
 typedef struct wk_rt_build {
   const struct wk_builder *impl;
-  wk_call_list list;        /* list builders */
-  bool streaming;           /* stream builders: args made per index from `stream` */
+  wk_call_list list; /* list builders */
+  bool streaming;    /* stream builders: args made per index from `stream` */
   wk_stream_state stream;
-  uint64_t calls_total;     /* calls the builder makes */
-  bool calls_reported;      /* WK_PHASE_CALLS went to the core */
+  uint64_t calls_total; /* calls the builder makes */
+  bool calls_reported;  /* WK_PHASE_CALLS went to the core */
 } wk_rt_build;
 
 /* The calls phase as wk_calls.c drives it. */
@@ -95,7 +95,7 @@ typedef struct wk_rt_calls {
   wk_attempt *attempts;     /* attempts sent and not yet over */
   wk_subcall_group *groups; /* subcall batches of this task's calls */
   uint32_t done, failed;
-  bool ok;                  /* TASK_DONE's verdict */
+  bool ok; /* TASK_DONE's verdict */
   wk_call_stats stats;
   char first_failure[WK_TASK_RT_MESSAGE_MAX + 1];
 } wk_rt_calls;
@@ -110,17 +110,17 @@ typedef struct wk_rt_writer {
 
 /* The phase semaphores the task holds or waits for. */
 typedef struct wk_rt_sem {
-  uint8_t held;             /* bit per phase semaphore */
-  struct wk_task_rt *next;  /* in a phase semaphore's wait queue */
+  uint8_t held;            /* bit per phase semaphore */
+  struct wk_task_rt *next; /* in a phase semaphore's wait queue */
 } wk_rt_sem;
 
 /* The IO scope bound: the runtime sits on the orchestrator's list while in its calls phase. */
 typedef struct wk_rt_scope {
   wk_task_rt *prev, *next;
   bool in_list;
-  bool measuring;           /* a size measurement is on the threadpool */
+  bool measuring; /* a size measurement is on the threadpool */
   bool exceeded;
-  uint64_t bytes;           /* last measured size of the scratch directory */
+  uint64_t bytes; /* last measured size of the scratch directory */
 } wk_rt_scope;
 
 struct wk_task_rt {

@@ -49,32 +49,33 @@ static void append_usage(wk_orch *o, const json_t *usage) {
 
 void wk_orch__log_task_finished(wk_orch *o, const wk_task_rt *rt, const wk_task_result *r) {
   const wk_task_statistic *s = &r->statistic;
-  json_t *f = json_pack(
-      "{s:s,s:s,s:s,s:s,s:I,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "task_id", rt->req.task_id,
-      "function", rt->req.function, "state", wk_task_state_name(r->state), "failure_code",
-      wk_failure_code_name(r->failure_code), "code_epoch", (json_int_t)r->code_epoch, "failure_message",
-      r->failure_message ? r->failure_message : "", "duration_ms",
-      (json_int_t)(s->finished_ms - s->accepted_ms), "calls_total",
-      (json_int_t)s->calls.calls_total, "calls_failed", (json_int_t)s->calls.calls_failed,
-      "executor_cpu_us", (json_int_t)s->calls.executor_cpu_us, "bytes_in",
-      (json_int_t)s->calls.bytes_in, "bytes_out", (json_int_t)s->calls.bytes_out, "accepted_unix_ms",
-      (json_int_t)(s->accepted_ms + o->wall_offset_ms));
-  if (rt->req.traceparent[0]) json_object_set_new(f, "traceparent", json_string(rt->req.traceparent));
+  json_t *f =
+      json_pack("{s:s,s:s,s:s,s:s,s:I,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "task_id", rt->req.task_id,
+                "function", rt->req.function, "state", wk_task_state_name(r->state), "failure_code",
+                wk_failure_code_name(r->failure_code), "code_epoch", (json_int_t)r->code_epoch,
+                "failure_message", r->failure_message ? r->failure_message : "", "duration_ms",
+                (json_int_t)(s->finished_ms - s->accepted_ms), "calls_total",
+                (json_int_t)s->calls.calls_total, "calls_failed", (json_int_t)s->calls.calls_failed,
+                "executor_cpu_us", (json_int_t)s->calls.executor_cpu_us, "bytes_in",
+                (json_int_t)s->calls.bytes_in, "bytes_out", (json_int_t)s->calls.bytes_out,
+                "accepted_unix_ms", (json_int_t)(s->accepted_ms + o->wall_offset_ms));
+  if (rt->req.traceparent[0])
+    json_object_set_new(f, "traceparent", json_string(rt->req.traceparent));
   /* the usage record: what the task cost, per phase */
   json_t *usage = json_pack(
-      "{s:s,s:s,s:s,s:s,s:I,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "task_id", rt->req.task_id,
-      "function", rt->req.function, "deployment", o->cfg.deployment ? o->cfg.deployment : "",
-      "service", o->cfg.service ? o->cfg.service : "", "code_epoch", (json_int_t)r->code_epoch, "state",
-      wk_task_state_name(r->state), "cpu_us", (json_int_t)s->calls.executor_cpu_us, "wall_ms",
+      "{s:s,s:s,s:s,s:s,s:I,s:s,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}", "task_id",
+      rt->req.task_id, "function", rt->req.function, "deployment",
+      o->cfg.deployment ? o->cfg.deployment : "", "service", o->cfg.service ? o->cfg.service : "",
+      "code_epoch", (json_int_t)r->code_epoch, "state", wk_task_state_name(r->state), "cpu_us",
+      (json_int_t)s->calls.executor_cpu_us, "wall_ms",
       (json_int_t)(s->finished_ms - s->accepted_ms), "builder_ms",
       (json_int_t)(s->builder_finished_ms - s->builder_started_ms), "calls_ms",
       (json_int_t)(s->calls_finished_ms - s->calls_started_ms), "writer_ms",
       (json_int_t)(s->writer_finished_ms - s->writer_started_ms), "bytes_in",
       (json_int_t)s->calls.bytes_in, "bytes_out", (json_int_t)s->calls.bytes_out, "calls",
-      (json_int_t)s->calls.calls_total, "retries", (json_int_t)s->calls.calls_retried, "finished_unix_ms",
-      (json_int_t)(s->finished_ms + o->wall_offset_ms));
+      (json_int_t)s->calls.calls_total, "retries", (json_int_t)s->calls.calls_retried,
+      "finished_unix_ms", (json_int_t)(s->finished_ms + o->wall_offset_ms));
   if (o->cfg.usage_log && o->cfg.usage_log[0]) append_usage(o, usage);
   json_object_set_new(f, "usage", usage);
   wk_log_json(WK_LOG_INFO, "task_finished", f);
 }
-

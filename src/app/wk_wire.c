@@ -24,29 +24,44 @@ const char *wk_wire_error_message(wk_err err, const char *task_id, char *buf, si
   switch (err) {
     case WK_OK: snprintf(buf, len, "ok"); break;
     case WK_ERR_INVALID_ARGUMENT:
-      snprintf(buf, len, "task %s: the request has an invalid value (check ids, ttl, timeout and policies)", task_id);
+      snprintf(buf, len,
+               "task %s: the request has an invalid value (check ids, ttl, timeout and policies)",
+               task_id);
       break;
     case WK_ERR_NO_SLOT:
-      snprintf(buf, len, "task %s: every task slot of this worker is in use; retry later or pick another worker", task_id);
+      snprintf(
+          buf, len,
+          "task %s: every task slot of this worker is in use; retry later or pick another worker",
+          task_id);
       break;
     case WK_ERR_UNAVAILABLE:
-      snprintf(buf, len, "task %s: this worker is not accepting tasks (starting up or draining); pick another worker", task_id);
+      snprintf(
+          buf, len,
+          "task %s: this worker is not accepting tasks (starting up or draining); pick another worker",
+          task_id);
       break;
     case WK_ERR_INVALID_SLOT:
-      snprintf(buf, len, "task %s: slot_id does not name a slot reserved for this task; request a slot with RequestTaskSlot or submit without slot_id", task_id);
+      snprintf(
+          buf, len,
+          "task %s: slot_id does not name a slot reserved for this task; request a slot with RequestTaskSlot or submit without slot_id",
+          task_id);
       break;
     case WK_ERR_NOT_FOUND:
-      snprintf(buf, len, "task %s is not known to this worker (never submitted, or its result was purged after retention)", task_id);
+      snprintf(
+          buf, len,
+          "task %s is not known to this worker (never submitted, or its result was purged after retention)",
+          task_id);
       break;
     case WK_ERR_SLOT_UNCERTAIN:
-      snprintf(buf, len, "task %s: the slot's lease lapsed or the slot was reclaimed; request a new slot", task_id);
+      snprintf(buf, len,
+               "task %s: the slot's lease lapsed or the slot was reclaimed; request a new slot",
+               task_id);
       break;
     case WK_ERR_CONFLICT:
-      snprintf(buf, len, "task %s already exists with a different request; use a new task_id", task_id);
+      snprintf(buf, len, "task %s already exists with a different request; use a new task_id",
+               task_id);
       break;
-    case WK_ERR_STALE:
-      snprintf(buf, len, "task %s: the event no longer applies", task_id);
-      break;
+    case WK_ERR_STALE: snprintf(buf, len, "task %s: the event no longer applies", task_id); break;
   }
   return buf;
 }

@@ -37,7 +37,8 @@ wk_err wk_core_config_validate(const wk_core_config *cfg, const char **why) {
     reason = "default_task_timeout_ms must be at least 1 and at most max_task_timeout_ms";
   } else if (cfg->max_task_timeout_ms > WK_TIME_MAX_MS) {
     reason = "max_task_timeout_ms is too large";
-  } else if (cfg->watch_disconnect_grace_ms < 0 || cfg->watch_disconnect_grace_ms > WK_TIME_MAX_MS) {
+  } else if (cfg->watch_disconnect_grace_ms < 0 ||
+             cfg->watch_disconnect_grace_ms > WK_TIME_MAX_MS) {
     reason = "watch_disconnect_grace_ms must be between 0 and 2^40";
   } else if (cfg->result_retention_ms < 0 || cfg->result_retention_ms > WK_TIME_MAX_MS) {
     reason = "result_retention_ms must be between 0 and 2^40";
@@ -97,8 +98,10 @@ wk_core *wk_core_create(const wk_core_config *cfg) {
 static void release_blobs(wk_core *core, wk_task *t) {
   const wk_allocator *a = &core->cfg.allocator;
   wk_allocator_free(a, (void *)(uintptr_t)t->result.outputs.data, t->result.outputs.len);
-  wk_allocator_free(a, (void *)(uintptr_t)t->result.plugin_results.data, t->result.plugin_results.len);
-  if (t->message_size) wk_allocator_free(a, (void *)(uintptr_t)t->result.failure_message, t->message_size);
+  wk_allocator_free(a, (void *)(uintptr_t)t->result.plugin_results.data,
+                    t->result.plugin_results.len);
+  if (t->message_size)
+    wk_allocator_free(a, (void *)(uintptr_t)t->result.failure_message, t->message_size);
   t->result.outputs = (wk_bytes){0};
   t->result.plugin_results = (wk_bytes){0};
   t->result.failure_message = "";
@@ -266,7 +269,8 @@ static const void *copy_bytes(wk_core *core, wk_bytes b) {
 
 static void set_message(wk_core *core, wk_task *t, const char *msg) {
   if (t->message_size) {
-    wk_allocator_free(&core->cfg.allocator, (void *)(uintptr_t)t->result.failure_message, t->message_size);
+    wk_allocator_free(&core->cfg.allocator, (void *)(uintptr_t)t->result.failure_message,
+                      t->message_size);
     t->message_size = 0;
   }
   t->result.failure_message = "";
@@ -408,7 +412,8 @@ void wk_core_handle_request_slot(wk_core *core, const char *task_id, size_t task
 static bool submit_args_valid(const wk_core *core, const wk_submit_request *req) {
   if (!wk_task_id_valid(req->task_id, req->task_id_len)) return false;
   if (req->timeout_ms < 0 || req->timeout_ms > core->cfg.max_task_timeout_ms) return false;
-  if (req->call_failure_policy != WK_CALL_FAIL_FAST && req->call_failure_policy != WK_CALL_CONTINUE) {
+  if (req->call_failure_policy != WK_CALL_FAIL_FAST &&
+      req->call_failure_policy != WK_CALL_CONTINUE) {
     return false;
   }
   const wk_retry_policy *r = &req->retry;
@@ -423,8 +428,8 @@ static wk_err foreign_slot_error(const wk_core *core, uint64_t slot_id) {
   uint32_t gen = wk_slot_id_generation(slot_id);
   if (s >= core->cfg.task_slots || gen == 0) return WK_ERR_INVALID_SLOT;
   const wk_slot *slot = &core->slots[s];
-  if (gen > slot->generation) return WK_ERR_INVALID_SLOT; /* never issued */
-  if (gen < slot->generation) return WK_ERR_SLOT_UNCERTAIN; /* reclaimed since */
+  if (gen > slot->generation) return WK_ERR_INVALID_SLOT;    /* never issued */
+  if (gen < slot->generation) return WK_ERR_SLOT_UNCERTAIN;  /* reclaimed since */
   return slot->state == WK_SLOT_FREE ? WK_ERR_SLOT_UNCERTAIN /* lease lapsed */
                                      : WK_ERR_INVALID_SLOT;  /* another task's */
 }
@@ -554,8 +559,8 @@ void wk_core_handle_activation_prepared(wk_core *core, const char *task_id, size
 }
 
 void wk_core_handle_activation_failed(wk_core *core, const char *task_id, size_t task_id_len,
-                                      wk_failure_code code, const char *message,
-                                      int64_t now_ms, wk_transition_result *out) {
+                                      wk_failure_code code, const char *message, int64_t now_ms,
+                                      wk_transition_result *out) {
   memset(out, 0, sizeof *out);
   if (code != WK_FAIL_ACTIVATION_FAILED && code != WK_FAIL_IO_SCOPE_FAILED) {
     out->err = WK_ERR_INVALID_ARGUMENT;
@@ -584,8 +589,7 @@ static const char *phase_message(const wk_phase_outcome *o, wk_phase phase, wk_f
     case WK_FAIL_TASK_TIMEOUT:
     case WK_FAIL_OWNER_LOST:
     case WK_FAIL_CANCELLED:
-    case WK_FAIL_WORKER_SHUTDOWN:
-      break;
+    case WK_FAIL_WORKER_SHUTDOWN: break;
   }
   return phase == WK_PHASE_BUILDER ? "the builder phase failed"
          : phase == WK_PHASE_CALLS ? "the calls phase failed"
@@ -593,10 +597,11 @@ static const char *phase_message(const wk_phase_outcome *o, wk_phase phase, wk_f
 }
 
 void wk_core_handle_phase_finished(wk_core *core, const char *task_id, size_t task_id_len,
-                                   wk_phase phase, const wk_phase_outcome *outcome,
-                                   int64_t now_ms, wk_transition_result *out) {
+                                   wk_phase phase, const wk_phase_outcome *outcome, int64_t now_ms,
+                                   wk_transition_result *out) {
   memset(out, 0, sizeof *out);
-  if (!outcome || (phase != WK_PHASE_BUILDER && phase != WK_PHASE_CALLS && phase != WK_PHASE_WRITER) ||
+  if (!outcome ||
+      (phase != WK_PHASE_BUILDER && phase != WK_PHASE_CALLS && phase != WK_PHASE_WRITER) ||
       !wk_failure_code_valid((int)outcome->failure_code)) {
     out->err = WK_ERR_INVALID_ARGUMENT;
     return;
@@ -650,8 +655,7 @@ void wk_core_handle_phase_finished(wk_core *core, const char *task_id, size_t ta
       converge(core, i, WK_TASK_SUCCEEDED, WK_FAIL_NONE, NULL, false, now_ms, &out->cmds);
       return;
     case WK_PHASE_PREPARING:
-    case WK_PHASE_DONE:
-      break;
+    case WK_PHASE_DONE: break;
   }
   assert(0 && "phase validated above");
 }
@@ -738,8 +742,8 @@ wk_err wk_core_handle_watch_detached(wk_core *core, const char *task_id, size_t 
   return WK_OK;
 }
 
-wk_err wk_core_handle_watch_disconnected(wk_core *core, const char *task_id,
-                                         size_t task_id_len, int64_t now_ms) {
+wk_err wk_core_handle_watch_disconnected(wk_core *core, const char *task_id, size_t task_id_len,
+                                         int64_t now_ms) {
   wk_err err;
   uint32_t i = active_task(core, task_id, task_id_len, &err);
   if (i == WK_NONE || core->tasks[i].stage != WK_STAGE_ACTIVE) return err;

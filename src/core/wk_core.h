@@ -28,15 +28,15 @@ typedef struct wk_core wk_core;
  * not an error the core reports). */
 
 typedef struct wk_core_config {
-  uint32_t task_slots;               /* capacity; 1..WK_CORE_SLOTS_MAX */
-  int64_t default_slot_ttl_ms;       /* lease when a request says 0, and for inline allocation */
-  int64_t max_slot_ttl_ms;           /* larger requested ttls are capped to this */
-  int64_t default_task_timeout_ms;   /* when a submit says 0 */
-  int64_t max_task_timeout_ms;       /* larger timeouts are InvalidArgument */
-  int64_t watch_disconnect_grace_ms; /* OWNER_LOST this long after the last watcher broke */
-  int64_t result_retention_ms;       /* terminal results kept this long ... */
-  uint32_t max_retained_results;     /* ... and at most this many ... */
-  uint64_t max_retained_bytes;       /* ... holding at most this many bytes (oldest purged first;
+  uint32_t task_slots;                /* capacity; 1..WK_CORE_SLOTS_MAX */
+  int64_t default_slot_ttl_ms;        /* lease when a request says 0, and for inline allocation */
+  int64_t max_slot_ttl_ms;            /* larger requested ttls are capped to this */
+  int64_t default_task_timeout_ms;    /* when a submit says 0 */
+  int64_t max_task_timeout_ms;        /* larger timeouts are InvalidArgument */
+  int64_t watch_disconnect_grace_ms;  /* OWNER_LOST this long after the last watcher broke */
+  int64_t result_retention_ms;        /* terminal results kept this long ... */
+  uint32_t max_retained_results;      /* ... and at most this many ... */
+  uint64_t max_retained_bytes;        /* ... holding at most this many bytes (oldest purged first;
                                         the newest result is kept even when it alone is larger,
                                         so a task that just converged can always be read back) */
   uint32_t max_failure_message_bytes; /* longer messages are truncated */
@@ -165,8 +165,8 @@ void wk_core_set_draining(wk_core *core, bool draining);
 typedef struct wk_slot_result {
   wk_err err;
   uint64_t slot_id;
-  int64_t lease_expires_ms; /* 0 once the slot is RUNNING or the task terminal */
-  bool duplicate;           /* the task id was already known: this is its stable answer */
+  int64_t lease_expires_ms;     /* 0 once the slot is RUNNING or the task terminal */
+  bool duplicate;               /* the task id was already known: this is its stable answer */
   const wk_task_result *result; /* the task's state when it was submitted; NULL if only reserved */
 } wk_slot_result;
 
@@ -183,10 +183,10 @@ void wk_core_handle_request_slot(wk_core *core, const char *task_id, size_t task
 typedef struct wk_submit_request {
   const char *task_id;
   size_t task_id_len;
-  uint64_t slot_id;          /* 0 = allocate inline with the default ttl */
-  uint64_t request_digest;   /* digest of the request without slot_id: reuse check */
-  uint64_t requested_epoch;  /* 0 = current */
-  int64_t timeout_ms;        /* 0 = default; > max_task_timeout_ms is INVALID_ARGUMENT */
+  uint64_t slot_id;         /* 0 = allocate inline with the default ttl */
+  uint64_t request_digest;  /* digest of the request without slot_id: reuse check */
+  uint64_t requested_epoch; /* 0 = current */
+  int64_t timeout_ms;       /* 0 = default; > max_task_timeout_ms is INVALID_ARGUMENT */
   wk_call_failure_policy call_failure_policy;
   uint32_t max_failed_calls; /* CONTINUE only */
   wk_retry_policy retry;
@@ -196,8 +196,8 @@ typedef struct wk_submit_result {
   wk_err err;
   uint64_t slot_id;
   int64_t accepted_ms;
-  bool duplicate;         /* same id, same digest: nothing new was started */
-  bool adapter_ctx_taken; /* the core keeps adapter_ctx until it hands it back in CONVERGE */
+  bool duplicate;               /* same id, same digest: nothing new was started */
+  bool adapter_ctx_taken;       /* the core keeps adapter_ctx until it hands it back in CONVERGE */
   const wk_task_result *result; /* the task as it stands (set unless err) */
   wk_cmds cmds;                 /* PREPARE_ACTIVATION for a new task */
 } wk_submit_result;
@@ -233,8 +233,8 @@ void wk_core_handle_activation_prepared(wk_core *core, const char *task_id, size
 /** Activation failed with ACTIVATION_FAILED or IO_SCOPE_FAILED (other codes are
  * INVALID_ARGUMENT): the task converges FAILED. Errors: NOT_FOUND, STALE. */
 void wk_core_handle_activation_failed(wk_core *core, const char *task_id, size_t task_id_len,
-                                      wk_failure_code code, const char *message,
-                                      int64_t now_ms, wk_transition_result *out);
+                                      wk_failure_code code, const char *message, int64_t now_ms,
+                                      wk_transition_result *out);
 
 typedef struct wk_phase_outcome {
   bool ok;
@@ -256,8 +256,8 @@ typedef struct wk_phase_outcome {
  * INVALID_ARGUMENT for a NULL outcome, a phase other than BUILDER/CALLS/WRITER, or an
  * unknown failure code. */
 void wk_core_handle_phase_finished(wk_core *core, const char *task_id, size_t task_id_len,
-                                   wk_phase phase, const wk_phase_outcome *outcome,
-                                   int64_t now_ms, wk_transition_result *out);
+                                   wk_phase phase, const wk_phase_outcome *outcome, int64_t now_ms,
+                                   wk_transition_result *out);
 
 /** Timeout of an active task: FAILED/TASK_TIMEOUT with CANCEL_TASK before CONVERGE.
  * Errors: NOT_FOUND, STALE (terminal, or its deadline is after now). */
@@ -282,8 +282,8 @@ wk_err wk_core_handle_watch_detached(wk_core *core, const char *task_id, size_t 
                                      int64_t now_ms);
 /** Last watcher's stream broke while the task was live: OWNER_LOST after the grace
  * unless a watcher attaches again. Errors: NOT_FOUND. */
-wk_err wk_core_handle_watch_disconnected(wk_core *core, const char *task_id,
-                                         size_t task_id_len, int64_t now_ms);
+wk_err wk_core_handle_watch_disconnected(wk_core *core, const char *task_id, size_t task_id_len,
+                                         int64_t now_ms);
 /** The watch grace of the task expired: FAILED/OWNER_LOST (CANCEL_TASK, CONVERGE).
  * Errors: NOT_FOUND, STALE (re-attached, terminal, or grace not yet over). */
 void wk_core_handle_watch_grace_expired(wk_core *core, const char *task_id, size_t task_id_len,
@@ -303,9 +303,9 @@ wk_err wk_core_get_result(const wk_core *core, const char *task_id, size_t task_
 
 /* A live task's settings as the core holds them: the one copy the adapter reads. */
 typedef struct wk_task_view {
-  void *adapter_ctx;                          /* as given to wk_core_handle_submit */
+  void *adapter_ctx; /* as given to wk_core_handle_submit */
   uint64_t slot_id;
-  int64_t deadline_ms;                        /* TASK_TIMEOUT from this moment on */
+  int64_t deadline_ms; /* TASK_TIMEOUT from this moment on */
   wk_call_failure_policy call_failure_policy;
   uint32_t max_failed_calls;
   wk_retry_policy retry;

@@ -16,7 +16,8 @@ static const char *check_slots(const wk_core *core) {
     if (slot->task >= core->task_capacity) return "slot: held slot without a task";
     const wk_task *t = &core->tasks[slot->task];
     if (t->slot != s) return "slot: task does not point back at its slot";
-    if (t->result.slot_id != wk_slot_id_make(s, slot->generation)) return "slot: task's slot id is stale";
+    if (t->result.slot_id != wk_slot_id_make(s, slot->generation))
+      return "slot: task's slot id is stale";
     if (slot->state == WK_SLOT_ALLOCATED) {
       n_allocated++;
       if (t->stage == WK_STAGE_ACTIVE && t->result.phase != WK_PHASE_PREPARING) {
@@ -69,7 +70,8 @@ static const char *check_tasks(const wk_core *core) {
     if (t->watch_grace != wk_heap_contains(&core->watch_heap, i)) {
       return "task: watch grace flag disagrees with the watch heap";
     }
-    if (wk_core__index_find(core, t->id, t->id_len, t->hash) != i) return "task: record not found by its id";
+    if (wk_core__index_find(core, t->id, t->id_len, t->hash) != i)
+      return "task: record not found by its id";
     if (t->hash != wk_task_hash(t->id, t->id_len)) return "task: stored hash is wrong";
     if (t->result.task_id != t->id) return "task: result names another id";
     switch ((wk_stage)t->stage) {
@@ -81,12 +83,15 @@ static const char *check_tasks(const wk_core *core) {
         break;
       case WK_STAGE_ACTIVE:
         live++;
-        if (t->slot == WK_NONE || core->slots[t->slot].task != i) return "task: live task without its slot";
+        if (t->slot == WK_NONE || core->slots[t->slot].task != i)
+          return "task: live task without its slot";
         if (wk_task_state_terminal(t->result.state) || t->result.phase == WK_PHASE_DONE) {
           return "task: live task with a terminal state";
         }
-        if (!wk_heap_contains(&core->timeout_heap, i)) return "task: live task missing from the timeout heap";
-        if (t->watch_grace && t->watch_attached) return "task: watch grace pending for an attached task";
+        if (!wk_heap_contains(&core->timeout_heap, i))
+          return "task: live task missing from the timeout heap";
+        if (t->watch_grace && t->watch_attached)
+          return "task: watch grace pending for an attached task";
         break;
       case WK_STAGE_TERMINAL:
         terminal++;
@@ -102,8 +107,7 @@ static const char *check_tasks(const wk_core *core) {
           return "task: terminal task has a pending timer";
         }
         break;
-      case WK_STAGE_FREE:
-        break;
+      case WK_STAGE_FREE: break;
     }
   }
   if (used != core->index.count) return "task: index count differs from records in use";
@@ -136,7 +140,8 @@ static const char *check_tasks(const wk_core *core) {
     ring_sum += rec;
     ring_sq += rec * rec;
   }
-  if (ring_sum != terminal_sum || ring_sq != terminal_sq) return "task: retention ring misses a result";
+  if (ring_sum != terminal_sum || ring_sq != terminal_sq)
+    return "task: retention ring misses a result";
   uint32_t free_listed = 0;
   for (uint32_t i = core->free_task_head; i != WK_NONE; i = core->tasks[i].next_free) {
     if (core->tasks[i].stage != WK_STAGE_FREE) return "task: free list holds a used record";

@@ -34,8 +34,8 @@ typedef struct wk_task {
   uint8_t id_len;
   bool watch_attached;
   bool watch_ever_attached;
-  bool watch_grace;   /* in the watch heap (a grace period runs) */
-  bool digest_known;  /* false for a reservation cancelled before any submit */
+  bool watch_grace;            /* in the watch heap (a grace period runs) */
+  bool digest_known;           /* false for a reservation cancelled before any submit */
   uint8_t call_failure_policy; /* wk_call_failure_policy */
   uint8_t unused_;
   void *adapter_ctx;
@@ -65,8 +65,8 @@ typedef struct wk_retained {
 typedef struct wk_slot {
   uint8_t state; /* wk_slot_state */
   uint32_t generation;
-  uint32_t task;      /* record index while ALLOCATED/RUNNING */
-  uint32_t next_free; /* free list link while FREE */
+  uint32_t task;            /* record index while ALLOCATED/RUNNING */
+  uint32_t next_free;       /* free list link while FREE */
   int64_t lease_expires_ms; /* while ALLOCATED */
 } wk_slot;
 
@@ -92,7 +92,7 @@ struct wk_core {
   uint32_t free_slot_head;
   uint32_t n_free, n_allocated, n_running;
 
-  wk_task *tasks;    /* 64-byte aligned inside tasks_mem */
+  wk_task *tasks; /* 64-byte aligned inside tasks_mem */
   void *tasks_mem;
   uint32_t task_capacity;
   uint32_t free_task_head;
@@ -105,7 +105,7 @@ struct wk_core {
   wk_heap watch_heap;   /* ACTIVE tasks in watch grace (handle = record index) */
 
   wk_retained *retained; /* ring of retained_cap entries, oldest at retained_head */
-  uint32_t retained_cap;  /* max_retained_results + 1: the newest is kept past the bound */
+  uint32_t retained_cap; /* max_retained_results + 1: the newest is kept past the bound */
   uint32_t retained_head;
   uint32_t retained_count;
   uint64_t retained_bytes;

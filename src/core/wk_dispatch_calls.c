@@ -125,9 +125,7 @@ static void drop_record(wk_disp *d, uint32_t c, wk_disp_cancel_reason reason) {
   wk_dtask *t = &d->tasks[call->task];
   assert(call->child_head == WK_DNONE);
   switch ((wk_dcall_state)call->state) {
-    case WK_DC_QUEUED:
-      wk_disp__ready_remove(d, c);
-      break;
+    case WK_DC_QUEUED: wk_disp__ready_remove(d, c); break;
     case WK_DC_BACKOFF:
       wk_heap_remove(&d->backoff_heap, c);
       t->backoff--;
@@ -146,9 +144,7 @@ static void drop_record(wk_disp *d, uint32_t c, wk_disp_cancel_reason reason) {
       push_cancel(d, c, reason);
       t->waiting--;
       break;
-    case WK_DC_FREE:
-      assert(0 && "dropping a free record");
-      return;
+    case WK_DC_FREE: assert(0 && "dropping a free record"); return;
   }
   wk_heap_remove(&d->deadline_heap, c);
   if (call->parent != WK_DNONE) child_unlink(d, c);
@@ -216,8 +212,7 @@ static bool result_retryable(const wk_dtask *t, wk_disp_result r) {
     case WK_DISP_EXECUTOR_LOST: return t->p.retry_on_executor_lost;
     case WK_DISP_TIMEOUT: return t->p.retry.retry_on_timeout;
     case WK_DISP_OK:
-    case WK_DISP_ERROR:
-      break;
+    case WK_DISP_ERROR: break;
   }
   return false;
 }
@@ -313,18 +308,14 @@ static void finish_attempt(wk_disp *d, uint32_t c, wk_disp_result r, int64_t now
       t->inflight--;
       d->inflight--;
       break;
-    case WK_DC_RESUMING:
-      t->waiting--;
-      break;
+    case WK_DC_RESUMING: t->waiting--; break;
     case WK_DC_WAITING:
       drop_children(d, c); /* the parent's attempt is over: its children are not needed */
       t->waiting--;
       break;
     case WK_DC_FREE:
     case WK_DC_QUEUED:
-    case WK_DC_BACKOFF:
-      assert(0 && "finishing a record that is not a live attempt");
-      return;
+    case WK_DC_BACKOFF: assert(0 && "finishing a record that is not a live attempt"); return;
   }
   call->group = 0;
   call->state = WK_DC_QUEUED; /* transient: try_retry or complete_call decides */
@@ -334,11 +325,8 @@ static void finish_attempt(wk_disp *d, uint32_t c, wk_disp_result r, int64_t now
       break;
     case WK_DISP_RETRYABLE:
     case WK_DISP_EXECUTOR_LOST:
-    case WK_DISP_TIMEOUT:
-      t->window = t->window > 1 ? t->window / 2 : 1;
-      break;
-    case WK_DISP_ERROR:
-      break;
+    case WK_DISP_TIMEOUT: t->window = t->window > 1 ? t->window / 2 : 1; break;
+    case WK_DISP_ERROR: break;
   }
   if (!try_retry(d, c, r, now_ms)) complete_call(d, c, r);
   wk_disp__update(d, ti);
@@ -350,8 +338,7 @@ static bool result_valid(wk_disp_result r) {
     case WK_DISP_ERROR:
     case WK_DISP_RETRYABLE:
     case WK_DISP_EXECUTOR_LOST:
-    case WK_DISP_TIMEOUT:
-      return true;
+    case WK_DISP_TIMEOUT: return true;
   }
   return false;
 }
@@ -386,8 +373,8 @@ wk_err wk_disp_add_subcalls(wk_disp *d, uint64_t parent_call_id, uint32_t n, int
     err = WK_ERR_INVALID_ARGUMENT;
   } else if (pi == WK_DNONE) {
     err = WK_ERR_STALE;
-  } else if ((d->calls[pi].state != WK_DC_INFLIGHT && d->calls[pi].state != WK_DC_RESUMING) || n == 0 ||
-             (uint32_t)d->calls[pi].depth + 1u > d->cfg.max_depth) {
+  } else if ((d->calls[pi].state != WK_DC_INFLIGHT && d->calls[pi].state != WK_DC_RESUMING) ||
+             n == 0 || (uint32_t)d->calls[pi].depth + 1u > d->cfg.max_depth) {
     err = WK_ERR_INVALID_ARGUMENT;
   } else if (n > d->free_calls) {
     err = WK_ERR_NO_SLOT;

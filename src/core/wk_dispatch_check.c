@@ -125,7 +125,8 @@ static const char *check_task(const wk_disp *d, uint32_t ti, const task_count *k
     if (t->last && t->finished == t->added) return "task: every call final but not ended";
     if (t->failed > t->p.max_failed_calls) return "task: failures over the policy but not ended";
   }
-  if (t->state == WK_DT_CANCELLED && t->done_pending) return "task: cancelled with TASK_DONE pending";
+  if (t->state == WK_DT_CANCELLED && t->done_pending)
+    return "task: cancelled with TASK_DONE pending";
   bool eligible = wk_disp__eligible(d, t);
   if (eligible != (t->where != WK_DW_NOWHERE)) return "task: scheduled iff it can send";
   if (t->where == WK_DW_PARKED && !wk_disp__needs_record(t)) {
@@ -145,8 +146,7 @@ static const char *check_pending(const wk_disp *d, uint32_t resuming) {
     const wk_dpend *p = &d->pend[at];
     switch ((wk_disp_action_kind)p->kind) {
       case WK_DISP_CANCEL:
-      case WK_DISP_CALL_DONE:
-        break;
+      case WK_DISP_CALL_DONE: break;
       case WK_DISP_SUBCALL_DONE:
         if (p->parent >= d->cfg.max_calls || p->group == 0) {
           return "pending: SUBCALL_DONE without its parent record or group";
@@ -177,10 +177,8 @@ static const char *check_pending(const wk_disp *d, uint32_t resuming) {
         break;
       }
       case WK_DISP_SEND:
-      case WK_DISP_TASK_DONE:
-        return "pending: SEND or TASK_DONE in the pending queue";
-      default:
-        return "pending: action of unknown kind";
+      case WK_DISP_TASK_DONE: return "pending: SEND or TASK_DONE in the pending queue";
+      default: return "pending: action of unknown kind";
     }
   }
   /* a group is resumed once and never reused: at most one wanted per RESUMING record */
@@ -197,12 +195,14 @@ static const char *check_list(const wk_disp *d, const wk_dlist *l, uint8_t where
     if (++n > l->len) return "list: longer than its count";
     const wk_dtask *t = &d->tasks[c];
     if (done) {
-      if (!t->done_pending || t->state != WK_DT_ENDED) return "list: TASK_DONE FIFO holds a task without one";
+      if (!t->done_pending || t->state != WK_DT_ENDED)
+        return "list: TASK_DONE FIFO holds a task without one";
       if (t->d_prev != prev) return "list: TASK_DONE FIFO back link broken";
       prev = c;
       c = t->d_next;
     } else {
-      if (t->where != where || t->state != WK_DT_LIVE) return "list: ring or parked list holds a task not marked so";
+      if (t->where != where || t->state != WK_DT_LIVE)
+        return "list: ring or parked list holds a task not marked so";
       if (t->l_prev != prev) return "list: ring back link broken";
       prev = c;
       c = t->l_next;

@@ -34,10 +34,10 @@ typedef enum wk_dcall_state {
 } wk_dcall_state;
 
 typedef struct wk_dcall {
-  uint32_t gen;    /* attempt generation: bumped at every SEND, never 0 once sent */
-  uint32_t task;   /* task record index */
-  uint32_t index;  /* top-level: call index; child: position in its group */
-  uint32_t parent; /* parent record, WK_DNONE at depth 0 */
+  uint32_t gen;            /* attempt generation: bumped at every SEND, never 0 once sent */
+  uint32_t task;           /* task record index */
+  uint32_t index;          /* top-level: call index; child: position in its group */
+  uint32_t parent;         /* parent record, WK_DNONE at depth 0 */
   uint32_t q_prev, q_next; /* ready FIFO; q_next links the free list */
   uint32_t m_prev, m_next; /* task member list */
   uint32_t s_prev, s_next; /* parent's child list */
@@ -77,7 +77,7 @@ typedef struct wk_dtask {
   uint8_t state;         /* wk_dtask_state */
   uint8_t where;         /* wk_dtask_where */
   bool last;
-  bool done_pending;     /* on the TASK_DONE FIFO */
+  bool done_pending; /* on the TASK_DONE FIFO */
   bool ok;
   uint32_t window, inflight;
   uint32_t waiting, backoff; /* records WAITING or RESUMING; records in BACKOFF */
@@ -117,10 +117,10 @@ typedef struct wk_dpend {
   uint64_t parent_call_id; /* child CANCEL */
   uint32_t task;           /* task handle */
   uint32_t index;
-  uint32_t parent;         /* SUBCALL_DONE: parent record (to drop it if the group died) */
+  uint32_t parent; /* SUBCALL_DONE: parent record (to drop it if the group died) */
   uint16_t attempts;
-  uint8_t kind;            /* wk_disp_action_kind */
-  uint8_t code;            /* result (DONE kinds) or reason (CANCEL) */
+  uint8_t kind; /* wk_disp_action_kind */
+  uint8_t code; /* result (DONE kinds) or reason (CANCEL) */
   uint8_t depth;
 } wk_dpend;
 
@@ -198,22 +198,22 @@ void wk_disp__check_end(wk_disp *d, uint32_t t);
     (list)->len++;                                \
   } while (0)
 
-#define WK_DL_REMOVE(list, arr, i, PREV, NEXT)              \
-  do {                                                      \
-    uint32_t i_ = (i);                                      \
-    uint32_t p_ = (arr)[i_].PREV, n_ = (arr)[i_].NEXT;      \
-    if (p_ != WK_DNONE) {                                   \
-      (arr)[p_].NEXT = n_;                                  \
-    } else {                                                \
-      (list)->head = n_;                                    \
-    }                                                       \
-    if (n_ != WK_DNONE) {                                   \
-      (arr)[n_].PREV = p_;                                  \
-    } else {                                                \
-      (list)->tail = p_;                                    \
-    }                                                       \
-    (arr)[i_].PREV = (arr)[i_].NEXT = WK_DNONE;             \
-    (list)->len--;                                          \
+#define WK_DL_REMOVE(list, arr, i, PREV, NEXT)         \
+  do {                                                 \
+    uint32_t i_ = (i);                                 \
+    uint32_t p_ = (arr)[i_].PREV, n_ = (arr)[i_].NEXT; \
+    if (p_ != WK_DNONE) {                              \
+      (arr)[p_].NEXT = n_;                             \
+    } else {                                           \
+      (list)->head = n_;                               \
+    }                                                  \
+    if (n_ != WK_DNONE) {                              \
+      (arr)[n_].PREV = p_;                             \
+    } else {                                           \
+      (list)->tail = p_;                               \
+    }                                                  \
+    (arr)[i_].PREV = (arr)[i_].NEXT = WK_DNONE;        \
+    (list)->len--;                                     \
   } while (0)
 
 #endif

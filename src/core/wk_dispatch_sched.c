@@ -94,8 +94,7 @@ static bool pend_wanted(const wk_disp *d, const wk_dpend *p) {
              parent->group == p->group;
     }
     case WK_DISP_SEND:
-    case WK_DISP_TASK_DONE:
-      break;
+    case WK_DISP_TASK_DONE: break;
   }
   assert(0 && "pending action of a kind that is never queued");
   return false;

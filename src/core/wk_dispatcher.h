@@ -109,9 +109,9 @@ typedef struct wk_disp_config {
 #define WK_DISP_DEPTH_MAX 32u
 #define WK_DISP_WINDOW_MAX (1u << 20)
 #define WK_DISP_ATTEMPTS_MAX 10000u
-#define WK_DISP_BACKOFF_MS_MAX INT64_C(3600000)      /* one hour: larger backoffs are capped */
-#define WK_DISP_MULTIPLIER_MILLI_MAX 1000000u        /* x1000 */
-#define WK_DISP_MULTIPLIER_MILLI_DEFAULT 2000u       /* used when a policy says 0 */
+#define WK_DISP_BACKOFF_MS_MAX INT64_C(3600000) /* one hour: larger backoffs are capped */
+#define WK_DISP_MULTIPLIER_MILLI_MAX 1000000u   /* x1000 */
+#define WK_DISP_MULTIPLIER_MILLI_DEFAULT 2000u  /* used when a policy says 0 */
 
 /** Fills `cfg` with a small valid preset for tests, simulations and benchmarks:
  * max_inflight 16, window 4..64, max_depth 4, 1024 tasks, 16384 calls, seed 1, equal
@@ -180,20 +180,20 @@ typedef struct wk_disp_action {
   wk_disp_action_kind kind;
   wk_disp_result result;        /* CALL_DONE, SUBCALL_DONE: the final result */
   wk_disp_cancel_reason reason; /* CANCEL */
-  bool ok;                      /* TASK_DONE: failed <= max_failed_calls (CONTINUE), 0 (FAIL_FAST) */
-  uint32_t task;                /* every kind: the task handle */
-  uint64_t task_key;            /* every kind: the adapter's key of the task */
-  uint64_t call_id;             /* SEND, CANCEL: the attempt; CALL_DONE, SUBCALL_DONE: the last
+  bool ok;                 /* TASK_DONE: failed <= max_failed_calls (CONTINUE), 0 (FAIL_FAST) */
+  uint32_t task;           /* every kind: the task handle */
+  uint64_t task_key;       /* every kind: the adapter's key of the task */
+  uint64_t call_id;        /* SEND, CANCEL: the attempt; CALL_DONE, SUBCALL_DONE: the last
                                    attempt (the one whose answer decided); SUBCALLS_COMPLETE:
                                    the parent's attempt */
-  uint64_t parent_call_id;      /* SEND and CANCEL of a child: the parent's attempt */
-  uint64_t group;               /* SEND/CANCEL of a child, SUBCALL_DONE, SUBCALLS_COMPLETE */
-  uint32_t index;               /* SEND, CANCEL, CALL_DONE: the call index (depth 0) or the
+  uint64_t parent_call_id; /* SEND and CANCEL of a child: the parent's attempt */
+  uint64_t group;          /* SEND/CANCEL of a child, SUBCALL_DONE, SUBCALLS_COMPLETE */
+  uint32_t index;          /* SEND, CANCEL, CALL_DONE: the call index (depth 0) or the
                                    position in the group (children) */
-  uint32_t depth;               /* SEND, CANCEL: 0 for top-level calls */
-  uint32_t attempt;             /* SEND: 1-based attempt number; *_DONE: attempts made */
-  uint32_t failed;              /* TASK_DONE: top-level calls that ended failed */
-  int64_t deadline_ms;          /* SEND: absolute deadline of the attempt, INT64_MAX = none */
+  uint32_t depth;          /* SEND, CANCEL: 0 for top-level calls */
+  uint32_t attempt;        /* SEND: 1-based attempt number; *_DONE: attempts made */
+  uint32_t failed;         /* TASK_DONE: top-level calls that ended failed */
+  int64_t deadline_ms;     /* SEND: absolute deadline of the attempt, INT64_MAX = none */
 } wk_disp_action;
 
 /* The caller's action buffer. Entry points append at items[count] up to capacity;
@@ -315,19 +315,19 @@ typedef struct wk_disp_task_info {
   bool cancelled; /* wk_disp_cancel_task was called */
   bool last;      /* no more calls will be added */
   uint32_t window;
-  uint32_t inflight;  /* attempts counted in admission (not waiting parents) */
-  uint32_t waiting;   /* parents waiting on children, or resumed (outside admission) */
-  uint32_t resuming;  /* of those, parents resumed after their children, running outside admission */
-  uint32_t backoff;   /* calls waiting out a backoff */
-  uint32_t ready;     /* retries and children queued */
-  uint32_t queued;    /* top-level calls added but never sent */
-  uint32_t added;     /* top-level calls added */
-  uint32_t finished;  /* top-level calls final */
-  uint32_t failed;    /* top-level calls final without OK */
+  uint32_t inflight; /* attempts counted in admission (not waiting parents) */
+  uint32_t waiting;  /* parents waiting on children, or resumed (outside admission) */
+  uint32_t resuming; /* of those, parents resumed after their children, running outside admission */
+  uint32_t backoff;  /* calls waiting out a backoff */
+  uint32_t ready;    /* retries and children queued */
+  uint32_t queued;   /* top-level calls added but never sent */
+  uint32_t added;    /* top-level calls added */
+  uint32_t finished; /* top-level calls final */
+  uint32_t failed;   /* top-level calls final without OK */
   uint32_t live_calls; /* call records held */
-  uint64_t succeeded; /* top-level calls final with OK */
-  uint64_t retried;   /* retries scheduled (all depths) */
-  uint64_t subcalls;  /* children requested */
+  uint64_t succeeded;  /* top-level calls final with OK */
+  uint64_t retried;    /* retries scheduled (all depths) */
+  uint64_t subcalls;   /* children requested */
 } wk_disp_task_info;
 
 /** Fills `*info` for the task; O(the task's live call records) for `resuming`.

@@ -61,7 +61,8 @@ void wk_core__index_remove(wk_core *core, uint32_t t) {
   /* backward-shift deletion: move later entries of the cluster into the hole when
    * their home position does not lie cyclically in (hole, j] */
   uint32_t hole = i;
-  for (uint32_t j = (hole + 1) & ix->mask; ix->entries[j].record != WK_NONE; j = (j + 1) & ix->mask) {
+  for (uint32_t j = (hole + 1) & ix->mask; ix->entries[j].record != WK_NONE;
+       j = (j + 1) & ix->mask) {
     uint32_t home = ix->entries[j].hash32 & ix->mask;
     bool home_in_range = (hole <= j) ? (hole < home && home <= j) : (hole < home || home <= j);
     if (!home_in_range) {

@@ -107,8 +107,6 @@ static inline uint64_t wk_slot_id_make(uint32_t index, uint32_t generation) {
   return ((uint64_t)generation << 32) | index;
 }
 static inline uint32_t wk_slot_id_index(uint64_t slot_id) { return (uint32_t)slot_id; }
-static inline uint32_t wk_slot_id_generation(uint64_t slot_id) {
-  return (uint32_t)(slot_id >> 32);
-}
+static inline uint32_t wk_slot_id_generation(uint64_t slot_id) { return (uint32_t)(slot_id >> 32); }
 
 #endif

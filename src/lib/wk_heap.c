@@ -305,9 +305,11 @@ const char *wk_heap_check(const wk_heap *h) {
     present++;
     if (p & WK_HEAP_IN_RUN) continue; /* checked from the run's side */
     in_heap++;
-    if (p >= h->heap_size || h->ent[p].handle != handle) return "heap: position index disagrees with order";
+    if (p >= h->heap_size || h->ent[p].handle != handle)
+      return "heap: position index disagrees with order";
   }
-  if (present != h->size || in_heap != h->heap_size) return "heap: position index counts differ from size";
+  if (present != h->size || in_heap != h->heap_size)
+    return "heap: position index counts differ from size";
   for (uint32_t i = 1; i < h->heap_size; i++) {
     if (h->ent[(i - 1) / ARITY].key > h->ent[i].key) return "heap: order property broken";
   }

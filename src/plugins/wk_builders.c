@@ -45,7 +45,8 @@ static const char *json_kind(const json_t *v) {
 static json_t *parse_json_args(const wk_builder_input *in, const char *builder, char *err,
                                size_t err_len) {
   if (!in->json) {
-    snprintf(err, err_len, "the %s builder needs JSON args (content_type JSON), got bytes", builder);
+    snprintf(err, err_len, "the %s builder needs JSON args (content_type JSON), got bytes",
+             builder);
     return NULL;
   }
   json_error_t je;
@@ -74,7 +75,8 @@ static int build_map(const wk_builder_input *in, wk_call_list *out, char *err, s
   }
   /* two passes: size the storage, then write every item's compact encoding into it */
   size_t total = 0;
-  for (size_t i = 0; i < n; i++) total += json_dumpb(json_array_get(arr, i), NULL, 0, JSON_COMPACT | JSON_ENCODE_ANY);
+  for (size_t i = 0; i < n; i++)
+    total += json_dumpb(json_array_get(arr, i), NULL, 0, JSON_COMPACT | JSON_ENCODE_ANY);
   out->count = (uint32_t)n;
   out->items = wk_xcalloc(n ? n : 1, sizeof *out->items);
   out->storage = wk_xmalloc(total ? total : 1);
@@ -90,14 +92,16 @@ static int build_map(const wk_builder_input *in, wk_call_list *out, char *err, s
   return 0;
 }
 
-static int get_int(json_t *obj, const char *key, int64_t dflt, int64_t *v, char *err, size_t err_len) {
+static int get_int(json_t *obj, const char *key, int64_t dflt, int64_t *v, char *err,
+                   size_t err_len) {
   json_t *x = json_object_get(obj, key);
   if (!x) {
     *v = dflt;
     return 0;
   }
   if (!json_is_integer(x)) {
-    snprintf(err, err_len, "the range builder's \"%s\" must be an integer, got %s", key, json_kind(x));
+    snprintf(err, err_len, "the range builder's \"%s\" must be an integer, got %s", key,
+             json_kind(x));
     return -1;
   }
   *v = json_integer_value(x);
@@ -109,15 +113,18 @@ static int range_open(const wk_builder_input *in, wk_stream_state *st, char *err
   if (!obj) return -1;
   int rc = -1;
   if (!json_is_object(obj)) {
-    snprintf(err, err_len, "the range builder needs an object {\"start\",\"stop\",\"step\",\"chunk\"}, got %s",
+    snprintf(err, err_len,
+             "the range builder needs an object {\"start\",\"stop\",\"step\",\"chunk\"}, got %s",
              json_kind(obj));
     goto out;
   }
   const char *key;
   json_t *val;
   json_object_foreach(obj, key, val) {
-    if (strcmp(key, "start") && strcmp(key, "stop") && strcmp(key, "step") && strcmp(key, "chunk")) {
-      snprintf(err, err_len, "the range builder does not know the field \"%s\" (start, stop, step, chunk)", key);
+    if (strcmp(key, "start") && strcmp(key, "stop") && strcmp(key, "step") &&
+        strcmp(key, "chunk")) {
+      snprintf(err, err_len,
+               "the range builder does not know the field \"%s\" (start, stop, step, chunk)", key);
       goto out;
     }
   }
@@ -126,8 +133,10 @@ static int range_open(const wk_builder_input *in, wk_stream_state *st, char *err
     goto out;
   }
   int64_t start, stop, step, chunk;
-  if (get_int(obj, "start", 0, &start, err, err_len) || get_int(obj, "stop", 0, &stop, err, err_len) ||
-      get_int(obj, "step", 1, &step, err, err_len) || get_int(obj, "chunk", 1, &chunk, err, err_len)) {
+  if (get_int(obj, "start", 0, &start, err, err_len) ||
+      get_int(obj, "stop", 0, &stop, err, err_len) ||
+      get_int(obj, "step", 1, &step, err, err_len) ||
+      get_int(obj, "chunk", 1, &chunk, err, err_len)) {
     goto out;
   }
   if (step <= 0) {
@@ -135,21 +144,26 @@ static int range_open(const wk_builder_input *in, wk_stream_state *st, char *err
     goto out;
   }
   if (chunk <= 0 || chunk > 1000000000) {
-    snprintf(err, err_len, "the range builder's \"chunk\" must be between 1 and 1000000000, got %" PRId64, chunk);
+    snprintf(err, err_len,
+             "the range builder's \"chunk\" must be between 1 and 1000000000, got %" PRId64, chunk);
     goto out;
   }
   if (start < -(INT64_C(1) << 60) || stop > (INT64_C(1) << 60) || step > (INT64_C(1) << 40)) {
-    snprintf(err, err_len, "the range builder's start/stop must lie within +-2^60 and step below 2^40");
+    snprintf(err, err_len,
+             "the range builder's start/stop must lie within +-2^60 and step below 2^40");
     goto out;
   }
   uint64_t items = stop > start ? (uint64_t)((stop - start + step - 1) / step) : 0;
   uint64_t calls = (items + (uint64_t)chunk - 1) / (uint64_t)chunk;
   if (calls > in->max_calls) {
-    snprintf(err, err_len, "the range makes %" PRIu64 " calls, more than the limit of %u calls per task; use a larger chunk",
+    snprintf(err, err_len,
+             "the range makes %" PRIu64
+             " calls, more than the limit of %u calls per task; use a larger chunk",
              calls, in->max_calls);
     goto out;
   }
-  *st = (wk_stream_state){.start = start, .stop = stop, .step = step, .chunk = chunk, .total = calls};
+  *st =
+      (wk_stream_state){.start = start, .stop = stop, .step = step, .chunk = chunk, .total = calls};
   rc = 0;
 out:
   json_decref(obj);
@@ -161,8 +175,9 @@ static size_t range_args(const wk_stream_state *st, uint64_t index, char *buf, s
   int64_t span = st->chunk * st->step;
   int64_t a = st->start + (int64_t)index * span;
   int64_t b = (st->stop - a > span) ? a + span : st->stop;
-  int n = snprintf(buf, buf_len, "{\"start\":%" PRId64 ",\"stop\":%" PRId64 ",\"step\":%" PRId64 "}", a, b,
-                   st->step);
+  int n =
+      snprintf(buf, buf_len, "{\"start\":%" PRId64 ",\"stop\":%" PRId64 ",\"step\":%" PRId64 "}", a,
+               b, st->step);
   return n > 0 && (size_t)n < buf_len ? (size_t)n : 0;
 }
 

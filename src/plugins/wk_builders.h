@@ -51,8 +51,8 @@ typedef size_t (*wk_stream_args_fn)(const wk_stream_state *st, uint64_t index, c
 
 typedef struct wk_builder {
   const char *name;
-  wk_builder_fn build;            /* list builders */
-  wk_stream_open_fn stream_open;  /* streaming builders */
+  wk_builder_fn build;           /* list builders */
+  wk_stream_open_fn stream_open; /* streaming builders */
   wk_stream_args_fn stream_args;
 } wk_builder;
 

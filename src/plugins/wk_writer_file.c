@@ -13,7 +13,7 @@
 #include "plugins/wk_writers_int.h"
 #include "lib/wk_alloc.h"
 
-#define NAME_MAX_BYTES 200  /* of the final file name (the temporary adds 12 + 1) */
+#define NAME_MAX_BYTES 200 /* of the final file name (the temporary adds 12 + 1) */
 #define FLUSH_BYTES 65536
 
 static const char *err_text(int e, char *buf, size_t n) { return strerror_r(e, buf, n); }
@@ -39,7 +39,8 @@ static int file_validate(const wk_writer_settings *s, char *err, size_t len) {
   if (fd < 0) {
     int e = errno;
     free(probe);
-    return wk_werr(err, len, "file: output_dir %s is not writable: %s", dir, err_text(e, eb, sizeof eb));
+    return wk_werr(err, len, "file: output_dir %s is not writable: %s", dir,
+                   err_text(e, eb, sizeof eb));
   }
   close(fd);
   unlink(probe);
@@ -56,7 +57,8 @@ static int check_name(const char *name, char *err, size_t len) {
   for (size_t i = 0; i < n; i++) {
     unsigned char c = (unsigned char)name[i];
     if (c == '/' || c < 0x20 || c == 0x7f) {
-      return wk_werr(err, len, "file: option name must be one file name (no '/' or control characters)");
+      return wk_werr(err, len,
+                     "file: option name must be one file name (no '/' or control characters)");
     }
   }
   return 0;
@@ -118,7 +120,8 @@ static int file_write(const wk_writer *w, const wk_writer_task *t, wk_buf *plugi
   uint64_t records = 0, bytes = 0;
   int fd = mkostemp(tmp, O_CLOEXEC);
   if (fd < 0) {
-    wk_werr(err, len, "file %s: cannot create a temporary file: %s", path, err_text(errno, eb, sizeof eb));
+    wk_werr(err, len, "file %s: cannot create a temporary file: %s", path,
+            err_text(errno, eb, sizeof eb));
     goto out;
   }
 

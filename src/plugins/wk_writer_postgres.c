@@ -28,9 +28,7 @@ static int result_err(PGconn *c, const PGresult *r, const char *what, char *err,
 
 /* Server notices ("relation ... already exists, skipping") are not errors: dropped
  * rather than printed on the worker's stderr by libpq's default processor. */
-static void ignore_notice(void *arg, const char *message) {
-  (void)arg, (void)message;
-}
+static void ignore_notice(void *arg, const char *message) { (void)arg, (void)message; }
 
 /* Connects. libpq's connect_timeout is in whole seconds (at least 2); the I/O bound is
  * the server's statement_timeout plus tcp_user_timeout (unacknowledged data) on our
@@ -48,8 +46,8 @@ static PGconn *connect_pg(const char *dsn, uint32_t timeout_ms, uint32_t io_ms, 
   snprintf(ct, sizeof ct, "%u", s < 2 ? 2u : s);
   snprintf(opts, sizeof opts, "-c statement_timeout=%u", io_ms);
   snprintf(tcp, sizeof tcp, "%u", io_ms);
-  const char *const kw[] = {"connect_timeout", "application_name", "options", "tcp_user_timeout",
-                            "dbname", NULL};
+  const char *const kw[] = {"connect_timeout",  "application_name", "options",
+                            "tcp_user_timeout", "dbname",           NULL};
   const char *const val[] = {ct, "worker", opts, tcp, dsn, NULL};
   PGconn *c = PQconnectdbParams(kw, val, 1);
   if (!c) {
@@ -131,7 +129,8 @@ static void quote_table(const char *t, char *out, size_t n) {
  * collide on the table's row type, a duplicate object (42710: type "t" already exists). */
 static int ensure_table(PGconn *c, const char *quoted, char *err, size_t len) {
   const char *params[] = {quoted};
-  PGresult *r = PQexecParams(c, "SELECT to_regclass($1) IS NOT NULL", 1, NULL, params, NULL, NULL, 0);
+  PGresult *r =
+      PQexecParams(c, "SELECT to_regclass($1) IS NOT NULL", 1, NULL, params, NULL, NULL, 0);
   if (PQresultStatus(r) != PGRES_TUPLES_OK || PQntuples(r) != 1) {
     int rc = result_err(c, r, NULL, err, len);
     PQclear(r);
@@ -172,7 +171,8 @@ static void put_copy_text(wk_buf *b, const uint8_t *s, size_t n) {
 
 static int put_copy(PGconn *c, wk_buf *chunk, char *err, size_t len) {
   if (chunk->len == 0) return 0;
-  if (chunk->len > (size_t)0x7fffffff || PQputCopyData(c, (const char *)chunk->data, (int)chunk->len) != 1) {
+  if (chunk->len > (size_t)0x7fffffff ||
+      PQputCopyData(c, (const char *)chunk->data, (int)chunk->len) != 1) {
     return wk_werr(err, len, "postgres: COPY: %s", PQerrorMessage(c));
   }
   wk_buf_clear(chunk);
@@ -181,8 +181,8 @@ static int put_copy(PGconn *c, wk_buf *chunk, char *err, size_t len) {
 
 /* Streams the records as COPY rows and ends the COPY. Returns 0, or -1 with a message
  * (the COPY is then aborted or failed). */
-static int copy_rows(PGconn *c, const wk_writer_task *t, uint64_t *records,
-                     uint64_t *bytes, char *err, size_t len) {
+static int copy_rows(PGconn *c, const wk_writer_task *t, uint64_t *records, uint64_t *bytes,
+                     char *err, size_t len) {
   const char *task_id = t->task_id ? t->task_id : "";
   wk_buf rec = {0}, chunk = {0};
   wk_output_iter it;
@@ -219,8 +219,8 @@ static int copy_rows(PGconn *c, const wk_writer_task *t, uint64_t *records,
   return rc;
 }
 
-static int pg_write(const wk_writer *w, const wk_writer_task *t, wk_buf *plugin_results,
-                    char *err, size_t len) {
+static int pg_write(const wk_writer *w, const wk_writer_task *t, wk_buf *plugin_results, char *err,
+                    size_t len) {
   (void)w;
   if (pg_check_options(t->options, t->n_options, err, len) != 0) return -1;
   const char *table = wk_option_get(t->options, t->n_options, "table");

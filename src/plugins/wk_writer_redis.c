@@ -35,7 +35,8 @@ static int parse_addr(const char *s, redis_addr *a, char *err, size_t len) {
     h++;
     hl -= 2;
   } else if (memchr(h, ':', hl)) {
-    return wk_werr(err, len, "redis: redis_addr: an IPv6 host goes in brackets ([::1]:6379), got '%.200s'", s);
+    return wk_werr(
+        err, len, "redis: redis_addr: an IPv6 host goes in brackets ([::1]:6379), got '%.200s'", s);
   }
   if (hl >= sizeof a->host) return wk_werr(err, len, "redis: redis_addr: host too long");
   long port = 0;
@@ -45,7 +46,8 @@ static int parse_addr(const char *s, redis_addr *a, char *err, size_t len) {
     }
     port = port * 10 + (*p - '0');
   }
-  if (port < 1 || port > 65535) return wk_werr(err, len, "redis: redis_addr: bad port in '%.200s'", s);
+  if (port < 1 || port > 65535)
+    return wk_werr(err, len, "redis: redis_addr: bad port in '%.200s'", s);
   memcpy(a->host, h, hl);
   a->host[hl] = '\0';
   a->port = (int)port;
@@ -53,7 +55,8 @@ static int parse_addr(const char *s, redis_addr *a, char *err, size_t len) {
 }
 
 static struct timeval tv_ms(uint32_t ms) {
-  return (struct timeval){.tv_sec = (time_t)(ms / 1000), .tv_usec = (suseconds_t)(ms % 1000) * 1000};
+  return (struct timeval){.tv_sec = (time_t)(ms / 1000),
+                          .tv_usec = (suseconds_t)(ms % 1000) * 1000};
 }
 
 /* Connects with the given timeouts. Returns the context, or NULL with a message. */
@@ -81,7 +84,8 @@ static int conn_err(const redisContext *c, const char *addr, const char *what, u
   if (c->err == REDIS_ERR_IO && strstr(c->errstr, "temporarily unavailable")) {
     return wk_werr(err, len, "redis %s: %sno answer within %u ms", addr, what, io_ms);
   }
-  return wk_werr(err, len, "redis %s: %s%s", addr, what, c->errstr[0] ? c->errstr : "connection lost");
+  return wk_werr(err, len, "redis %s: %s%s", addr, what,
+                 c->errstr[0] ? c->errstr : "connection lost");
 }
 
 /* Reads the next reply. Returns it, or NULL with the connection's error in err. */
@@ -155,8 +159,8 @@ static int redis_write(const wk_writer *w, const wk_writer_task *t, wk_buf *plug
   while ((more = wk_output_iter_next(&it, &rec, &index, err, len)) == 1) {
     char idx[16];
     int il = snprintf(idx, sizeof idx, "%u", index);
-    const char *argv[] = {"XADD", stream, "*", "task_id", task_id, "index", idx, "record",
-                          (const char *)rec.data};
+    const char *argv[] = {
+        "XADD", stream, "*", "task_id", task_id, "index", idx, "record", (const char *)rec.data};
     size_t argl[] = {4, strlen(stream), 1, 7, strlen(task_id), 5, (size_t)il, 6, rec.len};
     if (redisAppendCommandArgv(c, 9, argv, argl) != REDIS_OK) goto conn_error;
     records++;

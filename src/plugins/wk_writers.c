@@ -68,7 +68,8 @@ uint32_t wk_io_timeout_ms(const wk_writer_settings *s) {
 const char *wk_option_get(const wk_writer_option *options, size_t n, const char *key) {
   const char *v = NULL;
   for (size_t i = 0; options && i < n; i++) {
-    if (options[i].key && strcmp(options[i].key, key) == 0) v = options[i].value ? options[i].value : "";
+    if (options[i].key && strcmp(options[i].key, key) == 0)
+      v = options[i].value ? options[i].value : "";
   }
   return v;
 }
@@ -349,8 +350,8 @@ static void put_uint_field(wk_buf *b, uint32_t field, uint64_t v) {
   wk_buf_append_varint(b, v);
 }
 
-void wk_put_plugin_result(wk_buf *out, const char *plugin, const char *location,
-                          uint64_t records, uint64_t bytes) {
+void wk_put_plugin_result(wk_buf *out, const char *plugin, const char *location, uint64_t records,
+                          uint64_t bytes) {
   wk_buf msg = {0};
   put_string_field(&msg, 1, plugin);
   put_string_field(&msg, 2, location);

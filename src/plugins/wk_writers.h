@@ -43,11 +43,11 @@
  * borrowed: they must outlive every validate and write call that is given them. NULL
  * and "" mean unset. */
 typedef struct wk_writer_settings {
-  const char *output_dir;       /* file: an existing, writable directory */
-  const char *redis_addr;       /* redis: "host:port" or "[v6addr]:port" */
-  const char *postgres_dsn;     /* postgres: a libpq connection string or URI */
-  uint32_t connect_timeout_ms;  /* redis, postgres; 0 = WK_WRITER_CONNECT_TIMEOUT_MS */
-  uint32_t io_timeout_ms;       /* redis: each socket read/write; postgres: statement_timeout
+  const char *output_dir;      /* file: an existing, writable directory */
+  const char *redis_addr;      /* redis: "host:port" or "[v6addr]:port" */
+  const char *postgres_dsn;    /* postgres: a libpq connection string or URI */
+  uint32_t connect_timeout_ms; /* redis, postgres; 0 = WK_WRITER_CONNECT_TIMEOUT_MS */
+  uint32_t io_timeout_ms;      /* redis: each socket read/write; postgres: statement_timeout
                                    and tcp_user_timeout (a DSN's own settings win);
                                    0 = WK_WRITER_IO_TIMEOUT_MS */
 } wk_writer_settings;
@@ -67,9 +67,9 @@ typedef struct wk_writer_option {
 typedef struct wk_writer_task {
   const wk_writer_settings *settings; /* the same settings validate accepted */
   const char *task_id;
-  const char *function;               /* the function's name (not written; for messages) */
-  uint64_t epoch;                     /* the pinned code epoch (not written) */
-  const wk_writer_option *options;    /* ResultHandler.options; n_options entries */
+  const char *function;            /* the function's name (not written; for messages) */
+  uint64_t epoch;                  /* the pinned code epoch (not written) */
+  const wk_writer_option *options; /* ResultHandler.options; n_options entries */
   size_t n_options;
   /* The outputs: the encoded bytes of TaskResult's repeated field 7, i.e. CallOutput
    * records each as tag 0x3A (field 7, length-delimited), varint length, message bytes
@@ -97,8 +97,7 @@ struct wk_writer {
    * "stream", 1..512 bytes; postgres: "table", an identifier or schema.identifier of
    * [A-Za-z_][A-Za-z0-9_]*, at most 63 bytes each). write checks them again, so
    * calling this at submission (to fail fast) is optional. Returns 0 or -1 + err. */
-  int (*check_options)(const wk_writer_option *options, size_t n_options, char *err,
-                       size_t len);
+  int (*check_options)(const wk_writer_option *options, size_t n_options, char *err, size_t len);
 
   /** Writes the task's outputs, all or nothing, then appends one encoded PluginResult
    * as a TaskResult field-8 record (tag 0x42, varint length, PluginResult{plugin,
@@ -120,8 +119,8 @@ struct wk_writer {
    *             (task_id text not null, idx integer not null, record jsonb not null,
    *             written_at timestamptz not null default now()). Names are quoted, so
    *             their case is kept. Any failure rolls the whole task back. */
-  int (*write)(const wk_writer *w, const wk_writer_task *t, wk_buf *plugin_results,
-               char *err, size_t len);
+  int (*write)(const wk_writer *w, const wk_writer_task *t, wk_buf *plugin_results, char *err,
+               size_t len);
 };
 
 /** The writer named `name` ("file", "redis", "postgres"), or NULL. The result is a

@@ -40,8 +40,8 @@ int wk_output_iter_next(wk_output_iter *it, wk_buf *rec, uint32_t *index, char *
 
 /** Appends a TaskResult field-8 record holding PluginResult{plugin, location, records,
  * bytes} to out. */
-void wk_put_plugin_result(wk_buf *out, const char *plugin, const char *location,
-                          uint64_t records, uint64_t bytes);
+void wk_put_plugin_result(wk_buf *out, const char *plugin, const char *location, uint64_t records,
+                          uint64_t bytes);
 
 /* ---- options ---------------------------------------------------------------------- */
 

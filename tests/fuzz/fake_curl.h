@@ -10,15 +10,15 @@
 #include <stdint.h>
 
 enum {
-  FAKE_CURL_OK = 0,          /* the transfer completes; http_code is the status */
-  FAKE_CURL_CONNECT = 7,     /* CURLE_COULDNT_CONNECT: nothing delivered */
-  FAKE_CURL_TIMEOUT = 28,    /* CURLE_OPERATION_TIMEDOUT: the body so far, then fail */
+  FAKE_CURL_OK = 0,       /* the transfer completes; http_code is the status */
+  FAKE_CURL_CONNECT = 7,  /* CURLE_COULDNT_CONNECT: nothing delivered */
+  FAKE_CURL_TIMEOUT = 28, /* CURLE_OPERATION_TIMEDOUT: the body so far, then fail */
 };
 
 typedef struct fake_curl_answer {
-  int result;      /* FAKE_CURL_* */
-  long http_code;  /* 0: no status line */
-  uint8_t *body;   /* delivered to the write callback (may be NULL when len is 0) */
+  int result;     /* FAKE_CURL_* */
+  long http_code; /* 0: no status line */
+  uint8_t *body;  /* delivered to the write callback (may be NULL when len is 0) */
   size_t len;
 } fake_curl_answer;
 

@@ -36,8 +36,8 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define CHECK(cond) \
-  do {              \
+#define CHECK(cond)       \
+  do {                    \
     if (!(cond)) abort(); \
   } while (0)
 

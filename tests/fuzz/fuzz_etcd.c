@@ -45,8 +45,8 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define CHECK(cond) \
-  do {              \
+#define CHECK(cond)       \
+  do {                    \
     if (!(cond)) abort(); \
   } while (0)
 
@@ -170,7 +170,8 @@ static int run_op(wk_etcd *c, enum op op) {
         wk_etcd_workers_free(&ws);
         break;
       }
-      for (size_t i = 0; i < ws.n; i++) check_worker(&ws.items[i], ws.items[i].key, ws.items[i].lease);
+      for (size_t i = 0; i < ws.n; i++)
+        check_worker(&ws.items[i], ws.items[i].key, ws.items[i].lease);
       size_t kept = wk_etcd_workers_rank(&ws, 1000000, 0, 99);
       CHECK(kept == ws.n);
       for (size_t i = 0; i < kept; i++) {
@@ -224,9 +225,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   fake_curl_script(answers, n, knobs >> 1);
 
   char err[256];
-  wk_etcd *c = wk_etcd_new(endpoints == 2 ? "http://etcd-a:2379, http://etcd-b:2379/"
-                                          : "http://etcd-a:2379",
-                           1000, err, sizeof err);
+  wk_etcd *c =
+      wk_etcd_new(endpoints == 2 ? "http://etcd-a:2379, http://etcd-b:2379/" : "http://etcd-a:2379",
+                  1000, err, sizeof err);
   CHECK(c != NULL);
   int rc = run_op(c, op);
   CHECK(rc == WK_ETCD_OK || rc == WK_ETCD_E_UNREACHABLE || rc == WK_ETCD_E_SERVER ||

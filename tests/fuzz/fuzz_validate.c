@@ -28,8 +28,8 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define CHECK(cond) \
-  do {              \
+#define CHECK(cond)       \
+  do {                    \
     if (!(cond)) abort(); \
   } while (0)
 
@@ -51,8 +51,8 @@ static void check_reason(const char *err, size_t cap) {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size == 0) return 0;
   wk_rpc_method m = (wk_rpc_method)(data[0] & 7u);
-  wk_validate_limits lim = (data[0] & 8u) ? (wk_validate_limits){1000, 4}
-                                          : (wk_validate_limits){3600000, 1024};
+  wk_validate_limits lim =
+      (data[0] & 8u) ? (wk_validate_limits){1000, 4} : (wk_validate_limits){3600000, 1024};
   size_t len = size - 1;
   uint8_t *buf = NULL;
   if (len > 0) {

@@ -92,8 +92,8 @@ static inline void mkdir_p(const char *path) {
 }
 
 /* Writes fn_root/<name>/<epoch>/<file> with `text`. */
-static inline void write_function(const fixture *fx, const char *name, unsigned epoch, const char *file,
-                           const char *text) {
+static inline void write_function(const fixture *fx, const char *name, unsigned epoch,
+                                  const char *file, const char *text) {
   char dir[256];
   char path[320];
   snprintf(dir, sizeof dir, "%s/%s/%u", fx->fn_root, name, epoch);
@@ -237,8 +237,8 @@ static inline int setup_with(void **state, const char *const *extra) {
 
   char script[256];
   snprintf(script, sizeof script, "%s/python/worker_executor.py", WK_SOURCE_DIR);
-  char *argv[32] = {(char *)(uintptr_t)python_path(), script, (char *)(uintptr_t)"--socket",
-                     fx->sock_path, NULL};
+  char *argv[32] = {(char *)(uintptr_t)python_path(), script, (char *)(uintptr_t) "--socket",
+                    fx->sock_path, NULL};
   size_t argc = 4;
   for (size_t i = 0; extra && extra[i]; i++) {
     assert_true(argc + 1 < sizeof argv / sizeof argv[0]);
@@ -249,7 +249,8 @@ static inline int setup_with(void **state, const char *const *extra) {
   if (err != 0) fail_msg("posix_spawn %s: %s", argv[0], strerror(err));
 
   struct pollfd pfd = {fx->listen_fd, POLLIN, 0};
-  if (poll(&pfd, 1, IO_TIMEOUT_MS) != 1) fail_msg("executor did not connect within %d ms", IO_TIMEOUT_MS);
+  if (poll(&pfd, 1, IO_TIMEOUT_MS) != 1)
+    fail_msg("executor did not connect within %d ms", IO_TIMEOUT_MS);
   fx->fd = accept(fx->listen_fd, NULL, NULL);
   assert_true(fx->fd >= 0);
 
@@ -337,16 +338,18 @@ static inline uint64_t queue_call(fixture *fx, const call_spec *cs) {
   f.call.call_index = cs->call_index;
   f.call.deadline_ms = cs->deadline_ms;
   f.call.scratch_dir = wk_frame_bytes_cstr(fx->scratch);
-  f.call.traceparent = wk_frame_bytes_cstr("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+  f.call.traceparent =
+      wk_frame_bytes_cstr("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
   f.call.args.ptr = cs->args;
   f.call.args.len = (uint32_t)cs->args_len;
   queue_frame(fx, &f);
   return f.call.call_id;
 }
 
-static inline uint64_t queue_json_call(fixture *fx, const char *function, const char *json, uint32_t index) {
-  call_spec cs = {function, 1, NULL, WK_FRAME_CONTENT_JSON, (const uint8_t *)json, strlen(json),
-                  index, 30000};
+static inline uint64_t queue_json_call(fixture *fx, const char *function, const char *json,
+                                       uint32_t index) {
+  call_spec cs = {function,     1,     NULL, WK_FRAME_CONTENT_JSON, (const uint8_t *)json,
+                  strlen(json), index, 30000};
   return queue_call(fx, &cs);
 }
 

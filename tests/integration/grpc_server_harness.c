@@ -116,12 +116,11 @@ static void answer_health_check(wk_rpc *rpc) {
 static void watch_tasks(wk_rpc *rpc) {
   const Worker__V1__WatchTasksRequest *req = wk_rpc_request(rpc);
   static const Worker__V1__TaskEvent__Kind kinds[3] = {
-      WORKER__V1__TASK_EVENT__KIND__KIND_SNAPSHOT,
-      WORKER__V1__TASK_EVENT__KIND__KIND_PHASE_CHANGED,
+      WORKER__V1__TASK_EVENT__KIND__KIND_SNAPSHOT, WORKER__V1__TASK_EVENT__KIND__KIND_PHASE_CHANGED,
       WORKER__V1__TASK_EVENT__KIND__KIND_TERMINAL};
-  static const Worker__V1__TaskState states[3] = {
-      WORKER__V1__TASK_STATE__TASK_STATE_PREPARING, WORKER__V1__TASK_STATE__TASK_STATE_RUNNING,
-      WORKER__V1__TASK_STATE__TASK_STATE_SUCCEEDED};
+  static const Worker__V1__TaskState states[3] = {WORKER__V1__TASK_STATE__TASK_STATE_PREPARING,
+                                                  WORKER__V1__TASK_STATE__TASK_STATE_RUNNING,
+                                                  WORKER__V1__TASK_STATE__TASK_STATE_SUCCEEDED};
   for (size_t i = 0; i < req->n_task_ids; i++) {
     for (int k = 0; k < 3; k++) {
       Worker__V1__TaskResult result;

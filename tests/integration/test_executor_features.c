@@ -34,7 +34,6 @@ static wk_frame_bytes keep(fixture *fx, wk_frame_bytes b) {
   return c;
 }
 
-
 /* ---- a mini worker: runs subcalls on the same executor ------------------------------ */
 
 #define MW_CALLS 256
@@ -104,7 +103,8 @@ static uint64_t mw_send(mini_worker *mw, const char *function, const char *entry
 
 /* Sends a JSON call from the test (the root of a tree of subcalls). */
 static uint64_t mw_start(mini_worker *mw, const char *function, const char *json) {
-  uint64_t id = mw_send(mw, function, NULL, WK_FRAME_CONTENT_JSON, wk_frame_bytes_cstr(json), -1, 0);
+  uint64_t id =
+      mw_send(mw, function, NULL, WK_FRAME_CONTENT_JSON, wk_frame_bytes_cstr(json), -1, 0);
   flush(mw->fx);
   return id;
 }
@@ -232,9 +232,10 @@ static const char REV_PY[] =
 static void test_subcall_call(void **state) {
   fixture *fx = *state;
   write_function(fx, "square", 1, "main.py", SQUARE_PY);
-  write_function(fx, "parent", 1, "main.py",
-                 "def handler(args, ctx):\n"
-                 "    return {'sq': ctx.call('square', args['n']), 'then': ctx.call('square', 3)}\n");
+  write_function(
+      fx, "parent", 1, "main.py",
+      "def handler(args, ctx):\n"
+      "    return {'sq': ctx.call('square', args['n']), 'then': ctx.call('square', 3)}\n");
   mini_worker mw = {.fx = fx};
   uint64_t root = mw_start(&mw, "parent", "{\"n\":7}");
   mw_call *c = mw_run(&mw, root);
@@ -256,11 +257,12 @@ static void test_subcall_map(void **state) {
   fixture *fx = *state;
   write_function(fx, "square", 1, "main.py", SQUARE_PY);
   write_function(fx, "rev", 1, "main.py", REV_PY);
-  write_function(fx, "parent", 1, "main.py",
-                 "def handler(args, ctx):\n"
-                 "    sq = ctx.map('square', args)\n"
-                 "    rv = ctx.map('rev', [b'ab', bytearray(b'\\x00\\xff'), b''])\n"
-                 "    return {'sq': sq, 'rev': [r.hex() for r in rv], 'empty': ctx.map('square', [])}\n");
+  write_function(
+      fx, "parent", 1, "main.py",
+      "def handler(args, ctx):\n"
+      "    sq = ctx.map('square', args)\n"
+      "    rv = ctx.map('rev', [b'ab', bytearray(b'\\x00\\xff'), b''])\n"
+      "    return {'sq': sq, 'rev': [r.hex() for r in rv], 'empty': ctx.map('square', [])}\n");
   mini_worker mw = {.fx = fx};
   uint64_t root = mw_start(&mw, "parent", "[1,2,3,4,5]");
   mw_call *c = mw_run(&mw, root);
@@ -355,41 +357,43 @@ static void test_failing_child(void **state) {
                  "    if n:\n"
                  "        raise ValueError('bad %d' % n)\n"
                  "    return 'ok'\n");
-  write_function(fx, "parent", 1, "main.py",
-                 "import worker\n"
-                 "def handler(args, ctx):\n"
-                 "    out = {}\n"
-                 "    try:\n"
-                 "        ctx.call('boom', 1)\n"
-                 "    except worker.SubcallError as e:\n"
-                 "        out['call'] = [e.type, e.message, 'ValueError: bad 1' in e.traceback,\n"
-                 "                       'in handler' in e.traceback, e.retryable, str(e)]\n"
-                 "    res = ctx.map('boom', [0, 2, 0], return_exceptions=True)\n"
-                 "    out['inplace'] = [r if not isinstance(r, worker.SubcallError) else 'err:' + r.message\n"
-                 "                      for r in res]\n"
-                 "    try:\n"
-                 "        ctx.map('boom', [0, 3, 4])\n"
-                 "    except worker.SubcallError as e:\n"
-                 "        out['first'] = [e.message, e.retryable]\n"
-                 "    try:\n"
-                 "        ctx.call('boom', 4)\n"
-                 "    except worker.SubcallError as e:\n"
-                 "        out['retryable'] = [e.type, e.retryable]\n"
-                 "    try:\n"
-                 "        ctx.call('nosuch', 1)\n"
-                 "    except worker.SubcallError as e:\n"
-                 "        out['load'] = e.type\n"
-                 "    if args:\n"
-                 "        ctx.call('boom', 5)\n"
-                 "    return out\n");
+  write_function(
+      fx, "parent", 1, "main.py",
+      "import worker\n"
+      "def handler(args, ctx):\n"
+      "    out = {}\n"
+      "    try:\n"
+      "        ctx.call('boom', 1)\n"
+      "    except worker.SubcallError as e:\n"
+      "        out['call'] = [e.type, e.message, 'ValueError: bad 1' in e.traceback,\n"
+      "                       'in handler' in e.traceback, e.retryable, str(e)]\n"
+      "    res = ctx.map('boom', [0, 2, 0], return_exceptions=True)\n"
+      "    out['inplace'] = [r if not isinstance(r, worker.SubcallError) else 'err:' + r.message\n"
+      "                      for r in res]\n"
+      "    try:\n"
+      "        ctx.map('boom', [0, 3, 4])\n"
+      "    except worker.SubcallError as e:\n"
+      "        out['first'] = [e.message, e.retryable]\n"
+      "    try:\n"
+      "        ctx.call('boom', 4)\n"
+      "    except worker.SubcallError as e:\n"
+      "        out['retryable'] = [e.type, e.retryable]\n"
+      "    try:\n"
+      "        ctx.call('nosuch', 1)\n"
+      "    except worker.SubcallError as e:\n"
+      "        out['load'] = e.type\n"
+      "    if args:\n"
+      "        ctx.call('boom', 5)\n"
+      "    return out\n");
   mini_worker mw = {.fx = fx};
   uint64_t root = mw_start(&mw, "parent", "0");
   mw_call *c = mw_run(&mw, root);
-  assert_call_ok(c, "{\"call\":[\"ValueError\",\"bad 1\",true,true,false,\"ValueError: bad 1\"],"
-                    "\"inplace\":[\"ok\",\"err:bad 2\",\"ok\"],"
-                    "\"first\":[\"bad 3\",false],"
-                    "\"retryable\":[\"Retryable\",true],"
-                    "\"load\":\"FunctionLoadError\"}");
+  assert_call_ok(c,
+                 "{\"call\":[\"ValueError\",\"bad 1\",true,true,false,\"ValueError: bad 1\"],"
+                 "\"inplace\":[\"ok\",\"err:bad 2\",\"ok\"],"
+                 "\"first\":[\"bad 3\",false],"
+                 "\"retryable\":[\"Retryable\",true],"
+                 "\"load\":\"FunctionLoadError\"}");
 
   root = mw_start(&mw, "parent", "1");
   c = mw_run(&mw, root);
@@ -474,7 +478,8 @@ static void test_waiting_call_runs_others_and_cancels(void **state) {
   uint64_t request_id = mw.reqs[0].request_id;
 
   /* an unrelated call runs while the parent waits */
-  uint64_t other = mw_send(&mw, "echo", NULL, WK_FRAME_CONTENT_JSON, wk_frame_bytes_cstr("1"), -1, 0);
+  uint64_t other =
+      mw_send(&mw, "echo", NULL, WK_FRAME_CONTENT_JSON, wk_frame_bytes_cstr("1"), -1, 0);
   flush(fx);
   recv_result(fx, other, &f);
   assert_bytes_str(f.result.output, "{\"echo\":1}");
@@ -486,8 +491,9 @@ static void test_waiting_call_runs_others_and_cancels(void **state) {
   assert_bytes_str(f.result.error_type, "Cancelled");
 
   /* the answer comes too late: ignored */
-  wk_frame_child kid = {WK_FRAME_STATUS_OK, WK_FRAME_CONTENT_JSON, wk_frame_bytes_cstr("1"),
-                        {NULL, 0}, {NULL, 0}, {NULL, 0}};
+  wk_frame_child kid = {
+      WK_FRAME_STATUS_OK, WK_FRAME_CONTENT_JSON, wk_frame_bytes_cstr("1"), {NULL, 0}, {NULL, 0},
+      {NULL, 0}};
   wk_frame late = {.type = WK_FRAME_SUBCALLS_RESULT};
   late.subcalls_result.request_id = request_id;
   late.subcalls_result.count = 1;
@@ -511,8 +517,9 @@ static void test_subcalls_result_count_mismatch(void **state) {
   recv_frame(fx, &f);
   assert_int_equal(f.type, WK_FRAME_SUBCALLS);
   assert_int_equal(f.subcalls.count, 2);
-  wk_frame_child kid = {WK_FRAME_STATUS_OK, WK_FRAME_CONTENT_JSON, wk_frame_bytes_cstr("1"),
-                        {NULL, 0}, {NULL, 0}, {NULL, 0}};
+  wk_frame_child kid = {
+      WK_FRAME_STATUS_OK, WK_FRAME_CONTENT_JSON, wk_frame_bytes_cstr("1"), {NULL, 0}, {NULL, 0},
+      {NULL, 0}};
   wk_frame bad = {.type = WK_FRAME_SUBCALLS_RESULT};
   bad.subcalls_result.request_id = f.subcalls.request_id;
   bad.subcalls_result.count = 1;
@@ -536,7 +543,7 @@ static void test_stack_of_infinite_loop(void **state) {
   uint64_t id = queue_json_call(fx, "spin", "null", 0);
   flush(fx);
   struct timespec ts = {0, 300 * 1000 * 1000};
-  nanosleep(&ts, NULL); /* the call is looping by now */
+  nanosleep(&ts, NULL);                             /* the call is looping by now */
   queue_u64_frame(fx, WK_FRAME_STACK_REQUEST, 999); /* not running: empty stack */
   flush(fx);
   wk_frame f;
@@ -554,7 +561,8 @@ static void test_stack_of_infinite_loop(void **state) {
   assert_true(f.stack.call_id == id);
   if (!bytes_contain(f.stack.stack, "main.py\", line 3, in handler") ||
       !bytes_contain(f.stack.stack, "while True: pass")) {
-    fail_msg("stack without the loop:\n%.*s", (int)f.stack.stack.len, (const char *)f.stack.stack.ptr);
+    fail_msg("stack without the loop:\n%.*s", (int)f.stack.stack.len,
+             (const char *)f.stack.stack.ptr);
   }
   assert_false(bytes_contain(f.stack.stack, "in run")); /* the executor's outer frames are cut */
   printf("STACK answered in %lld ms:\n%.*s", (long long)took, (int)f.stack.stack.len,
@@ -686,7 +694,8 @@ static void test_input_while_queue_of_calls(void **state) {
     } else {
       assert_int_equal(f.result.status, WK_FRAME_STATUS_OK);
     }
-    if (results == 1 && !pong && now_ms() - t0 > 100) fail_msg("the first RESULT came after 100 ms");
+    if (results == 1 && !pong && now_ms() - t0 > 100)
+      fail_msg("the first RESULT came after 100 ms");
   }
   printf("PONG while a queue of 4 ms calls runs: %lld ms\n", (long long)pong_ms);
   assert_true(pong && cancelled);
@@ -703,8 +712,8 @@ static const char LIMITS_PY[] =
     "            list(g(resource.RLIMIT_CPU))]\n";
 
 static int setup_rlimits(void **state) {
-  static const char *const extra[] = {"--rlimit-as-mb", "4096", "--rlimit-nofile", "48",
-                                      "--rlimit-cpu-s", "600", NULL};
+  static const char *const extra[] = {
+      "--rlimit-as-mb", "4096", "--rlimit-nofile", "48", "--rlimit-cpu-s", "600", NULL};
   return setup_with(state, extra);
 }
 
@@ -738,8 +747,8 @@ static void test_rlimits_applied(void **state) {
 
 /* Without the flags (or with 0) the limits are the ones inherited. */
 static int setup_rlimits_zero(void **state) {
-  static const char *const extra[] = {"--rlimit-as-mb", "0", "--rlimit-nofile", "0",
-                                      "--rlimit-cpu-s", "0", NULL};
+  static const char *const extra[] = {
+      "--rlimit-as-mb", "0", "--rlimit-nofile", "0", "--rlimit-cpu-s", "0", NULL};
   return setup_with(state, extra);
 }
 

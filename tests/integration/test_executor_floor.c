@@ -27,7 +27,8 @@ static void test_executor_floor(void **state) {
   const char *python = getenv("WK_TEST_PYTHON");
   if (!python || !*python) python = "/usr/bin/python3";
   wk_floor_result r;
-  if (!wk_floor_run(python, WK_SOURCE_DIR "/python/worker_executor.py", FLOOR_CALLS, FLOOR_DEPTH, &r)) {
+  if (!wk_floor_run(python, WK_SOURCE_DIR "/python/worker_executor.py", FLOOR_CALLS, FLOOR_DEPTH,
+                    &r)) {
     fail_msg("%s", r.error);
   }
   wk_floor_print(stdout, &r);

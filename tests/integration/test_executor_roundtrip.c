@@ -71,8 +71,9 @@ static void test_raising_handler(void **state) {
   assert_true(bytes_contain(f.result.traceback, "main.py"));
   assert_true(bytes_contain(f.result.traceback, "in helper"));
   assert_true(bytes_contain(f.result.traceback, "ValueError: bad input 7"));
-  assert_false(bytes_contain(f.result.traceback, "worker_executor.py")); /* executor frames trimmed */
-  assert_false(bytes_contain(f.result.traceback, "wk_executor/"));      /* (the package's too) */
+  assert_false(
+      bytes_contain(f.result.traceback, "worker_executor.py"));    /* executor frames trimmed */
+  assert_false(bytes_contain(f.result.traceback, "wk_executor/")); /* (the package's too) */
   assert_bytes_str(f.result.stdout_bytes, "about to fail\n");
   assert_true(bytes_contain(f.result.stderr_bytes, "WARNING worker.fn.boom: failing now"));
 }
@@ -203,11 +204,12 @@ static void test_epochs_are_isolated(void **state) {
     char helper[64];
     snprintf(helper, sizeof helper, "VERSION = %u\n", e * 10);
     write_function(fx, "ver", e, "helper.py", helper);
-    write_function(fx, "ver", e, "main.py",
-                   "import helper\n"
-                   "from . import helper as rel\n"
-                   "def handler(args, ctx):\n"
-                   "    return [helper.VERSION, rel.VERSION, ctx.epoch, __name__.startswith('_wk_code_')]\n");
+    write_function(
+        fx, "ver", e, "main.py",
+        "import helper\n"
+        "from . import helper as rel\n"
+        "def handler(args, ctx):\n"
+        "    return [helper.VERSION, rel.VERSION, ctx.epoch, __name__.startswith('_wk_code_')]\n");
   }
   uint64_t ids[4];
   for (unsigned i = 0; i < 4; i++) {
@@ -235,7 +237,8 @@ static void test_load_and_encode_errors(void **state) {
   write_function(fx, "odd", 1, "main.py",
                  "def handler(args, ctx):\n"
                  "    return {1, 2}\n");
-  call_spec missing = {"echo", 1, "main:nope", WK_FRAME_CONTENT_JSON, (const uint8_t *)"1", 1, 0, 0};
+  call_spec missing = {"echo", 1, "main:nope", WK_FRAME_CONTENT_JSON, (const uint8_t *)"1", 1,
+                       0,      0};
   call_spec nodir = {"absent", 9, NULL, WK_FRAME_CONTENT_JSON, (const uint8_t *)"1", 1, 0, 0};
   call_spec badjson = {"echo", 1, NULL, WK_FRAME_CONTENT_JSON, (const uint8_t *)"{nope", 5, 0, 0};
   call_spec unjson = {"odd", 1, NULL, WK_FRAME_CONTENT_JSON, (const uint8_t *)"1", 1, 0, 0};

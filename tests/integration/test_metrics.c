@@ -113,22 +113,17 @@ static void parse_sample(const char *line, sample *s) {
         char c = *p++;
         if (c == '\\') {
           char e = *p++;
-          if (e == 'n')
-            c = '\n';
-          else if (e == '\\' || e == '"')
-            c = e;
-          else
-            fail_msg("bad escape \\%c in line: %s", e, line);
+          if (e == 'n') c = '\n';
+          else if (e == '\\' || e == '"') c = e;
+          else fail_msg("bad escape \\%c in line: %s", e, line);
         }
         assert_true(k + 1 < sizeof s->label_values[0]);
         lv[k++] = c;
       }
       p++;
       s->n_labels++;
-      if (*p == ',')
-        p++;
-      else if (*p != '}')
-        fail_msg("expected , or } in line: %s", line);
+      if (*p == ',') p++;
+      else if (*p != '}') fail_msg("expected , or } in line: %s", line);
     }
     p++;
   }
@@ -211,10 +206,10 @@ static void expect(const scrape *s, const char *value, const char *name, ...) {
   for (const char *a; (a = va_arg(ap, const char *)) != NULL;) want[n++] = a;
   va_end(ap);
   for (size_t i = n; i < 2 * MAX_LABELS + 1; i++) want[i] = NULL;
-  const char *got = find(s, name, want[0], want[1], want[2], want[3], want[4], want[5],
-                         want[6], want[7], (const char *)NULL);
-  if (!got) fail_msg("missing sample %s (%s=%s ...)", name, want[0] ? want[0] : "",
-                     want[1] ? want[1] : "");
+  const char *got = find(s, name, want[0], want[1], want[2], want[3], want[4], want[5], want[6],
+                         want[7], (const char *)NULL);
+  if (!got)
+    fail_msg("missing sample %s (%s=%s ...)", name, want[0] ? want[0] : "", want[1] ? want[1] : "");
   if (strcmp(got, value) != 0) fail_msg("%s: got %s, want %s", name, got, value);
 }
 
@@ -253,8 +248,7 @@ static void *worker(void *arg) {
     if (wk_metric_add(a->calls, (const char *const[]){"GetTask", id}, 2.0) != 0) abort();
     if (wk_metric_add(a->inflight, NULL, 1.0) != 0) abort();
     if (wk_metric_add(a->inflight, NULL, -1.0) != 0) abort();
-    if (wk_metric_observe(a->duration, (const char *const[]){"python"}, obs[i % 5]) != 0)
-      abort();
+    if (wk_metric_observe(a->duration, (const char *const[]){"python"}, obs[i % 5]) != 0) abort();
   }
   return NULL;
 }
@@ -264,18 +258,19 @@ static void test_scrape_exact(void **state) {
   wk_metrics *reg = wk_metrics_new(0);
   assert_non_null(reg);
   const char *const call_labels[] = {"method", "code"};
-  wk_metric *calls = wk_metrics_counter(reg, "wk_test_calls_total", "Calls served.", 2, call_labels);
+  wk_metric *calls =
+      wk_metrics_counter(reg, "wk_test_calls_total", "Calls served.", 2, call_labels);
   wk_metric *inflight = wk_metrics_gauge(reg, "wk_test_inflight", "In flight.", 0, NULL);
   wk_metric *temp = wk_metrics_gauge(reg, "wk_test_temp", "Back\\slash and\nnewline.", 0, NULL);
-  wk_metric *esc = wk_metrics_counter(reg, "wk_test_escaped_total", "Escapes.", 1,
-                                      (const char *const[]){"v"});
+  wk_metric *esc =
+      wk_metrics_counter(reg, "wk_test_escaped_total", "Escapes.", 1, (const char *const[]){"v"});
   const char *const kind_label[] = {"kind"};
   const double bounds[] = {1, 5, 10};
-  wk_metric *duration = wk_metrics_histogram(reg, "wk_test_duration_ms", "Durations.", 1,
-                                             kind_label, 3, bounds);
+  wk_metric *duration =
+      wk_metrics_histogram(reg, "wk_test_duration_ms", "Durations.", 1, kind_label, 3, bounds);
   wk_metric *unused = wk_metrics_counter(reg, "wk_test_unused_total", "Never touched.", 0, NULL);
-  wk_metric *plain_hist = wk_metrics_histogram(reg, "wk_test_plain_ms", "Default buckets.", 0,
-                                               NULL, 0, NULL);
+  wk_metric *plain_hist =
+      wk_metrics_histogram(reg, "wk_test_plain_ms", "Default buckets.", 0, NULL, 0, NULL);
   assert_non_null(calls);
   assert_non_null(inflight);
   assert_non_null(temp);
@@ -471,7 +466,8 @@ static void test_registration_rules(void **state) {
   assert_null(wk_metrics_counter(reg, "x", "", 1, NULL));
   assert_null(wk_metrics_histogram(reg, "h", "", 1, (const char *const[]){"le"}, 0, NULL));
   assert_null(wk_metrics_histogram(reg, "h", "", 0, NULL, 2, (const double[]){5, 5}));
-  assert_null(wk_metrics_histogram(reg, "h", "", 0, NULL, 2, (const double[]){5, (double)INFINITY}));
+  assert_null(
+      wk_metrics_histogram(reg, "h", "", 0, NULL, 2, (const double[]){5, (double)INFINITY}));
   wk_metric *h = wk_metrics_histogram(reg, "h", "", 0, NULL, 1, (const double[]){5});
   assert_non_null(h);
   assert_int_equal(wk_metric_type(h), WK_METRIC_HISTOGRAM);

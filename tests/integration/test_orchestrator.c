@@ -226,7 +226,8 @@ static int setup(void **state) {
                                 .max_watch_tasks = 16,
                                 .max_stream_queue = 64};
   int port = 0;
-  assert_int_equal(wk_grpc_server_start(&scfg, wk_orch_sink(h->orch), &h->server, &port, err, sizeof err), 0);
+  assert_int_equal(
+      wk_grpc_server_start(&scfg, wk_orch_sink(h->orch), &h->server, &port, err, sizeof err), 0);
   pthread_create(&h->thread, NULL, loop_main, h);
   snprintf(h->target, sizeof h->target, "127.0.0.1:%d", port);
   assert_int_equal(wk_grpc_client_open(h->target, NULL, &h->client, err, sizeof err), 0);
@@ -255,11 +256,11 @@ static int teardown(void **state) {
 
 /* SubmitTask of function "fn" with `args`; `retry` may be NULL; `st` (may be NULL)
  * gets the status. */
-static grpc_status_code submit_with(harness *h, const char *task_id, const char *args, uint64_t timeout_ms,
-                                    const Worker__V1__CallRetryPolicy *retry,
+static grpc_status_code submit_with(harness *h, const char *task_id, const char *args,
+                                    uint64_t timeout_ms, const Worker__V1__CallRetryPolicy *retry,
                                     Worker__V1__SubmitTaskResponse **resp, wk_grpc_status *st) {
   Worker__V1__FunctionCallConfig fn = WORKER__V1__FUNCTION_CALL_CONFIG__INIT;
-  fn.name = (char *)(uintptr_t)"fn";
+  fn.name = (char *)(uintptr_t) "fn";
   fn.args.data = (uint8_t *)(uintptr_t)args;
   fn.args.len = strlen(args);
   Worker__V1__SubmitTaskRequest req = WORKER__V1__SUBMIT_TASK_REQUEST__INIT;
@@ -274,13 +275,16 @@ static grpc_status_code submit_with(harness *h, const char *task_id, const char 
   if (!st) st = &local;
   grpc_status_code code = wk_grpc_client_unary(h->client, "/worker.v1.WorkerService/SubmitTask",
                                                buf, n, NULL, 0, 5000, &out, st);
-  if (resp) *resp = code == GRPC_STATUS_OK ? worker__v1__submit_task_response__unpack(NULL, out.len, out.data) : NULL;
+  if (resp)
+    *resp = code == GRPC_STATUS_OK
+                ? worker__v1__submit_task_response__unpack(NULL, out.len, out.data)
+                : NULL;
   wk_grpc_buf_free(&out);
   return code;
 }
 
-static grpc_status_code submit(harness *h, const char *task_id, const char *args, uint64_t timeout_ms,
-                               Worker__V1__SubmitTaskResponse **resp) {
+static grpc_status_code submit(harness *h, const char *task_id, const char *args,
+                               uint64_t timeout_ms, Worker__V1__SubmitTaskResponse **resp) {
   return submit_with(h, task_id, args, timeout_ms, NULL, resp, NULL);
 }
 
@@ -291,9 +295,10 @@ static Worker__V1__TaskResult *get(harness *h, const char *task_id, grpc_status_
   size_t n = worker__v1__get_task_result_request__pack(&req, buf);
   wk_grpc_buf out = {0};
   wk_grpc_status st;
-  *code = wk_grpc_client_unary(h->client, "/worker.v1.WorkerService/GetTaskResult", buf, n, NULL,
-                               0, 5000, &out, &st);
-  Worker__V1__TaskResult *r = *code == GRPC_STATUS_OK ? worker__v1__task_result__unpack(NULL, out.len, out.data) : NULL;
+  *code = wk_grpc_client_unary(h->client, "/worker.v1.WorkerService/GetTaskResult", buf, n, NULL, 0,
+                               5000, &out, &st);
+  Worker__V1__TaskResult *r =
+      *code == GRPC_STATUS_OK ? worker__v1__task_result__unpack(NULL, out.len, out.data) : NULL;
   wk_grpc_buf_free(&out);
   return r;
 }
@@ -377,8 +382,8 @@ static int cancel(harness *h, const char *task_id, grpc_status_code *code) {
   size_t n = worker__v1__cancel_task_request__pack(&req, buf);
   wk_grpc_buf out = {0};
   wk_grpc_status st;
-  *code = wk_grpc_client_unary(h->client, "/worker.v1.WorkerService/CancelTask", buf, n, NULL, 0, 5000,
-                               &out, &st);
+  *code = wk_grpc_client_unary(h->client, "/worker.v1.WorkerService/CancelTask", buf, n, NULL, 0,
+                               5000, &out, &st);
   int state = 0;
   if (*code == GRPC_STATUS_OK) {
     Worker__V1__TaskResult *r = worker__v1__task_result__unpack(NULL, out.len, out.data);
@@ -405,7 +410,7 @@ static void test_watch_stream_ends_with_terminal(void **state) {
   harness *h = *state;
   assert_int_equal(submit(h, "w1", "5", 0, NULL), GRPC_STATUS_OK);
   Worker__V1__WatchTasksRequest req = WORKER__V1__WATCH_TASKS_REQUEST__INIT;
-  char *ids[] = {(char *)(uintptr_t)"w1"};
+  char *ids[] = {(char *)(uintptr_t) "w1"};
   req.n_task_ids = 1;
   req.task_ids = ids;
   uint8_t buf[64];
@@ -469,7 +474,8 @@ static void wait_queued(harness *h, uint32_t n) {
 
 /* Parks the loop with two rpcs waiting in its queue, in this order: a SubmitTask of
  * `id_a`, then a SubmitTask (or a CancelTask when b_cancels) of `id_b`. */
-static void park_with_two(harness *h, bg_rpc *a, const char *id_a, bg_rpc *b, const char *id_b, bool b_cancels) {
+static void park_with_two(harness *h, bg_rpc *a, const char *id_a, bg_rpc *b, const char *id_b,
+                          bool b_cancels) {
   block_loop(h);
   bg_rpc_start(a, h, id_a, false);
   wait_queued(h, 1);
@@ -660,7 +666,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_submit_runs_one_call_and_echoes, setup, teardown),
       cmocka_unit_test_setup_teardown(test_failed_call_fails_the_task, setup, teardown),
       cmocka_unit_test_setup_teardown(test_duplicate_submit_runs_once, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_timeout_cancels_the_call_and_frees_the_slot, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_timeout_cancels_the_call_and_frees_the_slot, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_full_slots_and_cancel, setup, teardown),
       cmocka_unit_test_setup_teardown(test_watch_stream_ends_with_terminal, setup, teardown),
       cmocka_unit_test_setup_teardown(test_i1_core_only_on_the_loop, setup, teardown),

@@ -134,11 +134,11 @@ typedef struct receiver {
   char addr[64];
   pthread_t actor;
   pthread_mutex_t mu;
-  pthread_cond_t cv;      /* the actor: work or stop */
-  pthread_cond_t rec_cv;  /* the test: a request was recorded */
+  pthread_cond_t cv;     /* the actor: work or stop */
+  pthread_cond_t rec_cv; /* the test: a request was recorded */
   pending *head, *tail;
   bool stop;
-  int64_t delay_ms;       /* before each answer */
+  int64_t delay_ms; /* before each answer */
   received *recs;
   size_t n_recs, cap_recs;
 } receiver;
@@ -151,7 +151,8 @@ static void receiver_record(receiver *r, wk_rpc *rpc) {
   assert_non_null(rec.data);
   worker__v1__submit_task_request__pack(req, rec.data);
   snprintf(rec.task_id, sizeof rec.task_id, "%s", req->task_id);
-  rec.has_shadow_md = wk_rpc_metadata(rpc, WK_SHADOW_METADATA_KEY, rec.shadow_md, sizeof rec.shadow_md);
+  rec.has_shadow_md =
+      wk_rpc_metadata(rpc, WK_SHADOW_METADATA_KEY, rec.shadow_md, sizeof rec.shadow_md);
   rec.has_result_handler = req->result_handler != NULL;
   pthread_mutex_lock(&r->mu);
   if (r->n_recs == r->cap_recs) {
@@ -319,7 +320,8 @@ typedef struct hang_listener {
 static void *hang_main(void *arg) {
   hang_listener *h = arg;
   for (;;) {
-    struct pollfd p[2] = {{.fd = h->fd, .events = POLLIN}, {.fd = h->stop_pipe[0], .events = POLLIN}};
+    struct pollfd p[2] = {{.fd = h->fd, .events = POLLIN},
+                          {.fd = h->stop_pipe[0], .events = POLLIN}};
     if (poll(p, 2, -1) < 0) {
       if (errno == EINTR) continue;
       break;
@@ -375,7 +377,8 @@ static wk_shadow *start_shadow(const char *target, double rate, uint32_t capacit
 
 static void check_balance(const wk_shadow_stats *st) {
   assert_int_equal(st->offered, st->sampled_out + st->dropped + st->enqueued);
-  assert_int_equal(st->mirrored + st->failed + st->queued + (st->in_flight ? 1u : 0u), st->enqueued);
+  assert_int_equal(st->mirrored + st->failed + st->queued + (st->in_flight ? 1u : 0u),
+                   st->enqueued);
 }
 
 /* ---- tests ------------------------------------------------------------------------ */

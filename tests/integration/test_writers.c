@@ -138,7 +138,7 @@ static void put_error_output(wk_buf *blob, uint32_t index, const char *type, con
   worker__v1__call_error__init(&e); /* (the INIT macro casts const away) */
   e.type = (char *)(uintptr_t)type;
   e.message = (char *)(uintptr_t)msg;
-  e.traceback = (char *)(uintptr_t)"Traceback...";
+  e.traceback = (char *)(uintptr_t) "Traceback...";
   Worker__V1__CallOutput o = WORKER__V1__CALL_OUTPUT__INIT;
   o.index = index;
   o.outcome_case = WORKER__V1__CALL_OUTPUT__OUTCOME_ERROR;
@@ -149,15 +149,16 @@ static void put_error_output(wk_buf *blob, uint32_t index, const char *type, con
 /* The mixed outputs most tests write, and the records every writer must produce. */
 #define MIXED_N 6
 static void mixed_outputs(wk_buf *blob) {
-  put_json_output(blob, 0, "{\n  \"a\": 0.1,\n  \"big\": 12345678901234567890,\n  \"s\": \"x y\\n\"\n}");
+  put_json_output(blob, 0,
+                  "{\n  \"a\": 0.1,\n  \"big\": 12345678901234567890,\n  \"s\": \"x y\\n\"\n}");
   static const uint8_t raw[] = {0x00, 0xff, 0x10, 'h', 'i'};
   put_bytes_output(blob, 1, raw, sizeof raw);
   put_error_output(blob, 2, "ValueError", "bad \"input\"\nline two");
   put_json_output(blob, 3, "[1, 2, 3]");
-  put_json_output(blob, 4, "not json{");  /* tagged JSON but is not: written as bytes */
+  put_json_output(blob, 4, "not json{"); /* tagged JSON but is not: written as bytes */
   Worker__V1__CallOutput none = WORKER__V1__CALL_OUTPUT__INIT;
   none.index = 5;
-  put_output(blob, &none);  /* no outcome: null */
+  put_output(blob, &none); /* no outcome: null */
 }
 
 static const char *mixed_expected(const char *task_id, int i, char *buf, size_t n) {
@@ -236,14 +237,14 @@ static bool json_same(const char *a, const char *b) {
 /* ---- servers --------------------------------------------------------------------------- */
 
 typedef struct servers {
-  char dir[128];       /* root of everything: redis/, pg/ */
+  char dir[128]; /* root of everything: redis/, pg/ */
   pid_t redis_pid;
   int redis_port;
   char redis_addr[64];
   pid_t pg_pid;
   int pg_port;
   char pg_dsn[256];
-  uid_t run_uid;       /* PostgreSQL's user (nobody when we are root) */
+  uid_t run_uid; /* PostgreSQL's user (nobody when we are root) */
   gid_t run_gid;
   wk_writer_settings settings;
 } servers;
@@ -322,8 +323,8 @@ static int start_redis(void) {
   S.redis_port = free_port();
   snprintf(port, sizeof port, "%d", S.redis_port);
   snprintf(S.redis_addr, sizeof S.redis_addr, "127.0.0.1:%d", S.redis_port);
-  const char *argv[] = {redis_binary(), "--port", port, "--bind", "127.0.0.1",
-                  "--save", "", "--appendonly", "no", "--dir", dir, NULL};
+  const char *argv[] = {redis_binary(), "--port", port,    "--bind", "127.0.0.1", "--save", "",
+                        "--appendonly", "no",     "--dir", dir,      NULL};
   if (access(argv[0], X_OK) != 0) {
     fprintf(stderr, "no %s (scripts/deps.sh installs redis-server)\n", argv[0]);
     return -1;
@@ -350,7 +351,8 @@ static int start_postgres(void) {
   snprintf(initdb, sizeof initdb, "%s/initdb", bin);
   snprintf(postgres, sizeof postgres, "%s/postgres", bin);
   if (!bin[0] || access(initdb, X_OK) != 0 || access(postgres, X_OK) != 0) {
-    fprintf(stderr, "no PostgreSQL server programs in '%s' (scripts/deps.sh installs postgresql)\n", bin);
+    fprintf(stderr, "no PostgreSQL server programs in '%s' (scripts/deps.sh installs postgresql)\n",
+            bin);
     return -1;
   }
   snprintf(dir, sizeof dir, "%s/pg", S.dir);
@@ -370,8 +372,8 @@ static int start_postgres(void) {
     if (chown(dir, S.run_uid, S.run_gid) != 0) return -1;
     chmod(S.dir, 0755); /* let nobody reach pg/ */
   }
-  const char *iargv[] = {initdb, "-D", data, "-A", "trust", "-U", "postgres", "--no-locale", "-E", "UTF8",
-                   "--no-sync", NULL};
+  const char *iargv[] = {initdb,     "-D",          data, "-A",   "trust",     "-U",
+                         "postgres", "--no-locale", "-E", "UTF8", "--no-sync", NULL};
   pid_t ip = spawn(log, true, iargv);
   int st = 0;
   waitpid(ip, &st, 0);
@@ -382,12 +384,27 @@ static int start_postgres(void) {
   S.pg_port = free_port();
   char port[16];
   snprintf(port, sizeof port, "%d", S.pg_port);
-  const char *pargv[] = {postgres, "-D", data, "-k", dir, "-p", port,
-                   "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off",
-                   "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
-                   "-c", "max_connections=60", NULL};
+  const char *pargv[] = {postgres,
+                         "-D",
+                         data,
+                         "-k",
+                         dir,
+                         "-p",
+                         port,
+                         "-c",
+                         "listen_addresses=127.0.0.1",
+                         "-c",
+                         "fsync=off",
+                         "-c",
+                         "synchronous_commit=off",
+                         "-c",
+                         "full_page_writes=off",
+                         "-c",
+                         "max_connections=60",
+                         NULL};
   S.pg_pid = spawn(log, true, pargv);
-  snprintf(S.pg_dsn, sizeof S.pg_dsn, "host=127.0.0.1 port=%d user=postgres dbname=postgres", S.pg_port);
+  snprintf(S.pg_dsn, sizeof S.pg_dsn, "host=127.0.0.1 port=%d user=postgres dbname=postgres",
+           S.pg_port);
   char ping[300];
   snprintf(ping, sizeof ping, "%s connect_timeout=2", S.pg_dsn);
   for (int64_t t0 = mono_ms(); mono_ms() - t0 < 60000; sleep_ms(50)) {
@@ -472,8 +489,9 @@ static void test_registry(void **state) {
   assert_string_equal(err, "postgres: unknown option 'tabel' (known: table)");
   wk_writer_option good[] = {{"table", "myschema.My_Table2"}};
   assert_int_equal(wk_writer_find("postgres")->check_options(good, 1, err, sizeof err), 0);
-  const char *bad_tables[] = {"", "1abc", "a-b", "a.b.c", "a.", ".a", "x\"y",
-                              "a234567890123456789012345678901234567890123456789012345678901234"};
+  const char *bad_tables[] = {
+      "",   "1abc", "a-b",  "a.b.c",
+      "a.", ".a",   "x\"y", "a234567890123456789012345678901234567890123456789012345678901234"};
   for (size_t i = 0; i < sizeof bad_tables / sizeof bad_tables[0]; i++) {
     wk_writer_option o[] = {{"table", bad_tables[i]}};
     assert_int_equal(wk_writer_find("postgres")->check_options(o, 1, err, sizeof err), -1);
@@ -494,12 +512,14 @@ static void test_json_pieces(void **state) {
   (void)state;
   wk_buf b = {0};
   /* Escapes, control characters, valid UTF-8 kept, invalid bytes -> U+FFFD. */
-  const char in[] = "a\"\\\n\t\x01\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80|\xff|\xc0\xaf|\xed\xa0\x80|\xe2\x82";
+  const char in[] =
+      "a\"\\\n\t\x01\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80|\xff|\xc0\xaf|\xed\xa0\x80|\xe2\x82";
   wk_json_put_string(&b, in, sizeof in - 1);
   wk_buf_append(&b, "", 1);
-  assert_string_equal((char *)b.data,
-                      "\"a\\\"\\\\\\n\\t\\u0001\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80|\xef\xbf\xbd|"
-                      "\xef\xbf\xbd\xef\xbf\xbd|\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd|\xef\xbf\xbd\xef\xbf\xbd\"");
+  assert_string_equal(
+      (char *)b.data,
+      "\"a\\\"\\\\\\n\\t\\u0001\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80|\xef\xbf\xbd|"
+      "\xef\xbf\xbd\xef\xbf\xbd|\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd|\xef\xbf\xbd\xef\xbf\xbd\"");
   json_error_t e;
   json_t *v = json_loads((char *)b.data, JSON_DECODE_ANY, &e);
   assert_non_null(v);
@@ -689,7 +709,8 @@ static void *watcher(void *arg) {
     if (text) {
       size_t lines = 0;
       for (size_t i = 0; i < n; i++) lines += text[i] == '\n';
-      if (lines != wt->want_lines || n == 0 || text[n - 1] != '\n') atomic_fetch_add(&wt->saw_partial, 1);
+      if (lines != wt->want_lines || n == 0 || text[n - 1] != '\n')
+        atomic_fetch_add(&wt->saw_partial, 1);
       atomic_fetch_add(&wt->saw_final, 1);
       free(text);
     }
@@ -712,7 +733,8 @@ static void test_file_never_half_visible(void **state) {
   assert_int_equal(pthread_create(&th, NULL, watcher, &wt), 0);
   char err[256];
   int writes = 0;
-  while (writes < 60 && (writes < 4 || atomic_load(&wt.saw_tmp) == 0 || atomic_load(&wt.saw_final) < 3)) {
+  while (writes < 60 &&
+         (writes < 4 || atomic_load(&wt.saw_tmp) == 0 || atomic_load(&wt.saw_final) < 3)) {
     wk_buf_clear(&pr);
     assert_int_equal(W("file")->write(W("file"), &t, &pr, err, sizeof err), 0);
     writes++;
@@ -723,8 +745,10 @@ static void test_file_never_half_visible(void **state) {
   char path[400];
   snprintf(path, sizeof path, "%s/big.jsonl", out_dir);
   assert_int_equal(stat(path, &st), 0);
-  fprintf(stderr, "  %d writes of %lld bytes: the reader saw the temporary %d times, the final file %d times\n",
-          writes, (long long)st.st_size, atomic_load(&wt.saw_tmp), atomic_load(&wt.saw_final));
+  fprintf(
+      stderr,
+      "  %d writes of %lld bytes: the reader saw the temporary %d times, the final file %d times\n",
+      writes, (long long)st.st_size, atomic_load(&wt.saw_tmp), atomic_load(&wt.saw_final));
   assert_int_equal(atomic_load(&wt.saw_partial), 0);
   assert_true(atomic_load(&wt.saw_tmp) > 0);
   assert_true(atomic_load(&wt.saw_final) > 0);
@@ -764,7 +788,9 @@ static void test_file_validate(void **state) {
   pid_t pid = fork();
   assert_true(pid >= 0);
   if (pid == 0) {
-    if (geteuid() == 0 && (setgroups(0, NULL) != 0 || setgid(S.run_gid) != 0 || setuid(S.run_uid) != 0)) _exit(3);
+    if (geteuid() == 0 &&
+        (setgroups(0, NULL) != 0 || setgid(S.run_gid) != 0 || setuid(S.run_uid) != 0))
+      _exit(3);
     char e[256] = "";
     int rc = W("file")->validate(&s, e, sizeof e);
     ssize_t wr = write(pipefd[1], e, strlen(e) + 1);
@@ -864,14 +890,16 @@ static void *par_write(void *arg) {
   par_arg *a = arg;
   wk_buf pr = {0};
   wk_writer_task t = make_task(&S.settings, a->task_id, a->blob, a->opt, a->n_opt);
-  a->rc = wk_writer_find(a->writer)->write(wk_writer_find(a->writer), &t, &pr, a->err, sizeof a->err);
+  a->rc =
+      wk_writer_find(a->writer)->write(wk_writer_find(a->writer), &t, &pr, a->err, sizeof a->err);
   wk_buf_free(&pr);
   return NULL;
 }
 
 enum { PAR_TASKS = 8, PAR_OUTPUTS = 200 };
 
-static void run_parallel(const char *writer, const wk_writer_option *opt, size_t n_opt, par_arg *args) {
+static void run_parallel(const char *writer, const wk_writer_option *opt, size_t n_opt,
+                         par_arg *args) {
   wk_buf blob = {0};
   counted_outputs(&blob, PAR_OUTPUTS);
   pthread_t th[PAR_TASKS];
@@ -954,8 +982,16 @@ static void test_redis_backend_errors(void **state) {
 static void test_redis_validate(void **state) {
   (void)state;
   char err[256], want[300];
-  const char *bad[] = {"", "localhost", "127.0.0.1:", ":6379", "127.0.0.1:0", "127.0.0.1:65536",
-                       "127.0.0.1:63x9", "::1:6379", "[::1:6379", "[]:6379"};
+  const char *bad[] = {"",
+                       "localhost",
+                       "127.0.0.1:",
+                       ":6379",
+                       "127.0.0.1:0",
+                       "127.0.0.1:65536",
+                       "127.0.0.1:63x9",
+                       "::1:6379",
+                       "[::1:6379",
+                       "[]:6379"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     wk_writer_settings s = {.redis_addr = bad[i]};
     assert_int_equal(W("redis")->validate(&s, err, sizeof err), -1);
@@ -1044,8 +1080,9 @@ static void test_pg_writes_rows(void **state) {
   mixed_outputs(&blob);
   wk_writer_task t = make_task(&S.settings, "p\\1\t", &blob, NULL, 0); /* COPY escapes */
   assert_int_equal(W("postgres")->write(W("postgres"), &t, &pr, err, sizeof err), 0);
-  PGresult *r = pg_q(c, "SELECT task_id, idx, record::text, written_at IS NOT NULL "
-                        "FROM worker_outputs ORDER BY idx");
+  PGresult *r = pg_q(c,
+                     "SELECT task_id, idx, record::text, written_at IS NOT NULL "
+                     "FROM worker_outputs ORDER BY idx");
   assert_int_equal(PQntuples(r), MIXED_N);
   uint64_t bytes = 0;
   for (int i = 0; i < MIXED_N; i++) {
@@ -1059,8 +1096,10 @@ static void test_pg_writes_rows(void **state) {
   PQclear(r);
   check_plugin_result(&pr, "postgres", "worker_outputs", MIXED_N, bytes);
   /* The big integer kept its digits (jsonb numerics are exact). */
-  assert_int_equal(pg_count(c, "SELECT count(*) FROM worker_outputs "
-                               "WHERE record->'value'->>'big' = '12345678901234567890'"), 1);
+  assert_int_equal(pg_count(c,
+                            "SELECT count(*) FROM worker_outputs "
+                            "WHERE record->'value'->>'big' = '12345678901234567890'"),
+                   1);
 
   /* Another table, 500 rows, all in one transaction (one xmin). */
   wk_buf_clear(&blob);
@@ -1072,12 +1111,15 @@ static void test_pg_writes_rows(void **state) {
   check_plugin_result(&pr, "postgres", "many_rows", 500, 0);
   assert_int_equal(pg_count(c, "SELECT count(*) FROM many_rows"), 500);
   assert_int_equal(pg_count(c, "SELECT count(DISTINCT xmin::text) FROM many_rows"), 1);
-  assert_int_equal(pg_count(c, "SELECT count(*) FROM many_rows WHERE (record->'value'->>'i')::int = idx"), 500);
+  assert_int_equal(
+      pg_count(c, "SELECT count(*) FROM many_rows WHERE (record->'value'->>'i')::int = idx"), 500);
   /* The schema the writer created. */
-  r = pg_q(c, "SELECT string_agg(column_name || ' ' || data_type, ', ' ORDER BY ordinal_position) "
-              "FROM information_schema.columns WHERE table_name = 'many_rows'");
-  assert_string_equal(PQgetvalue(r, 0, 0),
-                      "task_id text, idx integer, record jsonb, written_at timestamp with time zone");
+  r = pg_q(c,
+           "SELECT string_agg(column_name || ' ' || data_type, ', ' ORDER BY ordinal_position) "
+           "FROM information_schema.columns WHERE table_name = 'many_rows'");
+  assert_string_equal(
+      PQgetvalue(r, 0, 0),
+      "task_id text, idx integer, record jsonb, written_at timestamp with time zone");
   PQclear(r);
   PQfinish(c);
   wk_buf_free(&blob);
@@ -1093,7 +1135,8 @@ static void test_pg_parallel_tasks(void **state) {
   run_parallel("postgres", opt, 1, args);
   assert_int_equal(pg_count(c, "SELECT count(*) FROM par_rows"), PAR_TASKS * PAR_OUTPUTS);
   assert_int_equal(pg_count(c, "SELECT count(DISTINCT xmin::text) FROM par_rows"), PAR_TASKS);
-  assert_int_equal(pg_count(c, "SELECT count(DISTINCT (task_id, xmin::text)) FROM par_rows"), PAR_TASKS);
+  assert_int_equal(pg_count(c, "SELECT count(DISTINCT (task_id, xmin::text)) FROM par_rows"),
+                   PAR_TASKS);
   PQfinish(c);
 }
 
@@ -1102,15 +1145,17 @@ static void test_pg_failure_midway_leaves_nothing(void **state) {
   (void)state;
   PGconn *c = pg_check();
   PQclear(pg_q(c, "DROP TABLE IF EXISTS checked"));
-  PQclear(pg_q(c, "CREATE TABLE checked (task_id text, idx integer, record jsonb, "
-                  "written_at timestamptz DEFAULT now(), CONSTRAINT no_third CHECK (idx <> 2))"));
+  PQclear(pg_q(c,
+               "CREATE TABLE checked (task_id text, idx integer, record jsonb, "
+               "written_at timestamptz DEFAULT now(), CONSTRAINT no_third CHECK (idx <> 2))"));
   char err[256];
   wk_buf blob = {0}, pr = {0};
   counted_outputs(&blob, 5);
   wk_writer_option opt[] = {{"table", "checked"}};
   wk_writer_task t = make_task(&S.settings, "p-check", &blob, opt, 1);
   assert_int_equal(W("postgres")->write(W("postgres"), &t, &pr, err, sizeof err), -1);
-  assert_string_equal(err, "postgres: new row for relation \"checked\" violates check constraint \"no_third\"");
+  assert_string_equal(
+      err, "postgres: new row for relation \"checked\" violates check constraint \"no_third\"");
   assert_int_equal(pr.len, 0);
   assert_int_equal(pg_count(c, "SELECT count(*) FROM checked"), 0);
 
@@ -1136,7 +1181,8 @@ static void test_pg_failure_midway_leaves_nothing(void **state) {
   wk_writer_option opt3[] = {{"table", "other_cols"}};
   t = make_task(&S.settings, "p-y", &blob, opt3, 1);
   assert_int_equal(W("postgres")->write(W("postgres"), &t, &pr, err, sizeof err), -1);
-  assert_string_equal(err, "postgres: column \"task_id\" of relation \"other_cols\" does not exist");
+  assert_string_equal(err,
+                      "postgres: column \"task_id\" of relation \"other_cols\" does not exist");
   assert_int_equal(pr.len, 0);
   PQfinish(c);
   wk_buf_free(&blob);
@@ -1149,8 +1195,9 @@ static void test_pg_io_timeout(void **state) {
   (void)state;
   PGconn *c = pg_check();
   PQclear(pg_q(c, "DROP TABLE IF EXISTS locked"));
-  PQclear(pg_q(c, "CREATE TABLE locked (task_id text, idx integer, record jsonb, "
-                  "written_at timestamptz DEFAULT now())"));
+  PQclear(pg_q(c,
+               "CREATE TABLE locked (task_id text, idx integer, record jsonb, "
+               "written_at timestamptz DEFAULT now())"));
   PQclear(pg_q(c, "BEGIN"));
   PQclear(pg_q(c, "LOCK TABLE locked IN ACCESS EXCLUSIVE MODE"));
   wk_writer_settings s = S.settings;

@@ -148,11 +148,11 @@ typedef struct ev_ctx {
   size_t data_len;
   void *call_list;
   bool streaming;
-  const char *msg;            /* message given with the event, or NULL */
-  wk_failure_code msg_code;   /* the code under which that message must land */
+  const char *msg;          /* message given with the event, or NULL */
+  wk_failure_code msg_code; /* the code under which that message must land */
   bool allow_reserved_converge;
-  model_state before;         /* the target's model state before the event */
-  char pat[WK_CMDS_MAX + 1];  /* command kinds emitted: P B C W X V */
+  model_state before;        /* the target's model state before the event */
+  char pat[WK_CMDS_MAX + 1]; /* command kinds emitted: P B C W X V */
 } ev_ctx;
 
 typedef struct sim {
@@ -181,13 +181,28 @@ typedef struct sim {
 /* ---- statistics (coverage, printed at the end) ------------------------------------ */
 
 enum {
-  EV_REQUEST, EV_SUBMIT, EV_WORK, EV_ACT_RANDOM, EV_PHASE_RANDOM, EV_WATCH, EV_TIMED_OUT,
-  EV_GRACE, EV_LEASE, EV_ABORT, EV_GET, EV_READY, EV_TIMERS, EV_CLOCK, EV_JUMP, EV_COUNT
+  EV_REQUEST,
+  EV_SUBMIT,
+  EV_WORK,
+  EV_ACT_RANDOM,
+  EV_PHASE_RANDOM,
+  EV_WATCH,
+  EV_TIMED_OUT,
+  EV_GRACE,
+  EV_LEASE,
+  EV_ABORT,
+  EV_GET,
+  EV_READY,
+  EV_TIMERS,
+  EV_CLOCK,
+  EV_JUMP,
+  EV_COUNT
 };
 static const char *const EV_NAMES[EV_COUNT] = {
-    "request_slot", "submit", "adapter_work", "activation_random", "phase_random",
-    "watch", "timed_out", "grace_expired", "lease_expired", "abort", "get_result",
-    "ready_draining", "timer_loop", "clock", "jump"};
+    "request_slot",  "submit", "adapter_work", "activation_random",
+    "phase_random",  "watch",  "timed_out",    "grace_expired",
+    "lease_expired", "abort",  "get_result",   "ready_draining",
+    "timer_loop",    "clock",  "jump"};
 
 static struct {
   uint64_t events[EV_COUNT];
@@ -216,7 +231,7 @@ static void make_id(sim *s, sim_task *t, uint32_t index) {
   int n = snprintf(t->id, sizeof t->id, "%u~", index);
   size_t len = (size_t)n;
   uint32_t k = prng_below(&s->rng, 100);
-  size_t target = k < 70 ? len + prng_below(&s->rng, 8)
+  size_t target = k < 70   ? len + prng_below(&s->rng, 8)
                   : k < 90 ? len + prng_below(&s->rng, 40)
                            : WK_TASK_ID_MAX - prng_below(&s->rng, 3);
   if (target > WK_TASK_ID_MAX) target = WK_TASK_ID_MAX;
@@ -231,7 +246,8 @@ static sim_task *task_by_id(sim *s, const char *id, size_t len) {
   if (!id || len < 2) return NULL;
   uint32_t idx = 0;
   size_t k = 0;
-  while (k < len && k < 4 && id[k] >= '0' && id[k] <= '9') idx = idx * 10u + (uint32_t)(id[k++] - '0');
+  while (k < len && k < 4 && id[k] >= '0' && id[k] <= '9')
+    idx = idx * 10u + (uint32_t)(id[k++] - '0');
   if (k == 0 || k >= len || id[k] != '~' || idx >= s->ntasks) return NULL;
   sim_task *t = &s->tasks[idx];
   if (t->id_len != len || memcmp(t->id, id, len) != 0) return NULL;
@@ -241,12 +257,30 @@ static sim_task *task_by_id(sim *s, const char *id, size_t len) {
 /* Invalid ids: empty, too long, a space, DEL, a high byte, an embedded NUL. */
 static void bad_id(sim *s, char *buf, size_t *len) {
   switch (prng_below(&s->rng, 6)) {
-    case 0: buf[0] = '\0'; *len = 0; return;
-    case 1: memset(buf, 'a', WK_TASK_ID_MAX + 1); *len = WK_TASK_ID_MAX + 1; return;
-    case 2: memcpy(buf, "0~a b", 5); *len = 5; return;
-    case 3: memcpy(buf, "0~a\x7f", 4); *len = 4; return;
-    case 4: memcpy(buf, "0~\xc3\xa9", 4); *len = 4; return;
-    default: memcpy(buf, "0~\0x", 4); *len = 4; return;
+    case 0:
+      buf[0] = '\0';
+      *len = 0;
+      return;
+    case 1:
+      memset(buf, 'a', WK_TASK_ID_MAX + 1);
+      *len = WK_TASK_ID_MAX + 1;
+      return;
+    case 2:
+      memcpy(buf, "0~a b", 5);
+      *len = 5;
+      return;
+    case 3:
+      memcpy(buf, "0~a\x7f", 4);
+      *len = 4;
+      return;
+    case 4:
+      memcpy(buf, "0~\xc3\xa9", 4);
+      *len = 4;
+      return;
+    default:
+      memcpy(buf, "0~\0x", 4);
+      *len = 4;
+      return;
   }
 }
 
@@ -369,8 +403,9 @@ static void check_live_result(const sim *s, const sim_task *t, const wk_task_res
         t->id, r->slot_id, t->slot_id);
   CHECK(r->code_epoch == t->epoch, "%s: live task %s epoch %" PRIu64 ", model %" PRIu64, where,
         t->id, r->code_epoch, t->epoch);
-  CHECK(r->statistic.accepted_ms == t->accepted_ms, "%s: live task %s accepted_ms %" PRId64
-        ", model %" PRId64, where, t->id, r->statistic.accepted_ms, t->accepted_ms);
+  CHECK(r->statistic.accepted_ms == t->accepted_ms,
+        "%s: live task %s accepted_ms %" PRId64 ", model %" PRId64, where, t->id,
+        r->statistic.accepted_ms, t->accepted_ms);
   CHECK(r->statistic.finished_ms == 0, "%s: live task %s has finished_ms", where, t->id);
   if (t->phase == WK_PHASE_WRITER) {
     CHECK(r->outputs.len == t->outputs_len &&
@@ -387,11 +422,11 @@ static bool utf8_continuation(char c) { return ((unsigned char)c & 0xC0u) == 0x8
 static void check_message(const sim *s, const sim_task *t, const char *given, const char *got) {
   size_t gl = strlen(given), ml = strlen(got);
   size_t max = s->cfg.max_failure_message_bytes;
-  CHECK(ml <= gl && memcmp(got, given, ml) == 0, "%s: message of %s is not a prefix of the given one",
-        s->ev.name, t->id);
+  CHECK(ml <= gl && memcmp(got, given, ml) == 0,
+        "%s: message of %s is not a prefix of the given one", s->ev.name, t->id);
   if (gl <= max) {
-    CHECK(ml == gl, "%s: message of %s (%zu bytes, limit %zu) was cut to %zu", s->ev.name, t->id, gl,
-          max, ml);
+    CHECK(ml == gl, "%s: message of %s (%zu bytes, limit %zu) was cut to %zu", s->ev.name, t->id,
+          gl, max, ml);
     return;
   }
   CHECK(ml <= max && ml + 3 >= max, "%s: message of %s cut to %zu bytes, limit %zu", s->ev.name,
@@ -418,8 +453,7 @@ static void check_terminal_consistency(const wk_task_result *r, const char *wher
       CHECK(r->failure_code != WK_FAIL_NONE, "%s: %s FAILED without a failure code", where, id);
       break;
     case WK_TASK_PREPARING:
-    case WK_TASK_RUNNING:
-      break;
+    case WK_TASK_RUNNING: break;
   }
 }
 
@@ -488,8 +522,8 @@ static void do_converge(sim *s, sim_task *t, const wk_cmd *cmd) {
   check_result_id(t, r, e->name);
   check_terminal_consistency(r, e->name, t->id);
   size_t ml = strlen(r->failure_message);
-  CHECK(ml <= s->cfg.max_failure_message_bytes, "%s: message of %s is %zu bytes, limit %u",
-        e->name, t->id, ml, s->cfg.max_failure_message_bytes);
+  CHECK(ml <= s->cfg.max_failure_message_bytes, "%s: message of %s is %zu bytes, limit %u", e->name,
+        t->id, ml, s->cfg.max_failure_message_bytes);
   if (e->task == t && e->msg && r->failure_code == e->msg_code) {
     check_message(s, t, e->msg, r->failure_message);
   }
@@ -516,9 +550,8 @@ static void do_converge(sim *s, sim_task *t, const wk_cmd *cmd) {
               (e->data_len == 0 || memcmp(r->plugin_results.data, e->data, e->data_len) == 0),
           "%s: %s plugin_results differ from the writer outcome", e->name, t->id);
   } else if (writer_now) {
-    CHECK(r->plugin_results.len == 0 ||
-              (r->plugin_results.len == e->data_len &&
-               memcmp(r->plugin_results.data, e->data, e->data_len) == 0),
+    CHECK(r->plugin_results.len == 0 || (r->plugin_results.len == e->data_len &&
+                                         memcmp(r->plugin_results.data, e->data, e->data_len) == 0),
           "%s: %s plugin_results are neither empty nor the writer's", e->name, t->id);
   } else {
     CHECK(r->plugin_results.len == 0, "%s: %s has plugin_results without a writer", e->name, t->id);
@@ -550,8 +583,8 @@ static void process_cmds(sim *s, const wk_cmds *c) {
           e->name, wk_cmd_kind_name(cmd->kind), t->id, cmd->slot_id, t->slot_id);
     switch (cmd->kind) {
       case WK_CMD_PREPARE_ACTIVATION:
-        CHECK(t->phase == WK_PHASE_PREPARING && !t->activated, "%s: PREPARE_ACTIVATION for %s in %s",
-              e->name, t->id, wk_phase_name(t->phase));
+        CHECK(t->phase == WK_PHASE_PREPARING && !t->activated,
+              "%s: PREPARE_ACTIVATION for %s in %s", e->name, t->id, wk_phase_name(t->phase));
         CHECK(cmd->u.prepare.requested_epoch == t->req_epoch,
               "%s: PREPARE_ACTIVATION for %s asks epoch %" PRIu64 ", submit said %" PRIu64, e->name,
               t->id, cmd->u.prepare.requested_epoch, t->req_epoch);
@@ -577,10 +610,10 @@ static void process_cmds(sim *s, const wk_cmds *c) {
         CHECK(t->phase == WK_PHASE_CALLS && e->phase_event && e->task == t &&
                   e->phase == WK_PHASE_CALLS,
               "%s: START_WRITER for %s not after its calls", e->name, t->id);
-        CHECK(cmd->u.writer.outputs.len == e->data_len &&
-                  (e->data_len == 0 ||
-                   memcmp(cmd->u.writer.outputs.data, e->data, e->data_len) == 0),
-              "%s: START_WRITER for %s carries other outputs", e->name, t->id);
+        CHECK(
+            cmd->u.writer.outputs.len == e->data_len &&
+                (e->data_len == 0 || memcmp(cmd->u.writer.outputs.data, e->data, e->data_len) == 0),
+            "%s: START_WRITER for %s carries other outputs", e->name, t->id);
         CHECK(e->data_len == 0 || cmd->u.writer.outputs.data != e->data,
               "%s: START_WRITER for %s hands back our buffer, not the core's copy", e->name, t->id);
         memcpy(t->outputs, e->data, e->data_len);
@@ -602,9 +635,7 @@ static void process_cmds(sim *s, const wk_cmds *c) {
         }
         break;
       }
-      case WK_CMD_CONVERGE:
-        do_converge(s, t, cmd);
-        break;
+      case WK_CMD_CONVERGE: do_converge(s, t, cmd); break;
     }
   }
 }
@@ -622,8 +653,8 @@ static void check_all(sim *s) {
   CHECK((uint64_t)hb.reserved + hb.running + hb.free == s->cfg.task_slots,
         "heartbeat reserved %u + running %u + free %u != task_slots %u", hb.reserved, hb.running,
         hb.free, s->cfg.task_slots);
-  CHECK(hb.ready == s->ready && hb.draining == s->draining, "heartbeat ready/draining %d/%d, set %d/%d",
-        hb.ready, hb.draining, s->ready, s->draining);
+  CHECK(hb.ready == s->ready && hb.draining == s->draining,
+        "heartbeat ready/draining %d/%d, set %d/%d", hb.ready, hb.draining, s->ready, s->draining);
   CHECK(hb.now_ms == s->now, "heartbeat now %" PRId64, hb.now_ms);
 
   for (uint32_t i = 0; i < s->ntasks; i++) s->tasks[i].mark = 0;
@@ -639,8 +670,9 @@ static void check_all(sim *s) {
     sim_task *t = task_by_id(s, v.task_id, v.task_id_len);
     CHECK(t != NULL, "slot %u (%s) names a task id the sim never used", i,
           wk_slot_state_name(v.state));
-    CHECK(t->ms == MS_RESERVED || t->ms == MS_LIVE, "slot %u (%s) held by %s, which the sim holds %s",
-          i, wk_slot_state_name(v.state), t->id, MS_NAMES[t->ms]);
+    CHECK(t->ms == MS_RESERVED || t->ms == MS_LIVE,
+          "slot %u (%s) held by %s, which the sim holds %s", i, wk_slot_state_name(v.state), t->id,
+          MS_NAMES[t->ms]);
     CHECK(wk_slot_id_index(t->slot_id) == i && wk_slot_id_generation(t->slot_id) == v.generation,
           "slot %u gen %u held by %s whose slot id is 0x%" PRIx64, i, v.generation, t->id,
           t->slot_id);
@@ -658,7 +690,8 @@ static void check_all(sim *s) {
     }
   }
   CHECK(n_alloc == hb.reserved && n_run == hb.running,
-        "heartbeat reserved/running %u/%u, slot table %u/%u", hb.reserved, hb.running, n_alloc, n_run);
+        "heartbeat reserved/running %u/%u, slot table %u/%u", hb.reserved, hb.running, n_alloc,
+        n_run);
 
   int64_t timers = INT64_MAX;
   uint32_t live = 0, terminal = 0;
@@ -669,12 +702,14 @@ static void check_all(sim *s) {
     wk_err err = wk_core_get_result(s->core, t->id, t->id_len, &r);
     switch (t->ms) {
       case MS_UNKNOWN:
-        CHECK(err == WK_ERR_NOT_FOUND, "get_result(%s): %s, but the sim never submitted it (or it was purged)",
-              t->id, wk_err_name(err));
+        CHECK(err == WK_ERR_NOT_FOUND,
+              "get_result(%s): %s, but the sim never submitted it (or it was purged)", t->id,
+              wk_err_name(err));
         break;
       case MS_RESERVED:
         CHECK(t->mark == 1, "reserved task %s named by %u slots", t->id, t->mark);
-        CHECK(err == WK_ERR_NOT_FOUND, "get_result(%s) for a reservation: %s", t->id, wk_err_name(err));
+        CHECK(err == WK_ERR_NOT_FOUND, "get_result(%s) for a reservation: %s", t->id,
+              wk_err_name(err));
         timers = min64(timers, t->lease_ms);
         break;
       case MS_LIVE:
@@ -722,8 +757,8 @@ static void check_all(sim *s) {
         s->cfg.max_retained_results);
   /* contract (wk_core.h): the newest result is kept even when it alone is over the bound */
   CHECK(rb <= s->cfg.max_retained_bytes || rc == 1,
-        "%" PRIu64 " bytes retained in %u results, limit %" PRIu64,
-        rb, rc, s->cfg.max_retained_bytes);
+        "%" PRIu64 " bytes retained in %u results, limit %" PRIu64, rb, rc,
+        s->cfg.max_retained_bytes);
   CHECK((rc == 0) == (rb == 0), "%u results retained holding %" PRIu64 " bytes", rc, rb);
   if (!s->small_bytes && !s->step_purge && s->step_converged > 0) {
     uint32_t want = s->step_converged < s->cfg.max_retained_results ? s->step_converged
@@ -740,7 +775,8 @@ static void check_all(sim *s) {
       sim_task *t = task_by_id(s, s->scan_ids[k].bytes, s->scan_ids[k].len);
       CHECK(t && t->ms == MS_LIVE, "list_live_tasks names %s, not live in the model",
             t ? t->id : s->scan_ids[k].bytes);
-      CHECK(s->scan_ids[k].bytes[s->scan_ids[k].len] == '\0', "list_live_tasks id not NUL-terminated");
+      CHECK(s->scan_ids[k].bytes[s->scan_ids[k].len] == '\0',
+            "list_live_tasks id not NUL-terminated");
     }
   }
 }
@@ -815,8 +851,8 @@ static void expect_err(const sim *s, wk_err err, uint32_t allowed, const sim_tas
   if (allowed & err_bit(err)) return;
   char buf[160];
   err_mask_str(allowed, buf, sizeof buf);
-  sim_fail("%s(%s): got %s, expected %s (model before: %s)", s->ev.name, sh(t), wk_err_name(err), buf,
-           t && t == s->ev.task ? MS_NAMES[s->ev.before] : "-");
+  sim_fail("%s(%s): got %s, expected %s (model before: %s)", s->ev.name, sh(t), wk_err_name(err),
+           buf, t && t == s->ev.task ? MS_NAMES[s->ev.before] : "-");
 }
 
 /* After a call that may have dropped a lapsed reservation, read it back from the slot. */
@@ -866,7 +902,8 @@ static void ev_request_slot(sim *s) {
   model_state before = t->ms;
   wk_core_handle_request_slot(s->core, t->id, t->id_len, ttl, s->now, &out);
   count_err(out.err);
-  vlog("  request_slot(%s, ttl %" PRId64 ") [%s] -> %s slot 0x%" PRIx64 " lease %" PRId64 " dup %d\n",
+  vlog("  request_slot(%s, ttl %" PRId64 ") [%s] -> %s slot 0x%" PRIx64 " lease %" PRId64
+       " dup %d\n",
        t->id, ttl, MS_NAMES[before], wk_err_name(out.err), out.slot_id, out.lease_expires_ms,
        out.duplicate);
   if (ttl < 0) {
@@ -883,7 +920,8 @@ static void ev_request_slot(sim *s) {
         resync_reservation(s, t);
         if (t->ms == MS_RESERVED) {
           expect_err(s, out.err, B_OK, t);
-          CHECK(out.duplicate && out.slot_id == t->slot_id, "request_slot(%s): lapsed reservation answered oddly", t->id);
+          CHECK(out.duplicate && out.slot_id == t->slot_id,
+                "request_slot(%s): lapsed reservation answered oddly", t->id);
           return;
         }
         hb = wk_core_derive_heartbeat(s->core, s->now); /* the core freed it */
@@ -896,19 +934,22 @@ static void ev_request_slot(sim *s) {
       }
       expect_err(s, out.err, B_OK, t);
       CHECK(out.duplicate, "request_slot(%s): repeat of a reservation not marked duplicate", t->id);
-      CHECK(out.slot_id == t->slot_id, "request_slot(%s): repeat gave slot 0x%" PRIx64 ", reserved 0x%" PRIx64,
-            t->id, out.slot_id, t->slot_id);
-      CHECK(out.lease_expires_ms == t->lease_ms, "request_slot(%s): repeat gave lease %" PRId64 ", reserved %" PRId64,
-            t->id, out.lease_expires_ms, t->lease_ms);
+      CHECK(out.slot_id == t->slot_id,
+            "request_slot(%s): repeat gave slot 0x%" PRIx64 ", reserved 0x%" PRIx64, t->id,
+            out.slot_id, t->slot_id);
+      CHECK(out.lease_expires_ms == t->lease_ms,
+            "request_slot(%s): repeat gave lease %" PRId64 ", reserved %" PRId64, t->id,
+            out.lease_expires_ms, t->lease_ms);
       CHECK(out.result == NULL, "request_slot(%s): a reservation has a result", t->id);
       return;
     case MS_LIVE:
       expect_err(s, out.err, B_OK, t);
-      CHECK(out.duplicate && out.slot_id == t->slot_id, "request_slot(%s): live task answered with slot 0x%" PRIx64
-            " dup %d", t->id, out.slot_id, out.duplicate);
+      CHECK(out.duplicate && out.slot_id == t->slot_id,
+            "request_slot(%s): live task answered with slot 0x%" PRIx64 " dup %d", t->id,
+            out.slot_id, out.duplicate);
       CHECK(out.lease_expires_ms == (t->activated ? 0 : t->lease_ms),
-            "request_slot(%s): live task lease %" PRId64 " (activated %d, model lease %" PRId64 ")", t->id,
-            out.lease_expires_ms, t->activated, t->lease_ms);
+            "request_slot(%s): live task lease %" PRId64 " (activated %d, model lease %" PRId64 ")",
+            t->id, out.lease_expires_ms, t->activated, t->lease_ms);
       check_live_result(s, t, out.result, "request_slot");
       return;
     case MS_TERMINAL:
@@ -928,12 +969,14 @@ static void ev_request_slot(sim *s) {
     }
   }
   /* a new reservation */
-  CHECK(!out.duplicate && out.result == NULL, "request_slot(%s): new reservation marked duplicate", t->id);
+  CHECK(!out.duplicate && out.result == NULL, "request_slot(%s): new reservation marked duplicate",
+        t->id);
   CHECK(out.slot_id != 0 && wk_slot_id_index(out.slot_id) < s->cfg.task_slots &&
             wk_slot_id_generation(out.slot_id) != 0,
         "request_slot(%s): bad slot id 0x%" PRIx64, t->id, out.slot_id);
-  CHECK(out.lease_expires_ms == s->now + eff_ttl(s, ttl), "request_slot(%s, ttl %" PRId64 "): lease %" PRId64
-        ", expected %" PRId64, t->id, ttl, out.lease_expires_ms, s->now + eff_ttl(s, ttl));
+  CHECK(out.lease_expires_ms == s->now + eff_ttl(s, ttl),
+        "request_slot(%s, ttl %" PRId64 "): lease %" PRId64 ", expected %" PRId64, t->id, ttl,
+        out.lease_expires_ms, s->now + eff_ttl(s, ttl));
   reset_incarnation(t);
   t->ms = MS_RESERVED;
   t->slot_id = out.slot_id;
@@ -1047,21 +1090,23 @@ static void ev_submit(sim *s) {
   wk_submit_result out;
   wk_core_handle_submit(s->core, &req, token, s->now, &out);
   count_err(out.err);
-  vlog("  submit(%s, slot 0x%" PRIx64 ", digest %016" PRIx64 ", timeout %" PRId64 ") [%s] -> %s dup %d taken %d cmds %u\n",
+  vlog("  submit(%s, slot 0x%" PRIx64 ", digest %016" PRIx64 ", timeout %" PRId64
+       ") [%s] -> %s dup %d taken %d cmds %u\n",
        t ? t->id : "(bad)", req.slot_id, req.request_digest, req.timeout_ms, MS_NAMES[before],
        wk_err_name(out.err), out.duplicate, out.adapter_ctx_taken, out.cmds.count);
   expect_err(s, out.err, allowed, t);
   if (out.err != WK_OK) {
-    CHECK(!out.adapter_ctx_taken && out.cmds.count == 0, "submit(%s) failed with %s but took the context or emitted commands",
-          sh(t), wk_err_name(out.err));
+    CHECK(!out.adapter_ctx_taken && out.cmds.count == 0,
+          "submit(%s) failed with %s but took the context or emitted commands", sh(t),
+          wk_err_name(out.err));
     if (t) resync_reservation(s, t);
     return;
   }
   if (!expect_new) { /* a duplicate: nothing new starts */
     g_stats.dup_submits++;
     CHECK(out.duplicate && !out.adapter_ctx_taken && out.cmds.count == 0,
-          "submit(%s) duplicate: dup %d taken %d cmds %u", t->id, out.duplicate, out.adapter_ctx_taken,
-          out.cmds.count);
+          "submit(%s) duplicate: dup %d taken %d cmds %u", t->id, out.duplicate,
+          out.adapter_ctx_taken, out.cmds.count);
     if (before == MS_LIVE) {
       check_live_result(s, t, out.result, "submit duplicate");
       CHECK(out.slot_id == t->slot_id && out.accepted_ms == t->accepted_ms,
@@ -1077,13 +1122,15 @@ static void ev_submit(sim *s) {
   CHECK(out.accepted_ms == s->now, "submit(%s): accepted_ms %" PRId64 " at now %" PRId64, t->id,
         out.accepted_ms, s->now);
   if (before == MS_RESERVED) {
-    CHECK(out.slot_id == t->slot_id, "submit(%s) used slot 0x%" PRIx64 ", not its reservation 0x%" PRIx64,
-          t->id, out.slot_id, t->slot_id);
+    CHECK(out.slot_id == t->slot_id,
+          "submit(%s) used slot 0x%" PRIx64 ", not its reservation 0x%" PRIx64, t->id, out.slot_id,
+          t->slot_id);
   } else {
     reset_incarnation(t);
   }
   wk_slot_view v = slot_view(s, out.slot_id);
-  CHECK(out.slot_id != 0 && wk_slot_id_index(out.slot_id) < s->cfg.task_slots, "submit(%s): bad slot id", t->id);
+  CHECK(out.slot_id != 0 && wk_slot_id_index(out.slot_id) < s->cfg.task_slots,
+        "submit(%s): bad slot id", t->id);
   CHECK(v.state == WK_SLOT_ALLOCATED && v.generation == wk_slot_id_generation(out.slot_id),
         "submit(%s): its slot is %s gen %u", t->id, wk_slot_state_name(v.state), v.generation);
   if (before == MS_UNKNOWN) {
@@ -1105,7 +1152,8 @@ static void ev_submit(sim *s) {
   t->pend_act = t->pend_builder = t->pend_calls = t->pend_writer = false;
   check_live_result(s, t, out.result, "submit");
   process_cmds(s, &out.cmds);
-  CHECK(pat_is(s, "P"), "submit(%s) new task emitted '%s', expected PREPARE_ACTIVATION", t->id, s->ev.pat);
+  CHECK(pat_is(s, "P"), "submit(%s) new task emitted '%s', expected PREPARE_ACTIVATION", t->id,
+        s->ev.pat);
 }
 
 /* Activation reported by the adapter (or a random one). */
@@ -1121,15 +1169,17 @@ static void do_activation(sim *s, sim_task *t, bool prepared, bool right_slot, b
       switch (prng_below(r, 3)) {
         case 0: sid = 0; break;
         case 1: sid = wk_slot_id_make(wk_slot_id_index(sid), wk_slot_id_generation(sid) + 1); break;
-        default: sid = wk_slot_id_make(prng_below(r, s->cfg.task_slots), 1 + prng_below(r, 4)); break;
+        default:
+          sid = wk_slot_id_make(prng_below(r, s->cfg.task_slots), 1 + prng_below(r, 4));
+          break;
       }
     }
     uint64_t epoch = t->req_epoch && prng_pct(r, 90) ? t->req_epoch : 1 + prng_below(r, 1000);
     wk_core_handle_activation_prepared(s->core, t->id, t->id_len, sid, epoch, s->now, &out);
     count_err(out.err);
     process_cmds(s, &out.cmds);
-    vlog("  activation_prepared(%s, slot 0x%" PRIx64 ", epoch %" PRIu64 ") [%s] -> %s '%s'\n", t->id, sid,
-         epoch, MS_NAMES[before], wk_err_name(out.err), s->ev.pat);
+    vlog("  activation_prepared(%s, slot 0x%" PRIx64 ", epoch %" PRIu64 ") [%s] -> %s '%s'\n",
+         t->id, sid, epoch, MS_NAMES[before], wk_err_name(out.err), s->ev.pat);
     if (before == MS_UNKNOWN || before == MS_RESERVED) {
       expect_err(s, out.err, B(NOT_FOUND) | (before == MS_RESERVED ? B(STALE) : 0), t);
     } else if (!preparing || sid != t->slot_id) {
@@ -1137,16 +1187,18 @@ static void do_activation(sim *s, sim_task *t, bool prepared, bool right_slot, b
     } else if (s->now >= t->lease_ms) {
       expect_err(s, out.err, B_OK | B(STALE), t);
       CHECK(pat_converged(s) && t->t_code == WK_FAIL_SLOT_LOST && t->t_state == WK_TASK_FAILED,
-            "activation_prepared(%s) after the lease: '%s' %s, expected FAILED/SLOT_LOST", t->id, s->ev.pat,
-            wk_failure_code_name(t->t_code));
+            "activation_prepared(%s) after the lease: '%s' %s, expected FAILED/SLOT_LOST", t->id,
+            s->ev.pat, wk_failure_code_name(t->t_code));
     } else {
       expect_err(s, out.err, B_OK, t);
-      CHECK(pat_is(s, "B"), "activation_prepared(%s): '%s', expected START_BUILDER", t->id, s->ev.pat);
+      CHECK(pat_is(s, "B"), "activation_prepared(%s): '%s', expected START_BUILDER", t->id,
+            s->ev.pat);
       t->epoch = epoch;
       t->lease_ms = 0;
     }
     if (out.err != WK_OK && !pat_converged(s)) {
-      CHECK(out.cmds.count == 0, "activation_prepared(%s): %s with commands", t->id, wk_err_name(out.err));
+      CHECK(out.cmds.count == 0, "activation_prepared(%s): %s with commands", t->id,
+            wk_err_name(out.err));
     }
   } else {
     wk_failure_code code = prng_pct(r, 50) ? WK_FAIL_ACTIVATION_FAILED : WK_FAIL_IO_SCOPE_FAILED;
@@ -1173,7 +1225,8 @@ static void do_activation(sim *s, sim_task *t, bool prepared, bool right_slot, b
             "activation_failed(%s, %s): '%s' %s/%s", t->id, wk_failure_code_name(code), s->ev.pat,
             wk_task_state_name(t->t_state), wk_failure_code_name(t->t_code));
     }
-    if (out.err != WK_OK) CHECK(out.cmds.count == 0, "activation_failed(%s): error with commands", t->id);
+    if (out.err != WK_OK)
+      CHECK(out.cmds.count == 0, "activation_failed(%s): error with commands", t->id);
     if (bad_code) keep_pending = true;
   }
   scribble(s);
@@ -1230,7 +1283,8 @@ static void do_phase(sim *s, sim_task *t, wk_phase phase, bool ok, bool keep_pen
 
   model_state before = t->ms;
   wk_phase before_phase = t->phase;
-  bool phase_valid = phase == WK_PHASE_BUILDER || phase == WK_PHASE_CALLS || phase == WK_PHASE_WRITER;
+  bool phase_valid =
+      phase == WK_PHASE_BUILDER || phase == WK_PHASE_CALLS || phase == WK_PHASE_WRITER;
   wk_transition_result out;
   wk_core_handle_phase_finished(s->core, t->id, t->id_len, phase, &o, s->now, &out);
   count_err(out.err);
@@ -1254,7 +1308,8 @@ static void do_phase(sim *s, sim_task *t, wk_phase phase, bool ok, bool keep_pen
       CHECK(pat_is(s, want), "phase_finished(%s, %s, ok): '%s', expected '%s'", t->id,
             wk_phase_name(phase), s->ev.pat, want);
       if (phase == WK_PHASE_WRITER) {
-        CHECK(t->t_state == WK_TASK_SUCCEEDED, "writer ok: %s is %s", t->id, wk_task_state_name(t->t_state));
+        CHECK(t->t_state == WK_TASK_SUCCEEDED, "writer ok: %s is %s", t->id,
+              wk_task_state_name(t->t_state));
       }
     } else {
       CHECK(pat_converged(s) && t->t_state == WK_TASK_FAILED && t->t_code == want_code,
@@ -1263,7 +1318,8 @@ static void do_phase(sim *s, sim_task *t, wk_phase phase, bool ok, bool keep_pen
             wk_failure_code_name(t->t_code), wk_failure_code_name(want_code));
     }
   }
-  if (out.err != WK_OK) CHECK(out.cmds.count == 0, "phase_finished(%s): %s with commands", t->id, wk_err_name(out.err));
+  if (out.err != WK_OK)
+    CHECK(out.cmds.count == 0, "phase_finished(%s): %s with commands", t->id, wk_err_name(out.err));
   scribble(s);
   if (!keep_pending && !(bad_code && out.err == WK_ERR_INVALID_ARGUMENT)) {
     if (phase == WK_PHASE_BUILDER) t->pend_builder = false;
@@ -1329,7 +1385,7 @@ static void ev_watch(sim *s) {
   }
   sim_task *t = pick_pref(s, MS_LIVE, 80);
   set_target(s, t);
-  uint32_t op; /* 0 attach, 1 detach, 2 disconnect */
+  uint32_t op;           /* 0 attach, 1 detach, 2 disconnect */
   if (prng_pct(r, 85)) { /* as the subscription manager would */
     op = t->watch == W_ATTACHED ? 1 + prng_below(r, 2) : 0;
   } else {
@@ -1368,9 +1424,10 @@ static void ev_watch(sim *s) {
 
 /* Converging timer events: check the result against what should have fired. */
 static void expect_timer_converge(sim *s, sim_task *t, wk_failure_code code) {
-  CHECK(pat_converged(s) && t->ms == MS_TERMINAL && t->t_state == WK_TASK_FAILED && t->t_code == code,
-        "%s(%s): '%s' %s/%s, expected FAILED/%s", s->ev.name, t->id, s->ev.pat,
-        wk_task_state_name(t->t_state), wk_failure_code_name(t->t_code), wk_failure_code_name(code));
+  CHECK(
+      pat_converged(s) && t->ms == MS_TERMINAL && t->t_state == WK_TASK_FAILED && t->t_code == code,
+      "%s(%s): '%s' %s/%s, expected FAILED/%s", s->ev.name, t->id, s->ev.pat,
+      wk_task_state_name(t->t_state), wk_failure_code_name(t->t_code), wk_failure_code_name(code));
 }
 
 static void do_timed_out(sim *s, sim_task *t, bool from_scan) {
@@ -1390,8 +1447,11 @@ static void do_timed_out(sim *s, sim_task *t, bool from_scan) {
     expect_err(s, out.err, B_OK, t);
     expect_timer_converge(s, t, WK_FAIL_TASK_TIMEOUT);
   }
-  if (out.err != WK_OK) CHECK(out.cmds.count == 0, "task_timed_out(%s): error with commands", t->id);
-  if (from_scan) CHECK(out.err == WK_OK, "timed_out_tasks listed %s but the handler said %s", t->id, wk_err_name(out.err));
+  if (out.err != WK_OK)
+    CHECK(out.cmds.count == 0, "task_timed_out(%s): error with commands", t->id);
+  if (from_scan)
+    CHECK(out.err == WK_OK, "timed_out_tasks listed %s but the handler said %s", t->id,
+          wk_err_name(out.err));
 }
 
 static void do_grace(sim *s, sim_task *t, bool from_scan) {
@@ -1411,8 +1471,11 @@ static void do_grace(sim *s, sim_task *t, bool from_scan) {
     expect_err(s, out.err, B_OK, t);
     expect_timer_converge(s, t, WK_FAIL_OWNER_LOST);
   }
-  if (out.err != WK_OK) CHECK(out.cmds.count == 0, "watch_grace_expired(%s): error with commands", t->id);
-  if (from_scan) CHECK(out.err == WK_OK, "watch_disconnected_tasks listed %s but the handler said %s", t->id, wk_err_name(out.err));
+  if (out.err != WK_OK)
+    CHECK(out.cmds.count == 0, "watch_grace_expired(%s): error with commands", t->id);
+  if (from_scan)
+    CHECK(out.err == WK_OK, "watch_disconnected_tasks listed %s but the handler said %s", t->id,
+          wk_err_name(out.err));
 }
 
 static void do_lease_expired(sim *s, uint64_t sid, bool from_scan) {
@@ -1441,13 +1504,14 @@ static void do_lease_expired(sim *s, uint64_t sid, bool from_scan) {
   wk_core_handle_slot_lease_expired(s->core, sid, s->now, &out);
   count_err(out.err);
   process_cmds(s, &out.cmds);
-  vlog("  slot_lease_expired(0x%" PRIx64 ") [owner %s %s] -> %s '%s'\n", sid, owner ? owner->id : "-",
-       owner ? MS_NAMES[before] : "-", wk_err_name(out.err), s->ev.pat);
+  vlog("  slot_lease_expired(0x%" PRIx64 ") [owner %s %s] -> %s '%s'\n", sid,
+       owner ? owner->id : "-", owner ? MS_NAMES[before] : "-", wk_err_name(out.err), s->ev.pat);
   expect_err(s, out.err, allowed, owner);
   if (out.err != WK_OK) {
     CHECK(out.cmds.count == 0, "slot_lease_expired: error with commands");
   } else if (before == MS_RESERVED) {
-    CHECK(out.cmds.count == 0, "slot_lease_expired of reservation %s emitted '%s'", owner->id, s->ev.pat);
+    CHECK(out.cmds.count == 0, "slot_lease_expired of reservation %s emitted '%s'", owner->id,
+          s->ev.pat);
     wk_slot_view v = wk_core_slot(s->core, idx);
     CHECK(v.state == WK_SLOT_FREE, "slot_lease_expired: reserved slot %u is %s after", idx,
           wk_slot_state_name(v.state));
@@ -1456,7 +1520,9 @@ static void do_lease_expired(sim *s, uint64_t sid, bool from_scan) {
     CHECK(before == MS_LIVE, "lease expired on a slot of a %s task", MS_NAMES[before]);
     expect_timer_converge(s, owner, WK_FAIL_SLOT_LOST);
   }
-  if (from_scan) CHECK(out.err == WK_OK, "expired_slots listed 0x%" PRIx64 " but the handler said %s", sid, wk_err_name(out.err));
+  if (from_scan)
+    CHECK(out.err == WK_OK, "expired_slots listed 0x%" PRIx64 " but the handler said %s", sid,
+          wk_err_name(out.err));
 }
 
 static void ev_lease(sim *s) {
@@ -1507,11 +1573,13 @@ static void ev_abort(sim *s) {
     expect_err(s, out.err, B_OK, t);
     wk_task_state want = code == WK_FAIL_CANCELLED ? WK_TASK_CANCELLED : WK_TASK_FAILED;
     if (before == MS_RESERVED) {
-      CHECK(out.cmds.count == 0 || pat_is(s, "V"), "abort(%s) of a reservation emitted '%s'", t->id, s->ev.pat);
+      CHECK(out.cmds.count == 0 || pat_is(s, "V"), "abort(%s) of a reservation emitted '%s'", t->id,
+            s->ev.pat);
       if (t->ms == MS_RESERVED) { /* no CONVERGE: read the retained answer */
         const wk_task_result *res = NULL;
         wk_err e = wk_core_get_result(s->core, t->id, t->id_len, &res);
-        CHECK(e == WK_OK, "abort(%s): a cancelled reservation is not retained (%s)", t->id, wk_err_name(e));
+        CHECK(e == WK_OK, "abort(%s): a cancelled reservation is not retained (%s)", t->id,
+              wk_err_name(e));
         check_result_id(t, res, "abort");
         check_terminal_consistency(res, "abort", t->id);
         if (msg) check_message(s, t, msg, res->failure_message);
@@ -1581,8 +1649,8 @@ static void timer_loop(sim *s) {
             "expired_slots listed 0x%" PRIx64 ": %s gen %u lease %" PRId64, ids[k],
             wk_slot_state_name(v.state), v.generation, v.lease_expires_ms);
       CHECK(v.lease_expires_ms >= last || (g_relax & RELAX_SCAN_ORDER),
-            "expired_slots not earliest first: %" PRId64 " after %" PRId64,
-            v.lease_expires_ms, last);
+            "expired_slots not earliest first: %" PRId64 " after %" PRId64, v.lease_expires_ms,
+            last);
       last = v.lease_expires_ms;
     }
     for (size_t k = 0; k < n; k++) do_lease_expired(s, ids[k], true);
@@ -1609,7 +1677,8 @@ static void timer_loop(sim *s) {
     sim_task *ts[SIM_SCAN_MAX];
     for (size_t k = 0; k < n; k++) {
       ts[k] = task_by_id(s, s->scan_ids[k].bytes, s->scan_ids[k].len);
-      CHECK(ts[k] && ts[k]->ms == MS_LIVE && ts[k]->watch == W_DISCONNECTED && ts[k]->grace_ms <= s->now,
+      CHECK(ts[k] && ts[k]->ms == MS_LIVE && ts[k]->watch == W_DISCONNECTED &&
+                ts[k]->grace_ms <= s->now,
             "watch_disconnected_tasks listed %s (model %s watch %d grace %" PRId64 ")",
             s->scan_ids[k].bytes, ts[k] ? MS_NAMES[ts[k]->ms] : "-", ts[k] ? (int)ts[k]->watch : -1,
             ts[k] ? ts[k]->grace_ms : 0);
@@ -1621,29 +1690,36 @@ static void timer_loop(sim *s) {
   s->step_purge = true;
   size_t purged = wk_core_purge_expired_results(s->core, s->now);
   uint32_t after = wk_core_retained_count(s->core);
-  CHECK(before - after == purged, "purge_expired_results said %zu, count went %u -> %u", purged, before, after);
+  CHECK(before - after == purged, "purge_expired_results said %zu, count went %u -> %u", purged,
+        before, after);
 
   /* nothing due may be left behind */
   for (uint32_t i = 0; i < s->ntasks; i++) {
     const sim_task *t = &s->tasks[i];
     if (t->ms == MS_RESERVED || (t->ms == MS_LIVE && !t->activated)) {
-      CHECK(t->lease_ms > s->now, "timer loop left %s with its lease lapsed at %" PRId64, t->id, t->lease_ms);
+      CHECK(t->lease_ms > s->now, "timer loop left %s with its lease lapsed at %" PRId64, t->id,
+            t->lease_ms);
     }
     if (t->ms == MS_LIVE) {
-      CHECK(t->deadline_ms > s->now, "timer loop left %s past its deadline %" PRId64, t->id, t->deadline_ms);
-      CHECK(t->watch != W_DISCONNECTED || t->grace_ms > s->now, "timer loop left %s past its watch grace", t->id);
+      CHECK(t->deadline_ms > s->now, "timer loop left %s past its deadline %" PRId64, t->id,
+            t->deadline_ms);
+      CHECK(t->watch != W_DISCONNECTED || t->grace_ms > s->now,
+            "timer loop left %s past its watch grace", t->id);
     }
   }
   int64_t nd = wk_core_next_deadline(s->core);
-  CHECK(nd > s->now, "after a full timer loop next_deadline %" PRId64 " is not after now %" PRId64
-        " (an adapter would spin)", nd, s->now);
+  CHECK(nd > s->now,
+        "after a full timer loop next_deadline %" PRId64 " is not after now %" PRId64
+        " (an adapter would spin)",
+        nd, s->now);
 }
 
 static void ev_clock(sim *s) {
   prng *r = &s->rng;
   uint32_t k = prng_below(r, 100);
-  int64_t dt = k < 60 ? prng_range(r, 1, 3) : k < 90 ? prng_range(r, 1, 20)
-                                                      : prng_range(r, 1, s->cfg.default_task_timeout_ms / 2 + 1);
+  int64_t dt = k < 60   ? prng_range(r, 1, 3)
+               : k < 90 ? prng_range(r, 1, 20)
+                        : prng_range(r, 1, s->cfg.default_task_timeout_ms / 2 + 1);
   s->now += dt;
   vlog("  clock +%" PRId64 " -> %" PRId64 "\n", dt, s->now);
 }
@@ -1766,7 +1842,8 @@ static void drain(sim *s) {
         CHECK(pat_converged(s), "drain abort(%s) of a live task: '%s'", t->id, s->ev.pat);
       } else if (t->ms == MS_RESERVED) {
         const wk_task_result *res = NULL;
-        CHECK(wk_core_get_result(s->core, t->id, t->id_len, &res) == WK_OK, "drain abort(%s): not retained", t->id);
+        CHECK(wk_core_get_result(s->core, t->id, t->id_len, &res) == WK_OK,
+              "drain abort(%s): not retained", t->id);
         model_terminal(s, t, res);
       }
       check_all(s);
@@ -1792,9 +1869,10 @@ static void drain(sim *s) {
     CHECK(v.state == WK_SLOT_FREE, "after the drain slot %u is %s", i, wk_slot_state_name(v.state));
   }
   wk_heartbeat hb = wk_core_derive_heartbeat(s->core, s->now);
-  CHECK(hb.free == s->cfg.task_slots && hb.reserved == 0 && hb.running == 0, "after the drain heartbeat %u/%u/%u",
-        hb.reserved, hb.running, hb.free);
-  CHECK(wk_core_live_tasks(s->core) == 0, "after the drain %u live tasks", wk_core_live_tasks(s->core));
+  CHECK(hb.free == s->cfg.task_slots && hb.reserved == 0 && hb.running == 0,
+        "after the drain heartbeat %u/%u/%u", hb.reserved, hb.running, hb.free);
+  CHECK(wk_core_live_tasks(s->core) == 0, "after the drain %u live tasks",
+        wk_core_live_tasks(s->core));
   /* and then retention runs out */
   s->now += s->cfg.result_retention_ms + 1;
   g_run.step++;
@@ -1825,7 +1903,8 @@ static void run_seed(uint64_t seed, uint64_t steps) {
   s->ready = prng_pct(&s->rng, 90);
   wk_core_set_ready(s->core, s->ready);
   vlog("seed %" PRIu64 ": slots %u ttl %" PRId64 "/%" PRId64 " timeout %" PRId64 "/%" PRId64
-       " grace %" PRId64 " retention %" PRId64 " results %u bytes %" PRIu64 " msg %u ids %u now %" PRId64 "\n",
+       " grace %" PRId64 " retention %" PRId64 " results %u bytes %" PRIu64
+       " msg %u ids %u now %" PRId64 "\n",
        seed, s->cfg.task_slots, s->cfg.default_slot_ttl_ms, s->cfg.max_slot_ttl_ms,
        s->cfg.default_task_timeout_ms, s->cfg.max_task_timeout_ms, s->cfg.watch_disconnect_grace_ms,
        s->cfg.result_retention_ms, s->cfg.max_retained_results, s->cfg.max_retained_bytes,
@@ -1837,8 +1916,8 @@ static void run_seed(uint64_t seed, uint64_t steps) {
   wk_core_destroy(s->core);
   s->core = NULL;
   CHECK(s->alloc.live_bytes == 0 && s->alloc.allocs == s->alloc.frees,
-        "after destroy %" PRIu64 " bytes in %" PRIu64 " allocations were not freed", s->alloc.live_bytes,
-        s->alloc.allocs - s->alloc.frees);
+        "after destroy %" PRIu64 " bytes in %" PRIu64 " allocations were not freed",
+        s->alloc.live_bytes, s->alloc.allocs - s->alloc.frees);
 }
 
 /* Configurations the core must refuse. */
@@ -1886,23 +1965,27 @@ static bool relax_arg(int argc, char **argv, int *i) {
 int main(int argc, char **argv) {
   g_run.name = "sim_core";
   sim_plan plan;
-  sim_parse_args(argc, argv, SIM_DEFAULT_TOTAL_STEPS, SIM_DEFAULT_SEED_STEPS,
-                 "usage: sim_core [--seed S] [--seeds N] [--steps M] [--verbose] [--relax NAME]...\n"
-                 "  NAME: scan-order, bytes-bound, all (known contract deviations not checked)",
-                 relax_arg, &plan);
+  sim_parse_args(
+      argc, argv, SIM_DEFAULT_TOTAL_STEPS, SIM_DEFAULT_SEED_STEPS,
+      "usage: sim_core [--seed S] [--seeds N] [--steps M] [--verbose] [--relax NAME]...\n"
+      "  NAME: scan-order, bytes-bound, all (known contract deviations not checked)",
+      relax_arg, &plan);
   uint64_t seed = plan.first_seed, seeds = plan.seeds, steps = plan.steps;
   check_bad_configs();
   double t0 = sim_mono_s();
   for (uint64_t k = 0; k < seeds; k++) run_seed(seed + k, steps);
   double dt = sim_mono_s() - t0;
-  printf("sim_core: OK seeds %" PRIu64 "..%" PRIu64 ", %" PRIu64 " steps each (%" PRIu64 " total) in %.2f s\n",
+  printf("sim_core: OK seeds %" PRIu64 "..%" PRIu64 ", %" PRIu64 " steps each (%" PRIu64
+         " total) in %.2f s\n",
          seed, seed + seeds - 1, steps, seeds * steps, dt);
   printf("  events:");
   for (int e = 0; e < EV_COUNT; e++) printf(" %s %" PRIu64, EV_NAMES[e], g_stats.events[e]);
   printf("\n  answers:");
   for (int k = 0; k < 9; k++) printf(" %s %" PRIu64, wk_err_name((wk_err)-k), g_stats.errs[k]);
-  printf("\n  submits: new %" PRIu64 " duplicate %" PRIu64 "; terminal:", g_stats.new_submits, g_stats.dup_submits);
-  for (int k = 2; k < 5; k++) printf(" %s %" PRIu64, wk_task_state_name((wk_task_state)k), g_stats.terminal_states[k]);
+  printf("\n  submits: new %" PRIu64 " duplicate %" PRIu64 "; terminal:", g_stats.new_submits,
+         g_stats.dup_submits);
+  for (int k = 2; k < 5; k++)
+    printf(" %s %" PRIu64, wk_task_state_name((wk_task_state)k), g_stats.terminal_states[k]);
   printf("\n  failure codes:");
   for (int k = 1; k < WK_FAIL_COUNT; k++) {
     printf(" %s %" PRIu64, wk_failure_code_name((wk_failure_code)k), g_stats.terminal_codes[k]);

@@ -75,17 +75,17 @@
 
 #define SIM_DEFAULT_TOTAL_STEPS 1000000u
 #define SIM_DEFAULT_SEED_STEPS 2000u
-#define SIM_ATT_MAX (1u << 17)     /* attempts per seed */
-#define SIM_HASH_SIZE (1u << 18)   /* call_id -> attempt */
-#define SIM_GROUP_MAX (1u << 15)   /* groups per seed */
-#define SIM_TASK_MAX 2048u         /* tasks per seed */
+#define SIM_ATT_MAX (1u << 17)   /* attempts per seed */
+#define SIM_HASH_SIZE (1u << 18) /* call_id -> attempt */
+#define SIM_GROUP_MAX (1u << 15) /* groups per seed */
+#define SIM_TASK_MAX 2048u       /* tasks per seed */
 #define SIM_EXEC_MAX 6u
 #define SIM_STALE_POOL 64u
 #define SIM_EFFECT_MAX 4096u
 #define SIM_BUF_MAX 256u
-#define SIM_CALLS_MAX 240u         /* calls per task */
+#define SIM_CALLS_MAX 240u /* calls per task */
 #define SIM_CHILDREN_MAX 5u
-#define SIM_EXEC_SLOTS 256u        /* calls held by one executor (> max_calls) */
+#define SIM_EXEC_SLOTS 256u /* calls held by one executor (> max_calls) */
 
 /* ---- the simulation's model ----------------------------------------------------- */
 
@@ -97,26 +97,26 @@ enum { S_PREPARING = 0, S_BUILDER = 1, S_CALLS = 2, S_WRITER = 3, S_TERMINAL = 4
 
 typedef struct att {
   uint64_t call_id;
-  uint32_t task;   /* sim task index = task_key */
-  uint32_t index;  /* call index or child position */
-  uint64_t group;  /* 0 at depth 0 */
+  uint32_t task;       /* sim task index = task_key */
+  uint32_t index;      /* call index or child position */
+  uint64_t group;      /* 0 at depth 0 */
   uint64_t wait_group; /* the group it asked for last, 0 before */
   uint32_t depth;
   uint32_t attempt;
   uint32_t executor;
   uint32_t live_pos; /* in g.live, or UINT32_MAX */
   int64_t deadline_ms;
-  uint64_t value;    /* what the executor returns on OK */
+  uint64_t value; /* what the executor returns on OK */
   uint8_t state, behavior;
-  bool timed_out;    /* CANCEL with reason DEADLINE seen */
-  bool answered;     /* a result of ours was accepted */
-  uint8_t result;    /* that result */
+  bool timed_out;     /* CANCEL with reason DEADLINE seen */
+  bool answered;      /* a result of ours was accepted */
+  uint8_t result;     /* that result */
   int64_t decided_at; /* when it was answered or timed out */
 } att;
 
 typedef struct sgroup {
   uint32_t last_att[SIM_CHILDREN_MAX]; /* latest attempt of each child, index + 1 */
-  uint32_t parent; /* attempt index */
+  uint32_t parent;                     /* attempt index */
   uint32_t n;
   uint32_t done_mask;
   bool used, complete;
@@ -128,11 +128,11 @@ typedef struct stask {
   uint64_t slot_id;
   int64_t accepted_ms, timeout_ms;
   int stage;
-  int64_t work_at; /* pending adapter work (activation, builder, writer), INT64_MAX none */
-  uint32_t disp;   /* dispatcher handle, 0 when none */
-  bool disp_closed;  /* TASK_DONE seen or cancel issued: the dispatcher must stay silent */
+  int64_t work_at;  /* pending adapter work (activation, builder, writer), INT64_MAX none */
+  uint32_t disp;    /* dispatcher handle, 0 when none */
+  bool disp_closed; /* TASK_DONE seen or cancel issued: the dispatcher must stay silent */
   bool disp_removed;
-  bool calls_ok;     /* TASK_DONE said ok */
+  bool calls_ok; /* TASK_DONE said ok */
   bool aborted, timed_out;
   bool streaming, last;
   uint32_t n_total, n_added;
@@ -143,7 +143,7 @@ typedef struct stask {
   uint32_t failed_seen, done_seen;
   uint32_t admitted, waiting; /* waiting: WAITING + RESUMED, as the dispatcher counts */
   uint32_t resumed;
-  uint32_t win; /* the window as our model of the rule computes it */
+  uint32_t win;                     /* the window as our model of the rule computes it */
   uint32_t last_att[SIM_CALLS_MAX]; /* latest attempt of each call, index + 1 */
   bool sent_in_batch;
   uint32_t live_task_pos;
@@ -238,8 +238,7 @@ static att *att_new(sim *s, uint64_t call_id) {
   CHECK(s->n_atts < SIM_ATT_MAX, "too many attempts for one seed");
   uint32_t h = hash_slot(call_id);
   while (s->hash[h] != 0) {
-    CHECK(s->atts[s->hash[h] - 1].call_id != call_id,
-          "call id %#" PRIx64 " issued twice", call_id);
+    CHECK(s->atts[s->hash[h] - 1].call_id != call_id, "call id %#" PRIx64 " issued twice", call_id);
     h = (h + 1u) & (SIM_HASH_SIZE - 1u);
   }
   uint32_t i = s->n_atts++;
@@ -357,7 +356,8 @@ static uint32_t max_attempts(const stask *t) {
 }
 
 static bool retryable(const stask *t, wk_disp_result r) {
-  return r == WK_DISP_RETRYABLE || (r == WK_DISP_EXECUTOR_LOST && t->params.retry_on_executor_lost) ||
+  return r == WK_DISP_RETRYABLE ||
+         (r == WK_DISP_EXECUTOR_LOST && t->params.retry_on_executor_lost) ||
          (r == WK_DISP_TIMEOUT && t->params.retry.retry_on_timeout);
 }
 
@@ -443,7 +443,8 @@ static void on_send(sim *s, const wk_disp_action *a) {
   stask *t = task_of(s, a, "SEND");
   CHECK(!t->disp_closed, "SEND for task %s after it ended or was cancelled", t->id);
   CHECK(t->stage == S_CALLS, "SEND for task %s outside its calls phase", t->id);
-  CHECK(a->attempt >= 1 && a->attempt <= t->params.retry.max_attempts + (t->params.retry.max_attempts == 0),
+  CHECK(a->attempt >= 1 &&
+            a->attempt <= t->params.retry.max_attempts + (t->params.retry.max_attempts == 0),
         "SEND attempt %u out of range", a->attempt);
   CHECK(a->depth <= s->dcfg.max_depth, "SEND at depth %u > max_depth", a->depth);
   if (t->params.call_timeout_ms > 0) {
@@ -503,8 +504,9 @@ static void on_cancel(sim *s, const wk_disp_action *a) {
         "CANCEL of call id %#" PRIx64 " that is not in flight", a->call_id);
   CHECK(a->task_key == x->task, "CANCEL with the wrong task key");
   if (a->reason == WK_DISP_CANCEL_DEADLINE) {
-    CHECK(x->deadline_ms <= s->now, "deadline CANCEL before the deadline (%" PRId64 " > %" PRId64 ")",
-          x->deadline_ms, s->now);
+    CHECK(x->deadline_ms <= s->now,
+          "deadline CANCEL before the deadline (%" PRId64 " > %" PRId64 ")", x->deadline_ms,
+          s->now);
     x->timed_out = true;
     x->decided_at = s->now;
     model_result(s, &s->tasks[x->task], WK_DISP_TIMEOUT);
@@ -530,7 +532,8 @@ static void on_call_done(sim *s, const wk_disp_action *a) {
   CHECK(!t->disp_closed, "CALL_DONE for task %s after it ended or was cancelled", t->id);
   att *x = att_find(s, a->call_id);
   CHECK(x != NULL && x->task == a->task_key && x->depth == 0,
-        "CALL_DONE names call id %#" PRIx64 " that is no top-level attempt of the task", a->call_id);
+        "CALL_DONE names call id %#" PRIx64 " that is no top-level attempt of the task",
+        a->call_id);
   CHECK(x->index == a->index, "CALL_DONE for index %u names an attempt of index %u", a->index,
         x->index);
   CHECK(x->state == A_DEAD, "CALL_DONE for an attempt still in flight");
@@ -578,8 +581,7 @@ static void on_subcalls_complete(sim *s, const wk_disp_action *a) {
   CHECK(a->index == p->index && a->depth == p->depth, "SUBCALLS_COMPLETE names another call");
   /* right after the group's last SUBCALL_DONE, nothing in between */
   CHECK(s->prev_kind == WK_DISP_SUBCALL_DONE && s->prev_group == a->group,
-        "SUBCALLS_COMPLETE of group %" PRIu64 " not right after its last SUBCALL_DONE",
-        a->group);
+        "SUBCALLS_COMPLETE of group %" PRIu64 " not right after its last SUBCALL_DONE", a->group);
   g->complete = true;
   /* resumed outside admission and the window: neither count moves */
   p->state = A_RESUMED;
@@ -596,7 +598,8 @@ static void on_task_done(sim *s, const wk_disp_action *a) {
   CHECK(t->admitted == 0 && t->waiting == 0, "TASK_DONE with attempts still in flight");
   CHECK(a->failed == t->failed_seen, "TASK_DONE failed %u, CALL_DONEs said %u", a->failed,
         t->failed_seen);
-  uint32_t tolerated = t->params.failure_policy == WK_CALL_FAIL_FAST ? 0 : t->params.max_failed_calls;
+  uint32_t tolerated =
+      t->params.failure_policy == WK_CALL_FAIL_FAST ? 0 : t->params.max_failed_calls;
   if (a->ok) {
     CHECK(t->last, "TASK_DONE ok before the last calls were added");
     CHECK(t->done_seen == t->n_added, "TASK_DONE ok with %u of %u calls final", t->done_seen,
@@ -618,8 +621,8 @@ static void on_task_done(sim *s, const wk_disp_action *a) {
 static void bookkeep(sim *s, const wk_disp_action *a) {
   vlog("    %s task=%" PRIu64 " id=%#" PRIx64 " idx=%u depth=%u group=%" PRIu64
        " att=%u res=%s ok=%d\n",
-       wk_disp_action_kind_name(a->kind), a->task_key, a->call_id, a->index, a->depth,
-       a->group, a->attempt, wk_disp_result_name(a->result), a->ok);
+       wk_disp_action_kind_name(a->kind), a->task_key, a->call_id, a->index, a->depth, a->group,
+       a->attempt, wk_disp_result_name(a->result), a->ok);
   switch (a->kind) {
     case WK_DISP_SEND: on_send(s, a); return;
     case WK_DISP_CANCEL: on_cancel(s, a); return;
@@ -650,14 +653,16 @@ static void check_accounting(sim *s) {
     stask *t = &s->tasks[s->live_task[k]];
     if (t->disp == 0 || t->disp_removed) continue;
     wk_disp_task_info info;
-    CHECK(wk_disp_task_info_get(s->disp, t->disp, &info) == WK_OK, "task %s lost its handle", t->id);
+    CHECK(wk_disp_task_info_get(s->disp, t->disp, &info) == WK_OK, "task %s lost its handle",
+          t->id);
     CHECK(info.inflight == t->admitted, "task %s: dispatcher inflight %u, ours %u", t->id,
           info.inflight, t->admitted);
     CHECK(info.waiting == t->waiting, "task %s: dispatcher waiting %u, ours %u", t->id,
           info.waiting, t->waiting);
     CHECK(info.resuming == t->resumed, "task %s: dispatcher resuming %u, ours %u", t->id,
           info.resuming, t->resumed);
-    CHECK(info.window == t->win, "task %s: window %u, the rule says %u", t->id, info.window, t->win);
+    CHECK(info.window == t->win, "task %s: window %u, the rule says %u", t->id, info.window,
+          t->win);
     if (t->sent_in_batch) {
       CHECK(info.inflight <= info.window, "task %s: window exceeded: %u in flight, window %u",
             t->id, info.inflight, info.window);
@@ -687,8 +692,10 @@ static void check_round_robin(const wk_disp_out *o) {
   for (uint32_t i = 0; i + 1 < n; i++) {
     if (seq[i] != seq[i + 1]) continue;
     for (uint32_t j = i + 2; j < n; j++) {
-      CHECK(seq[j] == seq[i], "round robin broken: task %" PRIu64 " sent twice in a row while task %" PRIu64
-            " was waiting", seq[i], seq[j]);
+      CHECK(seq[j] == seq[i],
+            "round robin broken: task %" PRIu64 " sent twice in a row while task %" PRIu64
+            " was waiting",
+            seq[i], seq[j]);
     }
     return;
   }
@@ -803,7 +810,8 @@ static void converge(sim *s, stask *t, const wk_cmd *c) {
     s->n_tasks_ok++;
   } else {
     s->n_tasks_failed++;
-    if ((int)r->failure_code >= 0 && (int)r->failure_code < WK_FAIL_COUNT) g_fail_codes[r->failure_code]++;
+    if ((int)r->failure_code >= 0 && (int)r->failure_code < WK_FAIL_COUNT)
+      g_fail_codes[r->failure_code]++;
   }
   if (t->disp != 0 && !t->disp_removed) {
     CHECK(wk_disp_remove_task(s->disp, t->disp) == WK_OK, "remove_task refused for %s", t->id);
@@ -860,9 +868,7 @@ static void apply_cmds(sim *s, const wk_cmds *cmds) {
         disp_cancel(s, t);
         t->work_at = INT64_MAX;
         break;
-      case WK_CMD_CONVERGE:
-        converge(s, t, c);
-        break;
+      case WK_CMD_CONVERGE: converge(s, t, c); break;
     }
   }
 }
@@ -943,8 +949,7 @@ static void do_work(sim *s, stask *t) {
       wk_core_handle_phase_finished(s->core, t->id, t->id_len, WK_PHASE_WRITER, &o, s->now, &tr);
       break;
     }
-    default:
-      return;
+    default: return;
   }
   CHECK(tr.err == WK_OK, "adapter work for %s: %s", t->id, wk_err_name(tr.err));
   apply_cmds(s, &tr.cmds);
@@ -1094,13 +1099,13 @@ static void step_subcalls(sim *s) {
   begin_out(s, &o);
   uint64_t group = 0;
   wk_err err = wk_disp_add_subcalls(s->disp, x->call_id, n, s->now, &group, &o);
-  vlog("  subcalls %#" PRIx64 " n=%u depth=%u -> %s group %" PRIu64 "\n", x->call_id, n,
-       x->depth, wk_err_name(err), group);
+  vlog("  subcalls %#" PRIx64 " n=%u depth=%u -> %s group %" PRIu64 "\n", x->call_id, n, x->depth,
+       wk_err_name(err), group);
   CHECK(err == want, "add_subcalls(n=%u, depth %u, %u free) = %s, expected %s", n, x->depth,
         free_calls, wk_err_name(err), wk_err_name(want));
   if (err == WK_OK) {
-    CHECK(group > 0 && group < SIM_GROUP_MAX && !s->groups[group].used, "group id %" PRIu64 " reused",
-          group);
+    CHECK(group > 0 && group < SIM_GROUP_MAX && !s->groups[group].used,
+          "group id %" PRIu64 " reused", group);
     sgroup *g = &s->groups[group];
     g->used = true;
     g->parent = att_index(s, x);
@@ -1230,7 +1235,8 @@ static void check_admission(sim *s) {
     if (x->state == A_WAITING) {
       const sgroup *g = &s->groups[x->wait_group];
       CHECK(g->done_mask != (1u << g->n) - 1u,
-            "parent %#" PRIx64 " not resumed: group %" PRIu64 " is final (%u in flight, "
+            "parent %#" PRIx64 " not resumed: group %" PRIu64
+            " is final (%u in flight, "
             "capacity %u)",
             x->call_id, x->wait_group, st.inflight, st.capacity);
     }
@@ -1348,7 +1354,8 @@ static void setup(sim *s, uint64_t seed) {
   s->groups = calloc(SIM_GROUP_MAX, sizeof *s->groups);
   s->tasks = calloc(SIM_TASK_MAX, sizeof *s->tasks);
   CHECK(s->atts && s->hash && s->groups && s->tasks, "out of memory");
-  vlog("seed %" PRIu64 ": slots %u, executors %u x %u, window %u..%u, depth %u, tasks %u, calls %u,"
+  vlog("seed %" PRIu64
+       ": slots %u, executors %u x %u, window %u..%u, depth %u, tasks %u, calls %u,"
        " jitter %d\n",
        seed, s->slots, s->n_exec, s->depth_per_exec, s->dcfg.window_initial, s->dcfg.window_max,
        s->dcfg.max_depth, s->dcfg.max_tasks, s->dcfg.max_calls, (int)s->dcfg.jitter);
@@ -1406,7 +1413,8 @@ static void drain(sim *s) {
 static void teardown(sim *s) {
   wk_disp_destroy(s->disp);
   wk_core_destroy(s->core);
-  CHECK(s->disp_alloc.live_bytes == 0, "dispatcher leaked %" PRIu64 " bytes", s->disp_alloc.live_bytes);
+  CHECK(s->disp_alloc.live_bytes == 0, "dispatcher leaked %" PRIu64 " bytes",
+        s->disp_alloc.live_bytes);
   CHECK(s->core_alloc.live_bytes == 0, "core leaked %" PRIu64 " bytes", s->core_alloc.live_bytes);
   g_total_sends += s->n_sends;
   g_total_done += s->n_calls_done;
@@ -1452,19 +1460,21 @@ int main(int argc, char **argv) {
     total_steps += g_run.step;
   }
   double secs = sim_mono_s() - t0;
-  printf("sim_dispatch: OK: %" PRIu64 " seeds, %" PRIu64 " steps in %.1f s: %" PRIu64 " sends, %" PRIu64
-         " calls done, %" PRIu64 " stale answers ignored, %" PRIu64 " subcalls, %" PRIu64
-         " timeouts, %" PRIu64 " crashes, %" PRIu64 " tasks converged (%" PRIu64
-         " succeeded, %" PRIu64 " failed)\n",
+  printf("sim_dispatch: OK: %" PRIu64 " seeds, %" PRIu64 " steps in %.1f s: %" PRIu64
+         " sends, %" PRIu64 " calls done, %" PRIu64 " stale answers ignored, %" PRIu64
+         " subcalls, %" PRIu64 " timeouts, %" PRIu64 " crashes, %" PRIu64
+         " tasks converged (%" PRIu64 " succeeded, %" PRIu64 " failed)\n",
          plan.seeds, total_steps, secs, g_total_sends, g_total_done, g_total_stale,
          g_total_subcalls, g_total_timeouts, g_total_crashes, g_total_converged, g_total_tasks_ok,
          g_total_tasks_failed);
-  printf("sim_dispatch: %" PRIu64 " parents resumed (%" PRIu64 " of them held under nested calls"
+  printf("sim_dispatch: %" PRIu64 " parents resumed (%" PRIu64
+         " of them held under nested calls"
          " at that moment), %" PRIu64 " asked again after resuming\n",
          g_total_resumes, g_total_held, g_total_reasks);
   printf("sim_dispatch: failures by code:");
   for (int c = 1; c < WK_FAIL_COUNT; c++) {
-    if (g_fail_codes[c]) printf(" %s %" PRIu64, wk_failure_code_name((wk_failure_code)c), g_fail_codes[c]);
+    if (g_fail_codes[c])
+      printf(" %s %" PRIu64, wk_failure_code_name((wk_failure_code)c), g_fail_codes[c]);
   }
   printf("\n");
   return 0;

@@ -21,8 +21,8 @@ void sim_fail(const char *fmt, ...) {
   vfprintf(stderr, fmt, ap);
   va_end(ap);
   uint64_t steps = g_run.in_drain ? g_run.seed_steps : g_run.step;
-  fprintf(stderr, "\n%s: replay: %s --seed %" PRIu64 " --steps %" PRIu64 " --verbose\n",
-          g_run.name, g_run.name, g_run.seed, steps);
+  fprintf(stderr, "\n%s: replay: %s --seed %" PRIu64 " --steps %" PRIu64 " --verbose\n", g_run.name,
+          g_run.name, g_run.seed, steps);
   exit(1);
 }
 

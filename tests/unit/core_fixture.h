@@ -22,25 +22,24 @@
 
 /* The configuration every core test starts from (see fx_config). */
 #define FX_SLOTS 4u
-#define FX_TTL 1000           /* default_slot_ttl_ms */
-#define FX_MAX_TTL 5000       /* max_slot_ttl_ms */
-#define FX_TIMEOUT 10000      /* default_task_timeout_ms */
-#define FX_MAX_TIMEOUT 60000  /* max_task_timeout_ms */
-#define FX_GRACE 2000         /* watch_disconnect_grace_ms */
-#define FX_RETENTION 100000   /* result_retention_ms */
-#define FX_MAX_RETAINED 8u    /* max_retained_results */
+#define FX_TTL 1000          /* default_slot_ttl_ms */
+#define FX_MAX_TTL 5000      /* max_slot_ttl_ms */
+#define FX_TIMEOUT 10000     /* default_task_timeout_ms */
+#define FX_MAX_TIMEOUT 60000 /* max_task_timeout_ms */
+#define FX_GRACE 2000        /* watch_disconnect_grace_ms */
+#define FX_RETENTION 100000  /* result_retention_ms */
+#define FX_MAX_RETAINED 8u   /* max_retained_results */
 #define FX_MAX_BYTES ((uint64_t)1 << 20)
-#define FX_MAX_MSG 64u        /* max_failure_message_bytes */
+#define FX_MAX_MSG 64u /* max_failure_message_bytes */
 
 /* "do not check this timestamp" for fx_times_at */
 #define FX_ANY INT64_MIN
 
 #define FX_LOC const char *file, int line
 #define FX_AT __FILE__, __LINE__
-#define FX_EQ(a, b)                                                                      \
-  _assert_int_equal(cast_to_largest_integral_type(a), cast_to_largest_integral_type(b), \
-                    file, line)
-#define FX_PTR_EQ(a, b)                                                                          \
+#define FX_EQ(a, b) \
+  _assert_int_equal(cast_to_largest_integral_type(a), cast_to_largest_integral_type(b), file, line)
+#define FX_PTR_EQ(a, b)                                                                         \
   _assert_int_equal(cast_ptr_to_largest_integral_type(a), cast_ptr_to_largest_integral_type(b), \
                     file, line)
 #define FX_TRUE(c) _assert_true(cast_to_largest_integral_type(c), #c, file, line)
@@ -181,8 +180,8 @@ static inline void fx_res_at(const wk_task_result *r, uint64_t slot_id, wk_task_
 static inline void fx_times_at(const wk_task_result *r, int64_t accepted, int64_t activated,
                                int64_t builder_started, int64_t builder_finished,
                                int64_t calls_started, int64_t calls_finished,
-                               int64_t writer_started, int64_t writer_finished,
-                               int64_t finished, FX_LOC) {
+                               int64_t writer_started, int64_t writer_finished, int64_t finished,
+                               FX_LOC) {
   const wk_task_statistic *s = &r->statistic;
   if (accepted != FX_ANY) FX_EQ(s->accepted_ms, accepted);
   if (activated != FX_ANY) FX_EQ(s->activated_ms, activated);
@@ -238,9 +237,9 @@ static inline void fx_slot_at(const wk_core *core, uint32_t index, wk_slot_state
   }
 }
 /* A slot id's slot is ALLOCATED with `lease` for `id`. */
-#define FX_SLOT_ALLOCATED(core, slot_id, lease, id)                                        \
-  fx_slot_at((core), wk_slot_id_index(slot_id), WK_SLOT_ALLOCATED,                         \
-             wk_slot_id_generation(slot_id), (lease), id, FX_AT)
+#define FX_SLOT_ALLOCATED(core, slot_id, lease, id)                                                \
+  fx_slot_at((core), wk_slot_id_index(slot_id), WK_SLOT_ALLOCATED, wk_slot_id_generation(slot_id), \
+             (lease), id, FX_AT)
 /* A RUNNING slot: its lease is not checked (the header leaves it open). */
 static inline void fx_slot_running_at(const wk_core *core, uint64_t slot_id, const char *id,
                                       size_t len, FX_LOC) {
@@ -392,8 +391,7 @@ static inline void fx_calls_ok_at(wk_core *core, const char *id, size_t len, uin
 
 /* Writer ok: CONVERGE SUCCEEDED. */
 static inline void fx_writer_ok_at(wk_core *core, const char *id, size_t len, uint64_t slot_id,
-                                   void *ctx, const void *data, size_t dlen, int64_t now,
-                                   FX_LOC) {
+                                   void *ctx, const void *data, size_t dlen, int64_t now, FX_LOC) {
   wk_phase_outcome o = fx_ok();
   o.data.data = data;
   o.data.len = dlen;
@@ -441,8 +439,7 @@ static inline uint64_t fx_run_to_builder_at(wk_core *core, const char *id, size_
 static inline void fx_cancel_converge_at(const wk_transition_result *out, const char *id,
                                          size_t len, uint64_t slot_id, void *ctx,
                                          wk_task_state state, wk_failure_code code,
-                                         const char *message, uint64_t epoch, int64_t now,
-                                         FX_LOC) {
+                                         const char *message, uint64_t epoch, int64_t now, FX_LOC) {
   fx_err_at(out->err, WK_OK, file, line);
   FX_EQ(out->cmds.count, 2);
   fx_cmd_at(&out->cmds.items[0], WK_CMD_CANCEL_TASK, id, len, slot_id, ctx, file, line);
@@ -453,9 +450,9 @@ static inline void fx_cancel_converge_at(const wk_transition_result *out, const 
   FX_MEM(r->task_id, id, len);
   FX_EQ(r->statistic.finished_ms, now);
 }
-#define FX_CANCEL_CONVERGE(out, id, slot_id, ctx, state, code, message, epoch, now)          \
-  fx_cancel_converge_at(&(out), id, (slot_id), (ctx), (state), (code), (message), (epoch), \
-                        (now), FX_AT)
+#define FX_CANCEL_CONVERGE(out, id, slot_id, ctx, state, code, message, epoch, now)               \
+  fx_cancel_converge_at(&(out), id, (slot_id), (ctx), (state), (code), (message), (epoch), (now), \
+                        FX_AT)
 
 /* Does the scan output hold `id`? */
 static inline bool fx_ids_contain(const wk_task_id *ids, size_t n, const char *id, size_t len) {

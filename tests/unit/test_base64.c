@@ -39,8 +39,8 @@ static void expect_rc(const char *text, unsigned flags, wk_base64_rc want) {
 static void test_encode_vectors(void **state) {
   (void)state;
   static const char *const in[] = {"", "f", "fo", "foo", "foob", "fooba", "foobar", "/workers/a"};
-  static const char *const want[] = {"",         "Zg==",     "Zm8=",         "Zm9v",
-                                     "Zm9vYg==", "Zm9vYmE=", "Zm9vYmFy",     "L3dvcmtlcnMvYQ=="};
+  static const char *const want[] = {"",         "Zg==",     "Zm8=",     "Zm9v",
+                                     "Zm9vYg==", "Zm9vYmE=", "Zm9vYmFy", "L3dvcmtlcnMvYQ=="};
   for (size_t i = 0; i < sizeof in / sizeof in[0]; i++) {
     char *enc = wk_base64_encode(in[i], strlen(in[i]));
     assert_string_equal(enc, want[i]);

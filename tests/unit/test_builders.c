@@ -10,7 +10,8 @@
 #include "plugins/wk_builders.h"
 
 static wk_builder_input json_input(const char *s) {
-  return (wk_builder_input){.args = (const uint8_t *)s, .args_len = strlen(s), .json = true, .max_calls = 1000};
+  return (wk_builder_input){
+      .args = (const uint8_t *)s, .args_len = strlen(s), .json = true, .max_calls = 1000};
 }
 
 static void expect_args(const wk_call_item *it, const char *s) {

@@ -21,7 +21,7 @@
 #define FAKE_CALLS_MAX 64
 
 typedef struct fake_call {
-  void *ctx;         /* the driver's attempt */
+  void *ctx; /* the driver's attempt */
   char args[WK_STREAM_ARGS_MAX];
   char function[WK_FUNCTION_NAME_MAX + 1];
   uint32_t deadline_ms;
@@ -80,8 +80,8 @@ typedef struct fx {
   wk_exec_adapter adapter;
   wk_calls *calls;
   wk_task_rt *rt;
-  int done;   /* on_done calls */
-  bool ok;    /* rt->calls.ok when it came */
+  int done; /* on_done calls */
+  bool ok;  /* rt->calls.ok when it came */
 } fx;
 
 static void on_done(void *ud, wk_task_rt *rt) {
@@ -105,10 +105,10 @@ static int setup(void **state) {
   wk_calls_set_capacity(f->calls, 16, 0);
 
   Worker__V1__FunctionCallConfig fn = WORKER__V1__FUNCTION_CALL_CONFIG__INIT;
-  fn.name = (char *)(uintptr_t)"fn";
+  fn.name = (char *)(uintptr_t) "fn";
   fn.content_type = WORKER__V1__CONTENT_TYPE__CONTENT_TYPE_JSON;
   Worker__V1__SubmitTaskRequest req = WORKER__V1__SUBMIT_TASK_REQUEST__INIT;
-  req.task_id = (char *)(uintptr_t)"t1";
+  req.task_id = (char *)(uintptr_t) "t1";
   req.function = &fn;
   f->rt = wk_task_rt_create(NULL, &req, NULL, false); /* no scratch directory: no loop needed */
   *state = f;
@@ -125,10 +125,12 @@ static int teardown(void **state) {
 }
 
 /* The core's view of the task: deadline and policies. */
-static wk_task_view view(int64_t deadline_ms, wk_call_failure_policy policy, uint32_t max_attempts) {
-  return (wk_task_view){.deadline_ms = deadline_ms,
-                        .call_failure_policy = policy,
-                        .retry = {.max_attempts = max_attempts, .initial_backoff_ms = 10, .max_backoff_ms = 10}};
+static wk_task_view view(int64_t deadline_ms, wk_call_failure_policy policy,
+                         uint32_t max_attempts) {
+  return (wk_task_view){
+      .deadline_ms = deadline_ms,
+      .call_failure_policy = policy,
+      .retry = {.max_attempts = max_attempts, .initial_backoff_ms = 10, .max_backoff_ms = 10}};
 }
 
 /* Plays the builder (a list of calls with these args), then starts the calls under the
@@ -137,7 +139,8 @@ static void start_list(fx *f, const char *const *args, uint32_t n, wk_task_view 
   wk_call_list *l = &f->rt->build.list;
   l->count = n;
   l->items = calloc(n, sizeof *l->items);
-  for (uint32_t i = 0; i < n; i++) l->items[i] = (wk_call_item){(const uint8_t *)args[i], strlen(args[i])};
+  for (uint32_t i = 0; i < n; i++)
+    l->items[i] = (wk_call_item){(const uint8_t *)args[i], strlen(args[i])};
   f->rt->build.calls_total = n;
   wk_calls_start(f->calls, f->rt, &v, now);
 }
@@ -147,7 +150,9 @@ static void answer(fx *f, int i, wk_call_status status, const char *output, int6
   assert_false(c->cancelled);
   assert_false(c->answered);
   c->answered = true;
-  wk_call_outcome o = {.status = status, .content_type = WK_FRAME_CONTENT_JSON, .output = wk_frame_bytes_cstr(output)};
+  wk_call_outcome o = {.status = status,
+                       .content_type = WK_FRAME_CONTENT_JSON,
+                       .output = wk_frame_bytes_cstr(output)};
   if (status != WK_CALL_OK) {
     o.output = (wk_frame_bytes){0};
     o.error_type = wk_frame_bytes_cstr("ValueError");
@@ -227,7 +232,8 @@ static void test_stream_refills_in_batches(void **state) {
   fx *f = *state;
   const wk_builder *range = wk_builder_find_builtin("range");
   const char *json = "{\"start\":0,\"stop\":10,\"step\":1,\"chunk\":1}";
-  wk_builder_input in = {.args = (const uint8_t *)json, .args_len = strlen(json), .json = true, .max_calls = 100};
+  wk_builder_input in = {
+      .args = (const uint8_t *)json, .args_len = strlen(json), .json = true, .max_calls = 100};
   char err[128];
   assert_int_equal(range->stream_open(&in, &f->rt->build.stream, err, sizeof err), 0);
   f->rt->build.impl = range;
@@ -344,7 +350,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_fail_fast_cancels_the_rest, setup, teardown),
       cmocka_unit_test_setup_teardown(test_stream_refills_in_batches, setup, teardown),
       cmocka_unit_test_setup_teardown(test_subcalls_answer_the_waiting_parent, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_call_timeout_reaches_the_executor_early, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_call_timeout_reaches_the_executor_early, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_task_deadline_is_passed_as_it_is, setup, teardown),
       cmocka_unit_test_setup_teardown(test_stop_cancels_and_forgets, setup, teardown),
   };

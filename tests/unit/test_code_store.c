@@ -287,9 +287,9 @@ static void test_corrupted_current(void **state) {
   deploy_ok(f, "fn");
   snprintf(dir, sizeof dir, "%s/fn", f->root);
 
-  static const char *const bad[] = {"",         "\n",       "abc\n",   "0\n",  "01\n",
-                                    "1 2\n",    "1\n\n",    "-1\n",    "1.0\n", " 1\n",
-                                    "1\r\n",    "99999999999999999999999\n"};
+  static const char *const bad[] = {"",      "\n",    "abc\n", "0\n",
+                                    "01\n",  "1 2\n", "1\n\n", "-1\n",
+                                    "1.0\n", " 1\n",  "1\r\n", "99999999999999999999999\n"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     put(dir, "CURRENT", bad[i]);
     err[0] = '\0';
@@ -525,13 +525,11 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_missing_function, setup, teardown),
       cmocka_unit_test_setup_teardown(test_missing_epoch, setup, teardown),
       cmocka_unit_test_setup_teardown(test_corrupted_current, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_deploy_missing_source_changes_nothing, setup,
-                                      teardown),
+      cmocka_unit_test_setup_teardown(test_deploy_missing_source_changes_nothing, setup, teardown),
       cmocka_unit_test_setup_teardown(test_deploy_copies_tree_skips_pycache, setup, teardown),
       cmocka_unit_test_setup_teardown(test_deploy_symlinks, setup, teardown),
       cmocka_unit_test_setup_teardown(test_deploy_numbers_above_existing, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_deploy_refuses_source_containing_root, setup,
-                                      teardown),
+      cmocka_unit_test_setup_teardown(test_deploy_refuses_source_containing_root, setup, teardown),
       cmocka_unit_test_setup_teardown(test_resolve_small_buffer, setup, teardown),
       cmocka_unit_test_setup_teardown(test_concurrent_deploys_take_distinct_epochs, setup,
                                       teardown),

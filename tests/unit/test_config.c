@@ -28,9 +28,9 @@ static int count_lines(const char *s) {
   return n;
 }
 
-#define assert_has(text, needle)                                                              \
-  do {                                                                                        \
-    if (!strstr((text), (needle))) fail_msg("'%s' lacks '%s'", (text), (needle));             \
+#define assert_has(text, needle)                                                  \
+  do {                                                                            \
+    if (!strstr((text), (needle))) fail_msg("'%s' lacks '%s'", (text), (needle)); \
   } while (0)
 
 /* A NULL-terminated array of writable copies (argv, envp), valid until 16 more calls
@@ -204,7 +204,8 @@ static void test_values_parse_by_type(void **state) {
   expect_parse_error("max_message_bytes", "8MB", "expected a byte count");
   expect_parse_error("max_message_bytes", "-1", "expected a byte count");
   expect_parse("log_level", "debug", "debug");
-  expect_parse_error("log_level", "verbose", "expected one of debug, info, warn, error, got 'verbose'");
+  expect_parse_error("log_level", "verbose",
+                     "expected one of debug, info, warn, error, got 'verbose'");
   expect_parse_error("log_level", "INFO", "expected one of");
   expect_parse("listen_addr", "0.0.0.0:9", "0.0.0.0:9");
   expect_parse("scratch_root", "", "");
@@ -217,7 +218,8 @@ static void test_values_parse_by_type(void **state) {
 static void test_bool_values(void **state) {
   (void)state;
   /* no setting is a bool yet: a row of our own */
-  wk_config_item it = {.name = "flag", .type = WK_CONFIG_BOOL, .size = sizeof(bool), .def = "false"};
+  wk_config_item it = {
+      .name = "flag", .type = WK_CONFIG_BOOL, .size = sizeof(bool), .def = "false"};
   bool b = false;
   char msg[128];
   const char *yes[] = {"true", "TRUE", "yes", "on", "1"};
@@ -282,7 +284,8 @@ static void test_file_every_error_kind_with_its_line(void **state) {
   (void)state;
   expect_file_error("task_slots: 4\ntask_slot: 32\n", 2,
                     "unknown setting 'task_slot' (did you mean task_slots?)");
-  expect_file_error("task-slots: 4\n", 1, "unknown setting 'task-slots' (did you mean task_slots?)");
+  expect_file_error("task-slots: 4\n", 1,
+                    "unknown setting 'task-slots' (did you mean task_slots?)");
   expect_file_error("\n\nretention_ms: 5\n", 3,
                     "unknown setting 'retention_ms' (did you mean result_retention_ms?)");
   expect_file_error("colour: blue\n", 1, "unknown setting 'colour'");
@@ -290,7 +293,8 @@ static void test_file_every_error_kind_with_its_line(void **state) {
   expect_file_error("a: 1\n", 1, "unknown setting 'a'");
   expect_file_error("task_slots: \"16\"\n", 1,
                     "task_slots: expected a whole number, got the quoted string \"16\"");
-  expect_file_error("task_slots:\n  - 1\n  - 2\n", 2, "task_slots: expected a whole number, got a list");
+  expect_file_error("task_slots:\n  - 1\n  - 2\n", 2,
+                    "task_slots: expected a whole number, got a list");
   expect_file_error("executors: 2\ntask_slots: {a: 1}\n", 2,
                     "task_slots: expected a whole number, got a mapping");
   expect_file_error("task_slots:\n", 1, "task_slots: expected a whole number, got no value");
@@ -300,8 +304,10 @@ static void test_file_every_error_kind_with_its_line(void **state) {
                     "duplicate setting 'task_slots' (first set on line 1)");
   expect_file_error("- task_slots\n- executors\n", 1,
                     "the file must be a mapping of setting: value, got a list");
-  expect_file_error("just words\n", 1, "the file must be a mapping of setting: value, got a single value");
-  expect_file_error("task_slots: 4\nexecutors: [1\n", 3, "YAML syntax error: did not find expected ',' "
+  expect_file_error("just words\n", 1,
+                    "the file must be a mapping of setting: value, got a single value");
+  expect_file_error("task_slots: 4\nexecutors: [1\n", 3,
+                    "YAML syntax error: did not find expected ',' "
                     "or ']' while parsing a flow sequence (started on line 2)");
   expect_file_error("task_slots: 4\n  executors: 2\n", 2, "YAML syntax error");
   expect_file_error("task_slots: 4\n---\nexecutors: 2\n", 2, "only one YAML document");
@@ -327,11 +333,11 @@ static void test_file_reports_every_problem_and_applies_the_rest(void **state) {
   wk_app_config c;
   wk_config_sources s;
   int n = load_yaml(&c, &s,
-                    "task_slot: 32\n"       /* 1: unknown */
-                    "executors: 3\n"        /* 2: fine */
+                    "task_slot: 32\n"        /* 1: unknown */
+                    "executors: 3\n"         /* 2: fine */
                     "pipeline_depth: deep\n" /* 3: type */
-                    "log_level: debug\n"    /* 4: fine */
-                    "executors: 5\n");      /* 5: duplicate */
+                    "log_level: debug\n"     /* 4: fine */
+                    "executors: 5\n");       /* 5: duplicate */
   assert_int_equal(n, 3);
   assert_int_equal(count_lines(err), 3);
   assert_has(err, "w.yaml:1: unknown setting 'task_slot'");
@@ -360,9 +366,9 @@ static void test_env_overrides(void **state) {
   wk_app_config c;
   wk_config_sources s;
   wk_config_defaults(&c, &s);
-  char **envp = list("PATH=/usr/bin",           "WORKER_TASK_SLOTS=64", "WORKER_LOG_LEVEL=warn",
-                  "WORKER_MAX_MESSAGE_BYTES=16MiB", "WORKER_CONFIG=/nowhere.yaml",
-                  "WORKER_SCRATCH_ROOT=",    "XWORKER_EXECUTORS=9",  NULL);
+  char **envp = list("PATH=/usr/bin", "WORKER_TASK_SLOTS=64", "WORKER_LOG_LEVEL=warn",
+                     "WORKER_MAX_MESSAGE_BYTES=16MiB", "WORKER_CONFIG=/nowhere.yaml",
+                     "WORKER_SCRATCH_ROOT=", "XWORKER_EXECUTORS=9", NULL);
   int n = wk_config_apply_env(&c, envp, &s, err, sizeof err);
   if (n != 0) fail_msg("%s", err);
   assert_string_equal(err, "");
@@ -380,8 +386,8 @@ static void test_env_bad_values_name_the_variable(void **state) {
   wk_app_config c;
   wk_config_sources s;
   wk_config_defaults(&c, &s);
-  char **envp = list("WORKER_TASK_SLOTS=lots", "WORKER_DRAIN_TIMEOUT_MS=soon", "WORKER_EXECUTORS=3",
-                  NULL);
+  char **envp =
+      list("WORKER_TASK_SLOTS=lots", "WORKER_DRAIN_TIMEOUT_MS=soon", "WORKER_EXECUTORS=3", NULL);
   int n = wk_config_apply_env(&c, envp, &s, err, sizeof err);
   assert_int_equal(n, 2);
   assert_int_equal(count_lines(err), 2);
@@ -398,7 +404,8 @@ static void test_env_unknown_names_warn_only(void **state) {
   char **envp = list("WORKER_TASK_SLOT=8", "WORKER_PORT=7070", "WORKER_task_slots=8", NULL);
   int n = wk_config_apply_env(&c, envp, NULL, err, sizeof err);
   assert_int_equal(n, 0);
-  assert_has(err, "warning: WORKER_TASK_SLOT is not a setting; ignored (did you mean WORKER_TASK_SLOTS?)");
+  assert_has(
+      err, "warning: WORKER_TASK_SLOT is not a setting; ignored (did you mean WORKER_TASK_SLOTS?)");
   assert_has(err, "warning: WORKER_PORT is not a setting; ignored\n");
   assert_has(err, "warning: WORKER_task_slots is not a setting");
   assert_int_equal(c.task_slots, 16);
@@ -409,10 +416,10 @@ static void test_env_unknown_names_warn_only(void **state) {
 static void test_flags_parse_with_aliases(void **state) {
   (void)state;
   static wk_config_cli cli;
-  char **argv = list("worker", "--task-slots", "8", "--listen", "127.0.0.1:0", "--retention-ms=1000",
-                  "--watch-grace-ms", "500", "--slot-ttl-ms", "100", "--default-timeout-ms", "200",
-                  "--max-timeout-ms", "300", "--listen-addr", "127.0.0.1:1", "--config", "x.yaml",
-                  "--print-config", "--json", NULL);
+  char **argv = list("worker", "--task-slots", "8", "--listen", "127.0.0.1:0",
+                     "--retention-ms=1000", "--watch-grace-ms", "500", "--slot-ttl-ms", "100",
+                     "--default-timeout-ms", "200", "--max-timeout-ms", "300", "--listen-addr",
+                     "127.0.0.1:1", "--config", "x.yaml", "--print-config", "--json", NULL);
   int argc = count_of(argv);
   int n = wk_config_parse_cli(argc, argv, &cli, err, sizeof err);
   if (n != 0) fail_msg("%s", err);
@@ -436,13 +443,32 @@ static void test_flags_parse_with_aliases(void **state) {
 
 static void test_every_old_flag_still_works(void **state) {
   (void)state;
-  static const char *const old[] = {
-      "listen", "task-slots", "code-root", "executors", "python", "executor-script",
-      "scratch-root", "retention-ms", "max-retained-results", "watch-grace-ms", "slot-ttl-ms",
-      "max-slot-ttl-ms", "default-timeout-ms", "max-timeout-ms", "drain-timeout-ms",
-      "cancel-grace-ms", "max-message-bytes", "log-level", "executors-max", "pipeline-depth",
-      "max-calls-per-executor", "max-executor-rss-mb", "executor-idle-timeout-ms",
-      "executor-rlimit-as-mb", "executor-rlimit-nofile", "executor-rlimit-cpu-s"};
+  static const char *const old[] = {"listen",
+                                    "task-slots",
+                                    "code-root",
+                                    "executors",
+                                    "python",
+                                    "executor-script",
+                                    "scratch-root",
+                                    "retention-ms",
+                                    "max-retained-results",
+                                    "watch-grace-ms",
+                                    "slot-ttl-ms",
+                                    "max-slot-ttl-ms",
+                                    "default-timeout-ms",
+                                    "max-timeout-ms",
+                                    "drain-timeout-ms",
+                                    "cancel-grace-ms",
+                                    "max-message-bytes",
+                                    "log-level",
+                                    "executors-max",
+                                    "pipeline-depth",
+                                    "max-calls-per-executor",
+                                    "max-executor-rss-mb",
+                                    "executor-idle-timeout-ms",
+                                    "executor-rlimit-as-mb",
+                                    "executor-rlimit-nofile",
+                                    "executor-rlimit-cpu-s"};
   static wk_config_cli cli;
   for (size_t i = 0; i < sizeof old / sizeof old[0]; i++) {
     char flag[80];
@@ -467,8 +493,8 @@ static void test_every_old_flag_still_works(void **state) {
 static void test_flag_errors(void **state) {
   (void)state;
   static wk_config_cli cli;
-  char **argv = list("worker", "--task-slot", "8", "stray", "-x", "--task_slots", "1",
-                  "--json", "--drain-timeout-ms", NULL);
+  char **argv = list("worker", "--task-slot", "8", "stray", "-x", "--task_slots", "1", "--json",
+                     "--drain-timeout-ms", NULL);
   int argc = count_of(argv);
   int n = wk_config_parse_cli(argc, argv, &cli, err, sizeof err);
   assert_int_equal(n, 6);
@@ -568,7 +594,8 @@ static void test_precedence_file_env_flag(void **state) {
 /* Expects exactly one problem containing `needle`. */
 static void expect_invalid(const wk_app_config *c, const char *needle) {
   int n = wk_config_validate(c, err, sizeof err);
-  if (n != 1 || !strstr(err, needle)) fail_msg("expected one problem '%s', got %d:\n%s", needle, n, err);
+  if (n != 1 || !strstr(err, needle))
+    fail_msg("expected one problem '%s', got %d:\n%s", needle, n, err);
   assert_int_equal(count_lines(err), 1);
 }
 
@@ -614,7 +641,8 @@ static void test_validate_cross_field_rules(void **state) {
   expect_invalid(&c, "default_slot_ttl_ms (700000) must not exceed max_slot_ttl_ms (600000)");
   valid_config(&c, NULL);
   c.default_task_timeout_ms = 4000000;
-  expect_invalid(&c, "default_task_timeout_ms (4000000) must not exceed max_task_timeout_ms (3600000)");
+  expect_invalid(&c,
+                 "default_task_timeout_ms (4000000) must not exceed max_task_timeout_ms (3600000)");
   valid_config(&c, NULL);
   c.executors = 3;
   c.executors_max = 2;
@@ -625,7 +653,8 @@ static void test_validate_cross_field_rules(void **state) {
   assert_int_equal(wk_config_validate(&c, err, sizeof err), 0);
   valid_config(&c, NULL);
   c.executor_heartbeat_timeout_ms = 2000;
-  expect_invalid(&c, "executor_heartbeat_timeout_ms (2000) must exceed executor_heartbeat_interval_ms (2000)");
+  expect_invalid(
+      &c, "executor_heartbeat_timeout_ms (2000) must exceed executor_heartbeat_interval_ms (2000)");
 }
 
 static void test_validate_listen_addr(void **state) {
@@ -652,7 +681,8 @@ static void test_validate_listen_addr(void **state) {
     valid_config(&c, NULL);
     snprintf(c.listen_addr, sizeof c.listen_addr, "%s", bad[i].addr);
     char want[200];
-    snprintf(want, sizeof want, "listen_addr must be host:port or unix:PATH, got '%s' (", bad[i].addr);
+    snprintf(want, sizeof want, "listen_addr must be host:port or unix:PATH, got '%s' (",
+             bad[i].addr);
     expect_invalid(&c, want);
     assert_has(err, bad[i].why);
   }
@@ -699,8 +729,7 @@ static void test_validate_reports_all_problems_with_sources(void **state) {
   snprintf(code_env, sizeof code_env, "WORKER_CODE_ROOT=%s/absent", tmp_dir);
   char **envp = list(code_env, "WORKER_LOG_LEVEL=debug", NULL);
   static wk_config_cli cli;
-  char **argv = list("worker", "--listen", "nowhere", "--executors", "0", "--config",
-                  path, NULL);
+  char **argv = list("worker", "--listen", "nowhere", "--executors", "0", "--config", path, NULL);
   assert_int_equal(wk_config_parse_cli(7, argv, &cli, err, sizeof err), 0);
   assert_int_equal(wk_config_load(&c, &s, &cli, envp, err, sizeof err), 0);
   int n = wk_config_validate_sources(&c, &s, err, sizeof err);
@@ -709,9 +738,12 @@ static void test_validate_reports_all_problems_with_sources(void **state) {
   assert_has(err, "task_slots must be between 1 and 1048576, got 0 (from file ");
   assert_has(err, "many.yaml:1)\n");
   assert_has(err, "executors must be between 1 and 1024, got 0 (from flag --executors)\n");
-  assert_has(err, "default_slot_ttl_ms (30000) must not exceed max_slot_ttl_ms (1000) "
-                  "(default_slot_ttl_ms default, max_slot_ttl_ms from file ");
-  assert_has(err, "listen_addr must be host:port or unix:PATH, got 'nowhere' (no ':port') (from flag --listen)\n");
+  assert_has(err,
+             "default_slot_ttl_ms (30000) must not exceed max_slot_ttl_ms (1000) "
+             "(default_slot_ttl_ms default, max_slot_ttl_ms from file ");
+  assert_has(
+      err,
+      "listen_addr must be host:port or unix:PATH, got 'nowhere' (no ':port') (from flag --listen)\n");
   assert_has(err, "code_root must be an existing directory");
   assert_has(err, "(from env WORKER_CODE_ROOT)\n");
   /* the plain form: no sources */
@@ -756,8 +788,8 @@ static void test_print_text_json_markdown_help(void **state) {
   assert_int_equal(json_integer_value(json_object_get(ts, "value")), 9);
   assert_string_equal(json_string_value(json_object_get(ts, "source")), "env");
   assert_string_equal(json_string_value(json_object_get(ts, "where")), "WORKER_TASK_SLOTS");
-  assert_string_equal(json_string_value(json_object_get(json_object_get(root, "log_level"), "value")),
-                      "info");
+  assert_string_equal(
+      json_string_value(json_object_get(json_object_get(root, "log_level"), "value")), "info");
   json_decref(root);
   free(buf);
 
@@ -765,7 +797,8 @@ static void test_print_text_json_markdown_help(void **state) {
   wk_config_print_markdown(f);
   fclose(f);
   assert_int_equal(count_lines(buf), (int)wk_config_count() + 2);
-  assert_has(buf, "| `task_slots` | `WORKER_TASK_SLOTS` | `--task-slots` | uint | `16` | 1 .. 1048576 |");
+  assert_has(
+      buf, "| `task_slots` | `WORKER_TASK_SLOTS` | `--task-slots` | uint | `16` | 1 .. 1048576 |");
   assert_has(buf, "`--listen-addr` (or `--listen`)");
   free(buf);
 
@@ -787,7 +820,8 @@ static void test_print_text_json_markdown_help(void **state) {
 
 static int setup(void **state) {
   (void)state;
-  snprintf(tmp_dir, sizeof tmp_dir, "%s/wk-config-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+  snprintf(tmp_dir, sizeof tmp_dir, "%s/wk-config-XXXXXX",
+           getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
   if (!mkdtemp(tmp_dir)) return -1;
   snprintf(code_dir, sizeof code_dir, "%s/code", tmp_dir);
   return mkdir(code_dir, 0700);

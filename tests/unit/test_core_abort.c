@@ -18,8 +18,8 @@ static void test_cancel_running_task(void **state) {
 
   memset(&out, 0xa5, sizeof out);
   wk_core_handle_abort(core, ID("t1"), WK_FAIL_CANCELLED, "user asked", 1200, &out);
-  FX_CANCEL_CONVERGE(out, ID("t1"), s, &ctx_a, WK_TASK_CANCELLED, WK_FAIL_CANCELLED, "user asked", 7,
-                     1200);
+  FX_CANCEL_CONVERGE(out, ID("t1"), s, &ctx_a, WK_TASK_CANCELLED, WK_FAIL_CANCELLED, "user asked",
+                     7, 1200);
   FX_INV(core);
   FX_SLOT_FREE(core, s);
   FX_HB(core, 1200, FX_SLOTS, 0, 0, true, false);
@@ -50,7 +50,8 @@ static void test_shutdown_running_task(void **state) {
 
   memset(&out, 0xa5, sizeof out);
   wk_core_handle_abort(core, ID("t1"), WK_FAIL_WORKER_SHUTDOWN, NULL, 1300, &out);
-  FX_CANCEL_CONVERGE(out, ID("t1"), s, &ctx_a, WK_TASK_FAILED, WK_FAIL_WORKER_SHUTDOWN, "", 7, 1300);
+  FX_CANCEL_CONVERGE(out, ID("t1"), s, &ctx_a, WK_TASK_FAILED, WK_FAIL_WORKER_SHUTDOWN, "", 7,
+                     1300);
   FX_INV(core);
   FX_SLOT_FREE(core, s);
   FX_HB(core, 1300, FX_SLOTS, 0, 0, true, false);
@@ -149,10 +150,14 @@ static void test_abort_errors(void **state) {
   wk_core *core = *state;
   wk_transition_result out;
   uint64_t s = FX_RUN_TO_BUILDER(core, ID("t1"), &ctx_a, 1000);
-  static const int bad_codes[] = {WK_FAIL_NONE,        WK_FAIL_ACTIVATION_FAILED,
-                                  WK_FAIL_SLOT_LOST,   WK_FAIL_BUILDER_FAILED,
-                                  WK_FAIL_CALL_FAILED, WK_FAIL_TASK_TIMEOUT,
-                                  WK_FAIL_OWNER_LOST,  WK_FAIL_COUNT,
+  static const int bad_codes[] = {WK_FAIL_NONE,
+                                  WK_FAIL_ACTIVATION_FAILED,
+                                  WK_FAIL_SLOT_LOST,
+                                  WK_FAIL_BUILDER_FAILED,
+                                  WK_FAIL_CALL_FAILED,
+                                  WK_FAIL_TASK_TIMEOUT,
+                                  WK_FAIL_OWNER_LOST,
+                                  WK_FAIL_COUNT,
                                   -3};
   for (size_t i = 0; i < sizeof bad_codes / sizeof bad_codes[0]; i++) {
     memset(&out, 0xa5, sizeof out);
@@ -167,7 +172,8 @@ static void test_abort_errors(void **state) {
   wk_core_handle_abort(core, ID("nope"), WK_FAIL_CANCELLED, "x", 1100, &out);
   EXPECT_NO_CMDS(out, WK_ERR_NOT_FOUND);
   FX_INV(core);
-  wk_core_handle_abort(core, "", 0, WK_FAIL_CANCELLED, "x", 1100, &out); /* NOT_FOUND or INVALID_ARGUMENT */
+  wk_core_handle_abort(core, "", 0, WK_FAIL_CANCELLED, "x", 1100,
+                       &out); /* NOT_FOUND or INVALID_ARGUMENT */
   assert_int_not_equal(out.err, WK_OK);
   assert_int_equal(out.cmds.count, 0);
   FX_INV(core);
@@ -238,14 +244,10 @@ static void test_drain_then_shutdown(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      FX_TEST(test_cancel_running_task),
-      FX_TEST(test_shutdown_running_task),
-      FX_TEST(test_cancel_preparing_task),
-      FX_TEST(test_cancel_reservation),
-      FX_TEST(test_abort_terminal_task_is_noop),
-      FX_TEST(test_abort_errors),
-      FX_TEST(test_abort_message_truncated),
-      FX_TEST(test_drain_then_shutdown),
+      FX_TEST(test_cancel_running_task),         FX_TEST(test_shutdown_running_task),
+      FX_TEST(test_cancel_preparing_task),       FX_TEST(test_cancel_reservation),
+      FX_TEST(test_abort_terminal_task_is_noop), FX_TEST(test_abort_errors),
+      FX_TEST(test_abort_message_truncated),     FX_TEST(test_drain_then_shutdown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

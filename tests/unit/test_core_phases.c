@@ -173,10 +173,10 @@ static void test_activation_failed_converges(void **state) {
   FX_HB(core, 1000, FX_SLOTS, 2, 0, true, false);
 
   memset(&out, 0xa5, sizeof out);
-  wk_core_handle_activation_failed(core, ID("t1"), WK_FAIL_ACTIVATION_FAILED,
-                                   "no epoch for fn", 1200, &out);
-  EXPECT_CONVERGE_FAILED(out, ID("t1"), s1, &ctx_a, WK_FAIL_ACTIVATION_FAILED, "no epoch for fn",
-                         0, 1200);
+  wk_core_handle_activation_failed(core, ID("t1"), WK_FAIL_ACTIVATION_FAILED, "no epoch for fn",
+                                   1200, &out);
+  EXPECT_CONVERGE_FAILED(out, ID("t1"), s1, &ctx_a, WK_FAIL_ACTIVATION_FAILED, "no epoch for fn", 0,
+                         1200);
   FX_INV(core);
   FX_SLOT_FREE(core, s1);
   FX_HB(core, 1200, FX_SLOTS, 1, 0, true, false);
@@ -203,9 +203,9 @@ static void test_activation_failed_errors(void **state) {
   wk_core *core = *state;
   wk_transition_result out;
   uint64_t s = FX_SUBMIT(core, ID("t1"), 0, 1, &ctx_a, 1000);
-  static const int bad_codes[] = {WK_FAIL_NONE,         WK_FAIL_SLOT_LOST,    WK_FAIL_BUILDER_FAILED,
-                                  WK_FAIL_TASK_TIMEOUT, WK_FAIL_CANCELLED,    WK_FAIL_WORKER_SHUTDOWN,
-                                  WK_FAIL_COUNT,        -1};
+  static const int bad_codes[] = {
+      WK_FAIL_NONE,      WK_FAIL_SLOT_LOST,       WK_FAIL_BUILDER_FAILED, WK_FAIL_TASK_TIMEOUT,
+      WK_FAIL_CANCELLED, WK_FAIL_WORKER_SHUTDOWN, WK_FAIL_COUNT,          -1};
   for (size_t i = 0; i < sizeof bad_codes / sizeof bad_codes[0]; i++) {
     wk_core_handle_activation_failed(core, ID("t1"), (wk_failure_code)bad_codes[i], "m", 1100,
                                      &out);
@@ -243,8 +243,7 @@ static void test_failure_message_truncated(void **state) {
 
   wk_transition_result out;
   uint64_t s1 = FX_SUBMIT(core, ID("t1"), 0, 1, &ctx_a, 1000);
-  wk_core_handle_activation_failed(core, ID("t1"), WK_FAIL_ACTIVATION_FAILED, longmsg, 1100,
-                                   &out);
+  wk_core_handle_activation_failed(core, ID("t1"), WK_FAIL_ACTIVATION_FAILED, longmsg, 1100, &out);
   EXPECT_CONVERGE_FAILED(out, ID("t1"), s1, &ctx_a, WK_FAIL_ACTIVATION_FAILED, want, 0, 1100);
   FX_INV(core);
 
@@ -477,16 +476,16 @@ static void test_phase_failure_without_message_names_the_code(void **state) {
   wk_phase_outcome o = fx_fail(WK_FAIL_BUILDER_NOT_FOUND, NULL);
   wk_core_handle_phase_finished(core, ID("b"), WK_PHASE_BUILDER, &o, 1300, &out);
   EXPECT_CONVERGE_FAILED(out, ID("b"), s1, &ctx_a, WK_FAIL_BUILDER_NOT_FOUND,
-                          "the builder phase failed: BUILDER_NOT_FOUND", 7, 1300);
+                         "the builder phase failed: BUILDER_NOT_FOUND", 7, 1300);
   FX_INV(core);
   o = fx_fail(WK_FAIL_NONE, NULL);
   wk_core_handle_phase_finished(core, ID("c"), WK_PHASE_CALLS, &o, 1300, &out);
   EXPECT_CONVERGE_FAILED(out, ID("c"), s2, &ctx_a, WK_FAIL_CALL_FAILED,
-                          "the calls phase failed: CALL_FAILED", 7, 1300);
+                         "the calls phase failed: CALL_FAILED", 7, 1300);
   FX_INV(core);
   wk_core_handle_phase_finished(core, ID("w"), WK_PHASE_WRITER, &o, 1300, &out);
   EXPECT_CONVERGE_FAILED(out, ID("w"), s3, &ctx_a, WK_FAIL_PLUGIN_FAILED,
-                          "the writer phase failed: PLUGIN_FAILED", 7, 1300);
+                         "the writer phase failed: PLUGIN_FAILED", 7, 1300);
   FX_INV(core);
   FX_HB(core, 1300, FX_SLOTS, 0, 0, true, false);
 }

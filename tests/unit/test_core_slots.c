@@ -119,14 +119,14 @@ static void test_request_invalid_argument(void **state) {
   char long_id[WK_TASK_ID_MAX + 2];
   memset(long_id, 'a', sizeof long_id);
 
-  expect_invalid(core, "", 0, 0);                          /* empty */
-  expect_invalid(core, long_id, WK_TASK_ID_MAX + 1, 0);    /* 129 bytes */
-  expect_invalid(core, "a b", 3, 0);                       /* space */
-  expect_invalid(core, "a\tb", 3, 0);                      /* control */
-  expect_invalid(core, "a\x7f", 2, 0);                     /* DEL */
-  expect_invalid(core, "a\xc3\xa9", 3, 0);                 /* non-ASCII */
-  expect_invalid(core, "a\0b", 3, 0);                      /* embedded NUL */
-  expect_invalid(core, "ok", 2, -1);                       /* negative ttl */
+  expect_invalid(core, "", 0, 0);                       /* empty */
+  expect_invalid(core, long_id, WK_TASK_ID_MAX + 1, 0); /* 129 bytes */
+  expect_invalid(core, "a b", 3, 0);                    /* space */
+  expect_invalid(core, "a\tb", 3, 0);                   /* control */
+  expect_invalid(core, "a\x7f", 2, 0);                  /* DEL */
+  expect_invalid(core, "a\xc3\xa9", 3, 0);              /* non-ASCII */
+  expect_invalid(core, "a\0b", 3, 0);                   /* embedded NUL */
+  expect_invalid(core, "ok", 2, -1);                    /* negative ttl */
   FX_NOT_FOUND(core, ID("ok"));
 
   /* bad input wins over not ready */

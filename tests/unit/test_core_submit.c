@@ -110,8 +110,8 @@ static void test_submit_max_length_id(void **state) {
 /* ---- idempotency ------------------------------------------------------------------- */
 
 static void expect_duplicate_at(wk_core *core, const char *id, size_t len, uint64_t req_slot,
-                                uint64_t digest, uint64_t want_slot, int64_t accepted,
-                                int64_t now, FX_LOC) {
+                                uint64_t digest, uint64_t want_slot, int64_t accepted, int64_t now,
+                                FX_LOC) {
   wk_submit_request req = fx_req(id, len, req_slot, digest);
   wk_submit_result out;
   memset(&out, 0xa5, sizeof out);

@@ -37,7 +37,8 @@ static void test_task_timeout_in_calls_phase(void **state) {
 
   memset(&out, 0xa5, sizeof out);
   wk_core_handle_task_timed_out(core, ID("t1"), 11000, &out);
-  FX_CANCEL_CONVERGE(out, ID("t1"), s, &ctx_a, WK_TASK_FAILED, WK_FAIL_TASK_TIMEOUT, NULL, 7, 11000);
+  FX_CANCEL_CONVERGE(out, ID("t1"), s, &ctx_a, WK_TASK_FAILED, WK_FAIL_TASK_TIMEOUT, NULL, 7,
+                     11000);
   FX_INV(core);
   FX_SLOT_FREE(core, s);
   FX_HB(core, 11000, FX_SLOTS, 0, 0, true, false);
@@ -462,7 +463,7 @@ static void test_next_deadline_follows_every_timer(void **state) {
 
 static void test_purge_by_time_oldest_first(void **state) {
   wk_core *core = *state;
-  FX_RUN_SUCCESS(core, ID("a"), &ctx_a, 1000); /* finished 1004 */
+  FX_RUN_SUCCESS(core, ID("a"), &ctx_a, 1000);               /* finished 1004 */
   uint64_t sb = FX_RUN_SUCCESS(core, ID("b"), &ctx_b, 2000); /* finished 2004 */
   uint64_t live = FX_RUN_TO_BUILDER(core, ID("live"), &ctx_c, 3000);
   assert_int_equal(wk_core_retained_count(core), 2);

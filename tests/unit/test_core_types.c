@@ -61,9 +61,10 @@ static void test_terminal_states(void **state) {
 static void test_failure_codes(void **state) {
   (void)state;
   static const char *const names[WK_FAIL_COUNT] = {
-      "NONE",          "ACTIVATION_FAILED", "IO_SCOPE_FAILED", "SLOT_LOST",
-      "BUILDER_NOT_FOUND", "BUILDER_FAILED", "CALL_FAILED",     "PLUGIN_NOT_FOUND",
-      "PLUGIN_FAILED", "TASK_TIMEOUT",      "OWNER_LOST",      "CANCELLED",
+      "NONE",           "ACTIVATION_FAILED", "IO_SCOPE_FAILED",
+      "SLOT_LOST",      "BUILDER_NOT_FOUND", "BUILDER_FAILED",
+      "CALL_FAILED",    "PLUGIN_NOT_FOUND",  "PLUGIN_FAILED",
+      "TASK_TIMEOUT",   "OWNER_LOST",        "CANCELLED",
       "WORKER_SHUTDOWN"};
   for (int c = 0; c < WK_FAIL_COUNT; c++) {
     assert_string_equal(wk_failure_code_name((wk_failure_code)c), names[c]);

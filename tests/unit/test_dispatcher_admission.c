@@ -122,7 +122,8 @@ static void test_add_calls_errors(void **state) {
   wk_disp_task_params p = dfx_params();
   uint32_t t = DFX_TASK(fx, 7, &p);
   dfx_reset(fx);
-  assert_int_equal(wk_disp_add_calls(fx->d, t ^ (1u << 25), 1, false, 0, &fx->out), WK_ERR_NOT_FOUND);
+  assert_int_equal(wk_disp_add_calls(fx->d, t ^ (1u << 25), 1, false, 0, &fx->out),
+                   WK_ERR_NOT_FOUND);
   assert_int_equal(wk_disp_add_calls(fx->d, t, 1, false, 0, NULL), WK_ERR_INVALID_ARGUMENT);
   DFX_ADD(fx, t, 2, false, 0);
   DFX_KINDS(fx, "SS");
@@ -289,7 +290,7 @@ static void test_window_halves_on_transient_failures_only(void **state) {
   DFX_KINDS(fx, "DS");
   (void)DFX_FINISH(fx, id[1], WK_DISP_RETRYABLE, 1);
   assert_int_equal(DFX_INFO(fx, t).window, 4);
-  DFX_KINDS(fx, ""); /* 7 in flight > window 4 */
+  DFX_KINDS(fx, "");                                     /* 7 in flight > window 4 */
   (void)DFX_FINISH(fx, id[2], WK_DISP_EXECUTOR_LOST, 1); /* final (no retry flag): still halves */
   assert_int_equal(DFX_INFO(fx, t).window, 2);
   DFX_KINDS(fx, "D");
@@ -361,14 +362,17 @@ static void test_small_buffer_is_resumable(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_config_validation),
-      cmocka_unit_test_setup_teardown(test_empty_pool_sends_nothing_until_capacity, dfx_setup, dfx_teardown),
+      cmocka_unit_test_setup_teardown(test_empty_pool_sends_nothing_until_capacity, dfx_setup,
+                                      dfx_teardown),
       cmocka_unit_test_setup_teardown(test_add_task_errors_and_limits, dfx_setup, dfx_teardown),
       cmocka_unit_test_setup_teardown(test_add_calls_errors, dfx_setup, dfx_teardown),
       cmocka_unit_test_setup_teardown(test_empty_task_ends_at_once, dfx_setup, dfx_teardown),
       cmocka_unit_test_setup_teardown(test_streaming_and_backpressure, dfx_setup, dfx_teardown),
-      cmocka_unit_test_setup_teardown(test_global_admission_and_capacity_changes, dfx_setup, dfx_teardown),
+      cmocka_unit_test_setup_teardown(test_global_admission_and_capacity_changes, dfx_setup,
+                                      dfx_teardown),
       cmocka_unit_test_setup_teardown(test_window_starts_small_and_grows, dfx_setup, dfx_teardown),
-      cmocka_unit_test_setup_teardown(test_window_halves_on_transient_failures_only, dfx_setup, dfx_teardown),
+      cmocka_unit_test_setup_teardown(test_window_halves_on_transient_failures_only, dfx_setup,
+                                      dfx_teardown),
       cmocka_unit_test_setup_teardown(test_small_buffer_is_resumable, dfx_setup, dfx_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -154,9 +154,12 @@ static void test_cancel_after_task_done(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(test_cancel_task_cancels_and_silences, dfx_setup, dfx_teardown),
-      cmocka_unit_test_setup_teardown(test_cancel_drops_actions_not_yet_emitted, dfx_setup, dfx_teardown),
-      cmocka_unit_test_setup_teardown(test_cancel_frees_capacity_for_other_tasks, dfx_setup, dfx_teardown),
+      cmocka_unit_test_setup_teardown(test_cancel_task_cancels_and_silences, dfx_setup,
+                                      dfx_teardown),
+      cmocka_unit_test_setup_teardown(test_cancel_drops_actions_not_yet_emitted, dfx_setup,
+                                      dfx_teardown),
+      cmocka_unit_test_setup_teardown(test_cancel_frees_capacity_for_other_tasks, dfx_setup,
+                                      dfx_teardown),
       cmocka_unit_test_setup_teardown(test_remove_live_task_cancels_it, dfx_setup, dfx_teardown),
       cmocka_unit_test_setup_teardown(test_cancel_after_task_done, dfx_setup, dfx_teardown),
   };

@@ -113,8 +113,10 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_send_carries_the_deadline, dfx_setup, dfx_teardown),
       cmocka_unit_test_setup_teardown(test_tick_times_out_a_silent_call, dfx_setup, dfx_teardown),
-      cmocka_unit_test_setup_teardown(test_timeout_retry_gets_a_fresh_deadline, dfx_setup, dfx_teardown),
-      cmocka_unit_test_setup_teardown(test_next_deadline_takes_the_earliest_timer, dfx_setup, dfx_teardown),
+      cmocka_unit_test_setup_teardown(test_timeout_retry_gets_a_fresh_deadline, dfx_setup,
+                                      dfx_teardown),
+      cmocka_unit_test_setup_teardown(test_next_deadline_takes_the_earliest_timer, dfx_setup,
+                                      dfx_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

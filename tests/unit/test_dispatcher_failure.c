@@ -192,10 +192,13 @@ static void test_task_done_comes_after_its_call_dones(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_fail_fast_cancels_the_rest, dfx_setup, dfx_teardown),
-      cmocka_unit_test_setup_teardown(test_fail_fast_on_exhausted_retries_drops_backoffs, dfx_setup, dfx_teardown),
+      cmocka_unit_test_setup_teardown(test_fail_fast_on_exhausted_retries_drops_backoffs, dfx_setup,
+                                      dfx_teardown),
       cmocka_unit_test_setup_teardown(test_continue_tolerates_then_fails, dfx_setup, dfx_teardown),
-      cmocka_unit_test_setup_teardown(test_continue_ends_ok_with_tolerated_failures, dfx_setup, dfx_teardown),
-      cmocka_unit_test_setup_teardown(test_task_done_comes_after_its_call_dones, dfx_setup, dfx_teardown),
+      cmocka_unit_test_setup_teardown(test_continue_ends_ok_with_tolerated_failures, dfx_setup,
+                                      dfx_teardown),
+      cmocka_unit_test_setup_teardown(test_task_done_comes_after_its_call_dones, dfx_setup,
+                                      dfx_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

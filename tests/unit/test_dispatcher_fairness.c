@@ -198,7 +198,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_small_task_behind_huge_task, dfx_setup, dfx_teardown),
       cmocka_unit_test_setup_teardown(test_many_tasks_take_turns, dfx_setup, dfx_teardown),
       cmocka_unit_test_setup_teardown(test_priorities_inside_a_task, dfx_setup, dfx_teardown),
-      cmocka_unit_test_setup_teardown(test_tasks_park_while_records_run_out, dfx_setup, dfx_teardown),
+      cmocka_unit_test_setup_teardown(test_tasks_park_while_records_run_out, dfx_setup,
+                                      dfx_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -24,9 +24,8 @@
 
 #define DFX_LOC const char *file, int line
 #define DFX_AT __FILE__, __LINE__
-#define DFX_EQ(a, b)                                                                     \
-  _assert_int_equal(cast_to_largest_integral_type(a), cast_to_largest_integral_type(b), \
-                    file, line)
+#define DFX_EQ(a, b) \
+  _assert_int_equal(cast_to_largest_integral_type(a), cast_to_largest_integral_type(b), file, line)
 #define DFX_TRUE(c) _assert_true(cast_to_largest_integral_type(c), #c, file, line)
 
 typedef struct dfx {
@@ -126,7 +125,8 @@ static inline void dfx_add_at(dfx *fx, uint32_t task, uint32_t n, bool last, int
 }
 #define DFX_ADD(fx, task, n, last, now) dfx_add_at((fx), (task), (n), (last), (now), DFX_AT)
 
-static inline wk_err dfx_finish_at(dfx *fx, uint64_t call_id, wk_disp_result r, int64_t now, DFX_LOC) {
+static inline wk_err dfx_finish_at(dfx *fx, uint64_t call_id, wk_disp_result r, int64_t now,
+                                   DFX_LOC) {
   dfx_reset(fx);
   wk_err err = wk_disp_call_finished(fx->d, call_id, r, now, &fx->out);
   dfx_inv_at(fx, file, line);

@@ -163,7 +163,8 @@ static void test_no_retry_past_task_deadline(void **state) {
 /* Collects `n` backoff delays of a fresh dispatcher with `jitter` and `seed`: n tasks
  * of one call each (so that no window holds a retry back), all failing RETRYABLE at
  * 0; each retry's SEND time is its delay. */
-static void draw_delays(wk_disp_jitter jitter, uint64_t seed, int64_t base, int64_t *out, uint32_t n) {
+static void draw_delays(wk_disp_jitter jitter, uint64_t seed, int64_t base, int64_t *out,
+                        uint32_t n) {
   wk_disp_config cfg = dfx_config();
   cfg.jitter = jitter;
   cfg.rng_seed = seed;
@@ -270,7 +271,8 @@ static void test_rng_is_deterministic_and_uniform(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_backoff_grows_and_is_capped, dfx_setup, dfx_teardown),
-      cmocka_unit_test_setup_teardown(test_multiplier_defaults_and_backoff_zero, dfx_setup, dfx_teardown),
+      cmocka_unit_test_setup_teardown(test_multiplier_defaults_and_backoff_zero, dfx_setup,
+                                      dfx_teardown),
       cmocka_unit_test_setup_teardown(test_which_results_are_retried, dfx_setup, dfx_teardown),
       cmocka_unit_test_setup_teardown(test_no_retry_past_task_deadline, dfx_setup, dfx_teardown),
       cmocka_unit_test(test_equal_jitter_is_seeded_and_bounded),

@@ -116,7 +116,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_duplicate_answer_is_ignored, dfx_setup, dfx_teardown),
       cmocka_unit_test_setup_teardown(test_late_answer_after_retry, dfx_setup, dfx_teardown),
       cmocka_unit_test_setup_teardown(test_ids_never_issued_or_reused, dfx_setup, dfx_teardown),
-      cmocka_unit_test_setup_teardown(test_answers_for_a_waiting_parent_and_its_children, dfx_setup, dfx_teardown),
+      cmocka_unit_test_setup_teardown(test_answers_for_a_waiting_parent_and_its_children, dfx_setup,
+                                      dfx_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -105,7 +105,8 @@ static void test_depth_limit_and_errors(void **state) {
   uint64_t c0 = DFX_SEND_ID(fx, t, 0);
   uint64_t group = 0;
   dfx_reset(fx);
-  assert_int_equal(wk_disp_add_subcalls(fx->d, c0, 0, 1, &group, &fx->out), WK_ERR_INVALID_ARGUMENT);
+  assert_int_equal(wk_disp_add_subcalls(fx->d, c0, 0, 1, &group, &fx->out),
+                   WK_ERR_INVALID_ARGUMENT);
   assert_int_equal(wk_disp_add_subcalls(fx->d, c0, 1, 1, NULL, &fx->out), WK_ERR_INVALID_ARGUMENT);
   assert_int_equal(wk_disp_add_subcalls(fx->d, c0 + ((uint64_t)1 << 32), 1, 1, &group, &fx->out),
                    WK_ERR_STALE);
@@ -120,14 +121,16 @@ static void test_depth_limit_and_errors(void **state) {
   assert_int_equal(fx->out.items[0].depth, 1);
   dfx_reset(fx);
   /* a waiting parent cannot ask again */
-  assert_int_equal(wk_disp_add_subcalls(fx->d, c0, 1, 2, &group, &fx->out), WK_ERR_INVALID_ARGUMENT);
+  assert_int_equal(wk_disp_add_subcalls(fx->d, c0, 1, 2, &group, &fx->out),
+                   WK_ERR_INVALID_ARGUMENT);
   (void)DFX_SUBCALLS(fx, c1, 1, 3);
   uint64_t c2 = fx->out.items[0].call_id;
   assert_int_equal(fx->out.items[0].depth, 2);
   /* depth 3 > max_depth 2: refused, nothing added */
   dfx_reset(fx);
   uint32_t live = wk_disp_stats_get(fx->d).live_calls;
-  assert_int_equal(wk_disp_add_subcalls(fx->d, c2, 2, 4, &group, &fx->out), WK_ERR_INVALID_ARGUMENT);
+  assert_int_equal(wk_disp_add_subcalls(fx->d, c2, 2, 4, &group, &fx->out),
+                   WK_ERR_INVALID_ARGUMENT);
   assert_int_equal(wk_disp_stats_get(fx->d).live_calls, live);
   assert_int_equal(DFX_INFO(fx, t).inflight, 1);
   DFX_INV(fx);
@@ -147,7 +150,8 @@ static void test_depth_limit_and_errors(void **state) {
   DFX_ADD(fx, t, 1, true, 0);
   c0 = DFX_SEND_ID(fx, t, 0);
   dfx_reset(fx);
-  assert_int_equal(wk_disp_add_subcalls(fx->d, c0, 1, 1, &group, &fx->out), WK_ERR_INVALID_ARGUMENT);
+  assert_int_equal(wk_disp_add_subcalls(fx->d, c0, 1, 1, &group, &fx->out),
+                   WK_ERR_INVALID_ARGUMENT);
 }
 
 /* Every admitted slot holds a parent that waits: the children still run, and so do
@@ -499,8 +503,8 @@ static void test_nested_resume_does_not_block_children(void **state) {
 typedef struct sx {
   uint64_t stack[SX_MAX], queue[SX_MAX];
   uint32_t n_stack, n_queue;
-  bool waiting[SX_MAX];  /* by call slot: waits for SUBCALLS_COMPLETE */
-  bool asked[SX_MAX];    /* by call slot: asked for its children already */
+  bool waiting[SX_MAX]; /* by call slot: waits for SUBCALLS_COMPLETE */
+  bool asked[SX_MAX];   /* by call slot: asked for its children already */
   uint32_t depth[SX_MAX];
   uint32_t calls_done, completes, max_stack;
   bool task_done, task_ok;
@@ -530,12 +534,8 @@ static void sx_take(sx *x, const dfx *fx) {
         x->task_done = true;
         x->task_ok = a->ok;
         break;
-      case WK_DISP_SUBCALL_DONE:
-        assert_int_equal(a->result, WK_DISP_OK);
-        break;
-      case WK_DISP_CANCEL:
-        fail_msg("unexpected CANCEL");
-        break;
+      case WK_DISP_SUBCALL_DONE: assert_int_equal(a->result, WK_DISP_OK); break;
+      case WK_DISP_CANCEL: fail_msg("unexpected CANCEL"); break;
     }
   }
 }
@@ -577,9 +577,10 @@ static void sx_run_tree(dfx *fx, uint32_t capacity, uint32_t calls, uint32_t fan
     uint64_t top = x.stack[x.n_stack - 1];
     uint32_t slot = wk_disp_call_slot(top);
     if (x.waiting[slot]) {
-      fail_msg("executor stuck: call %#llx on top waits for children, %u in flight, "
-               "capacity %u, %u arrivals queued", (unsigned long long)top,
-               wk_disp_stats_get(fx->d).inflight, capacity, x.n_queue);
+      fail_msg(
+          "executor stuck: call %#llx on top waits for children, %u in flight, "
+          "capacity %u, %u arrivals queued",
+          (unsigned long long)top, wk_disp_stats_get(fx->d).inflight, capacity, x.n_queue);
     }
     if (!x.asked[slot] && x.depth[slot] < 2) {
       x.asked[slot] = x.waiting[slot] = true;
@@ -768,17 +769,21 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_group_flow, dfx_setup, dfx_teardown),
       cmocka_unit_test_setup_teardown(test_depth_limit_and_errors, dfx_setup, dfx_teardown),
-      cmocka_unit_test_setup_teardown(test_no_deadlock_when_waiting_parents_fill_capacity, dfx_setup, dfx_teardown),
+      cmocka_unit_test_setup_teardown(test_no_deadlock_when_waiting_parents_fill_capacity,
+                                      dfx_setup, dfx_teardown),
       cmocka_unit_test_setup_teardown(test_resume_ignores_full_admission, dfx_setup, dfx_teardown),
       cmocka_unit_test_setup_teardown(test_resume_ignores_full_window, dfx_setup, dfx_teardown),
       cmocka_unit_test_setup_teardown(test_resumed_parent_asks_again, dfx_setup, dfx_teardown),
       cmocka_unit_test_setup_teardown(test_resume_pending_and_deadline, dfx_setup, dfx_teardown),
-      cmocka_unit_test_setup_teardown(test_nested_resume_does_not_block_children, dfx_setup, dfx_teardown),
-      cmocka_unit_test_setup_teardown(test_stack_executor_runs_trees_to_the_end, dfx_setup, dfx_teardown),
+      cmocka_unit_test_setup_teardown(test_nested_resume_does_not_block_children, dfx_setup,
+                                      dfx_teardown),
+      cmocka_unit_test_setup_teardown(test_stack_executor_runs_trees_to_the_end, dfx_setup,
+                                      dfx_teardown),
       cmocka_unit_test_setup_teardown(test_children_are_retried, dfx_setup, dfx_teardown),
       cmocka_unit_test_setup_teardown(test_parent_end_cancels_descendants, dfx_setup, dfx_teardown),
       cmocka_unit_test_setup_teardown(test_parent_deadline_while_waiting, dfx_setup, dfx_teardown),
-      cmocka_unit_test_setup_teardown(test_chain_timeouts_fit_the_pending_queue, dfx_setup, dfx_teardown),
+      cmocka_unit_test_setup_teardown(test_chain_timeouts_fit_the_pending_queue, dfx_setup,
+                                      dfx_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -64,9 +64,8 @@ static wk_frame sample_result(void) {
   return f;
 }
 
-static const wk_frame_bytes SUB_ARGS[] = {{(const uint8_t *)"[1]", 3},
-                                          {NULL, 0},
-                                          {ARGS_BIN, sizeof ARGS_BIN}};
+static const wk_frame_bytes SUB_ARGS[] = {
+    {(const uint8_t *)"[1]", 3}, {NULL, 0}, {ARGS_BIN, sizeof ARGS_BIN}};
 
 static wk_frame sample_subcalls(void) {
   wk_frame f;
@@ -83,12 +82,24 @@ static wk_frame sample_subcalls(void) {
 }
 
 static const wk_frame_child SUB_CHILDREN[] = {
-    {WK_FRAME_STATUS_OK, WK_FRAME_CONTENT_JSON, {(const uint8_t *)"{\"a\":1}", 7}, {NULL, 0},
-     {NULL, 0}, {NULL, 0}},
-    {WK_FRAME_STATUS_ERROR, WK_FRAME_CONTENT_JSON, {NULL, 0}, {(const uint8_t *)"ValueError", 10},
-     {(const uint8_t *)"bad", 3}, {(const uint8_t *)"Traceback\n", 10}},
-    {WK_FRAME_STATUS_RETRYABLE, WK_FRAME_CONTENT_BYTES, {ARGS_BIN, sizeof ARGS_BIN},
-     {(const uint8_t *)"Retryable", 9}, {NULL, 0}, {NULL, 0}},
+    {WK_FRAME_STATUS_OK,
+     WK_FRAME_CONTENT_JSON,
+     {(const uint8_t *)"{\"a\":1}", 7},
+     {NULL, 0},
+     {NULL, 0},
+     {NULL, 0}},
+    {WK_FRAME_STATUS_ERROR,
+     WK_FRAME_CONTENT_JSON,
+     {NULL, 0},
+     {(const uint8_t *)"ValueError", 10},
+     {(const uint8_t *)"bad", 3},
+     {(const uint8_t *)"Traceback\n", 10}},
+    {WK_FRAME_STATUS_RETRYABLE,
+     WK_FRAME_CONTENT_BYTES,
+     {ARGS_BIN, sizeof ARGS_BIN},
+     {(const uint8_t *)"Retryable", 9},
+     {NULL, 0},
+     {NULL, 0}},
 };
 
 static wk_frame sample_subcalls_result(void) {
@@ -257,9 +268,9 @@ static void test_roundtrip_each_type(void **state) {
     assert_int_equal(wk_frame_buf_size(&b), wk_frame_encoded_size(&samples[i]));
     wk_frame f;
     size_t used = 0;
-    assert_int_equal(wk_frame_decode(wk_frame_buf_bytes(&b), wk_frame_buf_size(&b), MAX_FRAME, &f,
-                                     &used),
-                     WK_FRAME_OK);
+    assert_int_equal(
+        wk_frame_decode(wk_frame_buf_bytes(&b), wk_frame_buf_size(&b), MAX_FRAME, &f, &used),
+        WK_FRAME_OK);
     assert_int_equal(used, wk_frame_buf_size(&b));
     assert_frames_eq(&f, &samples[i]);
     /* canonical: re-encoding the decoded frame gives the same bytes */
@@ -561,7 +572,8 @@ static void test_garbage(void **state) {
   size_t ns = all_samples(samples);
   wk_frame_buf valid;
   wk_frame_buf_init(&valid, NULL);
-  for (size_t i = 0; i < ns; i++) assert_int_equal(wk_frame_encode(&valid, &samples[i], MAX_FRAME), 0);
+  for (size_t i = 0; i < ns; i++)
+    assert_int_equal(wk_frame_encode(&valid, &samples[i], MAX_FRAME), 0);
   size_t counts[16] = {0};
   for (int iter = 0; iter < 20000; iter++) {
     size_t n = (size_t)(xorshift(&seed) % 300);
@@ -634,15 +646,15 @@ static void test_known_bytes_subcalls(void **state) {
   f.subcalls.count = 2;
   f.subcalls.args = args;
   assert_int_equal(wk_frame_encode(&b, &f, MAX_FRAME), WK_FRAME_OK);
-  const uint8_t sub[] = {44, 0, 0, 0, 8,                /* length, SUBCALLS */
-                         5, 0, 0, 0, 0, 0, 0, 0,        /* parent_call_id */
-                         1, 0, 0, 0, 0, 0, 0, 0,        /* request_id */
-                         2, 0, 0, 0, 's', 'q',          /* function */
-                         0, 0, 0, 0,                    /* entrypoint: the parent's */
-                         0,                             /* JSON */
-                         2, 0, 0, 0,                    /* count */
-                         1, 0, 0, 0, '1',               /* args[0] */
-                         3, 0, 0, 0, '[', '2', ']'};    /* args[1] */
+  const uint8_t sub[] = {44, 0, 0, 0, 8,               /* length, SUBCALLS */
+                         5,  0, 0, 0, 0,   0,   0,  0, /* parent_call_id */
+                         1,  0, 0, 0, 0,   0,   0,  0, /* request_id */
+                         2,  0, 0, 0, 's', 'q',        /* function */
+                         0,  0, 0, 0,                  /* entrypoint: the parent's */
+                         0,                            /* JSON */
+                         2,  0, 0, 0,                  /* count */
+                         1,  0, 0, 0, '1',             /* args[0] */
+                         3,  0, 0, 0, '[', '2', ']'};  /* args[1] */
   assert_int_equal(wk_frame_buf_size(&b), sizeof sub);
   assert_memory_equal(wk_frame_buf_bytes(&b), sub, sizeof sub);
 
@@ -657,11 +669,11 @@ static void test_known_bytes_subcalls(void **state) {
   f.subcalls_result.count = 2;
   f.subcalls_result.children = kids;
   assert_int_equal(wk_frame_encode(&b, &f, MAX_FRAME), WK_FRAME_OK);
-  const uint8_t res[] = {52, 0, 0, 0, 9,                                 /* SUBCALLS_RESULT */
-                         1, 0, 0, 0, 0, 0, 0, 0,                         /* request_id */
-                         2, 0, 0, 0,                                     /* count */
-                         0, 0, 1, 0, 0, 0, '1', 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-                         1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 'E', 1, 0, 0, 0, 'm', 0, 0, 0, 0};
+  const uint8_t res[] = {52, 0, 0, 0, 9,            /* SUBCALLS_RESULT */
+                         1,  0, 0, 0, 0, 0, 0,   0, /* request_id */
+                         2,  0, 0, 0,               /* count */
+                         0,  0, 1, 0, 0, 0, '1', 0, 0, 0,   0, 0, 0, 0, 0,   0, 0, 0, 0, 1,
+                         0,  0, 0, 0, 0, 1, 0,   0, 0, 'E', 1, 0, 0, 0, 'm', 0, 0, 0, 0};
   assert_int_equal(wk_frame_buf_size(&b), sizeof res);
   assert_memory_equal(wk_frame_buf_bytes(&b), res, sizeof res);
 
@@ -697,8 +709,9 @@ static void test_list_iterators_and_encoded_form(void **state) {
   assert_int_equal(wk_frame_encode(&b, &s, MAX_FRAME), WK_FRAME_OK);
   wk_frame f;
   size_t used = 0;
-  assert_int_equal(wk_frame_decode(wk_frame_buf_bytes(&b), wk_frame_buf_size(&b), MAX_FRAME, &f, &used),
-                   WK_FRAME_OK);
+  assert_int_equal(
+      wk_frame_decode(wk_frame_buf_bytes(&b), wk_frame_buf_size(&b), MAX_FRAME, &f, &used),
+      WK_FRAME_OK);
   assert_null(f.subcalls.args);
   assert_int_equal(f.subcalls.args_enc.len, (4 + 3) + 4 + (4 + sizeof ARGS_BIN));
   wk_frame_iter it = wk_frame_subcalls_args(&f.subcalls);
@@ -747,8 +760,9 @@ static void test_list_iterators_and_encoded_form(void **state) {
   wk_frame_buf_clear(&b);
   wk_frame r = sample_subcalls_result();
   assert_int_equal(wk_frame_encode(&b, &r, MAX_FRAME), WK_FRAME_OK);
-  assert_int_equal(wk_frame_decode(wk_frame_buf_bytes(&b), wk_frame_buf_size(&b), MAX_FRAME, &f, &used),
-                   WK_FRAME_OK);
+  assert_int_equal(
+      wk_frame_decode(wk_frame_buf_bytes(&b), wk_frame_buf_size(&b), MAX_FRAME, &f, &used),
+      WK_FRAME_OK);
   assert_null(f.subcalls_result.children);
   it = wk_frame_subcalls_children(&f.subcalls_result);
   wk_frame_child k;
@@ -910,7 +924,8 @@ static void test_buffer(void **state) {
   size_t ns = all_samples(samples);
   wk_frame_buf enc;
   wk_frame_buf_init(&enc, NULL);
-  for (size_t i = 0; i < ns; i++) assert_int_equal(wk_frame_encode(&enc, &samples[i], MAX_FRAME), 0);
+  for (size_t i = 0; i < ns; i++)
+    assert_int_equal(wk_frame_encode(&enc, &samples[i], MAX_FRAME), 0);
   const uint8_t *src = wk_frame_buf_bytes(&enc);
   size_t src_len = wk_frame_buf_size(&enc);
   size_t fed = 0;
@@ -924,8 +939,8 @@ static void test_buffer(void **state) {
     for (;;) {
       wk_frame f;
       size_t used;
-      wk_frame_rc rc = wk_frame_decode(wk_frame_buf_bytes(&b), wk_frame_buf_size(&b), MAX_FRAME, &f,
-                                       &used);
+      wk_frame_rc rc =
+          wk_frame_decode(wk_frame_buf_bytes(&b), wk_frame_buf_size(&b), MAX_FRAME, &f, &used);
       if (rc == WK_FRAME_NEED_MORE) break;
       assert_int_equal(rc, WK_FRAME_OK);
       wk_frame_buf_consume(&b, used);

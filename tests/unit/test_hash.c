@@ -41,7 +41,8 @@ static void test_seed_matters(void **state) {
     memset(s, 0, sizeof s);
     s[0] = (char)('a' + i % 26);
     s[1] = (char)('a' + i / 26);
-    uint64_t a = wk_hash64(s, 2, 0), b = wk_hash64(s, 2, 1), c = wk_hash64(s, 2, 0x8000000000000000ull);
+    uint64_t a = wk_hash64(s, 2, 0), b = wk_hash64(s, 2, 1),
+             c = wk_hash64(s, 2, 0x8000000000000000ull);
     assert_int_not_equal(a, b);
     assert_int_not_equal(a, c);
     assert_int_not_equal(b, c);

@@ -12,10 +12,10 @@
 
 #include "lib/wk_heap.h"
 
-#define HEAP_OK(h)                                         \
-  do {                                                     \
-    const char *why_ = wk_heap_check(h);                   \
-    if (why_ != NULL) fail_msg("heap check: %s", why_);    \
+#define HEAP_OK(h)                                      \
+  do {                                                  \
+    const char *why_ = wk_heap_check(h);                \
+    if (why_ != NULL) fail_msg("heap check: %s", why_); \
   } while (0)
 
 static const wk_allocator plain = {NULL, NULL, NULL};
@@ -318,8 +318,9 @@ static void run_model(void **state, bool in_order) {
     uint64_t op = lcg(&seed) % 10;
     if (op < 6) {
       /* in order: keys mostly follow the step (timers: now + a fixed duration) */
-      int64_t k = in_order ? (int64_t)step / 4 + (int64_t)(lcg(&seed) % 3) - (lcg(&seed) % 16 == 0 ? 40 : 0)
-                           : (int64_t)(lcg(&seed) % 200) - 50;
+      int64_t k =
+          in_order ? (int64_t)step / 4 + (int64_t)(lcg(&seed) % 3) - (lcg(&seed) % 16 == 0 ? 40 : 0)
+                   : (int64_t)(lcg(&seed) % 200) - 50;
       wk_heap_set(h, handle, k);
       present[handle] = true;
       model[handle] = k;

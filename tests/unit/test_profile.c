@@ -68,8 +68,8 @@ static void test_bundle_tunes_defaults_only(void **state) {
   wk_config_sources src;
   char *no_env[] = {NULL};
   char load_err[1024];
-  int n = wk_config_load_tuned(&cfg, &src, NULL, no_env, wk_bundle_profile.tune_defaults,
-                               load_err, sizeof load_err);
+  int n = wk_config_load_tuned(&cfg, &src, NULL, no_env, wk_bundle_profile.tune_defaults, load_err,
+                               sizeof load_err);
   assert_int_equal(n, 0);
   assert_int_equal(cfg.executors, 4);
   assert_int_equal(cfg.executors_max, 8);

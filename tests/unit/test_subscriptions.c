@@ -106,7 +106,8 @@ static void expect_event_at(const wk_rpc *rpc, size_t i, Worker__V1__TaskEvent__
   FX_STR(rpc->events[i].task_id, task_id);
   FX_EQ(rpc->events[i].state, state);
 }
-#define EXPECT_EVENT(rpc, i, kind, id, state) expect_event_at((rpc), (i), (kind), (id), (state), FX_AT)
+#define EXPECT_EVENT(rpc, i, kind, id, state) \
+  expect_event_at((rpc), (i), (kind), (id), (state), FX_AT)
 
 #define SNAPSHOT WORKER__V1__TASK_EVENT__KIND__KIND_SNAPSHOT
 #define PHASE_CHANGED WORKER__V1__TASK_EVENT__KIND__KIND_PHASE_CHANGED

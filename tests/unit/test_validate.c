@@ -32,18 +32,18 @@ static const wk_validate_limits k_lim = {.max_timeout_ms = 3600000, .max_watch_t
 static char err[WK_VALIDATE_ERR_LEN];
 
 /* A refused check: false, and exactly this message. */
-#define REFUSED(call, msg)             \
-  do {                                 \
-    err[0] = '\0';                     \
-    assert_false(call);                \
-    assert_string_equal(err, (msg));   \
+#define REFUSED(call, msg)           \
+  do {                               \
+    err[0] = '\0';                   \
+    assert_false(call);              \
+    assert_string_equal(err, (msg)); \
   } while (0)
 
-#define ACCEPTED(call)                 \
-  do {                                 \
-    err[0] = '\0';                     \
-    assert_true(call);                 \
-    assert_string_equal(err, "");      \
+#define ACCEPTED(call)            \
+  do {                            \
+    err[0] = '\0';                \
+    assert_true(call);            \
+    assert_string_equal(err, ""); \
   } while (0)
 
 /* A string of n copies of c (static storage, one per call site is enough). */
@@ -170,7 +170,8 @@ static void test_function_type(void **state) {
   s.fn.type = repeat(buf, 'm', 32);
   ACCEPTED(check_submit(&s));
   s.fn.type = repeat(buf, 'm', 33);
-  REFUSED(check_submit(&s), "function.type " TYPE_RULE ", got \"mmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmm\"");
+  REFUSED(check_submit(&s),
+          "function.type " TYPE_RULE ", got \"mmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmmm\"");
   s.fn.type = "Map";
   REFUSED(check_submit(&s), "function.type " TYPE_RULE ", got \"Map\"");
 }
@@ -216,11 +217,13 @@ static void test_function_content_type_and_options(void **state) {
   s.fn.content_type = WORKER__V1__CONTENT_TYPE__CONTENT_TYPE_BYTES;
   ACCEPTED(check_submit(&s));
   s.fn.content_type = (Worker__V1__ContentType)7;
-  REFUSED(check_submit(&s), "function.content_type 7 is not a known ContentType "
-                            "(0 CONTENT_TYPE_JSON, 1 CONTENT_TYPE_BYTES)");
+  REFUSED(check_submit(&s),
+          "function.content_type 7 is not a known ContentType "
+          "(0 CONTENT_TYPE_JSON, 1 CONTENT_TYPE_BYTES)");
   s.fn.content_type = (Worker__V1__ContentType)-1;
-  REFUSED(check_submit(&s), "function.content_type -1 is not a known ContentType "
-                            "(0 CONTENT_TYPE_JSON, 1 CONTENT_TYPE_BYTES)");
+  REFUSED(check_submit(&s),
+          "function.content_type -1 is not a known ContentType "
+          "(0 CONTENT_TYPE_JSON, 1 CONTENT_TYPE_BYTES)");
   s.fn.content_type = WORKER__V1__CONTENT_TYPE__CONTENT_TYPE_JSON;
   Worker__V1__FunctionCallConfig__OptionsEntry e;
   worker__v1__function_call_config__options_entry__init(&e);
@@ -246,8 +249,9 @@ static void test_timeout_and_failure_policy(void **state) {
   s.failure.mode = WORKER__V1__CALL_FAILURE_MODE__CALL_FAILURE_MODE_CONTINUE;
   ACCEPTED(check_submit(&s));
   s.failure.mode = (Worker__V1__CallFailureMode)2;
-  REFUSED(check_submit(&s), "call_failure_policy.mode 2 is not a known CallFailureMode "
-                            "(0 CALL_FAILURE_MODE_FAIL_FAST, 1 CALL_FAILURE_MODE_CONTINUE)");
+  REFUSED(check_submit(&s),
+          "call_failure_policy.mode 2 is not a known CallFailureMode "
+          "(0 CALL_FAILURE_MODE_FAIL_FAST, 1 CALL_FAILURE_MODE_CONTINUE)");
 }
 
 static void test_retry_policy(void **state) {
@@ -289,16 +293,19 @@ static void test_retry_policy(void **state) {
   s.retry.max_backoff_ms = 3600000;
   ACCEPTED(check_submit(&s));
   s.retry.initial_backoff_ms = 3600001;
-  REFUSED(check_submit(&s), "call_retry_policy.initial_backoff_ms must be at most 3600000 "
-                            "(one hour), got 3600001");
+  REFUSED(check_submit(&s),
+          "call_retry_policy.initial_backoff_ms must be at most 3600000 "
+          "(one hour), got 3600001");
   s.retry.initial_backoff_ms = 100;
   s.retry.max_backoff_ms = 3600001;
-  REFUSED(check_submit(&s), "call_retry_policy.max_backoff_ms must be at most 3600000 "
-                            "(one hour), got 3600001");
+  REFUSED(check_submit(&s),
+          "call_retry_policy.max_backoff_ms must be at most 3600000 "
+          "(one hour), got 3600001");
   s.retry.initial_backoff_ms = 1000;
   s.retry.max_backoff_ms = 500;
-  REFUSED(check_submit(&s), "call_retry_policy.max_backoff_ms (500) must not be below "
-                            "initial_backoff_ms (1000)");
+  REFUSED(check_submit(&s),
+          "call_retry_policy.max_backoff_ms (500) must not be below "
+          "initial_backoff_ms (1000)");
   s.retry.max_backoff_ms = 0; /* 0: the default, no ordering to check */
   ACCEPTED(check_submit(&s));
   s.retry.initial_backoff_ms = 0;
@@ -326,8 +333,9 @@ static void test_labels(void **state) {
   e.key = repeat(big, 'k', 256);
   ACCEPTED(check_submit(&s));
   e.key = repeat(big, 'k', 257);
-  REFUSED(check_submit(&s), "labels key \"kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk...\" must "
-                            "be at most 256 bytes, got 257");
+  REFUSED(check_submit(&s),
+          "labels key \"kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk...\" must "
+          "be at most 256 bytes, got 257");
   e.key = "team";
   e.value = repeat(big, 'v', 256);
   ACCEPTED(check_submit(&s));
@@ -505,7 +513,8 @@ static void test_decode_undecodable(void **state) {
   (void)state;
   static const uint8_t junk[] = {0xff, 0xff, 0xff};
   err[0] = '\0';
-  assert_null(wk_validate_decode(WK_RPC_GET_TASK_RESULT, junk, sizeof junk, &k_lim, err, sizeof err));
+  assert_null(
+      wk_validate_decode(WK_RPC_GET_TASK_RESULT, junk, sizeof junk, &k_lim, err, sizeof err));
   assert_string_equal(err, "request is not a valid worker.v1.GetTaskResultRequest");
   err[0] = '\0';
   assert_null(wk_validate_decode(WK_RPC_SUBMIT_TASK, NULL, 3, &k_lim, err, sizeof err));
@@ -534,21 +543,25 @@ static void test_decode_strings(void **state) {
   assert_string_equal(err, "task_id must not contain NUL bytes (one at offset 1)");
   static const uint8_t bad_utf8[] = {0x0a, 0x02, 'a', 0xff};
   err[0] = '\0';
-  assert_null(wk_validate_decode(WK_RPC_GET_TASK_RESULT, bad_utf8, sizeof bad_utf8, &k_lim, err, sizeof err));
+  assert_null(wk_validate_decode(WK_RPC_GET_TASK_RESULT, bad_utf8, sizeof bad_utf8, &k_lim, err,
+                                 sizeof err));
   assert_string_equal(err, "task_id must be valid UTF-8 (bad byte 0xff at offset 1)");
   /* overlong (0xc0 0x80) and surrogate (0xed 0xa0 0x80) encodings are not UTF-8 */
   static const uint8_t overlong[] = {0x0a, 0x02, 0xc0, 0x80};
   err[0] = '\0';
-  assert_null(wk_validate_decode(WK_RPC_GET_TASK_RESULT, overlong, sizeof overlong, &k_lim, err, sizeof err));
+  assert_null(wk_validate_decode(WK_RPC_GET_TASK_RESULT, overlong, sizeof overlong, &k_lim, err,
+                                 sizeof err));
   assert_string_equal(err, "task_id must be valid UTF-8 (bad byte 0xc0 at offset 0)");
   static const uint8_t surrogate[] = {0x0a, 0x03, 0xed, 0xa0, 0x80};
   err[0] = '\0';
-  assert_null(wk_validate_decode(WK_RPC_GET_TASK_RESULT, surrogate, sizeof surrogate, &k_lim, err, sizeof err));
+  assert_null(wk_validate_decode(WK_RPC_GET_TASK_RESULT, surrogate, sizeof surrogate, &k_lim, err,
+                                 sizeof err));
   assert_string_equal(err, "task_id must be valid UTF-8 (bad byte 0xed at offset 0)");
   /* CancelTaskRequest{task_id = "t", reason (2) = "é" then a bad byte}: UTF-8 passes, then fails */
   static const uint8_t reason[] = {0x0a, 0x01, 't', 0x12, 0x03, 0xc3, 0xa9, 0x80};
   err[0] = '\0';
-  assert_null(wk_validate_decode(WK_RPC_CANCEL_TASK, reason, sizeof reason, &k_lim, err, sizeof err));
+  assert_null(
+      wk_validate_decode(WK_RPC_CANCEL_TASK, reason, sizeof reason, &k_lim, err, sizeof err));
   assert_string_equal(err, "reason must be valid UTF-8 (bad byte 0x80 at offset 2)");
   /* WatchTasksRequest{task_ids (1) = ["a", "\0"]}: the repeated field is indexed */
   static const uint8_t watch[] = {0x0a, 0x01, 'a', 0x0a, 0x01, 0x00};
@@ -558,11 +571,13 @@ static void test_decode_strings(void **state) {
   /* SubmitTaskRequest{task_id = "t", function (3) = {name (2) = "f\xfe"}}: a nested path */
   static const uint8_t nested[] = {0x0a, 0x01, 't', 0x1a, 0x04, 0x12, 0x02, 'f', 0xfe};
   err[0] = '\0';
-  assert_null(wk_validate_decode(WK_RPC_SUBMIT_TASK, nested, sizeof nested, &k_lim, err, sizeof err));
+  assert_null(
+      wk_validate_decode(WK_RPC_SUBMIT_TASK, nested, sizeof nested, &k_lim, err, sizeof err));
   assert_string_equal(err, "function.name must be valid UTF-8 (bad byte 0xfe at offset 1)");
   /* valid multi-byte UTF-8 in a free-text field passes */
   static const uint8_t ok[] = {0x0a, 0x01, 't', 0x12, 0x04, 0xf0, 0x9f, 0x98, 0x80};
-  ProtobufCMessage *m = wk_validate_decode(WK_RPC_CANCEL_TASK, ok, sizeof ok, &k_lim, err, sizeof err);
+  ProtobufCMessage *m =
+      wk_validate_decode(WK_RPC_CANCEL_TASK, ok, sizeof ok, &k_lim, err, sizeof err);
   assert_non_null(m);
   protobuf_c_message_free_unpacked(m, NULL);
 }
@@ -572,7 +587,8 @@ static void test_decode_field_zero(void **state) {
   (void)state;
   static const uint8_t tag0[] = {0x80, 0x00, 0x00};
   err[0] = '\0';
-  ProtobufCMessage *m = wk_validate_decode(WK_RPC_GET_TASK_RESULT, tag0, sizeof tag0, &k_lim, err, sizeof err);
+  ProtobufCMessage *m =
+      wk_validate_decode(WK_RPC_GET_TASK_RESULT, tag0, sizeof tag0, &k_lim, err, sizeof err);
   assert_null(m);
   assert_string_equal(err, "request is not a valid worker.v1.GetTaskResultRequest");
 }
