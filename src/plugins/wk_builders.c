@@ -153,8 +153,13 @@ static int range_open(const wk_builder_input *in, wk_stream_state *st, char *err
              "the range builder's start/stop must lie within +-2^60 and step below 2^40");
     goto out;
   }
-  uint64_t items = stop > start ? (uint64_t)((stop - start + step - 1) / step) : 0;
-  uint64_t calls = (items + (uint64_t)chunk - 1) / (uint64_t)chunk;
+  /* checked arithmetic: every product and sum of client numbers (see range_args) */
+  uint64_t items = 0;
+  if (stop > start) {
+    uint64_t diff = (uint64_t)stop - (uint64_t)start; /* exact: < 2^64 */
+    items = diff / (uint64_t)step + (diff % (uint64_t)step != 0);
+  }
+  uint64_t calls = items / (uint64_t)chunk + (items % (uint64_t)chunk != 0);
   if (calls > in->max_calls) {
     snprintf(err, err_len,
              "the range makes %" PRIu64
@@ -170,11 +175,27 @@ out:
   return rc;
 }
 
+/* The bounds of chunk `index`: [a, b) with a = start + index*chunk*step and b =
+ * min(a + chunk*step, stop). Checked: chunk*step alone may exceed int64 (chunk 1e9,
+ * step 2^40-1); index*chunk*step < stop - start + step never does for index < total,
+ * but is checked all the same, and a span past int64 means "up to stop". */
+static bool range_bounds(const wk_stream_state *st, uint64_t index, int64_t *a, int64_t *b) {
+  if (index >= st->total || index > INT64_MAX) return false;
+  int64_t first, offset, span, end;
+  if (__builtin_mul_overflow((int64_t)index, st->chunk, &first) ||
+      __builtin_mul_overflow(first, st->step, &offset) ||
+      __builtin_add_overflow(st->start, offset, a) || *a >= st->stop) {
+    return false;
+  }
+  bool capped = __builtin_mul_overflow(st->chunk, st->step, &span) ||
+                __builtin_add_overflow(*a, span, &end) || end > st->stop;
+  *b = capped ? st->stop : end;
+  return true;
+}
+
 static size_t range_args(const wk_stream_state *st, uint64_t index, char *buf, size_t buf_len) {
-  if (index >= st->total) return 0;
-  int64_t span = st->chunk * st->step;
-  int64_t a = st->start + (int64_t)index * span;
-  int64_t b = (st->stop - a > span) ? a + span : st->stop;
+  int64_t a, b;
+  if (!range_bounds(st, index, &a, &b)) return 0;
   int n =
       snprintf(buf, buf_len, "{\"start\":%" PRId64 ",\"stop\":%" PRId64 ",\"step\":%" PRId64 "}", a,
                b, st->step);

@@ -438,7 +438,36 @@ ETCD_SEEDS = {
     "list_workers_empty": etcd(E_LIST_WORKERS, 0, "0" + j({"header": HEADER})),
 }
 
+# ---- builders: byte 0 the builder (0 single, 1 map, 2 range; +4 bytes), byte 1 max_calls,
+# then the args ------------------------------------------------------------------------
+
+def builder(kind, max_sel, args):
+    return bytes([kind, max_sel]) + args.encode()
+
+
+BUILDERS_SEEDS = {
+    "single": builder(0, 2, '{"a":1}'),
+    "single_bytes": builder(4, 2, "\x00\x01"),
+    "map_small": builder(1, 2, '[1, {"b": [2, 3]}, "x", null]'),
+    "map_too_many": builder(1, 1, "[1,2,3,4]"),
+    "map_not_array": builder(1, 2, '{"a":1}'),
+    "map_truncated": builder(1, 2, "[1, 2,"),
+    "map_bytes": builder(5, 2, "[1]"),
+    "range_chunks": builder(2, 2, '{"start":0,"stop":10,"step":2,"chunk":2}'),
+    "range_lazy": builder(2, 3, '{"stop":10000000,"chunk":1000}'),
+    "range_span_overflow": builder(2, 4, '{"start":0,"stop":1152921504606846976,"step":1099511627775,'
+                                         '"chunk":1000000000}'),
+    "range_widest": builder(2, 4, '{"start":-1152921504606846976,"stop":1152921504606846976,'
+                                  '"step":1099511627775,"chunk":8388608}'),
+    "range_negative": builder(2, 2, '{"start":-7,"stop":-1,"step":3}'),
+    "range_empty": builder(2, 2, '{"start":5,"stop":5}'),
+    "range_unknown_field": builder(2, 2, '{"stop":5,"stpe":1}'),
+    "range_limits": builder(2, 4, '{"start":-9223372036854775808,"stop":9223372036854775807,'
+                                  '"step":9223372036854775807,"chunk":9223372036854775807}'),
+}
+
 CORPORA = {
+    "builders": BUILDERS_SEEDS,
     "frame": SEEDS,
     "validate": VALIDATE_SEEDS,
     "config": CONFIG_SEEDS,

@@ -97,6 +97,33 @@ static void test_range_of_ten_million_is_lazy(void **state) {
   assert_string_equal((buf[n] = '\0', buf), "{\"start\":9999000,\"stop\":10000000,\"step\":1}");
 }
 
+/* chunk * step overflows int64 (1e9 * (2^40-1)): one call covering the whole range. */
+static void test_range_span_past_int64_is_checked(void **state) {
+  (void)state;
+  const wk_builder *b = wk_builder_find_builtin("range");
+  wk_builder_input in = json_input(
+      "{\"start\":0,\"stop\":1152921504606846976,\"step\":1099511627775,"
+      "\"chunk\":1000000000}");
+  wk_stream_state st;
+  char err[256], buf[WK_STREAM_ARGS_MAX];
+  assert_int_equal(b->stream_open(&in, &st, err, sizeof err), 0);
+  assert_int_equal(st.total, 1);
+  size_t n = b->stream_args(&st, 0, buf, sizeof buf);
+  assert_string_equal((buf[n] = '\0', buf),
+                      "{\"start\":0,\"stop\":1152921504606846976,\"step\":1099511627775}");
+  /* the widest range allowed, in chunks whose span is just below 2^63 */
+  in = json_input(
+      "{\"start\":-1152921504606846976,\"stop\":1152921504606846976,"
+      "\"step\":1099511627775,\"chunk\":8388608}");
+  assert_int_equal(b->stream_open(&in, &st, err, sizeof err), 0);
+  assert_int_equal(st.total, 1);
+  n = b->stream_args(&st, 0, buf, sizeof buf);
+  assert_string_equal((buf[n] = '\0', buf),
+                      "{\"start\":-1152921504606846976,"
+                      "\"stop\":1152921504606846976,\"step\":1099511627775}");
+  assert_int_equal(b->stream_args(&st, 1, buf, sizeof buf), 0);
+}
+
 static void expect_range_error(const char *args, const char *needle) {
   wk_builder_input in = json_input(args);
   wk_stream_state st;
@@ -135,6 +162,7 @@ int main(void) {
       cmocka_unit_test(test_map_errors_say_what_and_where),
       cmocka_unit_test(test_range_streams_chunks),
       cmocka_unit_test(test_range_of_ten_million_is_lazy),
+      cmocka_unit_test(test_range_span_past_int64_is_checked),
       cmocka_unit_test(test_range_errors),
       cmocka_unit_test(test_registry_lists_only_enabled),
   };
