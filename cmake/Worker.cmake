@@ -43,7 +43,11 @@ add_library(wk_app STATIC
   src/app/wk_profile.c
   src/app/wk_main.c)
 target_include_directories(wk_app PUBLIC ${PROJECT_SOURCE_DIR}/src)
-target_compile_definitions(wk_app PRIVATE _GNU_SOURCE WK_PYTHON_DIR="${PROJECT_SOURCE_DIR}/python" WK_VERSION="${PROJECT_VERSION}")
+target_compile_definitions(wk_app PRIVATE _GNU_SOURCE WK_VERSION="${PROJECT_VERSION}")
+# The build tree's Python files: the default of executor_script and python_path in the
+# settings table (an installed program finds PREFIX/share/worker/python instead).
+set_source_files_properties(src/app/wk_config_table.c PROPERTIES
+  COMPILE_DEFINITIONS WK_PYTHON_DIR="${PROJECT_SOURCE_DIR}/python")
 target_compile_options(wk_app PRIVATE ${WK_WARNINGS})
 # PUBLIC: what the app's headers include; PRIVATE: what only its .c files use.
 target_link_libraries(wk_app

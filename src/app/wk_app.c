@@ -31,10 +31,6 @@
 #include "app/wk_profile.h"
 #include "plugins/wk_writers.h"
 
-#ifndef WK_PYTHON_DIR
-#define WK_PYTHON_DIR "python"
-#endif
-
 /* ---- the running app ------------------------------------------------------------ */
 
 typedef enum app_phase {

@@ -242,10 +242,21 @@ int wk_config_apply_flags(wk_app_config *cfg, const wk_config_cli *cli, wk_confi
 /** The whole sequence: defaults, then the file (cli->config_path, else WORKER_CONFIG
  * from envp, else none), then the environment, then the flags (cli may be NULL). Every
  * source is applied and every problem reported; returns their number. Does not
- * validate. One derived default: executors_max left at its default is raised to a
- * larger executors (source "default, raised to executors"). sources may be NULL. */
+ * validate. Two derived defaults: executors_max left at its default is raised to a
+ * larger executors (source "default, raised to executors"); and when the running
+ * program is installed (wk_config_installed_python_dir of /proc/self/exe finds its
+ * Python files), executor_script and python_path default to that directory instead of
+ * the source tree's python/ (source "default, installed"). sources may be NULL. */
 int wk_config_load(wk_app_config *cfg, wk_config_sources *sources, const wk_config_cli *cli,
                    char *const envp[], char *err, size_t len);
+
+/** Where an installed program finds its Python files: for the program at `exe_path`
+ * (absolute, e.g. the target of /proc/self/exe, "PREFIX/bin/worker"), writes
+ * "PREFIX/share/worker/python" into out and returns 0 when that directory holds a
+ * readable worker_executor.py; returns -1 (out emptied) when it does not, when
+ * exe_path has no directory, or when the path does not fit in len. Reads the
+ * filesystem, allocates nothing. */
+int wk_config_installed_python_dir(const char *exe_path, char *out, size_t len);
 
 /** wk_config_load with the Profile's tune-defaults: `tune` (may be NULL) changes the
  * built-in defaults before the file, the environment and the flags apply; settings

@@ -6,8 +6,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "app/wk_config_int.h"
+
+/* Where an installed program's Python files lie, relative to its prefix
+ * (cmake/Install.cmake installs them there). */
+#define INSTALLED_PYTHON_DIR "share/worker/python"
+#define EXECUTOR_SCRIPT_NAME "worker_executor.py"
 
 __attribute__((format(printf, 4, 5))) void wk_config__set_source(wk_config_sources *sources,
                                                                  size_t i, wk_config_origin origin,
@@ -50,6 +56,43 @@ void wk_config_defaults(wk_app_config *cfg, wk_config_sources *sources) {
   }
 }
 
+int wk_config_installed_python_dir(const char *exe_path, char *out, size_t len) {
+  if (len) out[0] = '\0';
+  /* PREFIX/bin/worker -> PREFIX: cut the program's name, then its directory */
+  const char *name = strrchr(exe_path, '/');
+  if (!name || name == exe_path || len == 0) return -1; /* no directory, or "/" */
+  const char *bin = name;
+  while (bin > exe_path && bin[-1] != '/') bin--;
+  size_t prefix_len = (size_t)(bin - exe_path); /* "PREFIX/" (or "" for "bin/worker") */
+  char dir[WK_CONFIG_PATH_MAX];
+  int n = snprintf(dir, sizeof dir, "%.*s" INSTALLED_PYTHON_DIR, (int)prefix_len, exe_path);
+  if (n < 0 || (size_t)n >= sizeof dir || (size_t)n >= len) return -1;
+  char script[WK_CONFIG_PATH_MAX + sizeof "/" EXECUTOR_SCRIPT_NAME];
+  snprintf(script, sizeof script, "%s/" EXECUTOR_SCRIPT_NAME, dir);
+  if (access(script, R_OK) != 0) return -1;
+  memcpy(out, dir, (size_t)n + 1);
+  return 0;
+}
+
+/* When this program runs from an installed layout (PREFIX/bin/worker beside
+ * PREFIX/share/worker/python), its Python files are the defaults of executor_script
+ * and python_path, not the source tree's (the build-time default). */
+static void apply_installed_python(wk_app_config *cfg, wk_config_sources *sources) {
+  char exe[WK_CONFIG_PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n <= 0 || (size_t)n >= sizeof exe - 1) return;
+  exe[n] = '\0';
+  char dir[WK_CONFIG_PATH_MAX];
+  if (wk_config_installed_python_dir(exe, dir, sizeof dir) != 0) return;
+  if (strlen(dir) + sizeof "/" EXECUTOR_SCRIPT_NAME > sizeof cfg->executor_script) return;
+  snprintf(cfg->executor_script, sizeof cfg->executor_script, "%s/" EXECUTOR_SCRIPT_NAME, dir);
+  snprintf(cfg->python_path, sizeof cfg->python_path, "%s", dir);
+  wk_config__set_source(sources, wk_config__index_of("executor_script"), WK_CONFIG_FROM_DEFAULT,
+                        "installed");
+  wk_config__set_source(sources, wk_config__index_of("python_path"), WK_CONFIG_FROM_DEFAULT,
+                        "installed");
+}
+
 int wk_config_load(wk_app_config *cfg, wk_config_sources *sources, const wk_config_cli *cli,
                    char *const envp[], char *err, size_t len) {
   return wk_config_load_tuned(cfg, sources, cli, envp, NULL, err, len);
@@ -62,6 +105,7 @@ int wk_config_load_tuned(wk_app_config *cfg, wk_config_sources *sources, const w
   wk_config_sources local;
   if (!sources) sources = &local;
   wk_config_defaults(cfg, sources);
+  apply_installed_python(cfg, sources);
   if (tune) {
     /* the Profile's tune-defaults: only built-in defaults change, and say so */
     wk_app_config before = *cfg;

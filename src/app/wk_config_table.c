@@ -7,6 +7,9 @@
 
 #include "app/wk_config_int.h"
 
+/* The source tree's python/ (cmake/Worker.cmake defines it for this file): the default
+ * of a program run from its build tree. An installed program finds its own instead
+ * (wk_config_installed_python_dir, applied by wk_config_load). */
 #ifndef WK_PYTHON_DIR
 #define WK_PYTHON_DIR "python"
 #endif
@@ -57,10 +60,12 @@ static const wk_config_item table[] = {
      .max = STRMAX(python), .meta = "PATH", .help = "interpreter for executors (an executable)"},
     {FIELD(executor_script), .type = WK_CONFIG_STRING, .def = WK_PYTHON_DIR "/worker_executor.py",
      .min = 1, .max = STRMAX(executor_script), .meta = "PATH",
-     .doc_default = "python/worker_executor.py of the source tree",
+     .doc_default = "PREFIX/share/worker/python/worker_executor.py when installed, "
+                    "else python/worker_executor.py of the source tree",
      .help = "the executor program run by python"},
     {FIELD(python_path), .type = WK_CONFIG_STRING, .def = WK_PYTHON_DIR, .min = 0,
-     .max = STRMAX(python_path), .meta = "DIRS", .doc_default = "python/ of the source tree",
+     .max = STRMAX(python_path), .meta = "DIRS",
+     .doc_default = "PREFIX/share/worker/python when installed, else python/ of the source tree",
      .help = "PYTHONPATH for executors"},
     /* results and watchers */
     {FIELD(result_retention_ms), .type = WK_CONFIG_MS, .def = "600000", .min = 0, .max = 86400000,

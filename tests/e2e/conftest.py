@@ -88,16 +88,16 @@ class Worker(object):
     """A running worker process."""
 
     def __init__(self, tmp, extra_args=(), executors=2, python="/usr/bin/python3", env=None,
-                 wrapper=(), start_timeout=20):
+                 wrapper=(), start_timeout=20, binary=WORKER, cwd=None):
         self.tmp = tmp
         self.code_root = os.path.join(tmp, "code")
         os.makedirs(self.code_root, exist_ok=True)
         self.logs = []
         self.lock = threading.Lock()
-        args = list(wrapper) + [WORKER, "--listen", "127.0.0.1:0", "--code-root", self.code_root,
+        args = list(wrapper) + [binary, "--listen", "127.0.0.1:0", "--code-root", self.code_root,
                 "--executors", str(executors), "--python", python] + list(extra_args)
         self.proc = subprocess.Popen(args, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                     env=env)
+                                     env=env, cwd=cwd)
         self.port = None
         self.listening = threading.Event()
         self.reader = threading.Thread(target=self._read, daemon=True)

@@ -720,6 +720,34 @@ static void test_validate_paths(void **state) {
   expect_invalid(&c, "executor_script must be a readable file");
 }
 
+/* An installed program (PREFIX/bin/worker) finds PREFIX/share/worker/python only when it
+ * holds worker_executor.py; anything else leaves the build-tree default. */
+static void test_installed_python_dir(void **state) {
+  (void)state;
+  char exe[400], dir[400], want[400], out[WK_CONFIG_PATH_MAX];
+  snprintf(dir, sizeof dir, "%s/prefix", tmp_dir);
+  assert_int_equal(mkdir(dir, 0700), 0);
+  snprintf(exe, sizeof exe, "%s/prefix/bin/worker", tmp_dir);
+  snprintf(want, sizeof want, "%s/prefix/share/worker/python", tmp_dir);
+  assert_int_equal(wk_config_installed_python_dir(exe, out, sizeof out), -1);
+  assert_string_equal(out, "");
+  const char *parts[] = {"/prefix/share", "/prefix/share/worker", "/prefix/share/worker/python"};
+  for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+    snprintf(dir, sizeof dir, "%s%s", tmp_dir, parts[i]);
+    assert_int_equal(mkdir(dir, 0700), 0);
+  }
+  /* the directory alone is not enough: the executor must be there */
+  assert_int_equal(wk_config_installed_python_dir(exe, out, sizeof out), -1);
+  write_file("prefix/share/worker/python/worker_executor.py", "# shim\n");
+  assert_int_equal(wk_config_installed_python_dir(exe, out, sizeof out), 0);
+  assert_string_equal(out, want);
+  /* too small a buffer, a program without a directory, one at the root */
+  assert_int_equal(wk_config_installed_python_dir(exe, out, 8), -1);
+  assert_int_equal(wk_config_installed_python_dir("worker", out, sizeof out), -1);
+  assert_int_equal(wk_config_installed_python_dir("/worker", out, sizeof out), -1);
+  assert_string_equal(out, "");
+}
+
 static void test_validate_reports_all_problems_with_sources(void **state) {
   (void)state;
   wk_app_config c;
@@ -858,6 +886,7 @@ int main(void) {
       cmocka_unit_test(test_validate_cross_field_rules),
       cmocka_unit_test(test_validate_listen_addr),
       cmocka_unit_test(test_validate_paths),
+      cmocka_unit_test(test_installed_python_dir),
       cmocka_unit_test(test_validate_reports_all_problems_with_sources),
       cmocka_unit_test(test_print_text_json_markdown_help),
   };
