@@ -155,7 +155,9 @@ void wk_orch__health_free_all(wk_orch *o);
 /** PREPARE_ACTIVATION for `slot_id`: queues the activation job of rt on the threadpool. */
 void wk_orch__start_activation(wk_orch *o, wk_task_rt *rt, uint64_t slot_id);
 
-/** The builder phase (under the builder semaphore); reports WK_PHASE_BUILDER. */
+/** The builder phase: under the builder semaphore, the builder runs as a threadpool
+ * job (never on the loop: a large map takes a while to parse); its done callback
+ * reports WK_PHASE_BUILDER with the time it ran. */
 void wk_orch__run_builder(wk_orch *o, wk_task_rt *rt);
 
 /** START_CALLS (under the executor, and for streams the scan, semaphore). */
@@ -182,8 +184,15 @@ bool wk_orch__sem_acquire(wk_orch *o, wk_orch__sem_id id, wk_task_rt *rt);
 /** Gives the semaphore back and lets the first live waiter take it. */
 void wk_orch__sem_release(wk_orch *o, wk_orch__sem_id id, wk_task_rt *rt);
 
-/** Gives back every semaphore rt holds. */
+/** Gives back every semaphore rt holds, except those lent to a job still running. */
 void wk_orch__release_all_sems(wk_orch *o, wk_task_rt *rt);
+
+/** Marks rt's semaphore `id` (held) as held by a threadpool job: the task converging
+ * does not release it, so a job outliving its task still counts against the limit. */
+void wk_orch__sem_lend_to_job(wk_task_rt *rt, wk_orch__sem_id id);
+
+/** The job is over (its done callback, on the loop): gives the semaphore back. */
+void wk_orch__sem_release_from_job(wk_orch *o, wk_orch__sem_id id, wk_task_rt *rt);
 
 /* ---- wk_io_scope.c ------------------------------------------------------------------- */
 

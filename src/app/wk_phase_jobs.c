@@ -35,40 +35,77 @@ static void phase_finished(wk_orch *o, wk_task_rt *rt, wk_phase phase,
   wk_orch__exec_cmds(o, &tr.cmds);
 }
 
-void wk_orch__run_builder(wk_orch *o, wk_task_rt *rt) {
-  if (!wk_orch__sem_acquire(o, WK_ORCH__SEM_BUILDER, rt)) return;
-  wk_phase_outcome out = {.ok = true};
-  char err[WK_TASK_RT_MESSAGE_MAX + 1];
-  const wk_builder *b = wk_builder_registry_find(o->cfg.builders, rt->req.builder);
-  if (!b) {
-    char names[256];
-    snprintf(err, sizeof err, "no call builder named '%s' in this worker (enabled: %s)",
-             rt->req.builder, wk_builder_registry_names(o->cfg.builders, names, sizeof names));
-    out =
-        (wk_phase_outcome){.ok = false, .failure_code = WK_FAIL_BUILDER_NOT_FOUND, .message = err};
-  } else {
-    wk_builder_input in = {.args = rt->req.args,
-                           .args_len = rt->req.args_len,
-                           .json = rt->req.args_json,
-                           .max_calls = o->cfg.max_calls_per_task};
-    wk_rt_build *bd = &rt->build;
-    bd->impl = b;
-    int rc;
-    if (b->stream_open) {
-      rc = b->stream_open(&in, &bd->stream, err, sizeof err);
+/* ---- builder (threadpool) ---------------------------------------------------------- */
+
+/* Monotonic ms on the loop's clock (uv_now is uv_hrtime, coarser), from any thread. */
+static int64_t clock_ms(void) { return (int64_t)(uv_hrtime() / 1000000u); }
+
+/* On a threadpool thread: reads rt->req (read-only after create) and the builder
+ * (static); writes rt->build.job only. Nothing else of the task or the orchestrator. */
+static void on_builder_work(uv_work_t *w) {
+  const wk_orch__job *j = w->data;
+  const wk_task_rt *rt = j->rt;
+  wk_rt_build_job *job = &j->rt->build.job;
+  const wk_builder *b = rt->build.impl;
+  wk_builder_input in = {.args = rt->req.args,
+                         .args_len = rt->req.args_len,
+                         .json = rt->req.args_json,
+                         .max_calls = j->o->cfg.max_calls_per_task};
+  job->started_ms = clock_ms();
+  job->rc = b->stream_open ? b->stream_open(&in, &job->stream, job->error, sizeof job->error)
+                           : b->build(&in, &job->list, job->error, sizeof job->error);
+  job->finished_ms = clock_ms();
+}
+
+/* Back on the loop: gives the builder semaphore back (even when the task converged
+ * meanwhile), takes the job's calls into the task and reports the phase. */
+static void on_builder_done(uv_work_t *w, int status) {
+  wk_task_rt *rt;
+  wk_orch *o = wk_orch__job_end(w, &rt);
+  if (!o) return;
+  wk_orch__loop_now(o);
+  wk_rt_build *bd = &rt->build;
+  bd->running = false;
+  wk_orch__sem_release_from_job(o, WK_ORCH__SEM_BUILDER, rt);
+  if (!wk_orch__converged(o, rt)) {
+    wk_phase_outcome out = {
+        .ok = true, .ran_from_ms = bd->job.started_ms, .ran_to_ms = bd->job.finished_ms};
+    if (status != 0 || bd->job.rc != 0) {
+      out.ok = false;
+      out.failure_code = WK_FAIL_BUILDER_FAILED;
+      out.message = status ? "the builder was cancelled" : bd->job.error;
+    } else if (bd->impl->stream_open) {
       bd->streaming = true;
+      bd->stream = bd->job.stream;
       bd->calls_total = bd->stream.total;
       out.streaming = true;
     } else {
-      rc = b->build(&in, &bd->list, err, sizeof err);
+      bd->list = bd->job.list;
+      memset(&bd->job.list, 0, sizeof bd->job.list);
       bd->calls_total = bd->list.count;
     }
-    if (rc != 0) {
-      out = (wk_phase_outcome){.ok = false, .failure_code = WK_FAIL_BUILDER_FAILED, .message = err};
-    }
+    phase_finished(o, rt, WK_PHASE_BUILDER, &out);
   }
-  wk_orch__sem_release(o, WK_ORCH__SEM_BUILDER, rt);
-  phase_finished(o, rt, WK_PHASE_BUILDER, &out);
+  wk_task_rt_unref(rt);
+  wk_orch__run_steps(o);
+}
+
+void wk_orch__run_builder(wk_orch *o, wk_task_rt *rt) {
+  if (rt->build.running) return;
+  const wk_builder *b = wk_builder_registry_find(o->cfg.builders, rt->req.builder);
+  if (!b) { /* nothing to run: no semaphore needed */
+    char err[WK_TASK_RT_MESSAGE_MAX + 1], names[256];
+    snprintf(err, sizeof err, "no call builder named '%s' in this worker (enabled: %s)",
+             rt->req.builder, wk_builder_registry_names(o->cfg.builders, names, sizeof names));
+    wk_phase_outcome out = {.ok = false, .failure_code = WK_FAIL_BUILDER_NOT_FOUND, .message = err};
+    phase_finished(o, rt, WK_PHASE_BUILDER, &out);
+    return;
+  }
+  if (!wk_orch__sem_acquire(o, WK_ORCH__SEM_BUILDER, rt)) return;
+  rt->build.impl = b;
+  rt->build.running = true;
+  wk_orch__sem_lend_to_job(rt, WK_ORCH__SEM_BUILDER);
+  wk_orch__queue_job(o, rt, 0, on_builder_work, on_builder_done);
 }
 
 void wk_orch__report_calls(wk_orch *o, wk_task_rt *rt) {

@@ -51,5 +51,17 @@ void wk_orch__sem_release(wk_orch *o, wk_orch__sem_id id, wk_task_rt *rt) {
 }
 
 void wk_orch__release_all_sems(wk_orch *o, wk_task_rt *rt) {
-  for (int id = 0; id < WK_ORCH__SEM_COUNT; id++) wk_orch__sem_release(o, (wk_orch__sem_id)id, rt);
+  for (int id = 0; id < WK_ORCH__SEM_COUNT; id++) {
+    if (rt->sem.held_by_job & (1u << id)) continue; /* its job's done callback releases it */
+    wk_orch__sem_release(o, (wk_orch__sem_id)id, rt);
+  }
+}
+
+void wk_orch__sem_lend_to_job(wk_task_rt *rt, wk_orch__sem_id id) {
+  rt->sem.held_by_job = (uint8_t)(rt->sem.held_by_job | (1u << id));
+}
+
+void wk_orch__sem_release_from_job(wk_orch *o, wk_orch__sem_id id, wk_task_rt *rt) {
+  rt->sem.held_by_job = (uint8_t)(rt->sem.held_by_job & ~(1u << id));
+  wk_orch__sem_release(o, id, rt);
 }

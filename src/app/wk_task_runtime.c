@@ -88,6 +88,7 @@ void wk_task_rt_unref(wk_task_rt *rt) {
   wk_buf_free(&rt->writer.outputs);
   wk_buf_free(&rt->writer.results);
   wk_call_list_free(&rt->build.list);
+  wk_call_list_free(&rt->build.job.list); /* a build whose task converged meanwhile */
   free(rt->req.args);
   free(rt);
 }

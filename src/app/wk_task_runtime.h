@@ -77,8 +77,21 @@ typedef struct wk_rt_activation {
   char error[WK_TASK_RT_MESSAGE_MAX + 1];
 } wk_rt_activation;
 
+/* The builder job on the threadpool: it writes these fields only, and only while it is
+ * queued (build.running); the loop reads them in the job's done callback, never before.
+ * Times are monotonic ms on the loop's clock (uv_hrtime), read on the worker thread. */
+typedef struct wk_rt_build_job {
+  int rc; /* 0, or -1 with error */
+  wk_call_list list;
+  wk_stream_state stream;
+  int64_t started_ms, finished_ms;
+  char error[WK_TASK_RT_MESSAGE_MAX + 1];
+} wk_rt_build_job;
+
 /* What the builder made, and whether the calls phase was reported. */
 typedef struct wk_rt_build {
+  bool running; /* the builder job is on the threadpool: `job` is its */
+  wk_rt_build_job job;
   const struct wk_builder *impl;
   wk_call_list list; /* list builders */
   bool streaming;    /* stream builders: args made per index from `stream` */
@@ -111,6 +124,7 @@ typedef struct wk_rt_writer {
 /* The phase semaphores the task holds or waits for. */
 typedef struct wk_rt_sem {
   uint8_t held;            /* bit per phase semaphore */
+  uint8_t held_by_job;     /* of held, those a threadpool job holds until its done callback */
   struct wk_task_rt *next; /* in a phase semaphore's wait queue */
 } wk_rt_sem;
 

@@ -596,6 +596,18 @@ static const char *phase_message(const wk_phase_outcome *o, wk_phase phase, wk_f
                                    : "the writer phase failed";
 }
 
+/* The builder's run: the outcome's span, clamped to START_BUILDER..now. */
+static void builder_span(wk_task_statistic *st, const wk_phase_outcome *o, int64_t now_ms) {
+  st->builder_finished_ms = now_ms;
+  if (o->ran_to_ms <= 0) return;
+  int64_t to = o->ran_to_ms < now_ms ? o->ran_to_ms : now_ms;
+  int64_t from = o->ran_from_ms < to ? o->ran_from_ms : to;
+  if (from < st->builder_started_ms) from = st->builder_started_ms;
+  if (to < from) to = from;
+  st->builder_started_ms = from;
+  st->builder_finished_ms = to;
+}
+
 void wk_core_handle_phase_finished(wk_core *core, const char *task_id, size_t task_id_len,
                                    wk_phase phase, const wk_phase_outcome *outcome, int64_t now_ms,
                                    wk_transition_result *out) {
@@ -613,7 +625,7 @@ void wk_core_handle_phase_finished(wk_core *core, const char *task_id, size_t ta
   wk_failure_code code = outcome->failure_code;
   switch (phase) {
     case WK_PHASE_BUILDER:
-      st->builder_finished_ms = now_ms;
+      builder_span(st, outcome, now_ms);
       if (!outcome->ok) {
         code = code ? code : WK_FAIL_BUILDER_FAILED;
         converge(core, i, WK_TASK_FAILED, code, phase_message(outcome, phase, code), false, now_ms,

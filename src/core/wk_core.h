@@ -238,15 +238,20 @@ void wk_core_handle_activation_failed(wk_core *core, const char *task_id, size_t
 
 typedef struct wk_phase_outcome {
   bool ok;
-  wk_failure_code failure_code; /* on failure; NONE = the phase's default code */
-  const char *message;          /* NUL-terminated or NULL */
-  void *call_list;              /* builder: handed to START_CALLS */
-  bool streaming;               /* builder: calls come from a stream */
-  wk_bytes data;                /* calls: encoded outputs; writer: encoded plugin results */
-  wk_call_stats stats;          /* calls */
+  wk_failure_code failure_code;   /* on failure; NONE = the phase's default code */
+  const char *message;            /* NUL-terminated or NULL */
+  void *call_list;                /* builder: handed to START_CALLS */
+  bool streaming;                 /* builder: calls come from a stream */
+  wk_bytes data;                  /* calls: encoded outputs; writer: encoded plugin results */
+  wk_call_stats stats;            /* calls */
+  int64_t ran_from_ms, ran_to_ms; /* builder: when it ran (monotonic ms, the clock of now_ms);
+                                     0 = from START_BUILDER to now */
 } wk_phase_outcome;
 
-/** The adapter finished `phase` of the task. A failure without a message gets one
+/** The adapter finished `phase` of the task. A builder outcome's ran_from_ms/ran_to_ms
+ * become builder_started_ms/builder_finished_ms (kept within START_BUILDER..now, so a
+ * slightly finer clock than now's cannot make them run backwards), so builder_ms is
+ * the time the builder ran, not its wait for builder_concurrency. A failure without a message gets one
  * naming the phase and the code ("the calls phase failed: CALL_FAILED"). Builder ok → START_CALLS; builder
  * failed → FAILED (BUILDER_FAILED or the outcome's code). Calls ok → START_WRITER with
  * the core's copy of the outputs; calls failed → FAILED (CALL_FAILED or the

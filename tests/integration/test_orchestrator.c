@@ -661,6 +661,113 @@ static void test_i5_converge_releases_everything(void **state) {
   wait_scratch_empty(h);
 }
 
+/* ---- builders off the loop, under the builder semaphore ------------------------------ */
+
+/* The builder spans of finished tasks (monotonic ms, from on_task_finished on the loop). */
+typedef struct builder_span {
+  char task_id[32];
+  int64_t started_ms, finished_ms;
+  uint64_t calls;
+} builder_span;
+static builder_span spans[4];
+static int n_spans;
+static pthread_mutex_t spans_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static void record_span(void *ud, const wk_task_result *r) {
+  (void)ud;
+  pthread_mutex_lock(&spans_mu);
+  if (n_spans < 4) {
+    builder_span *b = &spans[n_spans++];
+    snprintf(b->task_id, sizeof b->task_id, "%.*s", (int)r->task_id_len, r->task_id);
+    b->started_ms = r->statistic.builder_started_ms;
+    b->finished_ms = r->statistic.builder_finished_ms;
+    b->calls = r->statistic.calls.calls_total;
+  }
+  pthread_mutex_unlock(&spans_mu);
+}
+
+static wk_builder_registry single_and_map;
+static void builders_config(wk_orch_config *cfg) {
+  memset(&single_and_map, 0, sizeof single_and_map);
+  wk_builder_registry_add(&single_and_map, "single");
+  wk_builder_registry_add(&single_and_map, "map");
+  cfg->builders = &single_and_map;
+  cfg->builder_concurrency = 1;
+  cfg->on_task_finished = record_span;
+  n_spans = 0;
+}
+static int setup_builders(void **state) {
+  tweak_config = builders_config;
+  return setup(state);
+}
+
+/* A map task whose args are `items` strings of `item_bytes` each (~ items * item_bytes). */
+static grpc_status_code submit_map(harness *h, const char *task_id, size_t items,
+                                   size_t item_bytes) {
+  size_t cap = items * (item_bytes + 3) + 2, len = 0;
+  char *args = malloc(cap + 1);
+  args[len++] = '[';
+  for (size_t i = 0; i < items; i++) {
+    if (i) args[len++] = ',';
+    args[len++] = '"';
+    memset(args + len, 'a' + (char)(i % 26), item_bytes);
+    len += item_bytes;
+    args[len++] = '"';
+  }
+  args[len++] = ']';
+  Worker__V1__FunctionCallConfig fn = WORKER__V1__FUNCTION_CALL_CONFIG__INIT;
+  fn.name = (char *)(uintptr_t) "fn";
+  fn.type = (char *)(uintptr_t) "map";
+  fn.args.data = (uint8_t *)args;
+  fn.args.len = len;
+  Worker__V1__SubmitTaskRequest req = WORKER__V1__SUBMIT_TASK_REQUEST__INIT;
+  req.task_id = (char *)(uintptr_t)task_id;
+  req.function = &fn;
+  size_t n = worker__v1__submit_task_request__get_packed_size(&req);
+  uint8_t *buf = malloc(n);
+  worker__v1__submit_task_request__pack(&req, buf);
+  wk_grpc_buf out = {0};
+  wk_grpc_status st;
+  grpc_status_code code = wk_grpc_client_unary(h->client, "/worker.v1.WorkerService/SubmitTask",
+                                               buf, n, NULL, 0, 5000, &out, &st);
+  wk_grpc_buf_free(&out);
+  free(buf);
+  free(args);
+  return code;
+}
+
+/* builder_concurrency=1: two map builds run one after the other (their measured spans
+ * do not overlap), and each span is the build's own time on a worker thread. */
+static void test_builder_concurrency_one_serialises(void **state) {
+  harness *h = *state;
+  /* 900 items of 900 bytes: ~0.8 MB to parse, several ms per build */
+  assert_int_equal(submit_map(h, "map-a", 900, 900), GRPC_STATUS_OK);
+  assert_int_equal(submit_map(h, "map-b", 900, 900), GRPC_STATUS_OK);
+  const char *ids[] = {"map-a", "map-b"};
+  for (int i = 0; i < 2; i++) {
+    Worker__V1__TaskResult *r = wait_terminal(h, ids[i]);
+    assert_int_equal(r->state, WORKER__V1__TASK_STATE__TASK_STATE_SUCCEEDED);
+    assert_int_equal(r->n_outputs, 900);
+    worker__v1__task_result__free_unpacked(r, NULL);
+  }
+  pthread_mutex_lock(&spans_mu);
+  assert_int_equal(n_spans, 2);
+  builder_span a = spans[0], b = spans[1];
+  pthread_mutex_unlock(&spans_mu);
+  if (a.started_ms > b.started_ms) {
+    builder_span t = a;
+    a = b;
+    b = t;
+  }
+  assert_true(a.started_ms <= a.finished_ms);
+  assert_true(b.started_ms <= b.finished_ms);
+  if (b.started_ms < a.finished_ms) {
+    fail_msg("builds overlap: %s ran %lld..%lld ms, %s ran %lld..%lld ms", a.task_id,
+             (long long)a.started_ms, (long long)a.finished_ms, b.task_id, (long long)b.started_ms,
+             (long long)b.finished_ms);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_submit_runs_one_call_and_echoes, setup, teardown),
@@ -676,6 +783,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_i3_job_after_converge_is_dropped, setup, teardown),
       cmocka_unit_test_setup_teardown(test_i4_facts_come_from_the_core, setup, teardown),
       cmocka_unit_test_setup_teardown(test_i5_converge_releases_everything, setup_i5, teardown),
+      cmocka_unit_test_setup_teardown(test_builder_concurrency_one_serialises, setup_builders,
+                                      teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -366,6 +366,30 @@ static void test_streaming_builder_and_empty_outputs(void **state) {
   FX_TIMES(r, 1000, 1001, 1001, 1100, 1100, 1200, 1200, 1300, 1300);
 }
 
+/* builder_ms is the builder's own run, as the adapter measured it; a span reaching
+ * outside START_BUILDER..now (a finer clock than now's) is clamped into it. */
+static void test_builder_span_is_the_run(void **state) {
+  wk_core *core = *state;
+  wk_transition_result out;
+  uint64_t s = FX_SUBMIT(core, ID("t1"), 0, 1, &ctx_a, 1000);
+  FX_ACTIVATE(core, ID("t1"), s, 11, &ctx_a, 1100);
+  wk_phase_outcome o = fx_ok();
+  o.ran_from_ms = 1150; /* waited 50 ms for builder_concurrency, ran 30 ms */
+  o.ran_to_ms = 1180;
+  wk_core_handle_phase_finished(core, ID("t1"), WK_PHASE_BUILDER, &o, 1200, &out);
+  FX_ERR(out.err, WK_OK);
+  FX_TIMES(FX_GET(core, ID("t1")), 1000, 1100, 1150, 1180, 1200, 0, 0, 0, 0);
+
+  s = FX_SUBMIT(core, ID("t2"), 0, 1, &ctx_b, 1000);
+  FX_ACTIVATE(core, ID("t2"), s, 11, &ctx_b, 1100);
+  o.ran_from_ms = 1090; /* before START_BUILDER, and past now */
+  o.ran_to_ms = 1203;
+  wk_core_handle_phase_finished(core, ID("t2"), WK_PHASE_BUILDER, &o, 1200, &out);
+  FX_ERR(out.err, WK_OK);
+  FX_TIMES(FX_GET(core, ID("t2")), 1000, 1100, 1100, 1200, 1200, 0, 0, 0, 0);
+  FX_INV(core);
+}
+
 static void test_builder_failure_codes(void **state) {
   wk_core *core = *state;
   wk_transition_result out;
@@ -589,6 +613,7 @@ int main(void) {
       FX_TEST(test_failure_message_truncated),
       FX_TEST(test_full_success_path),
       FX_TEST(test_streaming_builder_and_empty_outputs),
+      FX_TEST(test_builder_span_is_the_run),
       FX_TEST(test_builder_failure_codes),
       FX_TEST(test_calls_failure_keeps_outputs),
       FX_TEST(test_writer_failure_codes),
