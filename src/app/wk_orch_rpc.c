@@ -93,8 +93,26 @@ static uint64_t request_digest(const Worker__V1__SubmitTaskRequest *req) {
   return h;
 }
 
+/* Refuses, before the core sees the request, what no activation could fix: options the
+ * task's builder does not take. An unknown builder is left to the builder phase
+ * (BUILDER_NOT_FOUND, as the design says). Returns true when the rpc was answered. */
+static bool refuse_unrunnable(const wk_orch *o, wk_rpc *rpc,
+                              const Worker__V1__SubmitTaskRequest *req) {
+  char err[WK_TASK_RT_MESSAGE_MAX + 1], msg[WK_TASK_RT_MESSAGE_MAX + 64];
+  const wk_builder *b = wk_builder_registry_find(o->cfg.builders, req->function->type);
+  wk_option opts[WK_OPTIONS_MAX];
+  size_t n = wk_task_rt_builder_options(req->function, opts);
+  if (b && wk_builder_check_options(b, opts, n, err, sizeof err) != 0) {
+    snprintf(msg, sizeof msg, "function.options: %s", err);
+    wk_rpc_fail(rpc, GRPC_STATUS_INVALID_ARGUMENT, msg);
+    return true;
+  }
+  return false;
+}
+
 static void handle_submit(wk_orch *o, wk_rpc *rpc) {
   const Worker__V1__SubmitTaskRequest *req = wk_rpc_request(rpc);
+  if (refuse_unrunnable(o, rpc, req)) return;
   char traceparent[WK_TASK_RT_TRACEPARENT_MAX + 1] = "";
   wk_rpc_metadata(rpc, "traceparent", traceparent, sizeof traceparent);
   wk_submit_request sr = {

@@ -50,7 +50,9 @@ static void on_builder_work(uv_work_t *w) {
   wk_builder_input in = {.args = rt->req.args,
                          .args_len = rt->req.args_len,
                          .json = rt->req.args_json,
-                         .max_calls = j->o->cfg.max_calls_per_task};
+                         .max_calls = j->o->cfg.max_calls_per_task,
+                         .options = rt->req.builder_options,
+                         .n_options = rt->req.n_builder_options};
   job->started_ms = clock_ms();
   job->rc = b->stream_open ? b->stream_open(&in, &job->stream, job->error, sizeof job->error)
                            : b->build(&in, &job->list, job->error, sizeof job->error);

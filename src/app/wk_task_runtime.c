@@ -37,6 +37,15 @@ wk_task_rt *wk_task_rt_create(uv_loop_t *loop, const Worker__V1__SubmitTaskReque
     }
     q->n_handler_options = n;
   }
+  if (fn->n_options) {
+    wk_option view[WK_OPTIONS_MAX]; /* bounded by request validation */
+    q->n_builder_options = wk_task_rt_builder_options(fn, view);
+    q->builder_options = wk_xcalloc(q->n_builder_options, sizeof *q->builder_options);
+    for (size_t i = 0; i < q->n_builder_options; i++) {
+      q->builder_options[i].key = wk_xstrdup(view[i].key);
+      q->builder_options[i].value = wk_xstrdup(view[i].value);
+    }
+  }
   q->args_len = fn->args.len;
   if (q->args_len) {
     q->args = wk_xmalloc(q->args_len);
@@ -49,6 +58,13 @@ wk_task_rt *wk_task_rt_create(uv_loop_t *loop, const Worker__V1__SubmitTaskReque
     q->retry_on_executor_lost = req->call_retry_policy->retry_on_executor_lost;
   q->call_timeout_ms = (int64_t)req->call_timeout_ms;
   return rt;
+}
+
+size_t wk_task_rt_builder_options(const Worker__V1__FunctionCallConfig *fn,
+                                  wk_option view[WK_OPTIONS_MAX]) {
+  size_t n = fn->n_options < WK_OPTIONS_MAX ? fn->n_options : WK_OPTIONS_MAX;
+  for (size_t i = 0; i < n; i++) view[i] = (wk_option){fn->options[i]->key, fn->options[i]->value};
+  return n;
 }
 
 void wk_task_rt_ref(wk_task_rt *rt) { rt->refs++; }
@@ -85,6 +101,11 @@ void wk_task_rt_unref(wk_task_rt *rt) {
     free((void *)(uintptr_t)rt->req.handler_options[i].value);
   }
   free(rt->req.handler_options);
+  for (size_t i = 0; i < rt->req.n_builder_options; i++) {
+    free((void *)(uintptr_t)rt->req.builder_options[i].key);
+    free((void *)(uintptr_t)rt->req.builder_options[i].value);
+  }
+  free(rt->req.builder_options);
   wk_buf_free(&rt->writer.outputs);
   wk_buf_free(&rt->writer.results);
   wk_call_list_free(&rt->build.list);

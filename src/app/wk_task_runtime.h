@@ -57,6 +57,8 @@ typedef struct wk_rt_request {
   char result_handler[WK_PLUGIN_TYPE_MAX + 1]; /* "" = none (and for shadow traffic) */
   wk_writer_option *handler_options;           /* ResultHandler.options, copied (keys and values) */
   size_t n_handler_options;
+  wk_option *builder_options; /* FunctionCallConfig.options, copied (keys and values) */
+  size_t n_builder_options;
   char traceparent[WK_TASK_RT_TRACEPARENT_MAX + 1];
   uint8_t *args;
   size_t args_len;
@@ -156,6 +158,12 @@ struct wk_task_rt {
  * reaches a writer). The scratch directory is removed on `loop`'s threadpool. */
 wk_task_rt *wk_task_rt_create(uv_loop_t *loop, const Worker__V1__SubmitTaskRequest *req,
                               const char *traceparent, bool shadow);
+
+/** A view of the function's builder options (FunctionCallConfig.options) as borrowed
+ * wk_options in `view`: returns how many (at most WK_OPTIONS_MAX, which request
+ * validation enforces). */
+size_t wk_task_rt_builder_options(const Worker__V1__FunctionCallConfig *fn,
+                                  wk_option view[WK_OPTIONS_MAX]);
 
 /** Takes / drops a reference; the last drop frees the runtime (removing its
  * scratch directory). */

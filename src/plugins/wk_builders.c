@@ -1,6 +1,7 @@
 /* wk_builders.c: the built-in call builders and their registry.
  *   single  the task's args are the one call's args
- *   map     a JSON array: one call per item, outputs in item order
+ *   map     a JSON array (or, with option items=FIELD, an object whose FIELD holds
+ *           it): one call per item, outputs in item order
  *   range   streaming: {"start","stop","step","chunk"} → one call per chunk of the
  *           range, args {"start":a,"stop":b,"step":s}, produced lazily */
 #include "plugins/wk_builders.h"
@@ -18,9 +19,24 @@ void wk_call_list_free(wk_call_list *list) {
   memset(list, 0, sizeof *list);
 }
 
+static const char *const no_options[] = {NULL};
+static const char *const map_options[] = {"items", NULL};
+
+/* "the <name> builder: unknown option ..." for a key not in `known`. */
+static int check_options(const char *name, const char *const *known, const wk_option *options,
+                         size_t n, char *err, size_t err_len) {
+  char owner[64];
+  snprintf(owner, sizeof owner, "the %s builder", name);
+  return wk_option_check_keys(owner, options, n, known, err, err_len);
+}
+
+int wk_builder_check_options(const wk_builder *b, const wk_option *options, size_t n, char *err,
+                             size_t err_len) {
+  return check_options(b->name, b->options, options, n, err, err_len);
+}
+
 static int build_single(const wk_builder_input *in, wk_call_list *out, char *err, size_t err_len) {
-  (void)err;
-  (void)err_len;
+  if (check_options("single", no_options, in->options, in->n_options, err, err_len) != 0) return -1;
   out->count = 1;
   out->items = wk_xcalloc(1, sizeof *out->items);
   out->items[0].args = in->args;
@@ -58,19 +74,46 @@ static json_t *parse_json_args(const wk_builder_input *in, const char *builder, 
   return v;
 }
 
-static int build_map(const wk_builder_input *in, wk_call_list *out, char *err, size_t err_len) {
-  json_t *arr = parse_json_args(in, "map", err, err_len);
-  if (!arr) return -1;
+/* The array of items: the args, or with option items=FIELD the args object's FIELD.
+ * NULL with err set when it is not there. */
+static json_t *map_items(json_t *args, const wk_builder_input *in, char *err, size_t err_len) {
+  const char *field = wk_option_get(in->options, in->n_options, "items");
+  json_t *arr = args;
+  if (field) {
+    if (!json_is_object(args)) {
+      snprintf(err, err_len, "the map builder's option items=%.64s needs a JSON object, got %s",
+               field, json_kind(args));
+      return NULL;
+    }
+    arr = json_object_get(args, field);
+    if (!arr) {
+      snprintf(err, err_len, "the map builder's option items=%.64s names no field of the args",
+               field);
+      return NULL;
+    }
+  }
   if (!json_is_array(arr)) {
-    snprintf(err, err_len, "the map builder needs a JSON array of items, got %s", json_kind(arr));
-    json_decref(arr);
+    snprintf(err, err_len, "the map builder needs a JSON array of items%s%.64s, got %s",
+             field ? " in field " : "", field ? field : "", json_kind(arr));
+    return NULL;
+  }
+  return arr;
+}
+
+static int build_map(const wk_builder_input *in, wk_call_list *out, char *err, size_t err_len) {
+  if (check_options("map", map_options, in->options, in->n_options, err, err_len) != 0) return -1;
+  json_t *root = parse_json_args(in, "map", err, err_len);
+  if (!root) return -1;
+  json_t *arr = map_items(root, in, err, err_len);
+  if (!arr) {
+    json_decref(root);
     return -1;
   }
   size_t n = json_array_size(arr);
   if (n > in->max_calls) {
     snprintf(err, err_len, "the map has %zu items, more than the limit of %u calls per task", n,
              in->max_calls);
-    json_decref(arr);
+    json_decref(root);
     return -1;
   }
   /* two passes: size the storage, then write every item's compact encoding into it */
@@ -88,7 +131,7 @@ static int build_map(const wk_builder_input *in, wk_call_list *out, char *err, s
     out->items[i].len = len;
     at += len;
   }
-  json_decref(arr);
+  json_decref(root);
   return 0;
 }
 
@@ -109,6 +152,7 @@ static int get_int(json_t *obj, const char *key, int64_t dflt, int64_t *v, char 
 }
 
 static int range_open(const wk_builder_input *in, wk_stream_state *st, char *err, size_t err_len) {
+  if (check_options("range", no_options, in->options, in->n_options, err, err_len) != 0) return -1;
   json_t *obj = parse_json_args(in, "range", err, err_len);
   if (!obj) return -1;
   int rc = -1;
@@ -203,9 +247,9 @@ static size_t range_args(const wk_stream_state *st, uint64_t index, char *buf, s
 }
 
 static const wk_builder builtin[] = {
-    {"single", build_single, NULL, NULL},
-    {"map", build_map, NULL, NULL},
-    {"range", NULL, range_open, range_args},
+    {"single", no_options, build_single, NULL, NULL},
+    {"map", map_options, build_map, NULL, NULL},
+    {"range", no_options, NULL, range_open, range_args},
 };
 
 const wk_builder *wk_builder_find_builtin(const char *name) {

@@ -1,12 +1,24 @@
 /* wk_builders.h: call builders, turning a task's args into its calls, and the
  * registry of those a Profile enables. A builder not in the registry is
- * BUILDER_NOT_FOUND. Builders are pure functions of their input. */
+ * BUILDER_NOT_FOUND. Builders are pure functions of their input (no I/O, no globals:
+ * any thread may run any builder).
+ *
+ * Options (FunctionCallConfig.options, `workerctl submit --option K=V`): each builder
+ * lists the keys it takes in `options`; any other key is refused, at submission
+ * (INVALID_ARGUMENT, by the orchestrator through wk_builder_check_options) and again
+ * by the builder itself (BUILDER_FAILED).
+ *   single  none
+ *   map     items=FIELD: the args are a JSON object and its field FIELD holds the
+ *           array (the other fields are ignored); without it the args are the array
+ *   range   none (its parameters are its args) */
 #ifndef WK_BUILDERS_H
 #define WK_BUILDERS_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "lib/wk_options.h"
 
 /* One call's args: a view into the task's args or into the list's own storage. */
 typedef struct wk_call_item {
@@ -28,6 +40,8 @@ typedef struct wk_builder_input {
   size_t args_len;
   bool json; /* content type of args */
   uint32_t max_calls;
+  const wk_option *options; /* FunctionCallConfig.options (borrowed); n_options entries */
+  size_t n_options;
 } wk_builder_input;
 
 /* Builds the whole call list. Returns 0, or -1 with a message saying what was wrong
@@ -51,6 +65,7 @@ typedef size_t (*wk_stream_args_fn)(const wk_stream_state *st, uint64_t index, c
 
 typedef struct wk_builder {
   const char *name;
+  const char *const *options;    /* the option keys it takes, NULL-terminated */
   wk_builder_fn build;           /* list builders */
   wk_stream_open_fn stream_open; /* streaming builders */
   wk_stream_args_fn stream_args;
@@ -60,6 +75,11 @@ typedef struct wk_builder {
 
 /** The builder named `name` among those compiled in ("single", "map", "range"), or NULL. */
 const wk_builder *wk_builder_find_builtin(const char *name);
+
+/** Checks `n` options against those builder b takes. Returns 0, or -1 with
+ * "the map builder: unknown option 'k' (known: items)" in err. */
+int wk_builder_check_options(const wk_builder *b, const wk_option *options, size_t n, char *err,
+                             size_t err_len);
 
 #define WK_BUILDERS_MAX 16
 

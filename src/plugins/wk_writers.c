@@ -65,25 +65,10 @@ uint32_t wk_io_timeout_ms(const wk_writer_settings *s) {
   return s && s->io_timeout_ms ? s->io_timeout_ms : WK_WRITER_IO_TIMEOUT_MS;
 }
 
-const char *wk_option_get(const wk_writer_option *options, size_t n, const char *key) {
-  const char *v = NULL;
-  for (size_t i = 0; options && i < n; i++) {
-    if (options[i].key && strcmp(options[i].key, key) == 0)
-      v = options[i].value ? options[i].value : "";
-  }
-  return v;
-}
-
 int wk_check_option_keys(const char *writer, const wk_writer_option *options, size_t n,
                          const char *allowed, char *err, size_t len) {
-  for (size_t i = 0; options && i < n; i++) {
-    const char *k = options[i].key ? options[i].key : "";
-    if (!allowed || strcmp(k, allowed) != 0) {
-      return wk_werr(err, len, "%s: unknown option '%.64s' (known: %s)", writer, k,
-                     allowed ? allowed : "none");
-    }
-  }
-  return 0;
+  const char *const known[] = {allowed, NULL};
+  return wk_option_check_keys(writer, options, n, known, err, len);
 }
 
 /* ---- protobuf framing ----------------------------------------------------------------- */

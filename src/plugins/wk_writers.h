@@ -38,6 +38,7 @@
 #include <stdint.h>
 
 #include "lib/wk_buf.h"
+#include "lib/wk_options.h"
 
 /* The writers' static configuration (from the worker's configuration). Strings are
  * borrowed: they must outlive every validate and write call that is given them. NULL
@@ -57,10 +58,7 @@ typedef struct wk_writer_settings {
 #define WK_WRITER_VALIDATE_TIMEOUT_MS 1000u /* validate's connect and PING, at most */
 
 /* One entry of ResultHandler.options (borrowed strings). */
-typedef struct wk_writer_option {
-  const char *key;
-  const char *value;
-} wk_writer_option;
+typedef wk_option wk_writer_option;
 
 /* What a writer is given for one task. Everything is borrowed for the duration of the
  * write call only. */

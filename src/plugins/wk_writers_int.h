@@ -50,8 +50,7 @@ void wk_put_plugin_result(wk_buf *out, const char *plugin, const char *location,
 int wk_check_option_keys(const char *writer, const wk_writer_option *options, size_t n,
                          const char *allowed, char *err, size_t len);
 
-/** The value of `key` among options (the last one wins), or NULL. */
-const char *wk_option_get(const wk_writer_option *options, size_t n, const char *key);
+/* wk_option_get (lib/wk_options.h) reads an option's value. */
 
 /* ---- settings --------------------------------------------------------------------- */
 

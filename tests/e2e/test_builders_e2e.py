@@ -1,10 +1,14 @@
 """Call builders through the real worker: they run on the threadpool under the builder
 semaphore, so a large map does not stall the worker's RPCs, and builder_ms is the
-time the builder ran."""
+time the builder ran; each reads the options it takes and refuses the others."""
 import json
+import subprocess
 import time
 
-from conftest import health_pb2, pb
+import grpc
+import pytest
+
+from conftest import WORKERCTL, health_pb2, pb
 
 
 def big_map_args(n=60000):
@@ -63,3 +67,43 @@ def test_rpcs_answer_while_a_large_map_builds(worker_factory):
             break
     assert answered_during_build > 0, "no RPC was answered while the large map was building"
     assert slowest < 5.0, "an RPC during the build took %.3f s" % slowest
+
+
+def ctl(w, *args):
+    return subprocess.run([WORKERCTL, "--addr", w.addr] + list(args), capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_builder_options_are_read_or_refused(worker_factory):
+    """map takes items=FIELD; an option a builder does not take is INVALID_ARGUMENT at
+    submission, naming the builder and the options it takes (the old code accepted
+    and ignored every option)."""
+    w = worker_factory()
+    w.deploy("echo")
+    w.wait_serving()
+    fn = pb.FunctionCallConfig(name="echo", type="map", args=b'{"data": [1, 2], "meta": "x"}',
+                               options={"items": "data"})
+    w.stub.SubmitTask(pb.SubmitTaskRequest(task_id="opt-map", function=fn), timeout=10)
+    r = w.wait_terminal("opt-map")
+    assert r.state == pb.TASK_STATE_SUCCEEDED, r.failure_message
+    assert [json.loads(o.value)["echo"] for o in r.outputs] == [1, 2]
+
+    for builder, key, known in (("", "chunk", "none"), ("map", "item", "items"),
+                                ("range", "items", "none")):
+        fn = pb.FunctionCallConfig(name="echo", type=builder, args=b'{"stop": 3}',
+                                   options={key: "1"})
+        with pytest.raises(grpc.RpcError) as e:
+            w.stub.SubmitTask(pb.SubmitTaskRequest(task_id="opt-bad", function=fn), timeout=10)
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert e.value.details() == ("function.options: the %s builder: unknown option '%s' "
+                                     "(known: %s)" % (builder or "single", key, known))
+    # nothing was admitted under the refused id
+    with pytest.raises(grpc.RpcError) as e:
+        w.stub.GetTaskResult(pb.GetTaskResultRequest(task_id="opt-bad"), timeout=10)
+    assert e.value.code() == grpc.StatusCode.NOT_FOUND
+
+    out = ctl(w, "submit", "echo", '{"data": [7]}', "--builder", "map", "--option", "items=data",
+              "--task-id", "opt-ctl", "--watch")
+    assert out.returncode == 0 and "SUCCEEDED" in out.stdout, (out.stdout, out.stderr)
+    out = ctl(w, "submit", "echo", "[7]", "--builder", "map", "--option", "chunk=2")
+    assert out.returncode != 0 and "unknown option 'chunk' (known: items)" in out.stderr, out

@@ -1,11 +1,13 @@
 /* fuzz_builders.c: libFuzzer target for the call builders' argument parsing
  * (src/plugins/wk_builders.c): the task's args, as a client sends them.
  *
- * Input: byte 0 picks the builder (low 2 bits: 0 single, 1 map, 2 and 3 range) and the
- * content type (bit 2 set: bytes, else JSON); byte 1 picks max_calls (mod 5: 1, 3,
- * 1000, 1000000, UINT32_MAX); the rest is the args. Properties checked beyond "no
+ * Input: byte 0 picks the builder (low 2 bits: 0 single, 1 map, 2 and 3 range), the
+ * content type (bit 2 set: bytes, else JSON) and the options (bit 3: items=data, bit 4:
+ * an unknown key); byte 1 picks max_calls (mod 5: 1, 3, 1000, 1000000, UINT32_MAX);
+ * the rest is the args. Properties checked beyond "no
  * crash, no sanitizer report" (UBSan aborts on any signed overflow):
  *   - a failure has a message, and a list builder's failure leaves the list empty;
+ *   - an option the builder does not take always fails it;
  *   - map: at most max_calls items, each a JSON value that parses again;
  *   - range: at most max_calls calls; the first chunk starts at start, the last ends
  *     at stop, each chunk is non-empty and starts where the one before ended, and no
@@ -106,17 +108,31 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   size_t n = size - 2;
   uint8_t *args = malloc(n ? n : 1); /* exactly the args: ASan sees any over-read */
   memcpy(args, data + 2, n);
+  wk_option opts[2];
+  size_t n_opts = 0;
+  if (data[0] & 8) opts[n_opts++] = (wk_option){"items", "data"};
+  if (data[0] & 16) opts[n_opts++] = (wk_option){"nosuch", "1"};
   wk_builder_input in = {.args = args,
                          .args_len = n,
                          .json = !(data[0] & 4),
-                         .max_calls = max_calls_choice[data[1] % 5]};
-  if (b->stream_open) {
+                         .max_calls = max_calls_choice[data[1] % 5],
+                         .options = opts,
+                         .n_options = n_opts};
+  char err[256];
+  bool refused = wk_builder_check_options(b, opts, n_opts, err, sizeof err) != 0;
+  CHECK(!refused || err[0] != '\0');
+  if (refused) {
+    wk_call_list l = {0};
+    wk_stream_state st;
+    CHECK((b->build ? b->build(&in, &l, err, sizeof err)
+                    : b->stream_open(&in, &st, err, sizeof err)) == -1);
+    CHECK(l.count == 0);
+  } else if (b->stream_open) {
     check_range(b, &in);
   } else if (strcmp(b->name, "map") == 0) {
     check_map(b, &in);
   } else {
     wk_call_list l = {0};
-    char err[256] = "";
     CHECK(b->build(&in, &l, err, sizeof err) == 0 && l.count == 1 && l.items[0].len == n);
     wk_call_list_free(&l);
   }

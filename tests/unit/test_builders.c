@@ -143,6 +143,61 @@ static void test_range_errors(void **state) {
   expect_range_error("{\"stop\":100000}", "more than the limit of 1000 calls");
 }
 
+/* map's option items=FIELD takes the array from a field of an args object. */
+static void test_map_items_option(void **state) {
+  (void)state;
+  const wk_builder *b = wk_builder_find_builtin("map");
+  wk_option opt[] = {{"items", "data"}};
+  wk_builder_input in = json_input("{\"data\": [1, [2]], \"meta\": \"x\"}");
+  in.options = opt;
+  in.n_options = 1;
+  wk_call_list l = {0};
+  char err[256] = "";
+  assert_int_equal(b->build(&in, &l, err, sizeof err), 0);
+  assert_int_equal(l.count, 2);
+  expect_args(&l.items[0], "1");
+  expect_args(&l.items[1], "[2]");
+  wk_call_list_free(&l);
+  in = json_input("{\"meta\": 1}");
+  in.options = opt;
+  in.n_options = 1;
+  assert_int_equal(b->build(&in, &l, err, sizeof err), -1);
+  assert_non_null(strstr(err, "items=data names no field"));
+  in = json_input("[1]");
+  in.options = opt;
+  in.n_options = 1;
+  assert_int_equal(b->build(&in, &l, err, sizeof err), -1);
+  assert_non_null(strstr(err, "needs a JSON object, got an array"));
+  assert_int_equal(wk_builder_check_options(b, opt, 1, err, sizeof err), 0);
+}
+
+/* Every builder refuses an option it does not take, naming the ones it does. */
+static void test_unknown_options_are_refused(void **state) {
+  (void)state;
+  wk_option opt[] = {{"items", "data"}, {"chunk\n", "5"}};
+  const char *names[] = {"single", "map", "range"};
+  const char *want[] = {"the single builder: unknown option 'items' (known: none)",
+                        "the map builder: unknown option 'chunk?' (known: items)",
+                        "the range builder: unknown option 'items' (known: none)"};
+  for (int i = 0; i < 3; i++) {
+    const wk_builder *b = wk_builder_find_builtin(names[i]);
+    char err[256] = "";
+    assert_int_equal(wk_builder_check_options(b, opt, 2, err, sizeof err), -1);
+    assert_string_equal(err, want[i]);
+    wk_builder_input in = json_input("{\"stop\": 3}");
+    in.options = opt;
+    in.n_options = 2;
+    err[0] = '\0';
+    wk_call_list l = {0};
+    wk_stream_state st;
+    int rc =
+        b->build ? b->build(&in, &l, err, sizeof err) : b->stream_open(&in, &st, err, sizeof err);
+    assert_int_equal(rc, -1);
+    assert_string_equal(err, want[i]);
+    assert_int_equal(l.count, 0);
+  }
+}
+
 static void test_registry_lists_only_enabled(void **state) {
   (void)state;
   wk_builder_registry reg = {0};
@@ -164,6 +219,8 @@ int main(void) {
       cmocka_unit_test(test_range_of_ten_million_is_lazy),
       cmocka_unit_test(test_range_span_past_int64_is_checked),
       cmocka_unit_test(test_range_errors),
+      cmocka_unit_test(test_map_items_option),
+      cmocka_unit_test(test_unknown_options_are_refused),
       cmocka_unit_test(test_registry_lists_only_enabled),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
