@@ -56,7 +56,7 @@ static void handle_request_slot(wk_orch *o, wk_rpc *rpc) {
   }
   Worker__V1__RequestTaskSlotResponse resp = WORKER__V1__REQUEST_TASK_SLOT_RESPONSE__INIT;
   resp.slot_id = res.slot_id;
-  resp.lease_expires_unix_ms = res.lease_expires_ms ? res.lease_expires_ms + o->wall_offset_ms : 0;
+  resp.lease_expires_unix_ms = wk_wire_unix_ms(res.lease_expires_ms, o->wall_offset_ms);
   resp.state = res.result ? (Worker__V1__TaskState)wk_wire_task_state(res.result->state)
                           : WORKER__V1__TASK_STATE__TASK_STATE_PREPARING;
   if (!res.result || !wk_task_state_terminal(res.result->state)) {
@@ -153,7 +153,7 @@ static void handle_submit(wk_orch *o, wk_rpc *rpc) {
   resp.slot_id = res.slot_id;
   resp.state = (Worker__V1__TaskState)wk_wire_task_state(res.result->state);
   resp.duplicate = res.duplicate;
-  resp.accepted_unix_ms = res.accepted_ms + o->wall_offset_ms;
+  resp.accepted_unix_ms = wk_wire_unix_ms(res.accepted_ms, o->wall_offset_ms);
   reply_packed(rpc, &resp.base);
   if (!res.duplicate && o->shadow && !is_shadow) {
     /* mirrored after the primary succeeded; the forwarder never blocks */

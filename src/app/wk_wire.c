@@ -81,14 +81,12 @@ static uint64_t span_ms(int64_t from, int64_t to) {
   return (from && to >= from) ? (uint64_t)(to - from) : 0;
 }
 
-static int64_t wall(int64_t mono_ms, int64_t offset) { return mono_ms ? mono_ms + offset : 0; }
-
 void wk_wire_append_task_result(wk_buf *out, const wk_task_result *r, int64_t wall_offset_ms) {
   const wk_task_statistic *s = &r->statistic;
   Worker__V1__TaskStatistic st = WORKER__V1__TASK_STATISTIC__INIT;
-  st.accepted_unix_ms = wall(s->accepted_ms, wall_offset_ms);
-  st.started_unix_ms = wall(s->activated_ms, wall_offset_ms);
-  st.finished_unix_ms = wall(s->finished_ms, wall_offset_ms);
+  st.accepted_unix_ms = wk_wire_unix_ms(s->accepted_ms, wall_offset_ms);
+  st.started_unix_ms = wk_wire_unix_ms(s->activated_ms, wall_offset_ms);
+  st.finished_unix_ms = wk_wire_unix_ms(s->finished_ms, wall_offset_ms);
   st.builder_ms = span_ms(s->builder_started_ms, s->builder_finished_ms);
   st.calls_ms = span_ms(s->calls_started_ms, s->calls_finished_ms);
   st.writer_ms = span_ms(s->writer_started_ms, s->writer_finished_ms);

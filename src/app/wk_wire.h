@@ -25,6 +25,13 @@ const char *wk_wire_error_message(wk_err err, const char *task_id, char *buf, si
 static inline int wk_wire_task_state(wk_task_state s) { return (int)s + 1; }
 static inline int wk_wire_phase(wk_phase p) { return (int)p + 1; }
 
+/** The unix-ms time of a core time (monotonic ms): `mono_ms + wall_offset_ms`, and 0
+ * for 0, the core's "never" (e.g. accepted_ms of a reservation cancelled before any
+ * submit, a lease once the slot runs). Every core time on the wire goes through here. */
+static inline int64_t wk_wire_unix_ms(int64_t mono_ms, int64_t wall_offset_ms) {
+  return mono_ms ? mono_ms + wall_offset_ms : 0;
+}
+
 /** Appends the encoded TaskResult for `r` to `out`. `wall_offset_ms` turns the core's
  * monotonic times into unix ms. */
 void wk_wire_append_task_result(wk_buf *out, const wk_task_result *r, int64_t wall_offset_ms);

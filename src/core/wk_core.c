@@ -392,7 +392,8 @@ void wk_core_handle_request_slot(wk_core *core, const char *task_id, size_t task
   if (i != WK_NONE && !reservation_lapsed(core, i, now_ms)) {
     wk_task *t = &core->tasks[i];
     out->duplicate = true;
-    out->slot_id = t->result.slot_id;
+    /* a terminal task holds no slot: 0, as the proto says (its result keeps the id) */
+    out->slot_id = t->stage == WK_STAGE_TERMINAL ? 0 : t->result.slot_id;
     if (t->slot != WK_NONE && core->slots[t->slot].state == WK_SLOT_ALLOCATED) {
       out->lease_expires_ms = core->slots[t->slot].lease_expires_ms;
     }
@@ -422,7 +423,14 @@ static bool submit_args_valid(const wk_core *core, const wk_submit_request *req)
   return true;
 }
 
-/* Which error a slot id earns when the task id holds no reservation for it. */
+/* Which error a slot id earns when it is not the task's reservation (the task has
+ * none, or another one). Decided by the id's generation against its slot's, never by
+ * where the task's own reservation sits: a generation the slot never issued (or no
+ * such slot) is INVALID_SLOT; the generation the slot holds now, for a live
+ * reservation or task, is another task's: INVALID_SLOT; a generation the slot issued
+ * and lost since (its lease lapsed, the slot was reclaimed) is SLOT_UNCERTAIN. The
+ * core keeps no history of who held past generations: a lapsed one reads as the
+ * caller's own lapsed lease, the only way a correct client holds such an id. */
 static wk_err foreign_slot_error(const wk_core *core, uint64_t slot_id) {
   uint32_t s = wk_slot_id_index(slot_id);
   uint32_t gen = wk_slot_id_generation(slot_id);
@@ -483,8 +491,7 @@ void wk_core_handle_submit(wk_core *core, const wk_submit_request *req, void *ad
   if (i != WK_NONE) { /* reserved by RequestTaskSlot */
     wk_task *t = &core->tasks[i];
     if (req->slot_id != 0 && req->slot_id != t->result.slot_id) {
-      bool same_index = wk_slot_id_index(req->slot_id) == t->slot;
-      out->err = same_index ? WK_ERR_SLOT_UNCERTAIN : WK_ERR_INVALID_SLOT;
+      out->err = foreign_slot_error(core, req->slot_id);
       return;
     }
     if (reservation_lapsed(core, i, now_ms)) {

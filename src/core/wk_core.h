@@ -172,7 +172,8 @@ typedef struct wk_slot_result {
 
 /** Reserves a slot for `task_id` under a lease of `ttl_ms` (0 = default; capped at
  * max_slot_ttl_ms). Idempotent: a task id already reserved, active or retained gets
- * its existing slot / snapshot / terminal result back with duplicate = true.
+ * its existing slot / snapshot / terminal result back with duplicate = true (a
+ * terminal task: slot_id 0, it holds none; its result keeps the slot it ran on).
  * Errors: INVALID_ARGUMENT (bad id, negative ttl), UNAVAILABLE (not ready or
  * draining, for new ids only), NO_SLOT (no free slot). */
 void wk_core_handle_request_slot(wk_core *core, const char *task_id, size_t task_id_len,
@@ -209,8 +210,10 @@ typedef struct wk_submit_result {
  * Duplicates (same id and digest) return the current snapshot or terminal result.
  * Errors: INVALID_ARGUMENT (bad id, timeout or policy), CONFLICT (id reused with a
  * different digest), UNAVAILABLE (new task while not ready or draining), NO_SLOT,
- * INVALID_SLOT (slot id names no slot, or a slot reserved for another task),
- * SLOT_UNCERTAIN (the slot's lease lapsed, or its generation is stale). */
+ * INVALID_SLOT (slot id names no slot, a generation never issued, or another task's
+ * current slot), SLOT_UNCERTAIN (the id's generation was issued and its lease lapsed
+ * or the slot was reclaimed since). A slot id that is not the task's reservation is
+ * judged by its generation alone. */
 void wk_core_handle_submit(wk_core *core, const wk_submit_request *req, void *adapter_ctx,
                            int64_t now_ms, wk_submit_result *out);
 

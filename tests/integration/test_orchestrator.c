@@ -288,15 +288,24 @@ static grpc_status_code submit(harness *h, const char *task_id, const char *args
   return submit_with(h, task_id, args, timeout_ms, NULL, resp, NULL);
 }
 
+/* One unary call of WorkerService `method` with `req` (small); the reply's bytes land
+ * in *out (the caller frees them). */
+static grpc_status_code unary(harness *h, const char *method, const ProtobufCMessage *req,
+                              wk_grpc_buf *out) {
+  uint8_t buf[256];
+  assert_true(protobuf_c_message_get_packed_size(req) <= sizeof buf);
+  size_t n = protobuf_c_message_pack(req, buf);
+  char path[96];
+  snprintf(path, sizeof path, "/worker.v1.WorkerService/%s", method);
+  wk_grpc_status st;
+  return wk_grpc_client_unary(h->client, path, buf, n, NULL, 0, 5000, out, &st);
+}
+
 static Worker__V1__TaskResult *get(harness *h, const char *task_id, grpc_status_code *code) {
   Worker__V1__GetTaskResultRequest req = WORKER__V1__GET_TASK_RESULT_REQUEST__INIT;
   req.task_id = (char *)(uintptr_t)task_id;
-  uint8_t buf[256];
-  size_t n = worker__v1__get_task_result_request__pack(&req, buf);
   wk_grpc_buf out = {0};
-  wk_grpc_status st;
-  *code = wk_grpc_client_unary(h->client, "/worker.v1.WorkerService/GetTaskResult", buf, n, NULL, 0,
-                               5000, &out, &st);
+  *code = unary(h, "GetTaskResult", &req.base, &out);
   Worker__V1__TaskResult *r =
       *code == GRPC_STATUS_OK ? worker__v1__task_result__unpack(NULL, out.len, out.data) : NULL;
   wk_grpc_buf_free(&out);
@@ -404,6 +413,57 @@ static void test_full_slots_and_cancel(void **state) {
   assert_int_equal(cancel(h, "h1", &code), WORKER__V1__TASK_STATE__TASK_STATE_CANCELLED);
   assert_int_equal(code, GRPC_STATUS_OK);
   assert_int_equal(submit(h, "h3", "1", 0, NULL), GRPC_STATUS_OK);
+}
+
+/* RequestTaskSlot; returns the reply (NULL unless OK) and the status in *code. */
+static Worker__V1__RequestTaskSlotResponse *request_slot(harness *h, const char *task_id,
+                                                         grpc_status_code *code) {
+  Worker__V1__RequestTaskSlotRequest req = WORKER__V1__REQUEST_TASK_SLOT_REQUEST__INIT;
+  req.task_id = (char *)(uintptr_t)task_id;
+  wk_grpc_buf out = {0};
+  *code = unary(h, "RequestTaskSlot", &req.base, &out);
+  Worker__V1__RequestTaskSlotResponse *r =
+      *code == GRPC_STATUS_OK
+          ? worker__v1__request_task_slot_response__unpack(NULL, out.len, out.data)
+          : NULL;
+  wk_grpc_buf_free(&out);
+  return r;
+}
+
+/* A reservation cancelled before any submit was never accepted: a later SubmitTask of
+ * it is a duplicate whose accepted_unix_ms is 0, as GetTaskResult says, never the zero
+ * monotonic time shifted to the wall clock (the machine's boot time). RequestTaskSlot
+ * of it answers slot 0 (terminal) and no lease. */
+static void test_cancelled_reservation_was_never_accepted(void **state) {
+  harness *h = *state;
+  grpc_status_code code;
+  Worker__V1__RequestTaskSlotResponse *slot = request_slot(h, "r-c", &code);
+  assert_int_equal(code, GRPC_STATUS_OK);
+  assert_int_not_equal(slot->slot_id, 0);
+  assert_true(slot->lease_expires_unix_ms > 0);
+  worker__v1__request_task_slot_response__free_unpacked(slot, NULL);
+  assert_int_equal(cancel(h, "r-c", &code), WORKER__V1__TASK_STATE__TASK_STATE_CANCELLED);
+  assert_int_equal(code, GRPC_STATUS_OK);
+
+  Worker__V1__SubmitTaskResponse *resp;
+  assert_int_equal(submit(h, "r-c", "1", 0, &resp), GRPC_STATUS_OK);
+  assert_true(resp->duplicate);
+  assert_int_equal(resp->state, WORKER__V1__TASK_STATE__TASK_STATE_CANCELLED);
+  assert_int_equal(resp->accepted_unix_ms, 0);
+  worker__v1__submit_task_response__free_unpacked(resp, NULL);
+  Worker__V1__TaskResult *r = get(h, "r-c", &code);
+  assert_int_equal(code, GRPC_STATUS_OK);
+  assert_int_equal(r->statistic->accepted_unix_ms, 0);
+  assert_true(r->statistic->finished_unix_ms > 0);
+  worker__v1__task_result__free_unpacked(r, NULL);
+
+  slot = request_slot(h, "r-c", &code);
+  assert_int_equal(code, GRPC_STATUS_OK);
+  assert_int_equal(slot->slot_id, 0);
+  assert_int_equal(slot->lease_expires_unix_ms, 0);
+  assert_int_equal(slot->state, WORKER__V1__TASK_STATE__TASK_STATE_CANCELLED);
+  worker__v1__request_task_slot_response__free_unpacked(slot, NULL);
+  assert_int_equal(fake.submitted, 0);
 }
 
 static void test_watch_stream_ends_with_terminal(void **state) {
@@ -776,6 +836,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_timeout_cancels_the_call_and_frees_the_slot, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_full_slots_and_cancel, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_cancelled_reservation_was_never_accepted, setup,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_watch_stream_ends_with_terminal, setup, teardown),
       cmocka_unit_test_setup_teardown(test_i1_core_only_on_the_loop, setup, teardown),
       cmocka_unit_test_setup_teardown(test_i1_event_queue_is_bounded, setup_small_queue, teardown),

@@ -823,17 +823,18 @@ static uint64_t pick_slot_id(sim *s, const sim_task *t) {
   }
 }
 
-/* Errors a slot id may earn when it is not `t`'s valid reservation (contract of submit):
- * INVALID_SLOT when it names no slot or another task's slot, SLOT_UNCERTAIN when its
- * lease lapsed or its generation moved on. */
+/* The error a slot id earns when it is not `t`'s valid reservation (contract of submit),
+ * decided by its generation: INVALID_SLOT when it names no slot, a generation never
+ * issued, or another task's current slot; SLOT_UNCERTAIN when the generation was issued
+ * and its lease lapsed or the slot moved on. */
 static uint32_t foreign_slot_errors(const sim *s, uint64_t sid) {
   uint32_t idx = wk_slot_id_index(sid), gen = wk_slot_id_generation(sid);
   if (idx >= s->cfg.task_slots || gen == 0) return B(INVALID_SLOT);
   wk_slot_view v = wk_core_slot(s->core, idx);
-  if (gen > v.generation) return B(INVALID_SLOT) | B(SLOT_UNCERTAIN); /* never issued */
+  if (gen > v.generation) return B(INVALID_SLOT); /* never issued */
   if (gen < v.generation) return B(SLOT_UNCERTAIN);
   if (v.state == WK_SLOT_FREE) return B(SLOT_UNCERTAIN);
-  return B(INVALID_SLOT) | B(SLOT_UNCERTAIN);
+  return B(INVALID_SLOT);
 }
 
 static void err_mask_str(uint32_t mask, char *buf, size_t cap) {
@@ -955,6 +956,8 @@ static void ev_request_slot(sim *s) {
     case MS_TERMINAL:
       expect_err(s, out.err, B_OK, t);
       CHECK(out.duplicate, "request_slot(%s): terminal task not marked duplicate", t->id);
+      CHECK(out.slot_id == 0, "request_slot(%s): terminal task answered slot 0x%" PRIx64, t->id,
+            out.slot_id);
       CHECK(out.lease_expires_ms == 0, "request_slot(%s): terminal task has a lease", t->id);
       check_terminal_result(t, out.result, "request_slot");
       return;
@@ -1073,9 +1076,8 @@ static void ev_submit(sim *s) {
         expect_new = true;
       }
     } else {
-      /* not its reservation: either "another slot" or "stale" reads the contract */
-      allowed = foreign_slot_errors(s, req.slot_id) | B(SLOT_UNCERTAIN) | B(INVALID_SLOT) |
-                (unav ? B(UNAVAILABLE) : 0);
+      /* not its reservation: judged by the id's generation alone */
+      allowed = foreign_slot_errors(s, req.slot_id) | (unav ? B(UNAVAILABLE) : 0);
     }
   } else if (!t->submitted) { /* a cancelled reservation, retained */
     allowed = B_OK | B(CONFLICT);

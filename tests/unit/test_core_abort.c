@@ -112,11 +112,23 @@ static void test_cancel_reservation(void **state) {
   wk_core_handle_request_slot(core, ID("r1"), 0, 1200, &sr);
   FX_ERR(sr.err, WK_OK);
   assert_true(sr.duplicate);
-  assert_int_equal(sr.slot_id, s);
+  assert_int_equal(sr.slot_id, 0); /* terminal: no slot */
   assert_int_equal(sr.lease_expires_ms, 0);
   FX_RES(sr.result, s, WK_TASK_CANCELLED, WK_PHASE_DONE, WK_FAIL_CANCELLED, "never mind", 0);
   FX_INV(core);
   FX_HB(core, 1200, FX_SLOTS, 0, 0, true, false);
+
+  /* a submit of it is a duplicate that was never accepted: accepted_ms stays 0 (the
+   * adapter must not turn that 0 into a wall-clock time) */
+  wk_submit_request req = fx_req(ID("r1"), s, 7);
+  wk_submit_result sub;
+  wk_core_handle_submit(core, &req, &ctx_a, 1250, &sub);
+  FX_ERR(sub.err, WK_OK);
+  assert_true(sub.duplicate);
+  assert_false(sub.adapter_ctx_taken);
+  assert_int_equal(sub.accepted_ms, 0);
+  assert_int_equal(sub.result->statistic.accepted_ms, 0);
+  assert_int_equal(sub.cmds.count, 0);
 
   /* the lapsed lease of the released slot is stale */
   wk_core_handle_slot_lease_expired(core, s, 2000, &out);

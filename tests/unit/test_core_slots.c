@@ -254,11 +254,47 @@ static void test_request_duplicate_of_submitted_task(void **state) {
   wk_core_handle_request_slot(core, ID("t1"), 0, 1700, &out);
   FX_ERR(out.err, WK_OK);
   assert_true(out.duplicate);
-  assert_int_equal(out.slot_id, s);
+  assert_int_equal(out.slot_id, 0); /* the proto: 0 = none, the task is terminal */
   assert_int_equal(out.lease_expires_ms, 0);
   FX_RES(out.result, s, WK_TASK_SUCCEEDED, WK_PHASE_DONE, WK_FAIL_NONE, "", 5);
   FX_INV(core);
   FX_HB(core, 1700, FX_SLOTS, 0, 0, true, true);
+}
+
+/* A terminal task holds no slot: RequestTaskSlot answers slot id 0 (the proto's "none,
+ * e.g. the task is already terminal") and no lease, whichever way it ended; the slot it
+ * ran on may belong to another task by now. The result keeps the slot it ran on. */
+static void test_request_terminal_task_answers_no_slot(void **state) {
+  wk_core *core = *state; /* one slot */
+  wk_slot_result out;
+  /* a reservation cancelled before any submit */
+  uint64_t r = FX_RESERVE(core, ID("r1"), 0, 1000, 2000);
+  wk_transition_result tr;
+  wk_core_handle_abort(core, ID("r1"), WK_FAIL_CANCELLED, "never mind", 1100, &tr);
+  FX_ERR(tr.err, WK_OK);
+  FX_SLOT_FREE(core, r);
+  /* the freed slot goes to another task */
+  uint64_t other = FX_RESERVE(core, ID("other"), 0, 1200, 2200);
+  assert_int_equal(wk_slot_id_index(other), wk_slot_id_index(r));
+  wk_core_handle_request_slot(core, ID("r1"), 0, 1300, &out);
+  FX_ERR(out.err, WK_OK);
+  assert_true(out.duplicate);
+  assert_int_equal(out.slot_id, 0);
+  assert_int_equal(out.lease_expires_ms, 0);
+  FX_RES(out.result, r, WK_TASK_CANCELLED, WK_PHASE_DONE, WK_FAIL_CANCELLED, "never mind", 0);
+
+  /* a submitted task that timed out */
+  wk_core_handle_abort(core, ID("other"), WK_FAIL_CANCELLED, NULL, 1400, &tr);
+  uint64_t t = FX_SUBMIT(core, ID("t1"), 0, 9, &ctx_a, 1500);
+  wk_core_handle_task_timed_out(core, ID("t1"), 1500 + FX_TIMEOUT, &tr);
+  FX_ERR(tr.err, WK_OK);
+  wk_core_handle_request_slot(core, ID("t1"), 0, 1600 + FX_TIMEOUT, &out);
+  FX_ERR(out.err, WK_OK);
+  assert_true(out.duplicate);
+  assert_int_equal(out.slot_id, 0);
+  assert_int_equal(out.lease_expires_ms, 0);
+  FX_RES(out.result, t, WK_TASK_FAILED, WK_PHASE_DONE, WK_FAIL_TASK_TIMEOUT, NULL, 0);
+  FX_INV(core);
 }
 
 /* ---- leases ------------------------------------------------------------------------ */
@@ -447,6 +483,7 @@ int main(void) {
       FX_TEST(test_request_no_slot_when_full),
       FX_TEST(test_request_duplicate_of_reservation),
       FX_TEST(test_request_duplicate_of_submitted_task),
+      FX_TEST1(test_request_terminal_task_answers_no_slot),
       FX_TEST1(test_lease_expiry_frees_reservation),
       FX_TEST1(test_lease_expiry_errors),
       FX_TEST1(test_generation_bumps_on_every_allocation),

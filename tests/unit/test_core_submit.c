@@ -414,6 +414,53 @@ static void test_submit_slot_uncertain_stale_generation(void **state) {
   FX_SUBMIT(core, ID("b"), cur, 1, &ctx_b, 2300);
 }
 
+/* A slot id that is not the task's reservation is judged by its generation (the proto,
+ * the design), not by where the task's own reservation sits: a generation the slot had
+ * and lost (a lapsed lease) is SLOT_UNCERTAIN even when the slot serves another task
+ * now; a generation the slot never had is INVALID_SLOT even on the task's own slot. */
+static void test_submit_slot_error_decided_by_generation(void **state) {
+  wk_core *core = *state;
+  uint64_t old = FX_RESERVE(core, ID("x"), 0, 1000, 2000);
+  wk_transition_result tr;
+  wk_core_handle_slot_lease_expired(core, old, 2000, &tr);
+  FX_ERR(tr.err, WK_OK);
+  uint64_t y = FX_RESERVE(core, ID("y"), 0, 2100, 3100);
+  assert_int_equal(wk_slot_id_index(y), wk_slot_id_index(old)); /* x's old slot is y's now */
+  uint64_t x = FX_RESERVE(core, ID("x"), 0, 2100, 3100);
+  assert_int_not_equal(wk_slot_id_index(x), wk_slot_id_index(old));
+  uint32_t xi = wk_slot_id_index(x), xg = wk_slot_id_generation(x);
+  wk_submit_request req;
+
+  /* x's lapsed lease: ABORTED, though its slot is held by another task */
+  req = fx_req(ID("x"), old, 1);
+  SUBMIT_ERR(core, &req, WK_ERR_SLOT_UNCERTAIN, 2200);
+  /* generations x's own slot never had: FAILED_PRECONDITION */
+  req = fx_req(ID("x"), wk_slot_id_make(xi, xg + 1), 1);
+  SUBMIT_ERR(core, &req, WK_ERR_INVALID_SLOT, 2200);
+  req = fx_req(ID("x"), wk_slot_id_make(xi, xg + 1000), 1);
+  SUBMIT_ERR(core, &req, WK_ERR_INVALID_SLOT, 2200);
+  req = fx_req(ID("x"), wk_slot_id_make(xi, 0), 1);
+  SUBMIT_ERR(core, &req, WK_ERR_INVALID_SLOT, 2200);
+  /* another task's current slot */
+  req = fx_req(ID("x"), y, 1);
+  SUBMIT_ERR(core, &req, WK_ERR_INVALID_SLOT, 2200);
+
+  /* the same answers for a task with no reservation */
+  req = fx_req(ID("z"), old, 1);
+  SUBMIT_ERR(core, &req, WK_ERR_SLOT_UNCERTAIN, 2200);
+  req = fx_req(ID("z"), wk_slot_id_make(xi, xg + 1), 1);
+  SUBMIT_ERR(core, &req, WK_ERR_INVALID_SLOT, 2200);
+  req = fx_req(ID("z"), y, 1);
+  SUBMIT_ERR(core, &req, WK_ERR_INVALID_SLOT, 2200);
+
+  FX_SLOT_ALLOCATED(core, y, 3100, ID("y"));
+  FX_SLOT_ALLOCATED(core, x, 3100, ID("x"));
+  FX_NOT_FOUND(core, ID("z"));
+  /* the right pairing still goes in */
+  FX_SUBMIT(core, ID("x"), x, 1, &ctx_a, 2300);
+  FX_SUBMIT(core, ID("y"), y, 1, &ctx_b, 2300);
+}
+
 /* wk_core_live_task: the adapter reads a live task's slot, deadline and call policies
  * from the core (one copy), and a task stops being live once it converged. */
 static void test_live_task_view(void **state) {
@@ -466,6 +513,7 @@ int main(void) {
       FX_TEST(test_submit_invalid_slot),
       FX_TEST(test_submit_slot_uncertain_when_lease_lapsed),
       FX_TEST1(test_submit_slot_uncertain_stale_generation),
+      FX_TEST(test_submit_slot_error_decided_by_generation),
       FX_TEST(test_live_task_view),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
