@@ -1,6 +1,7 @@
 /* wk_calls.c: see wk_calls.h. */
 #include "app/wk_calls.h"
 
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,7 +35,7 @@ struct wk_subcall_group {
   uint64_t parent_call_id;
   uint64_t request_id;
   uint32_t count;
-  char function[WK_FUNCTION_NAME_MAX + 1];
+  uint32_t target; /* the children's function and epoch: rt->code.items[target] */
   char entrypoint[WK_ENTRYPOINT_MAX + 1];
   wk_frame_content content_type;
   uint8_t *args;   /* count args back to back */
@@ -130,8 +131,12 @@ static void send_attempt(wk_calls *c, const wk_disp_action *act) {
   } else {
     wk_subcall_group *g = find_group(rt, act->group);
     if (!g) return; /* its parent is gone: a CANCEL follows */
-    if (g->function[0]) spec.function = g->function;
-    if (g->entrypoint[0]) spec.entrypoint = g->entrypoint;
+    assert(g->target < rt->code.count);
+    const wk_rt_target *t = &rt->code.items[g->target];
+    spec.function = t->function;
+    spec.epoch = t->epoch;
+    spec.code_dir = t->code_dir;
+    spec.entrypoint = g->entrypoint;
     spec.content_type = g->content_type;
     size_t at = g->offsets[act->index];
     spec.args = (wk_frame_bytes){g->args + at, (uint32_t)(g->offsets[act->index + 1] - at)};
@@ -427,30 +432,88 @@ void wk_calls_on_result(wk_calls *c, void *call_ctx, const wk_call_outcome *o, i
   if (left) free_attempt(c, rt, left);
 }
 
+/* Answers every child of `req` at once with the same error: none of them runs. */
+static void refuse_subcalls(wk_calls *c, wk_attempt *parent, const wk_frame_subcalls *req,
+                            const char *type, const char *msg) {
+  wk_frame_child *children = wk_xcalloc(req->count ? req->count : 1, sizeof *children);
+  for (uint32_t i = 0; i < req->count; i++) {
+    children[i] = (wk_frame_child){.status = WK_FRAME_STATUS_ERROR,
+                                   .error_type = wk_frame_bytes_cstr(type),
+                                   .error_message = wk_frame_bytes_cstr(msg)};
+  }
+  if (parent->handle)
+    c->exec->answer_subcalls(c->exec->impl, parent->handle, req->request_id, children, req->count);
+  free(children);
+}
+
+/* The children's target and entry point: the parent's own when the request names no
+ * function (or the parent's function), else the task's pinned target of that name.
+ * Returns false with *type and why set when the children must not run. */
+static bool subcall_code(wk_calls *c, const wk_attempt *parent, const wk_frame_subcalls *req,
+                         uint32_t *target, char *entrypoint, size_t ep_len, const char **type,
+                         char *why, size_t why_len) {
+  wk_task_rt *rt = parent->rt;
+  assert(rt->code.count > 0); /* activation adopted the task's own function */
+  uint32_t mine = 0;          /* the parent's own target and entry point */
+  const char *my_entry = rt->req.entrypoint;
+  if (parent->group) {
+    const wk_subcall_group *pg = find_group(rt, parent->group);
+    if (!pg) {
+      *type = WK_TASK_CODE_REFUSED;
+      snprintf(why, why_len, "the parent call is no longer running");
+      return false;
+    }
+    mine = pg->target;
+    my_entry = pg->entrypoint;
+  }
+  const wk_rt_target *own = &rt->code.items[mine];
+  size_t fl = req->function.len;
+  bool same =
+      fl == 0 || (fl == strlen(own->function) && memcmp(req->function.ptr, own->function, fl) == 0);
+  *target = mine;
+  if (!same && wk_task_code_target(rt, &c->cfg.code, (const char *)req->function.ptr, fl, target,
+                                   type, why, why_len) != 0)
+    return false;
+  if (req->entrypoint.len > WK_ENTRYPOINT_MAX) {
+    *type = WK_TASK_CODE_REFUSED;
+    snprintf(why, why_len, "entrypoint of %u bytes (at most %u)", req->entrypoint.len,
+             WK_ENTRYPOINT_MAX);
+    return false;
+  }
+  if (req->entrypoint.len) {
+    snprintf(entrypoint, ep_len, "%.*s", (int)req->entrypoint.len,
+             (const char *)req->entrypoint.ptr);
+  } else {
+    snprintf(entrypoint, ep_len, "%s",
+             *target == mine ? my_entry : WK_TASK_CODE_DEFAULT_ENTRYPOINT);
+  }
+  return true;
+}
+
 void wk_calls_on_subcalls(wk_calls *c, void *call_ctx, const wk_frame_subcalls *req,
                           int64_t now_ms) {
   c->now_ms = now_ms;
   wk_attempt *parent = call_ctx;
   wk_task_rt *rt = parent->rt;
+  uint32_t target = 0;
+  char entrypoint[WK_ENTRYPOINT_MAX + 1];
+  const char *type = NULL;
+  char why[WK_TASK_RT_MESSAGE_MAX + 1];
+  if (!subcall_code(c, parent, req, &target, entrypoint, sizeof entrypoint, &type, why,
+                    sizeof why)) {
+    refuse_subcalls(c, parent, req, type, why);
+    process(c);
+    return;
+  }
   uint64_t group = 0;
   wk_err err = wk_disp_add_subcalls(c->disp, parent->call_id, req->count, now_ms, &group, &c->out);
   if (err != WK_OK) {
-    char msg[160];
-    snprintf(msg, sizeof msg, "%s",
-             err == WK_ERR_INVALID_ARGUMENT
-                 ? "subcalls nested deeper than this worker allows (max_depth)"
-             : err == WK_ERR_NO_SLOT ? "too many calls in flight on this worker to start subcalls"
-                                     : "the parent call is no longer running");
-    wk_frame_child *children = wk_xcalloc(req->count ? req->count : 1, sizeof *children);
-    for (uint32_t i = 0; i < req->count; i++) {
-      children[i] = (wk_frame_child){.status = WK_FRAME_STATUS_ERROR,
-                                     .error_type = wk_frame_bytes_cstr("SubcallRefused"),
-                                     .error_message = wk_frame_bytes_cstr(msg)};
-    }
-    if (parent->handle)
-      c->exec->answer_subcalls(c->exec->impl, parent->handle, req->request_id, children,
-                               req->count);
-    free(children);
+    refuse_subcalls(c, parent, req, WK_TASK_CODE_REFUSED,
+                    err == WK_ERR_INVALID_ARGUMENT
+                        ? "subcalls nested deeper than this worker allows (max_depth)"
+                    : err == WK_ERR_NO_SLOT
+                        ? "too many calls in flight on this worker to start subcalls"
+                        : "the parent call is no longer running");
     process(c);
     return;
   }
@@ -459,10 +522,8 @@ void wk_calls_on_subcalls(wk_calls *c, void *call_ctx, const wk_frame_subcalls *
   g->parent_call_id = parent->call_id;
   g->request_id = req->request_id;
   g->count = req->count;
-  snprintf(g->function, sizeof g->function, "%.*s", (int)req->function.len,
-           (const char *)req->function.ptr);
-  snprintf(g->entrypoint, sizeof g->entrypoint, "%.*s", (int)req->entrypoint.len,
-           (const char *)req->entrypoint.ptr);
+  g->target = target;
+  snprintf(g->entrypoint, sizeof g->entrypoint, "%s", entrypoint);
   g->content_type = req->content_type;
   g->offsets = wk_xcalloc((size_t)req->count + 1, sizeof *g->offsets);
   g->args = wk_xmalloc(req->args_enc.len ? req->args_enc.len : 1);

@@ -12,6 +12,7 @@
 #define WK_CALLS_H
 
 #include "adapters/wk_exec_adapter.h"
+#include "app/wk_task_code.h"
 #include "app/wk_task_runtime.h"
 #include "core/wk_dispatcher.h"
 
@@ -23,6 +24,7 @@ typedef struct wk_calls_config {
                                    before the dispatcher, so a wedged call's stack is captured */
   uint32_t stream_low_water;    /* refill a stream when fewer calls than this are queued */
   uint32_t stream_batch;        /* calls added per refill */
+  wk_task_code_env code;        /* where subcall targets resolve, and the AuditGate */
 } wk_calls_config;
 
 /* Called when a task's calls are over (rt->calls.ok says how). */
@@ -46,7 +48,11 @@ void wk_calls_stop(wk_calls *c, wk_task_rt *rt, int64_t now_ms);
 /** Executor outcome of an attempt (the adapter's on_result). */
 void wk_calls_on_result(wk_calls *c, void *call_ctx, const wk_call_outcome *o, int64_t now_ms);
 
-/** A running attempt asks for child calls (the adapter's on_subcalls). */
+/** A running attempt asks for child calls (the adapter's on_subcalls). The children
+ * run the function the request names (wk_task_code_target: the task's pinned epoch of
+ * it), or the parent's own function, epoch and entry point when it names none. A
+ * target that cannot run fails every child at once with a typed error
+ * (FunctionNotFound, FunctionDenied, SubcallRefused) and runs no code. */
 void wk_calls_on_subcalls(wk_calls *c, void *call_ctx, const wk_frame_subcalls *req,
                           int64_t now_ms);
 

@@ -290,7 +290,10 @@ wk_orch *wk_orch_create(uv_loop_t *loop, const wk_orch_config *cfg, char *err, s
   if (o->cfg.max_queued_rpcs == 0) o->cfg.max_queued_rpcs = WK_ORCH_DEFAULT_MAX_QUEUED_RPCS;
   o->core = wk_core_create(&cfg->core);
   wk_orch__sems_init(o);
-  o->calls = wk_calls_create(&cfg->calls, &o->exec, wk_orch__calls_done, o, err, err_len);
+  /* subcall targets resolve in the code root and pass the AuditGate, as tasks do */
+  o->cfg.calls.code = (wk_task_code_env){
+      .code_root = cfg->code_root, .audit_allow = cfg->audit_allow, .audit_deny = cfg->audit_deny};
+  o->calls = wk_calls_create(&o->cfg.calls, &o->exec, wk_orch__calls_done, o, err, err_len);
   if (!o->calls) {
     wk_core_destroy(o->core);
     free(o);

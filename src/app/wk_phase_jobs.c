@@ -9,6 +9,7 @@
 
 #include "adapters/wk_code_store.h"
 #include "app/wk_audit.h"
+#include "app/wk_task_code.h"
 
 void wk_orch__start_calls(wk_orch *o, wk_task_rt *rt) {
   if (!wk_orch__sem_acquire(o, WK_ORCH__SEM_EXECUTOR, rt)) return;
@@ -271,6 +272,7 @@ static void on_activation_done(uv_work_t *w, int status) {
   if (!wk_orch__converged(o, rt)) {
     wk_transition_result tr;
     if (status == 0 && rt->act.rc == 0) {
+      wk_task_code_adopt(rt);
       wk_core_handle_activation_prepared(o->core, rt->req.task_id, strlen(rt->req.task_id), slot_id,
                                          rt->act.epoch, o->now_ms, &tr);
     } else {

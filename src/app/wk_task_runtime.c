@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "app/wk_fs.h"
+#include "app/wk_task_code.h"
 #include "app/wk_wire.h"
 #include "lib/wk_alloc.h"
 
@@ -110,6 +111,7 @@ void wk_task_rt_unref(wk_task_rt *rt) {
   wk_buf_free(&rt->writer.results);
   wk_call_list_free(&rt->build.list);
   wk_call_list_free(&rt->build.job.list); /* a build whose task converged meanwhile */
+  wk_task_code_free(rt);
   free(rt->req.args);
   free(rt);
 }

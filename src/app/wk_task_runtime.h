@@ -11,6 +11,7 @@
  * The record is made of parts, each written by one file only (others only read it):
  *   req     wk_task_runtime.c (wk_task_rt_create), read-only afterwards
  *   act     the activation job (wk_phase_jobs.c)
+ *   code    the code targets of its calls and subcalls (wk_task_code.c)
  *   build   the builder and calls steps (wk_phase_jobs.c)
  *   calls   the calls driver (wk_calls.c)
  *   writer  the writer job (wk_phase_jobs.c)
@@ -90,6 +91,21 @@ typedef struct wk_rt_build_job {
   char error[WK_TASK_RT_MESSAGE_MAX + 1];
 } wk_rt_build_job;
 
+#define WK_TASK_CODE_TARGETS_MAX 64u /* distinct functions one task's calls may run */
+
+/* One function a task runs, at the epoch pinned for the task. */
+typedef struct wk_rt_target {
+  char function[WK_FUNCTION_NAME_MAX + 1];
+  uint64_t epoch;
+  char *code_dir; /* owned */
+} wk_rt_target;
+
+/* The task's targets: [0] its own function (from activation), then subcall targets. */
+typedef struct wk_rt_code {
+  wk_rt_target *items;
+  uint32_t count, cap;
+} wk_rt_code;
+
 /* What the builder made, and whether the calls phase was reported. */
 typedef struct wk_rt_build {
   bool running; /* the builder job is on the threadpool: `job` is its */
@@ -145,6 +161,7 @@ struct wk_task_rt {
 
   wk_rt_request req;
   wk_rt_activation act;
+  wk_rt_code code;
   wk_rt_build build;
   wk_rt_calls calls;
   wk_rt_writer writer;

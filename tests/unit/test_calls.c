@@ -11,8 +11,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
+#include "adapters/wk_code_store.h"
 #include "app/wk_calls.h"
+#include "app/wk_fs.h"
+#include "app/wk_task_code.h"
 #include "app/wk_task_runtime.h"
 #include "worker/v1/worker.pb-c.h"
 
@@ -24,6 +28,9 @@ typedef struct fake_call {
   void *ctx; /* the driver's attempt */
   char args[WK_STREAM_ARGS_MAX];
   char function[WK_FUNCTION_NAME_MAX + 1];
+  char entrypoint[WK_ENTRYPOINT_MAX + 1];
+  char code_dir[512];
+  uint64_t epoch;
   uint32_t deadline_ms;
   bool cancelled;
   bool answered;
@@ -31,6 +38,7 @@ typedef struct fake_call {
   uint32_t children;
   wk_frame_status child_status[8];
   char child_output[8][32];
+  char child_error[8][256];
 } fake_call;
 
 typedef struct fake_exec {
@@ -45,6 +53,9 @@ static void *fake_submit(void *impl, const wk_call_spec *spec, void *ctx) {
   c->ctx = ctx;
   snprintf(c->args, sizeof c->args, "%.*s", (int)spec->args.len, (const char *)spec->args.ptr);
   snprintf(c->function, sizeof c->function, "%s", spec->function);
+  snprintf(c->entrypoint, sizeof c->entrypoint, "%s", spec->entrypoint);
+  snprintf(c->code_dir, sizeof c->code_dir, "%s", spec->code_dir);
+  c->epoch = spec->epoch;
   c->deadline_ms = spec->deadline_ms;
   return c;
 }
@@ -69,6 +80,9 @@ static void fake_answer_subcalls(void *impl, void *handle, uint64_t request_id,
     c->child_status[i] = children[i].status;
     snprintf(c->child_output[i], sizeof c->child_output[i], "%.*s", (int)children[i].output.len,
              (const char *)children[i].output.ptr);
+    snprintf(c->child_error[i], sizeof c->child_error[i], "%.*s: %.*s",
+             (int)children[i].error_type.len, (const char *)children[i].error_type.ptr,
+             (int)children[i].error_message.len, (const char *)children[i].error_message.ptr);
   }
   f->subcall_answers++;
 }
@@ -80,8 +94,9 @@ typedef struct fx {
   wk_exec_adapter adapter;
   wk_calls *calls;
   wk_task_rt *rt;
-  int done; /* on_done calls */
-  bool ok;  /* rt->calls.ok when it came */
+  char code_root[64]; /* a real code store: child_fn deployed, epochs 1 and 2 */
+  int done;           /* on_done calls */
+  bool ok;            /* rt->calls.ok when it came */
 } fx;
 
 static void on_done(void *ud, wk_task_rt *rt) {
@@ -91,13 +106,35 @@ static void on_done(void *ud, wk_task_rt *rt) {
   f->ok = rt->calls.ok;
 }
 
+/* Deploys `name` (a main.py) into the fixture's code store; returns its epoch. */
+static uint64_t deploy(fx *f, const char *name) {
+  char src[128], file[160], err[256];
+  snprintf(src, sizeof src, "%s.src", f->code_root);
+  (void)mkdir(src, 0755);
+  snprintf(file, sizeof file, "%s/main.py", src);
+  FILE *fp = fopen(file, "w");
+  assert_non_null(fp);
+  fputs("def handler(args, ctx):\n    return args\n", fp);
+  fclose(fp);
+  uint64_t epoch = 0;
+  int rc = wk_code_store_deploy(f->code_root, name, src, &epoch, err, sizeof err);
+  assert_int_equal(rc, 0);
+  wk_fs_remove_tree(src);
+  return epoch;
+}
+
 static int setup(void **state) {
   fx *f = calloc(1, sizeof *f);
+  snprintf(f->code_root, sizeof f->code_root, "/tmp/wk-test-calls-XXXXXX");
+  assert_non_null(mkdtemp(f->code_root));
   f->adapter = (wk_exec_adapter){.impl = &f->exec,
                                  .submit = fake_submit,
                                  .cancel = fake_cancel,
                                  .answer_subcalls = fake_answer_subcalls};
-  wk_calls_config cfg = {.escalation_budget_ms = 20, .stream_low_water = 2, .stream_batch = 3};
+  wk_calls_config cfg = {.escalation_budget_ms = 20,
+                         .stream_low_water = 2,
+                         .stream_batch = 3,
+                         .code = {.code_root = f->code_root, .audit_deny = "secret*"}};
   wk_disp_config_default(&cfg.disp);
   char err[128];
   f->calls = wk_calls_create(&cfg, &f->adapter, on_done, f, err, sizeof err);
@@ -111,6 +148,11 @@ static int setup(void **state) {
   req.task_id = (char *)(uintptr_t) "t1";
   req.function = &fn;
   f->rt = wk_task_rt_create(NULL, &req, NULL, false); /* no scratch directory: no loop needed */
+  /* what activation made: the task's own function at epoch 3 */
+  f->rt->act.epoch = 3;
+  snprintf(f->rt->act.code_dir, sizeof f->rt->act.code_dir, "%s/fn/3", f->code_root);
+  wk_task_code_adopt(f->rt);
+  deploy(f, "child_fn");
   *state = f;
   return 0;
 }
@@ -120,6 +162,7 @@ static int teardown(void **state) {
   wk_calls_stop(f->calls, f->rt, 0);
   wk_task_rt_unref(f->rt);
   wk_calls_destroy(f->calls);
+  wk_fs_remove_tree(f->code_root);
   free(f);
   return 0;
 }
@@ -288,6 +331,12 @@ static void test_subcalls_answer_the_waiting_parent(void **state) {
   wk_calls_on_subcalls(f->calls, f->exec.calls[0].ctx, &req, 1);
   assert_int_equal(f->exec.submitted, 3);
   assert_string_equal(f->exec.calls[1].function, "child_fn");
+  /* the children run child_fn's own code: its epoch, its directory, main:handler */
+  char want_dir[128];
+  snprintf(want_dir, sizeof want_dir, "%s/child_fn/1", f->code_root);
+  assert_int_equal(f->exec.calls[1].epoch, 1);
+  assert_string_equal(f->exec.calls[1].code_dir, want_dir);
+  assert_string_equal(f->exec.calls[1].entrypoint, "main:handler");
   assert_int_equal(f->rt->calls.stats.subcalls, 2);
   /* children answer out of order; the parent gets them in request order, once */
   int first = strcmp(f->exec.calls[1].args, "10") == 0 ? 1 : 2;
@@ -304,6 +353,68 @@ static void test_subcalls_answer_the_waiting_parent(void **state) {
   answer(f, 0, WK_CALL_OK, "31", 4);
   assert_int_equal(f->done, 1);
   assert_true(f->ok);
+}
+
+/* A SUBCALLS of one "null" arg to `fn` from call `i` (request 77). */
+static void subcall(fx *f, int i, const char *fn, const char *entrypoint, int64_t now) {
+  const char *child_args[] = {"null"};
+  uint8_t enc[32];
+  size_t n = encode_args(enc, child_args, 1);
+  wk_frame_subcalls req = {.request_id = 77,
+                           .function = wk_frame_bytes_cstr(fn),
+                           .entrypoint = wk_frame_bytes_cstr(entrypoint),
+                           .content_type = WK_FRAME_CONTENT_JSON,
+                           .count = 1,
+                           .args_enc = {enc, (uint32_t)n}};
+  wk_calls_on_subcalls(f->calls, f->exec.calls[i].ctx, &req, now);
+}
+
+static void test_a_subcall_target_keeps_its_first_epoch(void **state) {
+  fx *f = *state;
+  const char *args[] = {"1", "2"};
+  start_list(f, args, 2, view(100000, WK_CALL_FAIL_FAST, 1), 0);
+  subcall(f, 0, "child_fn", "", 1);
+  assert_int_equal(f->exec.submitted, 3);
+  assert_int_equal(f->exec.calls[2].epoch, 1);
+  assert_int_equal(deploy(f, "child_fn"), 2); /* CURRENT moves on */
+  subcall(f, 1, "child_fn", "", 2);
+  assert_int_equal(f->exec.submitted, 4);
+  assert_int_equal(f->exec.calls[3].epoch, 1); /* the task's pin, not CURRENT */
+  /* a child naming no function runs its own (child_fn@1), not the task's fn@3 */
+  subcall(f, 3, "", "", 3);
+  assert_int_equal(f->exec.submitted, 5);
+  assert_string_equal(f->exec.calls[4].function, "child_fn");
+  assert_int_equal(f->exec.calls[4].epoch, 1);
+  assert_string_equal(f->exec.calls[4].entrypoint, "main:handler");
+  /* the task's own function from a child: the task's epoch and entry point */
+  subcall(f, 4, "fn", "", 4);
+  assert_int_equal(f->exec.submitted, 6);
+  assert_string_equal(f->exec.calls[5].function, "fn");
+  assert_int_equal(f->exec.calls[5].epoch, 3);
+  assert_int_equal(f->rt->code.count, 2);
+}
+
+static void test_a_target_that_cannot_run_fails_its_subcalls_and_runs_nothing(void **state) {
+  fx *f = *state;
+  const char *args[] = {"1"};
+  start_list(f, args, 1, view(100000, WK_CALL_FAIL_FAST, 1), 0);
+  deploy(f, "secret_fn");
+  const struct {
+    const char *fn, *want;
+  } cases[] = {
+      {"nosuch", "FunctionNotFound: function 'nosuch' is not deployed"},
+      {"../fn", "FunctionNotFound: invalid function name '../fn'"},
+      {"secret_fn", "FunctionDenied: function 'secret_fn' is denied by this worker's audit_deny"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    subcall(f, 0, cases[i].fn, "", (int64_t)i + 1);
+    assert_int_equal(f->exec.submitted, 1); /* no child was sent anywhere */
+    assert_int_equal(f->exec.subcall_answers, (int)i + 1);
+    assert_int_equal(f->exec.calls[0].child_status[0], WK_FRAME_STATUS_ERROR);
+    assert_non_null(strstr(f->exec.calls[0].child_error[0], cases[i].want));
+  }
+  assert_int_equal(f->rt->code.count, 1);
+  assert_int_equal(f->rt->calls.stats.subcalls, 0);
 }
 
 static void test_call_timeout_reaches_the_executor_early(void **state) {
@@ -350,6 +461,9 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_fail_fast_cancels_the_rest, setup, teardown),
       cmocka_unit_test_setup_teardown(test_stream_refills_in_batches, setup, teardown),
       cmocka_unit_test_setup_teardown(test_subcalls_answer_the_waiting_parent, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_a_subcall_target_keeps_its_first_epoch, setup, teardown),
+      cmocka_unit_test_setup_teardown(
+          test_a_target_that_cannot_run_fails_its_subcalls_and_runs_nothing, setup, teardown),
       cmocka_unit_test_setup_teardown(test_call_timeout_reaches_the_executor_early, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_task_deadline_is_passed_as_it_is, setup, teardown),

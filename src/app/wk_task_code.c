@@ -1,0 +1,87 @@
+/* wk_task_code.c: see wk_task_code.h. */
+#include "app/wk_task_code.h"
+
+#include <assert.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "adapters/wk_code_store.h"
+#include "app/wk_audit.h"
+#include "lib/wk_alloc.h"
+#include "lib/wk_err.h"
+
+/* Appends a target; the caller checked the bound. */
+static uint32_t add_target(wk_rt_code *code, const char *function, size_t len, uint64_t epoch,
+                           const char *code_dir) {
+  assert(code->count < WK_TASK_CODE_TARGETS_MAX);
+  assert(len <= WK_FUNCTION_NAME_MAX);
+  if (code->count == code->cap) {
+    code->cap = code->cap ? code->cap * 2 : 4;
+    code->items = wk_xrealloc(code->items, code->cap * sizeof *code->items);
+  }
+  wk_rt_target *t = &code->items[code->count];
+  memcpy(t->function, function, len);
+  t->function[len] = '\0';
+  t->epoch = epoch;
+  t->code_dir = wk_xstrdup(code_dir);
+  return code->count++;
+}
+
+void wk_task_code_adopt(wk_task_rt *rt) {
+  assert(rt->code.count == 0);
+  assert(rt->act.rc == 0 && rt->act.epoch > 0);
+  (void)add_target(&rt->code, rt->req.function, strlen(rt->req.function), rt->act.epoch,
+                   rt->act.code_dir);
+}
+
+int wk_task_code_target(wk_task_rt *rt, const wk_task_code_env *env, const char *function,
+                        size_t len, uint32_t *index, const char **type, char *err, size_t err_len) {
+  wk_rt_code *code = &rt->code;
+  for (uint32_t i = 0; i < code->count; i++) {
+    if (strlen(code->items[i].function) == len &&
+        memcmp(code->items[i].function, function, len) == 0) {
+      *index = i;
+      return 0;
+    }
+  }
+  *type = WK_TASK_CODE_NOT_FOUND;
+  char name[WK_FUNCTION_NAME_MAX + 1];
+  if (len > WK_FUNCTION_NAME_MAX || memchr(function, '\0', len)) {
+    wk_errf(err, err_len,
+            "invalid function name (%zu bytes): use 1..%u characters of [A-Za-z0-9_.-]", len,
+            WK_FUNCTION_NAME_MAX);
+    return -1;
+  }
+  memcpy(name, function, len);
+  name[len] = '\0';
+  if (!wk_code_store_valid_function_name(name)) {
+    wk_errf(err, err_len,
+            "invalid function name '%s': use 1..%u characters of [A-Za-z0-9_.-], not starting "
+            "with '.'",
+            name, WK_FUNCTION_NAME_MAX);
+    return -1;
+  }
+  if (!wk_audit_permits(env->audit_allow, env->audit_deny, name, err, err_len)) {
+    *type = WK_TASK_CODE_DENIED;
+    return -1;
+  }
+  if (code->count >= WK_TASK_CODE_TARGETS_MAX) {
+    *type = WK_TASK_CODE_REFUSED;
+    wk_errf(err, err_len, "a task's calls may run at most %u distinct functions; '%s' is one more",
+            WK_TASK_CODE_TARGETS_MAX, name);
+    return -1;
+  }
+  uint64_t epoch = 0;
+  char dir[PATH_MAX];
+  if (wk_code_store_resolve(env->code_root, name, 0, &epoch, dir, sizeof dir, err, err_len) != 0)
+    return -1;
+  *index = add_target(code, name, len, epoch, dir);
+  return 0;
+}
+
+void wk_task_code_free(wk_task_rt *rt) {
+  for (uint32_t i = 0; i < rt->code.count; i++) free(rt->code.items[i].code_dir);
+  free(rt->code.items);
+  rt->code = (wk_rt_code){0};
+}

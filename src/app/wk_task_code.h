@@ -1,0 +1,47 @@
+/* wk_task_code.h: the code a task runs, pinned for the task's life.
+ *
+ * Target 0 is the task's own function at the epoch activation resolved. Every other
+ * function a call of the task reaches by subcall (ctx.call / ctx.map) is resolved in
+ * the code store at the first subcall that names it, checked against the AuditGate
+ * (audit_allow / audit_deny), and kept as a target: every later subcall of the task to
+ * that function runs the same epoch, whatever is deployed meanwhile. A function that
+ * cannot be resolved or is refused is not kept (the next subcall tries again).
+ * Runs on the loop thread; the `code` part of wk_task_rt is written here only. */
+#ifndef WK_TASK_CODE_H
+#define WK_TASK_CODE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "app/wk_task_runtime.h"
+
+#define WK_TASK_CODE_DEFAULT_ENTRYPOINT "main:handler"
+
+/* Typed subcall errors (a worker.SubcallError's `type` in the calling function). */
+#define WK_TASK_CODE_NOT_FOUND "FunctionNotFound" /* not deployed, bad name, epoch missing */
+#define WK_TASK_CODE_DENIED "FunctionDenied"      /* refused by audit_allow / audit_deny */
+#define WK_TASK_CODE_REFUSED "SubcallRefused"     /* a limit of this worker */
+
+/* Where targets are resolved and which functions may run. Strings are borrowed and
+ * outlive every task. */
+typedef struct wk_task_code_env {
+  const char *code_root;
+  const char *audit_allow, *audit_deny;
+} wk_task_code_env;
+
+/** Makes the activation's epoch and code directory (rt->act) target 0. Call once,
+ * on the loop thread, when activation succeeded. */
+void wk_task_code_adopt(wk_task_rt *rt);
+
+/** The target index of `function` (`len` bytes, not NUL-terminated) for a subcall of
+ * `rt`: an existing target, else a new one resolved at CURRENT of the code store.
+ * Returns 0 with *index set; or -1 with *type one of the WK_TASK_CODE_* names and a
+ * reason in err: the name is invalid or not deployed, its CURRENT names no published
+ * epoch, the AuditGate refuses it, or the task holds WK_TASK_CODE_TARGETS_MAX targets. */
+int wk_task_code_target(wk_task_rt *rt, const wk_task_code_env *env, const char *function,
+                        size_t len, uint32_t *index, const char **type, char *err, size_t err_len);
+
+/** Frees the targets (the runtime's final unref calls it). */
+void wk_task_code_free(wk_task_rt *rt);
+
+#endif
