@@ -149,9 +149,10 @@ void wk_app_metrics_on_rpc_status(void *ud, const char *method, int code) {
                 (const char *const[]){method, wk_grpc_status_name((grpc_status_code)code)});
 }
 
-static void observe_span(wk_metric *h, const char *phase, int64_t started_ms, int64_t finished_ms) {
-  if (started_ms == 0 || finished_ms < started_ms) return; /* the phase never ran */
-  wk_metric_observe(h, (const char *const[]){phase}, (double)(finished_ms - started_ms));
+static void observe_phase(wk_metric *h, const char *name, const wk_task_statistic *s, wk_phase p) {
+  int64_t ms;
+  if (!wk_task_phase_ms(s, p, s->finished_ms, &ms)) return; /* the phase never ran */
+  wk_metric_observe(h, (const char *const[]){name}, (double)ms);
 }
 
 void wk_app_metrics_on_task_finished(void *ud, const wk_task_result *r) {
@@ -159,10 +160,12 @@ void wk_app_metrics_on_task_finished(void *ud, const wk_task_result *r) {
   const wk_task_statistic *s = &r->statistic;
   wk_metric_inc(m->tasks_finished, (const char *const[]){wk_task_state_name(r->state),
                                                          wk_failure_code_name(r->failure_code)});
-  observe_span(m->phase_duration, "builder", s->builder_started_ms, s->builder_finished_ms);
-  observe_span(m->phase_duration, "calls", s->calls_started_ms, s->calls_finished_ms);
-  observe_span(m->phase_duration, "writer", s->writer_started_ms, s->writer_finished_ms);
-  observe_span(m->phase_duration, "task", s->accepted_ms, s->finished_ms);
+  observe_phase(m->phase_duration, "builder", s, WK_PHASE_BUILDER);
+  observe_phase(m->phase_duration, "calls", s, WK_PHASE_CALLS);
+  observe_phase(m->phase_duration, "writer", s, WK_PHASE_WRITER);
+  if (s->finished_ms >= s->accepted_ms)
+    wk_metric_observe(m->phase_duration, (const char *const[]){"task"},
+                      (double)(s->finished_ms - s->accepted_ms));
   const wk_call_stats *c = &s->calls;
   wk_metric_add(m->calls, (const char *const[]){"succeeded"}, (double)c->calls_succeeded);
   wk_metric_add(m->calls, (const char *const[]){"failed"}, (double)c->calls_failed);

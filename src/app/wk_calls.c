@@ -189,7 +189,6 @@ static void record_call(wk_calls *c, const wk_disp_action *act) {
   } else {
     rt->calls.stats.calls_succeeded++;
   }
-  rt->calls.stats.calls_total++;
   if (a && a->answered) {
     rc->encoded = a->output; /* moved */
     a->output = (wk_buf){0};
@@ -326,6 +325,7 @@ void wk_calls_start(wk_calls *c, wk_task_rt *rt, const wk_task_view *task, int64
   c->now_ms = now_ms;
   rt->calls.outputs =
       wk_xcalloc(rt->build.calls_total ? rt->build.calls_total : 1, sizeof *rt->calls.outputs);
+  rt->calls.stats.calls_total = rt->build.calls_total; /* the calls done count up to it */
   wk_disp_task_params p = {
       .failure_policy = task->call_failure_policy,
       .max_failed_calls = task->max_failed_calls,
@@ -382,7 +382,8 @@ static wk_disp_result disp_result(wk_call_status s) {
   return WK_DISP_ERROR;
 }
 
-void wk_calls_on_result(wk_calls *c, void *call_ctx, const wk_call_outcome *o, int64_t now_ms) {
+wk_task_rt *wk_calls_on_result(wk_calls *c, void *call_ctx, const wk_call_outcome *o,
+                               int64_t now_ms) {
   c->now_ms = now_ms;
   wk_attempt *a = call_ctx;
   wk_task_rt *rt = a->rt;
@@ -430,6 +431,7 @@ void wk_calls_on_result(wk_calls *c, void *call_ctx, const wk_call_outcome *o, i
    * its memory may already hold a new attempt. */
   wk_attempt *left = find_attempt(c, rt, call_id);
   if (left) free_attempt(c, rt, left);
+  return rt;
 }
 
 /* Answers every child of `req` at once with the same error: none of them runs. */
@@ -490,8 +492,8 @@ static bool subcall_code(wk_calls *c, const wk_attempt *parent, const wk_frame_s
   return true;
 }
 
-void wk_calls_on_subcalls(wk_calls *c, void *call_ctx, const wk_frame_subcalls *req,
-                          int64_t now_ms) {
+wk_task_rt *wk_calls_on_subcalls(wk_calls *c, void *call_ctx, const wk_frame_subcalls *req,
+                                 int64_t now_ms) {
   c->now_ms = now_ms;
   wk_attempt *parent = call_ctx;
   wk_task_rt *rt = parent->rt;
@@ -503,7 +505,7 @@ void wk_calls_on_subcalls(wk_calls *c, void *call_ctx, const wk_frame_subcalls *
                     sizeof why)) {
     refuse_subcalls(c, parent, req, type, why);
     process(c);
-    return;
+    return rt;
   }
   uint64_t group = 0;
   wk_err err = wk_disp_add_subcalls(c->disp, parent->call_id, req->count, now_ms, &group, &c->out);
@@ -515,7 +517,7 @@ void wk_calls_on_subcalls(wk_calls *c, void *call_ctx, const wk_frame_subcalls *
                         ? "too many calls in flight on this worker to start subcalls"
                         : "the parent call is no longer running");
     process(c);
-    return;
+    return rt;
   }
   wk_subcall_group *g = wk_xcalloc(1, sizeof *g);
   g->group = group;
@@ -541,6 +543,7 @@ void wk_calls_on_subcalls(wk_calls *c, void *call_ctx, const wk_frame_subcalls *
   rt->calls.groups = g;
   rt->calls.stats.subcalls += req->count;
   process(c);
+  return rt;
 }
 
 void wk_calls_tick(wk_calls *c, int64_t now_ms) {

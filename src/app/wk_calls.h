@@ -45,16 +45,19 @@ void wk_calls_start(wk_calls *c, wk_task_rt *rt, const wk_task_view *task, int64
 /** Cancels every call of `rt` still queued or running and forgets the task. */
 void wk_calls_stop(wk_calls *c, wk_task_rt *rt, int64_t now_ms);
 
-/** Executor outcome of an attempt (the adapter's on_result). */
-void wk_calls_on_result(wk_calls *c, void *call_ctx, const wk_call_outcome *o, int64_t now_ms);
+/** Executor outcome of an attempt (the adapter's on_result). Returns the attempt's task,
+ * whose rt->calls.stats now count it (the runtime outlives the call: the core holds it). */
+wk_task_rt *wk_calls_on_result(wk_calls *c, void *call_ctx, const wk_call_outcome *o,
+                               int64_t now_ms);
 
 /** A running attempt asks for child calls (the adapter's on_subcalls). The children
  * run the function the request names (wk_task_code_target: the task's pinned epoch of
  * it), or the parent's own function, epoch and entry point when it names none. A
  * target that cannot run fails every child at once with a typed error
- * (FunctionNotFound, FunctionDenied, SubcallRefused) and runs no code. */
-void wk_calls_on_subcalls(wk_calls *c, void *call_ctx, const wk_frame_subcalls *req,
-                          int64_t now_ms);
+ * (FunctionNotFound, FunctionDenied, SubcallRefused) and runs no code. Returns the
+ * attempt's task, as wk_calls_on_result. */
+wk_task_rt *wk_calls_on_subcalls(wk_calls *c, void *call_ctx, const wk_frame_subcalls *req,
+                                 int64_t now_ms);
 
 /** Timers: backoffs over, attempts past their deadline. */
 void wk_calls_tick(wk_calls *c, int64_t now_ms);

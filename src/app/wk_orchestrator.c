@@ -181,17 +181,24 @@ void wk_orch__run_steps(wk_orch *o) {
 
 /* ---- call results (from the pool) -------------------------------------------------- */
 
+/* The task's calls so far reach the core (snapshots and a convergence from outside the
+ * calls phase report them); a task that left its calls phase is STALE there. */
+static void report_progress(wk_orch *o, const wk_task_rt *rt) {
+  (void)wk_core_handle_call_progress(o->core, rt->req.task_id, strlen(rt->req.task_id),
+                                     &rt->calls.stats);
+}
+
 void wk_orch_on_call_result(void *ud, void *call_ctx, const wk_call_outcome *outcome) {
   wk_orch *o = ud;
   wk_orch__loop_now(o);
-  wk_calls_on_result(o->calls, call_ctx, outcome, o->now_ms);
+  report_progress(o, wk_calls_on_result(o->calls, call_ctx, outcome, o->now_ms));
   wk_orch__run_steps(o);
 }
 
 void wk_orch_on_subcalls(void *ud, void *call_ctx, const wk_frame_subcalls *req) {
   wk_orch *o = ud;
   wk_orch__loop_now(o);
-  wk_calls_on_subcalls(o->calls, call_ctx, req, o->now_ms);
+  report_progress(o, wk_calls_on_subcalls(o->calls, call_ctx, req, o->now_ms));
   wk_orch__run_steps(o);
 }
 

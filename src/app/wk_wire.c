@@ -77,8 +77,11 @@ void wk_wire_append_varint_field(wk_buf *out, uint32_t field, uint64_t v) {
   wk_buf_append_varint(out, v);
 }
 
-static uint64_t span_ms(int64_t from, int64_t to) {
-  return (from && to >= from) ? (uint64_t)(to - from) : 0;
+/* A phase's time: up to its end, 0 while it runs (a snapshot carries no clock). */
+static uint64_t phase_ms(const wk_task_statistic *s, wk_phase p) {
+  int64_t ms;
+  (void)wk_task_phase_ms(s, p, s->finished_ms, &ms);
+  return (uint64_t)ms;
 }
 
 void wk_wire_append_task_result(wk_buf *out, const wk_task_result *r, int64_t wall_offset_ms) {
@@ -87,9 +90,9 @@ void wk_wire_append_task_result(wk_buf *out, const wk_task_result *r, int64_t wa
   st.accepted_unix_ms = wk_wire_unix_ms(s->accepted_ms, wall_offset_ms);
   st.started_unix_ms = wk_wire_unix_ms(s->activated_ms, wall_offset_ms);
   st.finished_unix_ms = wk_wire_unix_ms(s->finished_ms, wall_offset_ms);
-  st.builder_ms = span_ms(s->builder_started_ms, s->builder_finished_ms);
-  st.calls_ms = span_ms(s->calls_started_ms, s->calls_finished_ms);
-  st.writer_ms = span_ms(s->writer_started_ms, s->writer_finished_ms);
+  st.builder_ms = phase_ms(s, WK_PHASE_BUILDER);
+  st.calls_ms = phase_ms(s, WK_PHASE_CALLS);
+  st.writer_ms = phase_ms(s, WK_PHASE_WRITER);
   st.calls_total = s->calls.calls_total;
   st.calls_succeeded = s->calls.calls_succeeded;
   st.calls_failed = s->calls.calls_failed;

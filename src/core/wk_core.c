@@ -340,6 +340,70 @@ static void end_watch_grace(wk_core *core, uint32_t i) {
   wk_heap_remove(&core->watch_heap, i);
 }
 
+/* ---- phase records ----------------------------------------------------------- */
+
+const char *wk_phase_end_name(wk_phase_end e) {
+  switch (e) {
+    case WK_PHASE_END_NOT_RUN: return "NOT_RUN";
+    case WK_PHASE_END_RUNNING: return "RUNNING";
+    case WK_PHASE_END_OK: return "OK";
+    case WK_PHASE_END_FAILED: return "FAILED";
+  }
+  return "UNKNOWN";
+}
+
+/* The start and end timestamps of a phase with a record. */
+static int64_t *phase_started(wk_task_statistic *s, wk_phase p) {
+  return p == WK_PHASE_BUILDER ? &s->builder_started_ms
+         : p == WK_PHASE_CALLS ? &s->calls_started_ms
+                               : &s->writer_started_ms;
+}
+
+static int64_t *phase_finished(wk_task_statistic *s, wk_phase p) {
+  return p == WK_PHASE_BUILDER ? &s->builder_finished_ms
+         : p == WK_PHASE_CALLS ? &s->calls_finished_ms
+                               : &s->writer_finished_ms;
+}
+
+static bool has_record(wk_phase p) { return p >= WK_PHASE_BUILDER && p <= WK_PHASE_WRITER; }
+
+bool wk_task_phase_ms(const wk_task_statistic *s, wk_phase p, int64_t now_ms, int64_t *ms) {
+  *ms = 0;
+  if (!has_record(p)) return false;
+  wk_task_statistic copy = *s;
+  int64_t from = *phase_started(&copy, p), to = *phase_finished(&copy, p);
+  if (from == 0) return false;
+  if (to == 0) to = now_ms;
+  *ms = to > from ? to - from : 0;
+  return true;
+}
+
+/* The task enters phase p at now_ms. */
+static void start_phase(wk_task *t, wk_phase p, int64_t now_ms) {
+  assert(has_record(p));
+  t->result.phase = p;
+  *phase_started(&t->result.statistic, p) = now_ms;
+  t->result.phases[p - WK_PHASE_BUILDER] = (wk_phase_record){.end = (uint8_t)WK_PHASE_END_RUNNING};
+}
+
+/* The task's phase p ends at now_ms, ok or with `code`. */
+static void end_phase(wk_task *t, wk_phase p, bool ok, wk_failure_code code, int64_t now_ms) {
+  assert(has_record(p));
+  assert(t->result.phases[p - WK_PHASE_BUILDER].end == WK_PHASE_END_RUNNING);
+  *phase_finished(&t->result.statistic, p) = now_ms;
+  t->result.phases[p - WK_PHASE_BUILDER] =
+      (wk_phase_record){.end = (uint8_t)(ok ? WK_PHASE_END_OK : WK_PHASE_END_FAILED),
+                        .failure_code = (uint8_t)(ok ? WK_FAIL_NONE : code)};
+}
+
+/* A convergence from outside the phase (timeout, cancel, shutdown, owner lost) ends the
+ * phase that runs with the convergence's code, so its time and outcome are kept. */
+static void end_running_phase(wk_task *t, wk_failure_code code, int64_t now_ms) {
+  wk_phase p = t->result.phase;
+  if (has_record(p) && t->result.phases[p - WK_PHASE_BUILDER].end == WK_PHASE_END_RUNNING)
+    end_phase(t, p, false, code, now_ms);
+}
+
 /* ---- convergence ----------------------------------------------------------- */
 
 /* The one way an ACTIVE task becomes terminal: slot freed, timers dropped, result
@@ -357,6 +421,7 @@ static void converge(wk_core *core, uint32_t i, wk_task_state state, wk_failure_
   wk_heap_remove(&core->timeout_heap, i);
   end_watch_grace(core, i);
   core->n_live--;
+  end_running_phase(t, code, now_ms);
   t->result.state = state;
   t->result.phase = WK_PHASE_DONE;
   t->result.failure_code = code;
@@ -558,10 +623,9 @@ void wk_core_handle_activation_prepared(wk_core *core, const char *task_id, size
   core->n_allocated--;
   core->n_running++;
   t->result.state = WK_TASK_RUNNING;
-  t->result.phase = WK_PHASE_BUILDER;
   t->result.code_epoch = code_epoch;
   t->result.statistic.activated_ms = now_ms;
-  t->result.statistic.builder_started_ms = now_ms;
+  start_phase(t, WK_PHASE_BUILDER, now_ms);
   push_cmd(&out->cmds, WK_CMD_START_BUILDER, t);
 }
 
@@ -630,43 +694,42 @@ void wk_core_handle_phase_finished(wk_core *core, const char *task_id, size_t ta
   wk_task *t = &core->tasks[i];
   wk_task_statistic *st = &t->result.statistic;
   wk_failure_code code = outcome->failure_code;
+  if (!outcome->ok && !code) {
+    code = phase == WK_PHASE_BUILDER ? WK_FAIL_BUILDER_FAILED
+           : phase == WK_PHASE_CALLS ? WK_FAIL_CALL_FAILED
+                                     : WK_FAIL_PLUGIN_FAILED;
+  }
+  end_phase(t, phase, outcome->ok, code, now_ms);
   switch (phase) {
     case WK_PHASE_BUILDER:
       builder_span(st, outcome, now_ms);
       if (!outcome->ok) {
-        code = code ? code : WK_FAIL_BUILDER_FAILED;
         converge(core, i, WK_TASK_FAILED, code, phase_message(outcome, phase, code), false, now_ms,
                  &out->cmds);
         return;
       }
-      t->result.phase = WK_PHASE_CALLS;
-      st->calls_started_ms = now_ms;
+      start_phase(t, WK_PHASE_CALLS, now_ms);
       wk_cmd *calls = push_cmd(&out->cmds, WK_CMD_START_CALLS, t);
       calls->u.calls.call_list = outcome->call_list;
       calls->u.calls.streaming = outcome->streaming;
       return;
     case WK_PHASE_CALLS:
-      st->calls_finished_ms = now_ms;
       st->calls = outcome->stats;
       t->result.outputs.data = copy_bytes(core, outcome->data);
       t->result.outputs.len = t->result.outputs.data ? outcome->data.len : 0;
       if (!outcome->ok) {
-        code = code ? code : WK_FAIL_CALL_FAILED;
         converge(core, i, WK_TASK_FAILED, code, phase_message(outcome, phase, code), false, now_ms,
                  &out->cmds);
         return;
       }
-      t->result.phase = WK_PHASE_WRITER;
-      st->writer_started_ms = now_ms;
+      start_phase(t, WK_PHASE_WRITER, now_ms);
       wk_cmd *writer = push_cmd(&out->cmds, WK_CMD_START_WRITER, t);
       writer->u.writer.outputs = t->result.outputs;
       return;
     case WK_PHASE_WRITER:
-      st->writer_finished_ms = now_ms;
       t->result.plugin_results.data = copy_bytes(core, outcome->data);
       t->result.plugin_results.len = t->result.plugin_results.data ? outcome->data.len : 0;
       if (!outcome->ok) {
-        code = code ? code : WK_FAIL_PLUGIN_FAILED;
         converge(core, i, WK_TASK_FAILED, code, phase_message(outcome, phase, code), false, now_ms,
                  &out->cmds);
         return;
@@ -677,6 +740,15 @@ void wk_core_handle_phase_finished(wk_core *core, const char *task_id, size_t ta
     case WK_PHASE_DONE: break;
   }
   assert(0 && "phase validated above");
+}
+
+wk_err wk_core_handle_call_progress(wk_core *core, const char *task_id, size_t task_id_len,
+                                    const wk_call_stats *stats) {
+  wk_err err;
+  uint32_t i = task_in_phase(core, task_id, task_id_len, WK_PHASE_CALLS, &err);
+  if (i == WK_NONE) return err;
+  core->tasks[i].result.statistic.calls = *stats;
+  return WK_OK;
 }
 
 /* ---- timeouts, aborts, watch ---------------------------------------------- */

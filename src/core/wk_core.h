@@ -88,6 +88,32 @@ typedef struct wk_task_statistic {
   wk_call_stats calls;
 } wk_task_statistic;
 
+/* How one phase of a task ended, kept in the task's record (the seed's TaskContext
+ * keeps a PhaseOutcome per phase). */
+typedef enum wk_phase_end {
+  WK_PHASE_END_NOT_RUN = 0, /* the task never reached the phase */
+  WK_PHASE_END_RUNNING = 1, /* the phase runs now (live tasks only) */
+  WK_PHASE_END_OK = 2,
+  WK_PHASE_END_FAILED = 3, /* failure_code says why: the phase's own failure, or what ended
+                              the task while the phase ran (TASK_TIMEOUT, CANCELLED, ...) */
+} wk_phase_end;
+
+typedef struct wk_phase_record {
+  uint8_t end;          /* wk_phase_end (a byte: the task record's size is fixed) */
+  uint8_t failure_code; /* wk_failure_code; FAILED only */
+} wk_phase_record;
+
+/* The three phases with a record, in order: index = phase - WK_PHASE_BUILDER. */
+#define WK_PHASE_RECORDS 3u
+
+/** "NOT_RUN", "RUNNING", "OK" or "FAILED". */
+const char *wk_phase_end_name(wk_phase_end e);
+
+/** How long (ms, >= 0) phase `p` (BUILDER, CALLS or WRITER) of the task took,
+ * up to its end or, for a phase that still runs, up to now_ms. Returns false (and 0)
+ * when the task never reached the phase. */
+bool wk_task_phase_ms(const wk_task_statistic *s, wk_phase p, int64_t now_ms, int64_t *ms);
+
 /* Opaque bytes the core keeps for a task: encoded call outputs, plugin results. */
 typedef struct wk_bytes {
   const uint8_t *data;
@@ -107,6 +133,7 @@ typedef struct wk_task_result {
   wk_bytes outputs;            /* from the calls phase */
   wk_bytes plugin_results;     /* from the writer phase */
   wk_task_statistic statistic;
+  wk_phase_record phases[WK_PHASE_RECORDS]; /* builder, calls, writer */
 } wk_task_result;
 
 /* ---- commands ---------------------------------------------------------- */
@@ -266,6 +293,14 @@ typedef struct wk_phase_outcome {
 void wk_core_handle_phase_finished(wk_core *core, const char *task_id, size_t task_id_len,
                                    wk_phase phase, const wk_phase_outcome *outcome, int64_t now_ms,
                                    wk_transition_result *out);
+
+/** The calls so far of a task in its calls phase (the adapter's running counters):
+ * a snapshot of the task shows them, and a convergence from outside the phase
+ * (TASK_TIMEOUT, CANCELLED, WORKER_SHUTDOWN, OWNER_LOST) keeps them. The calls phase
+ * outcome's stats replace them. Errors: NOT_FOUND; STALE when the task is not in its
+ * calls phase (nothing changes). */
+wk_err wk_core_handle_call_progress(wk_core *core, const char *task_id, size_t task_id_len,
+                                    const wk_call_stats *stats);
 
 /** Timeout of an active task: FAILED/TASK_TIMEOUT with CANCEL_TASK before CONVERGE.
  * Errors: NOT_FOUND, STALE (terminal, or its deadline is after now). */

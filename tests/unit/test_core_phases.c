@@ -1,5 +1,7 @@
 /* test_core_phases.c: activation prepared/failed, the builder, calls and writer
  * outcomes with their default failure codes, out-of-order STALE, SLOT_LOST. */
+#include <stdio.h>
+
 #include "core_fixture.h"
 
 static int ctx_a, ctx_b;
@@ -601,6 +603,112 @@ static void test_phase_event_for_unknown_task(void **state) {
   FX_HB(core, 1000, FX_SLOTS, 1, 0, true, false);
 }
 
+/* ---- phase records and call progress ------------------------------------------------ */
+
+#define DYN(id, len) (id), (len) /* a computed id for the FX_ macros */
+
+static void expect_phase_at(const wk_task_result *r, wk_phase p, wk_phase_end end,
+                            wk_failure_code code, FX_LOC) {
+  FX_EQ(r->phases[p - WK_PHASE_BUILDER].end, end);
+  FX_EQ(r->phases[p - WK_PHASE_BUILDER].failure_code, code);
+}
+#define EXPECT_PHASE(r, p, end, code) expect_phase_at((r), (p), (end), (code), FX_AT)
+
+static void test_phase_records_on_success(void **state) {
+  wk_core *core = *state;
+  uint64_t s = FX_SUBMIT(core, ID("t1"), 0, 1, &ctx_a, 1000);
+  const wk_task_result *r = FX_GET(core, ID("t1"));
+  EXPECT_PHASE(r, WK_PHASE_BUILDER, WK_PHASE_END_NOT_RUN, WK_FAIL_NONE);
+  FX_ACTIVATE(core, ID("t1"), s, 1, &ctx_a, 1100);
+  EXPECT_PHASE(FX_GET(core, ID("t1")), WK_PHASE_BUILDER, WK_PHASE_END_RUNNING, WK_FAIL_NONE);
+  FX_BUILDER_OK(core, ID("t1"), s, &ctx_a, NULL, false, 1150);
+  r = FX_GET(core, ID("t1"));
+  EXPECT_PHASE(r, WK_PHASE_BUILDER, WK_PHASE_END_OK, WK_FAIL_NONE);
+  EXPECT_PHASE(r, WK_PHASE_CALLS, WK_PHASE_END_RUNNING, WK_FAIL_NONE);
+  int64_t ms;
+  assert_true(wk_task_phase_ms(&r->statistic, WK_PHASE_CALLS, 1400, &ms));
+  assert_int_equal(ms, 250); /* a running phase: up to now */
+  assert_false(wk_task_phase_ms(&r->statistic, WK_PHASE_WRITER, 1400, &ms));
+  assert_int_equal(ms, 0);
+  FX_CALLS_OK(core, ID("t1"), s, &ctx_a, "x", 1, 1200);
+  wk_phase_outcome o = fx_ok();
+  wk_transition_result out;
+  wk_core_handle_phase_finished(core, ID("t1"), WK_PHASE_WRITER, &o, 1300, &out);
+  FX_ERR(out.err, WK_OK);
+  r = FX_GET(core, ID("t1"));
+  for (wk_phase p = WK_PHASE_BUILDER; p <= WK_PHASE_WRITER; p++)
+    EXPECT_PHASE(r, p, WK_PHASE_END_OK, WK_FAIL_NONE);
+  assert_true(wk_task_phase_ms(&r->statistic, WK_PHASE_WRITER, 9999, &ms));
+  assert_int_equal(ms, 100); /* an ended phase: up to its end, whatever now is */
+  assert_string_equal(wk_phase_end_name(WK_PHASE_END_NOT_RUN), "NOT_RUN");
+}
+
+/* A task ended from outside while its calls run keeps the calls so far, a calls phase
+ * that ended then (never a negative span), and the code that ended it. */
+static void test_outside_convergence_ends_the_running_phase(void **state) {
+  wk_core *core = *state;
+  static const wk_failure_code codes[] = {WK_FAIL_TASK_TIMEOUT, WK_FAIL_CANCELLED,
+                                          WK_FAIL_WORKER_SHUTDOWN, WK_FAIL_OWNER_LOST};
+  for (size_t k = 0; k < sizeof codes / sizeof codes[0]; k++) {
+    char id[8];
+    size_t len = (size_t)snprintf(id, sizeof id, "k%zu", k);
+    int64_t t0 = 1000 + (int64_t)k * 100000;
+    uint64_t s = FX_SUBMIT(core, DYN(id, len), 0, 1, &ctx_a, t0);
+    FX_ACTIVATE(core, DYN(id, len), s, 1, &ctx_a, t0 + 10);
+    FX_BUILDER_OK(core, DYN(id, len), s, &ctx_a, NULL, false, t0 + 20);
+    wk_call_stats st = {.calls_total = 8, .calls_succeeded = 3, .executor_cpu_us = 777};
+    FX_ERR(wk_core_handle_call_progress(core, id, len, &st), WK_OK);
+    const wk_task_result *r = FX_GET(core, DYN(id, len));
+    FX_STATS(&r->statistic.calls, &st); /* a snapshot shows the calls so far */
+    wk_transition_result out;
+    int64_t end = t0 + 500;
+    if (codes[k] == WK_FAIL_TASK_TIMEOUT) {
+      end = t0 + FX_TIMEOUT;
+      wk_core_handle_task_timed_out(core, id, len, end, &out);
+    } else if (codes[k] == WK_FAIL_OWNER_LOST) {
+      FX_ERR(wk_core_handle_watch_disconnected(core, id, len, t0 + 500 - FX_GRACE), WK_OK);
+      wk_core_handle_watch_grace_expired(core, id, len, end, &out);
+    } else {
+      wk_core_handle_abort(core, id, len, codes[k], "stop", end, &out);
+    }
+    FX_ERR(out.err, WK_OK);
+    r = FX_GET(core, DYN(id, len));
+    assert_int_equal(r->failure_code, codes[k]);
+    FX_STATS(&r->statistic.calls, &st);
+    assert_int_equal(r->statistic.calls_finished_ms, end);
+    int64_t ms;
+    assert_true(wk_task_phase_ms(&r->statistic, WK_PHASE_CALLS, end + 5000, &ms));
+    assert_int_equal(ms, end - (t0 + 20));
+    EXPECT_PHASE(r, WK_PHASE_BUILDER, WK_PHASE_END_OK, WK_FAIL_NONE);
+    EXPECT_PHASE(r, WK_PHASE_CALLS, WK_PHASE_END_FAILED, codes[k]);
+    EXPECT_PHASE(r, WK_PHASE_WRITER, WK_PHASE_END_NOT_RUN, WK_FAIL_NONE);
+    FX_INV(core);
+  }
+}
+
+static void test_call_progress_only_in_the_calls_phase(void **state) {
+  wk_core *core = *state;
+  wk_call_stats st = {.calls_total = 2};
+  FX_ERR(wk_core_handle_call_progress(core, ID("nope"), &st), WK_ERR_NOT_FOUND);
+  uint64_t s = FX_SUBMIT(core, ID("t1"), 0, 1, &ctx_a, 1000);
+  FX_ERR(wk_core_handle_call_progress(core, ID("t1"), &st), WK_ERR_STALE);
+  FX_ACTIVATE(core, ID("t1"), s, 1, &ctx_a, 1100);
+  FX_ERR(wk_core_handle_call_progress(core, ID("t1"), &st), WK_ERR_STALE);
+  FX_BUILDER_OK(core, ID("t1"), s, &ctx_a, NULL, false, 1150);
+  FX_ERR(wk_core_handle_call_progress(core, ID("t1"), &st), WK_OK);
+  /* the calls phase outcome's stats replace the progress */
+  wk_phase_outcome o = fx_ok();
+  o.stats.calls_total = 2;
+  o.stats.calls_succeeded = 2;
+  wk_transition_result out;
+  wk_core_handle_phase_finished(core, ID("t1"), WK_PHASE_CALLS, &o, 1200, &out);
+  FX_ERR(out.err, WK_OK);
+  FX_STATS(&FX_GET(core, ID("t1"))->statistic.calls, &o.stats);
+  FX_ERR(wk_core_handle_call_progress(core, ID("t1"), &st), WK_ERR_STALE);
+  FX_STATS(&FX_GET(core, ID("t1"))->statistic.calls, &o.stats);
+  FX_INV(core);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       FX_TEST(test_activation_prepared_starts_builder),
@@ -620,6 +728,9 @@ int main(void) {
       FX_TEST(test_phase_failure_without_message_names_the_code),
       FX_TEST(test_out_of_order_phase_events_are_stale),
       FX_TEST(test_phase_event_for_unknown_task),
+      FX_TEST(test_phase_records_on_success),
+      FX_TEST(test_outside_convergence_ends_the_running_phase),
+      FX_TEST(test_call_progress_only_in_the_calls_phase),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
