@@ -175,8 +175,25 @@ static void cancel_attempt(wk_calls *c, const wk_disp_action *act) {
   free_attempt(c, rt, a);
 }
 
+/* Counts a call's output against the inline limit as it arrives. Past the limit the
+ * task keeps no output (they are freed now) and its calls phase ends here: the
+ * orchestrator stops the task's other calls and fails it naming the limit. A task
+ * with a writer is not bounded here: its outputs go to the writer. */
+static void account_output(wk_calls *c, wk_task_rt *rt, wk_rt_call *rc) {
+  if (rt->req.result_handler[0]) return;
+  if (rt->calls.over_limit) {
+    wk_buf_free(&rc->encoded); /* calls decided in the same turn, after the limit */
+    return;
+  }
+  rt->calls.output_bytes += rc->encoded.len;
+  if (rt->calls.output_bytes <= c->cfg.max_inline_output_bytes) return;
+  rt->calls.over_limit = true;
+  rt->calls.ok = false;
+  for (uint64_t i = 0; i < rt->build.calls_total; i++) wk_buf_free(&rt->calls.outputs[i].encoded);
+  c->done(c->ud, rt);
+}
+
 static void record_call(wk_calls *c, const wk_disp_action *act) {
-  (void)c;
   wk_task_rt *rt = rt_of(act->task_key);
   wk_attempt *a = find_attempt(c, rt, act->call_id);
   wk_rt_call *rc = &rt->calls.outputs[act->index];
@@ -206,6 +223,7 @@ static void record_call(wk_calls *c, const wk_disp_action *act) {
                              sizeof rt->calls.first_failure);
   }
   if (a) free_attempt(c, rt, a);
+  account_output(c, rt, rc);
 }
 
 static void record_child(wk_calls *c, const wk_disp_action *act) {
@@ -257,8 +275,8 @@ static void process(wk_calls *c) {
           wk_disp_task_info info;
           if (wk_disp_task_info_get(c->disp, act->task, &info) == WK_OK)
             rt->calls.stats.calls_retried = info.retried;
-          rt->calls.ok = act->ok;
-          c->done(c->ud, rt);
+          rt->calls.ok = act->ok && !rt->calls.over_limit;
+          if (!rt->calls.over_limit) c->done(c->ud, rt); /* else reported at the limit */
           break;
         }
       }

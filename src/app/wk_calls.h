@@ -25,6 +25,11 @@ typedef struct wk_calls_config {
   uint32_t stream_low_water;    /* refill a stream when fewer calls than this are queued */
   uint32_t stream_batch;        /* calls added per refill */
   wk_task_code_env code;        /* where subcall targets resolve, and the AuditGate */
+  /* A task without a writer whose outputs (as TaskResult records, captured stdout and
+   * stderr included) pass this many bytes ends its calls phase at that call (its other
+   * calls are cancelled, rt->calls.over_limit is set): outputs are bounded as they
+   * arrive, never after every call ran. */
+  size_t max_inline_output_bytes;
 } wk_calls_config;
 
 /* Called when a task's calls are over (rt->calls.ok says how). */

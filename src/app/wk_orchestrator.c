@@ -300,6 +300,7 @@ wk_orch *wk_orch_create(uv_loop_t *loop, const wk_orch_config *cfg, char *err, s
   /* subcall targets resolve in the code root and pass the AuditGate, as tasks do */
   o->cfg.calls.code = (wk_task_code_env){
       .code_root = cfg->code_root, .audit_allow = cfg->audit_allow, .audit_deny = cfg->audit_deny};
+  o->cfg.calls.max_inline_output_bytes = o->cfg.max_inline_output_bytes; /* one setting */
   o->calls = wk_calls_create(&o->cfg.calls, &o->exec, wk_orch__calls_done, o, err, err_len);
   if (!o->calls) {
     wk_core_destroy(o->core);

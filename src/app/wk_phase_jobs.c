@@ -124,29 +124,28 @@ void wk_orch__report_calls(wk_orch *o, wk_task_rt *rt) {
   bool ok = !rt->scope.exceeded && (rt->build.calls_total == 0 || rt->calls.ok);
   char msg[700];
   const char *message = NULL;
-  wk_failure_code code = WK_FAIL_NONE;
   if (rt->scope.exceeded) {
     snprintf(msg, sizeof msg,
              "the task's scratch directory holds %llu bytes, over io_scope_max_mb (%llu bytes)",
              (unsigned long long)rt->scope.bytes, (unsigned long long)o->cfg.io_scope_max_bytes);
     message = msg;
+  } else if (rt->calls.over_limit) {
+    snprintf(msg, sizeof msg,
+             "the outputs reached %llu bytes after %u of %llu calls, over "
+             "max_inline_output_bytes (%zu bytes), so the task stopped there; send the outputs "
+             "to a writer instead (result_handler file with output_dir set, redis with "
+             "redis_addr, or postgres with postgres_dsn), or raise max_inline_output_bytes",
+             (unsigned long long)rt->calls.output_bytes, rt->calls.done,
+             (unsigned long long)rt->build.calls_total, o->cfg.max_inline_output_bytes);
+    message = msg;
   } else if (!ok) {
     snprintf(msg, sizeof msg, "%u of %llu calls failed; first: %s", rt->calls.failed,
              (unsigned long long)rt->build.calls_total, rt->calls.first_failure);
     message = msg;
-  } else if (outputs.len > o->cfg.max_inline_output_bytes && !rt->req.result_handler[0]) {
-    snprintf(
-        msg, sizeof msg,
-        "the outputs (%zu bytes) exceed the inline limit of %zu bytes; configure a result handler",
-        outputs.len, o->cfg.max_inline_output_bytes);
-    message = msg;
-    ok = false;
-    code = WK_FAIL_CALL_FAILED;
-    wk_buf_clear(&outputs);
   }
   wk_phase_outcome out = {
       .ok = ok,
-      .failure_code = code,
+      .failure_code = WK_FAIL_NONE, /* CALL_FAILED */
       .message = message,
       .data = {outputs.data, outputs.len},
       .stats = rt->calls.stats,

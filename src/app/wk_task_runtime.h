@@ -126,7 +126,9 @@ typedef struct wk_rt_calls {
   wk_attempt *attempts;     /* attempts sent and not yet over */
   wk_subcall_group *groups; /* subcall batches of this task's calls */
   uint32_t done, failed;
-  bool ok; /* TASK_DONE's verdict */
+  bool ok;               /* TASK_DONE's verdict */
+  bool over_limit;       /* the inline outputs passed max_inline_output_bytes: phase over */
+  uint64_t output_bytes; /* encoded outputs kept for the TaskResult so far */
   wk_call_stats stats;
   char first_failure[WK_TASK_RT_MESSAGE_MAX + 1];
 } wk_rt_calls;

@@ -123,7 +123,7 @@ static uint64_t deploy(fx *f, const char *name) {
   return epoch;
 }
 
-static int setup(void **state) {
+static int setup_limit(void **state, size_t max_inline_output_bytes) {
   fx *f = calloc(1, sizeof *f);
   snprintf(f->code_root, sizeof f->code_root, "/tmp/wk-test-calls-XXXXXX");
   assert_non_null(mkdtemp(f->code_root));
@@ -134,7 +134,8 @@ static int setup(void **state) {
   wk_calls_config cfg = {.escalation_budget_ms = 20,
                          .stream_low_water = 2,
                          .stream_batch = 3,
-                         .code = {.code_root = f->code_root, .audit_deny = "secret*"}};
+                         .code = {.code_root = f->code_root, .audit_deny = "secret*"},
+                         .max_inline_output_bytes = max_inline_output_bytes};
   wk_disp_config_default(&cfg.disp);
   char err[128];
   f->calls = wk_calls_create(&cfg, &f->adapter, on_done, f, err, sizeof err);
@@ -156,6 +157,12 @@ static int setup(void **state) {
   *state = f;
   return 0;
 }
+
+static int setup(void **state) { return setup_limit(state, 1u << 20); }
+
+/* Inline outputs of at most 40 bytes (a record of a 10-byte value: 14 bytes, 16 from
+ * index 1 on). */
+static int setup_small(void **state) { return setup_limit(state, 40); }
 
 static int teardown(void **state) {
   fx *f = *state;
@@ -237,6 +244,41 @@ static void test_list_outputs_land_in_call_order(void **state) {
     assert_memory_equal(r->outputs[i]->value.data, want[i], 3);
   }
   worker__v1__task_result__free_unpacked(r, NULL);
+}
+
+/* Outputs count as they arrive: the call that passes max_inline_output_bytes ends the
+ * phase at once (the other calls still run), and the outputs kept so far are freed. */
+static void test_inline_limit_ends_the_phase_as_outputs_arrive(void **state) {
+  fx *f = *state;
+  const char *args[] = {"0", "1", "2", "3", "4", "5", "6", "7"};
+  start_list(f, args, 8, view(100000, WK_CALL_FAIL_FAST, 1), 0);
+  assert_true(f->exec.submitted >= 4);
+  answer(f, 0, WK_CALL_OK, "\"12345678\"", 1);
+  answer(f, 1, WK_CALL_OK, "\"12345678\"", 2);
+  assert_int_equal(f->done, 0);
+  assert_int_equal(f->rt->calls.output_bytes, 30); /* 14 + 16 (index 1) */
+  answer(f, 2, WK_CALL_OK, "\"12345678\"", 3);     /* 46 > 40 */
+  assert_int_equal(f->done, 1);
+  assert_false(f->ok);
+  assert_true(f->rt->calls.over_limit);
+  assert_int_equal(f->rt->calls.output_bytes, 46);
+  for (uint32_t i = 0; i < 8; i++) assert_int_equal(f->rt->calls.outputs[i].encoded.len, 0);
+  /* a result that comes before the orchestrator stops the task is not kept either */
+  answer(f, 3, WK_CALL_OK, "\"12345678\"", 4);
+  assert_int_equal(f->rt->calls.outputs[3].encoded.len, 0);
+  assert_int_equal(f->done, 1);
+}
+
+/* A task with a writer is not bounded by the inline limit. */
+static void test_inline_limit_skips_a_task_with_a_writer(void **state) {
+  fx *f = *state;
+  snprintf(f->rt->req.result_handler, sizeof f->rt->req.result_handler, "file");
+  const char *args[] = {"0", "1", "2", "3"};
+  start_list(f, args, 4, view(100000, WK_CALL_FAIL_FAST, 1), 0);
+  for (int i = 0; i < 4; i++) answer(f, i, WK_CALL_OK, "\"12345678\"", 1 + i);
+  assert_int_equal(f->done, 1);
+  assert_true(f->ok);
+  assert_false(f->rt->calls.over_limit);
 }
 
 static void test_retry_waits_its_backoff(void **state) {
@@ -457,6 +499,10 @@ static void test_stop_cancels_and_forgets(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_list_outputs_land_in_call_order, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_inline_limit_ends_the_phase_as_outputs_arrive,
+                                      setup_small, teardown),
+      cmocka_unit_test_setup_teardown(test_inline_limit_skips_a_task_with_a_writer, setup_small,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_retry_waits_its_backoff, setup, teardown),
       cmocka_unit_test_setup_teardown(test_fail_fast_cancels_the_rest, setup, teardown),
       cmocka_unit_test_setup_teardown(test_stream_refills_in_batches, setup, teardown),
