@@ -6,7 +6,8 @@
 # includes only <grpc/status.h> from gRPC (found in the default include path).
 
 add_library(wk_validate STATIC
-  ${PROJECT_SOURCE_DIR}/src/adapters/wk_validate.c)
+  ${PROJECT_SOURCE_DIR}/src/adapters/wk_validate.c
+  ${PROJECT_SOURCE_DIR}/src/adapters/wk_digest.c)
 target_include_directories(wk_validate PUBLIC ${PROJECT_SOURCE_DIR}/src)
 target_link_libraries(wk_validate PUBLIC wk_proto PRIVATE wk_lib m)
 target_compile_options(wk_validate PRIVATE ${WK_WARNINGS})

@@ -14,6 +14,9 @@ PACKAGES=(
   # protocol tooling and end-to-end test clients
   protobuf-compiler protobuf-compiler-grpc python3 python3-grpcio python3-protobuf python3-pytest
   python3-prometheus-client
+  # a Go client for the idempotency test (tests/e2e/test_digest_go_e2e.py): built offline
+  # in GOPATH mode against /usr/share/gocode, stubs from protoc-gen-go
+  golang-go golang-google-grpc-dev golang-google-protobuf-dev golang-goprotobuf-dev
   # servers started by the tests
   etcd-server
   # certificates made at test time

@@ -5,12 +5,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "adapters/wk_digest.h"
 #include "adapters/wk_shadow.h"
 #include "lib/wk_alloc.h"
 #include "lib/wk_log.h"
 #include "app/wk_wire.h"
 #include "grpc/health/v1/health.pb-c.h"
-#include "lib/wk_hash.h"
 #include "worker/v1/worker.pb-c.h"
 
 /* A Health.Watch stream and the status it was last sent (-1: SERVICE_UNKNOWN, no more). */
@@ -80,19 +80,6 @@ static const char *rt_builder_name(const Worker__V1__SubmitTaskRequest *req) {
   return (req->function->type && req->function->type[0]) ? req->function->type : "single";
 }
 
-/* Digest of the request without its slot id: a reused task id must carry the same
- * request to be a duplicate. */
-static uint64_t request_digest(const Worker__V1__SubmitTaskRequest *req) {
-  Worker__V1__SubmitTaskRequest copy = *req;
-  copy.slot_id = 0;
-  size_t n = worker__v1__submit_task_request__get_packed_size(&copy);
-  uint8_t *p = wk_xmalloc(n ? n : 1);
-  worker__v1__submit_task_request__pack(&copy, p);
-  uint64_t h = wk_hash64(p, n, 0xd1e5u);
-  free(p);
-  return h;
-}
-
 /* Refuses, before the core sees the request, what no activation could fix: options the
  * task's builder does not take. An unknown builder is left to the builder phase
  * (BUILDER_NOT_FOUND, as the design says). Returns true when the rpc was answered. */
@@ -119,7 +106,7 @@ static void handle_submit(wk_orch *o, wk_rpc *rpc) {
       .task_id = req->task_id,
       .task_id_len = strlen(req->task_id),
       .slot_id = req->slot_id,
-      .request_digest = request_digest(req),
+      .request_digest = wk_submit_digest(req),
       .requested_epoch = req->function->epoch,
       .timeout_ms = (int64_t)req->timeout_ms,
       .call_failure_policy = req->call_failure_policy
