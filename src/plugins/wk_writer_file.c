@@ -1,9 +1,16 @@
 /* wk_writer_file.c: the "file" writer. One JSON-lines file per task in output_dir,
- * written as a hidden temporary file in the same directory, fsync'ed, renamed over
- * its final name (atomic on one filesystem) and the directory fsync'ed: a reader of
- * the directory sees either no file or the whole file, never half of it. */
+ * written as a hidden temporary file in the same directory, fsync'ed, moved to its
+ * final name without replacing anything (atomic on one filesystem) and the directory
+ * fsync'ed: a reader of the directory sees either no file or the whole file, never
+ * half of it, and no task's file is ever replaced by another's.
+ *
+ * The final name is the `name` option, or the task id percent-encoded plus ".jsonl":
+ * '%' → %25, '/' → %2F and a leading '.' → %2E, every other byte as it is (task ids are
+ * printable ASCII). The encoding is reversible, so two task ids never share a file
+ * ("team/a" → team%2Fa.jsonl, "team_a" → team_a.jsonl). */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,7 +20,8 @@
 #include "plugins/wk_writers_int.h"
 #include "lib/wk_alloc.h"
 
-#define NAME_MAX_BYTES 200 /* of the final file name (the temporary adds 12 + 1) */
+#define NAME_MAX_BYTES 200    /* of the name option (the temporary adds 12 + 1) */
+#define ENCODED_MAX_BYTES 240 /* of a name made from a task id: 240 + 13 < NAME_MAX (255) */
 #define FLUSH_BYTES 65536
 
 static const char *err_text(int e, char *buf, size_t n) { return strerror_r(e, buf, n); }
@@ -70,7 +78,7 @@ static int file_check_options(const wk_writer_option *options, size_t n, char *e
   return name ? check_name(name, err, len) : 0;
 }
 
-/* The final file name: the name option, or the task id with '/' replaced + ".jsonl". */
+/* The final file name: the name option, or the task id percent-encoded + ".jsonl". */
 static int final_name(const wk_writer_task *t, char *out, size_t n, char *err, size_t len) {
   const char *opt = wk_option_get(t->options, t->n_options, "name");
   if (opt) {
@@ -78,11 +86,34 @@ static int final_name(const wk_writer_task *t, char *out, size_t n, char *err, s
     return 0;
   }
   const char *id = t->task_id ? t->task_id : "";
-  size_t l = strlen(id);
-  if (l == 0) return wk_werr(err, len, "file: the task has no id");
-  if (l + sizeof ".jsonl" > n) return wk_werr(err, len, "file: task id too long for a file name");
-  for (size_t i = 0; i < l; i++) out[i] = id[i] == '/' ? '_' : id[i];
-  memcpy(out + l, ".jsonl", sizeof ".jsonl");
+  if (!id[0]) return wk_werr(err, len, "file: the task has no id");
+  size_t w = 0;
+  for (size_t i = 0; id[i]; i++) {
+    unsigned char c = (unsigned char)id[i];
+    bool escape = c == '%' || c == '/' || (i == 0 && c == '.');
+    if (w + (escape ? 3 : 1) + sizeof ".jsonl" > n) {
+      return wk_werr(err, len,
+                     "file: the task id is too long for a file name once '%%' and '/' are "
+                     "encoded (at most %d bytes); give the task the result_handler option name",
+                     ENCODED_MAX_BYTES);
+    }
+    if (escape) {
+      w += (size_t)snprintf(out + w, n - w, "%%%02X", c);
+    } else {
+      out[w++] = (char)c;
+    }
+  }
+  memcpy(out + w, ".jsonl", sizeof ".jsonl");
+  return 0;
+}
+
+/* Moves tmp to path unless path exists (then errno EEXIST): renameat2's
+ * RENAME_NOREPLACE, or link + unlink where the filesystem lacks it. Atomic either way. */
+static int move_no_replace(const char *tmp, const char *path) {
+  if (renameat2(AT_FDCWD, tmp, AT_FDCWD, path, RENAME_NOREPLACE) == 0) return 0;
+  if (errno != EINVAL && errno != ENOSYS) return -1;
+  if (link(tmp, path) != 0) return -1;
+  unlink(tmp);
   return 0;
 }
 
@@ -105,7 +136,7 @@ static int file_write(const wk_writer *w, const wk_writer_task *t, wk_buf *plugi
   if (file_check_options(t->options, t->n_options, err, len) != 0) return -1;
   const char *dir = dir_of(t->settings);
   if (!dir[0]) return wk_werr(err, len, "file: output_dir is not set");
-  char name[NAME_MAX_BYTES + 1];
+  char name[ENCODED_MAX_BYTES + 1];
   if (final_name(t, name, sizeof name, err, len) != 0) return -1;
 
   size_t plen = strlen(dir) + 1 + strlen(name) + 1;
@@ -145,7 +176,14 @@ static int file_write(const wk_writer *w, const wk_writer_task *t, wk_buf *plugi
   int cfd = fd;
   fd = -1;
   if (close(cfd) != 0) goto io_error;
-  if (rename(tmp, path) != 0) goto io_error;
+  if (move_no_replace(tmp, path) != 0) {
+    if (errno != EEXIST) goto io_error;
+    wk_werr(err, len,
+            "file %s exists already: the writer never replaces a file (another task's output, "
+            "or an earlier run of this task id); remove it or choose another name",
+            path);
+    goto fail;
+  }
   tmp[0] = '\0'; /* nothing to remove from now on */
   int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dfd < 0) goto io_error;

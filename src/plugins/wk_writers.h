@@ -106,9 +106,11 @@ struct wk_writer {
    * before; it may have grown its capacity). Nothing is kept after the call: the
    * caller owns plugin_results (wk_buf_free). Blocking; thread-safe; call it from a
    * worker thread. The settings in t must be ones validate accepted.
-   *   file:     <output_dir>/<name option, or task_id with '/' replaced by '_' plus
-   *             ".jsonl">; written as ".<final>.tmp-XXXXXX" in the same directory,
-   *             fsync'ed, renamed over the final name (a retry replaces the file), and
+   *   file:     <output_dir>/<name option, or the task id percent-encoded ('%' → %25,
+   *             '/' → %2F, a leading '.' → %2E: reversible, so no two ids share a file)
+   *             plus ".jsonl">; written as ".<final>.tmp-XXXXXX" in the same directory,
+   *             fsync'ed, moved to the final name only if nothing has it (a file there,
+   *             another task's or an earlier run's, fails the write and is kept), and
    *             the directory fsync'ed; mode 0644. A failure removes the temporary file.
    *   redis:    MULTI, one "XADD <stream> * task_id <id> index <i> record <json>" per
    *             output, EXEC, pipelined; "stream" defaults to "worker:outputs".

@@ -51,7 +51,7 @@ def test_file_writer(worker_factory, tmp_path):
     assert len(r.plugin_results) == 1
     pr = r.plugin_results[0]
     assert pr.plugin == "file" and pr.records == 1 and os.path.exists(pr.location)
-    assert os.listdir(str(out)) == ["fw_1.jsonl"]  # complete files only: no temp left behind
+    assert os.listdir(str(out)) == ["fw%2F1.jsonl"]  # complete files only: no temp left behind
     rec = json.loads(open(pr.location).read().splitlines()[0])
     assert rec["task_id"] == "fw/1" and rec["index"] == 0 and rec["ok"] is True
     assert rec["value"]["echo"] == {"a": 1}

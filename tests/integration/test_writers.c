@@ -592,9 +592,9 @@ static void test_file_writes_in_order(void **state) {
   assert_int_equal(W("file")->write(W("file"), &t, &pr, err, sizeof err), 0);
 
   char path[400], names[400], want[512];
-  snprintf(path, sizeof path, "%s/job_42.jsonl", out_dir);
+  snprintf(path, sizeof path, "%s/job%%2F42.jsonl", out_dir);
   list_dir(out_dir, names, sizeof names);
-  assert_string_equal(names, "job_42.jsonl"); /* nothing else: no temporary, no probe */
+  assert_string_equal(names, "job%2F42.jsonl"); /* nothing else: no temporary, no probe */
   size_t n;
   char *text = read_file(path, &n);
   assert_non_null(text);
@@ -615,22 +615,86 @@ static void test_file_writes_in_order(void **state) {
   check_plugin_result(&pr, "file", path, MIXED_N, bytes);
   free(text);
 
-  /* The "name" option; a retry replaces the file; zero outputs make an empty file. */
+  /* The "name" option; zero outputs make an empty file; a second write to the same
+   * name is refused and leaves the first file as it was. */
   wk_writer_option opt[] = {{"name", "custom.out"}};
   wk_buf empty = {0};
   t = make_task(&s, "job/42", &empty, opt, 1);
   wk_buf_clear(&pr);
   assert_int_equal(W("file")->write(W("file"), &t, &pr, err, sizeof err), 0);
-  assert_int_equal(W("file")->write(W("file"), &t, &pr, err, sizeof err), 0);
+  size_t one_result = pr.len;
+  assert_true(one_result > 0);
+  t = make_task(&s, "job/43", &blob, opt, 1);
+  assert_int_equal(W("file")->write(W("file"), &t, &pr, err, sizeof err), -1);
   snprintf(path, sizeof path, "%s/custom.out", out_dir);
+  char refused[1024];
+  snprintf(refused, sizeof refused,
+           "file %s exists already: the writer never replaces a file (another task's output, "
+           "or an earlier run of this task id); remove it or choose another name",
+           path);
+  assert_string_equal(err, refused);
+  assert_int_equal(pr.len, one_result);
   assert_int_equal(stat(path, &st), 0);
   assert_int_equal(st.st_size, 0);
   list_dir(out_dir, names, sizeof names);
-  assert_string_equal(names, "custom.out,job_42.jsonl");
-  /* Two PluginResults were appended, one per write. */
-  assert_true(pr.len > 0);
+  assert_string_equal(names, "custom.out,job%2F42.jsonl");
 
   wk_buf_free(&blob);
+  wk_buf_free(&pr);
+}
+
+/* File names are a reversible encoding of the task id: ids that the old '/' → '_'
+ * mapping merged get files of their own, and no write replaces another's file. */
+static void test_file_names_encode_the_task_id(void **state) {
+  (void)state;
+  wk_writer_settings s = {.output_dir = out_dir};
+  char err[256] = "", names[600];
+  wk_buf pr = {0};
+  const char *ids[] = {"team/a", "team_a", "team%2Fa", ".hidden", "..", "a.b/c%"};
+  wk_buf blobs[6] = {0};
+  for (int i = 0; i < 6; i++) {
+    counted_outputs(&blobs[i], (uint32_t)i + 1);
+    wk_writer_task t = make_task(&s, ids[i], &blobs[i], NULL, 0);
+    assert_int_equal(W("file")->write(W("file"), &t, &pr, err, sizeof err), 0);
+  }
+  list_dir(out_dir, names, sizeof names);
+  assert_string_equal(names,
+                      "%2E..jsonl,%2Ehidden.jsonl,a.b%2Fc%25.jsonl,team%252Fa.jsonl,"
+                      "team%2Fa.jsonl,team_a.jsonl");
+  /* each file holds its own task's outputs: i + 1 lines */
+  const char *files[] = {"team%2Fa.jsonl", "team_a.jsonl", "team%252Fa.jsonl"};
+  for (int i = 0; i < 3; i++) {
+    char path[400];
+    snprintf(path, sizeof path, "%s/%s", out_dir, files[i]);
+    size_t n, lines = 0;
+    char *text = read_file(path, &n);
+    assert_non_null(text);
+    for (size_t k = 0; k < n; k++) lines += text[k] == '\n';
+    assert_int_equal(lines, (size_t)i + 1);
+    free(text);
+  }
+  /* a name option naming another task's file is refused; that file is kept */
+  wk_writer_option opt[] = {{"name", "team_a.jsonl"}};
+  wk_writer_task t = make_task(&s, "intruder", &blobs[5], opt, 1);
+  assert_int_equal(W("file")->write(W("file"), &t, &pr, err, sizeof err), -1);
+  assert_non_null(strstr(err, "team_a.jsonl exists already"));
+  char path[400];
+  snprintf(path, sizeof path, "%s/team_a.jsonl", out_dir);
+  size_t n, lines = 0;
+  char *text = read_file(path, &n);
+  for (size_t k = 0; k < n; k++) lines += text[k] == '\n';
+  assert_int_equal(lines, 2);
+  free(text);
+  /* an id too long for a file name once encoded: a message naming the option */
+  char longid[129];
+  memset(longid, '/', 128);
+  longid[128] = '\0';
+  t = make_task(&s, longid, &blobs[0], NULL, 0);
+  assert_int_equal(W("file")->write(W("file"), &t, &pr, err, sizeof err), -1);
+  assert_non_null(strstr(err, "give the task the result_handler option name"));
+  list_dir(out_dir, names, sizeof names);
+  assert_null(strstr(names, "tmp"));
+  for (int i = 0; i < 6; i++) wk_buf_free(&blobs[i]);
   wk_buf_free(&pr);
 }
 
@@ -650,7 +714,7 @@ static void test_file_failure_leaves_nothing(void **state) {
   assert_string_equal(names, "");
   assert_int_equal(pr.len, 4);
 
-  /* The final name is taken by a directory: the rename fails, the temporary goes. */
+  /* The final name is taken by a directory: the move fails, the temporary goes. */
   blob.len = 0;
   counted_outputs(&blob, 3);
   char path[400];
@@ -659,8 +723,8 @@ static void test_file_failure_leaves_nothing(void **state) {
   t = make_task(&s, "occupied", &blob, NULL, 0);
   assert_int_equal(W("file")->write(W("file"), &t, &pr, err, sizeof err), -1);
   char want[500];
-  snprintf(want, sizeof want, "file %s: Is a directory", path);
-  assert_string_equal(err, want);
+  snprintf(want, sizeof want, "file %s exists already: the writer never replaces", path);
+  assert_non_null(strstr(err, want));
   list_dir(out_dir, names, sizeof names);
   assert_string_equal(names, "occupied.jsonl");
   assert_int_equal(pr.len, 4);
@@ -684,7 +748,7 @@ static void test_file_failure_leaves_nothing(void **state) {
   wk_buf_free(&pr);
 }
 
-/* A reader polling the directory while big files are written and replaced: whenever
+/* A reader polling the directory while big files are written and removed: whenever
  * the final name exists it holds a complete file; the temporary has another name. */
 typedef struct watch {
   atomic_bool stop;
@@ -736,6 +800,11 @@ static void test_file_never_half_visible(void **state) {
   while (writes < 60 &&
          (writes < 4 || atomic_load(&wt.saw_tmp) == 0 || atomic_load(&wt.saw_final) < 3)) {
     wk_buf_clear(&pr);
+    if (writes > 0) { /* the writer never replaces a file: make room for the next */
+      char big[400];
+      snprintf(big, sizeof big, "%s/big.jsonl", out_dir);
+      assert_int_equal(unlink(big), 0);
+    }
     assert_int_equal(W("file")->write(W("file"), &t, &pr, err, sizeof err), 0);
     writes++;
   }
@@ -1260,6 +1329,7 @@ int main(void) {
       cmocka_unit_test(test_json_pieces),
       cmocka_unit_test(test_records),
       cmocka_unit_test_setup_teardown(test_file_writes_in_order, dir_setup, dir_teardown),
+      cmocka_unit_test_setup_teardown(test_file_names_encode_the_task_id, dir_setup, dir_teardown),
       cmocka_unit_test_setup_teardown(test_file_failure_leaves_nothing, dir_setup, dir_teardown),
       cmocka_unit_test_setup_teardown(test_file_never_half_visible, dir_setup, dir_teardown),
       cmocka_unit_test_setup_teardown(test_file_validate, dir_setup, dir_teardown),
