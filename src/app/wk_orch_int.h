@@ -166,6 +166,9 @@ void wk_orch__start_calls(wk_orch *o, wk_task_rt *rt);
 /** The calls are over (or failed the IO scope): reports WK_PHASE_CALLS once. */
 void wk_orch__report_calls(wk_orch *o, wk_task_rt *rt);
 
+/** The writer called `name` when this worker enables and configures it, else NULL. */
+const wk_writer *wk_orch__enabled_writer(const wk_orch *o, const char *name);
+
 /** The writer phase (under the plugin semaphore, on the threadpool). */
 void wk_orch__run_writer(wk_orch *o, wk_task_rt *rt);
 

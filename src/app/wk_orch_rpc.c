@@ -80,11 +80,52 @@ static const char *rt_builder_name(const Worker__V1__SubmitTaskRequest *req) {
   return (req->function->type && req->function->type[0]) ? req->function->type : "single";
 }
 
+/* Why this worker cannot run the task's result handler, into msg; false when it can
+ * (none, or an enabled and configured writer that takes the options). */
+static bool writer_refusal(const wk_orch *o, const Worker__V1__ResultHandler *rh, char *msg,
+                           size_t len) {
+  if (!rh || !rh->type || !rh->type[0]) return false;
+  const wk_writer *known = wk_writer_find(rh->type);
+  if (!known) {
+    snprintf(msg, len, "result_handler.type: no writer plugin named \"%s\" (known: %s)", rh->type,
+             wk_writer_names());
+    return true;
+  }
+  const wk_writer *w = wk_orch__enabled_writer(o, rh->type);
+  if (!w) {
+    char on[128] = "";
+    size_t used = 0;
+    for (size_t i = 0; i < sizeof o->cfg.writers / sizeof o->cfg.writers[0] && o->cfg.writers[i];
+         i++) {
+      int k = snprintf(on + used, sizeof on - used, "%s%s", i ? ", " : "", o->cfg.writers[i]);
+      if (k < 0 || (size_t)k >= sizeof on - used) break;
+      used += (size_t)k;
+    }
+    snprintf(msg, len,
+             "result_handler.type: the %s writer is not configured on this worker: it needs the "
+             "setting %s (in a profile that enables %s); writers available here: %s",
+             known->name, known->setting, known->name, on[0] ? on : "none");
+    return true;
+  }
+  wk_writer_option opts[WK_OPTIONS_MAX];
+  size_t n = rh->n_options < WK_OPTIONS_MAX ? rh->n_options : WK_OPTIONS_MAX;
+  for (size_t i = 0; i < n; i++) opts[i] = (wk_option){rh->options[i]->key, rh->options[i]->value};
+  char err[WK_TASK_RT_MESSAGE_MAX + 1];
+  if (w->check_options(opts, n, err, sizeof err) != 0) {
+    snprintf(msg, len, "result_handler.options: %s", err);
+    return true;
+  }
+  return false;
+}
+
 /* Refuses, before the core sees the request, what no activation could fix: options the
- * task's builder does not take. An unknown builder is left to the builder phase
- * (BUILDER_NOT_FOUND, as the design says). Returns true when the rpc was answered. */
+ * task's builder does not take, a result handler this worker cannot run (unknown, not
+ * enabled and configured, or bad options): INVALID_ARGUMENT naming what to change, before
+ * any call runs. An unknown builder is left to the builder phase (BUILDER_NOT_FOUND, as
+ * the design says); a shadow request never reaches a writer. Returns true when the rpc
+ * was answered. */
 static bool refuse_unrunnable(const wk_orch *o, wk_rpc *rpc,
-                              const Worker__V1__SubmitTaskRequest *req) {
+                              const Worker__V1__SubmitTaskRequest *req, bool is_shadow) {
   char err[WK_TASK_RT_MESSAGE_MAX + 1], msg[WK_TASK_RT_MESSAGE_MAX + 64];
   const wk_builder *b = wk_builder_registry_find(o->cfg.builders, req->function->type);
   wk_option opts[WK_OPTIONS_MAX];
@@ -94,12 +135,19 @@ static bool refuse_unrunnable(const wk_orch *o, wk_rpc *rpc,
     wk_rpc_fail(rpc, GRPC_STATUS_INVALID_ARGUMENT, msg);
     return true;
   }
+  if (!is_shadow && writer_refusal(o, req->result_handler, msg, sizeof msg)) {
+    wk_rpc_fail(rpc, GRPC_STATUS_INVALID_ARGUMENT, msg);
+    return true;
+  }
   return false;
 }
 
 static void handle_submit(wk_orch *o, wk_rpc *rpc) {
   const Worker__V1__SubmitTaskRequest *req = wk_rpc_request(rpc);
-  if (refuse_unrunnable(o, rpc, req)) return;
+  char shadow_md[8] = "";
+  bool is_shadow = wk_rpc_metadata(rpc, WK_SHADOW_METADATA_KEY, shadow_md, sizeof shadow_md) &&
+                   wk_shadow_is_shadow_request(shadow_md);
+  if (refuse_unrunnable(o, rpc, req, is_shadow)) return;
   char traceparent[WK_TASK_RT_TRACEPARENT_MAX + 1] = "";
   wk_rpc_metadata(rpc, "traceparent", traceparent, sizeof traceparent);
   wk_submit_request sr = {
@@ -124,9 +172,6 @@ static void handle_submit(wk_orch *o, wk_rpc *rpc) {
         .retry_on_timeout = p->retry_on_timeout,
     };
   }
-  char shadow_md[8] = "";
-  bool is_shadow = wk_rpc_metadata(rpc, WK_SHADOW_METADATA_KEY, shadow_md, sizeof shadow_md) &&
-                   wk_shadow_is_shadow_request(shadow_md);
   wk_task_rt *rt = wk_task_rt_create(o->loop, req, traceparent, is_shadow);
   wk_submit_result res;
   wk_core_handle_submit(o->core, &sr, rt, o->now_ms, &res);

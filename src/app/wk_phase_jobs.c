@@ -154,7 +154,7 @@ void wk_orch__report_calls(wk_orch *o, wk_task_rt *rt) {
   wk_buf_free(&outputs);
 }
 
-static const wk_writer *enabled_writer(const wk_orch *o, const char *name) {
+const wk_writer *wk_orch__enabled_writer(const wk_orch *o, const char *name) {
   for (size_t i = 0; i < sizeof o->cfg.writers / sizeof o->cfg.writers[0] && o->cfg.writers[i];
        i++) {
     if (strcmp(o->cfg.writers[i], name) == 0) return wk_writer_find(name);
@@ -205,7 +205,7 @@ void wk_orch__run_writer(wk_orch *o, wk_task_rt *rt) {
     phase_finished(o, rt, WK_PHASE_WRITER, &out);
     return;
   }
-  const wk_writer *w = enabled_writer(o, rt->req.result_handler);
+  const wk_writer *w = wk_orch__enabled_writer(o, rt->req.result_handler);
   if (!w) {
     char err[300];
     snprintf(err, sizeof err,

@@ -212,6 +212,7 @@ out:
 
 const wk_writer wk_writer_file = {
     .name = "file",
+    .setting = "output_dir",
     .validate = file_validate,
     .check_options = file_check_options,
     .write = file_write,

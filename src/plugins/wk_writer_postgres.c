@@ -260,6 +260,7 @@ out:
 
 const wk_writer wk_writer_postgres = {
     .name = "postgres",
+    .setting = "postgres_dsn",
     .validate = pg_validate,
     .check_options = pg_check_options,
     .write = pg_write,

@@ -209,6 +209,7 @@ out:
 
 const wk_writer wk_writer_redis = {
     .name = "redis",
+    .setting = "redis_addr",
     .validate = redis_validate,
     .check_options = redis_check_options,
     .write = redis_write,

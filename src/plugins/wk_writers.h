@@ -80,7 +80,9 @@ typedef struct wk_writer_task {
 typedef struct wk_writer wk_writer;
 
 struct wk_writer {
-  const char *name; /* "file", "redis", "postgres" */
+  const char *name;    /* "file", "redis", "postgres" */
+  const char *setting; /* the worker setting that configures it: "output_dir", "redis_addr",
+                          "postgres_dsn" (without it the writer is off) */
 
   /** Start-up check of the static settings this writer needs. file: output_dir is set,
    * is a directory, and a file can be created in it (a probe file is created and

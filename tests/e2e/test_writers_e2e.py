@@ -1,6 +1,7 @@
 """Writer plugins through the real worker: outputs written by the file and redis
 writers, PluginResults in the TaskResult, a backend that is down failing the task
-PLUGIN_FAILED with its message, start-up validation, shadow traffic never written."""
+PLUGIN_FAILED with its message, start-up validation, shadow traffic never written, a
+writer the worker cannot run refused at submission."""
 
 import json
 import os
@@ -95,7 +96,9 @@ def test_shadow_submissions_never_reach_a_writer(worker_factory, tmp_path):
     target = worker_factory("--output-dir", str(out))
     target.wait_serving()
     target.deploy("echo")
-    primary = worker_factory("--shadow-target-addr", target.addr)
+    primary_out = tmp_path / "primary-out"
+    primary_out.mkdir()
+    primary = worker_factory("--shadow-target-addr", target.addr, "--output-dir", str(primary_out))
     primary.wait_serving()
     primary.deploy("echo")
     primary.submit("sh-1", "echo", {}, result_handler=pb.ResultHandler(type="file"))
@@ -111,3 +114,46 @@ def _done(w, task_id):
         return r.state in (pb.TASK_STATE_SUCCEEDED, pb.TASK_STATE_FAILED)
     except Exception:  # noqa: BLE001 (not there yet)
         return False
+
+
+def _refused(w, task_id, handler, path):
+    import grpc
+    with pytest.raises(grpc.RpcError) as e:
+        w.submit(task_id, "counter", {"path": path}, result_handler=handler)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    with pytest.raises(grpc.RpcError) as nf:
+        w.stub.GetTaskResult(pb.GetTaskResultRequest(task_id=task_id), timeout=5)
+    assert nf.value.code() == grpc.StatusCode.NOT_FOUND
+    return e.value.details()
+
+
+def test_a_writer_that_cannot_run_is_refused_before_any_call(worker_factory, tmp_path):
+    """An unknown writer, a known one this worker has not configured, or options it does
+    not take: INVALID_ARGUMENT at submission naming what to set, and no call runs (the
+    old code ran every call, then failed PLUGIN_NOT_FOUND)."""
+    ran = str(tmp_path / "ran.txt")
+    w = worker_factory()  # no output_dir, redis_addr or postgres_dsn
+    w.wait_serving()
+    w.deploy("counter")
+    msg = _refused(w, "nw-1", pb.ResultHandler(type="file"), ran)
+    assert msg == ("result_handler.type: the file writer is not configured on this worker: it "
+                   "needs the setting output_dir (in a profile that enables file); writers "
+                   "available here: none"), msg
+    msg = _refused(w, "nw-2", pb.ResultHandler(type="s3"), ran)
+    assert msg == 'result_handler.type: no writer plugin named "s3" (known: file, redis, postgres)'
+    out = subprocess.run([os.path.join(os.path.dirname(WORKER), "workerctl"), "--addr", w.addr,
+                          "submit", "counter", json.dumps({"path": ran}), "--result-handler",
+                          "redis"], capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0 and "needs the setting redis_addr" in out.stderr, out
+
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    w2 = worker_factory("--output-dir", str(out_dir))
+    w2.wait_serving()
+    w2.deploy("counter")
+    msg = _refused(w2, "nw-3", pb.ResultHandler(type="file", options={"nme": "x"}), ran)
+    assert msg == "result_handler.options: file: unknown option 'nme' (known: name)", msg
+    msg = _refused(w2, "nw-4", pb.ResultHandler(type="redis"), ran)
+    assert msg.endswith("writers available here: file"), msg
+    time.sleep(0.5)
+    assert not os.path.exists(ran)  # no call ran
