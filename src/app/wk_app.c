@@ -589,10 +589,28 @@ static int start_signal_thread(wk_app *app) {
   return 0;
 }
 
+/* libuv's threadpool (4 threads unless UV_THREADPOOL_SIZE says otherwise) runs the
+ * builders and writers, each holding a thread as long as it runs, and the short jobs
+ * (activation, scratch removal, IO scope measurement, usage records). Sized so that
+ * builder_concurrency builders and plugin_concurrency writers at once still leave
+ * threads for the short jobs: a 4 MB map never delays another task's activation. Set
+ * before anything starts a thread; an operator's UV_THREADPOOL_SIZE is kept. */
+#define THREADPOOL_SHORT_JOBS 4u
+#define THREADPOOL_MAX 1024u /* libuv's own cap */
+
+static void size_threadpool(const wk_app_config *cfg) {
+  if (getenv("UV_THREADPOOL_SIZE")) return;
+  uint64_t n = (uint64_t)cfg->builder_concurrency + cfg->plugin_concurrency + THREADPOOL_SHORT_JOBS;
+  char v[16];
+  snprintf(v, sizeof v, "%u", (unsigned)(n < THREADPOOL_MAX ? n : THREADPOOL_MAX));
+  setenv("UV_THREADPOOL_SIZE", v, 1);
+}
+
 /* Everything up to serving, in order; on failure returns the exit code with the
  * reason on stderr, leaving what was started for app_cleanup. */
 static int app_start(wk_app *app) {
   char err[2048];
+  size_threadpool(app->cfg);
   int rc = choose_writers(app, err, sizeof err);
   if (rc != 0) return rc;
   block_stop_signals();

@@ -107,3 +107,40 @@ def test_builder_options_are_read_or_refused(worker_factory):
     assert out.returncode == 0 and "SUCCEEDED" in out.stdout, (out.stdout, out.stderr)
     out = ctl(w, "submit", "echo", "[7]", "--builder", "map", "--option", "chunk=2")
     assert out.returncode != 0 and "unknown option 'chunk' (known: items)" in out.stderr, out
+
+
+def test_builders_never_hold_every_thread(worker_factory):
+    """builder_concurrency (4) large maps building at once leave threadpool threads for
+    the short jobs: another task is activated (its epoch pinned) while all four still
+    build. With libuv's default 4 threads the activation waited for a build to end."""
+    w = worker_factory("--max-message-bytes", "16MiB", "--task-slots", "8")
+    w.deploy("noop")
+    w.wait_serving()
+    args = big_map_args()
+    activated_during_builds = False
+    for attempt in range(3):
+        bigs = ["pool-%d-%d" % (attempt, i) for i in range(4)]
+        for b in bigs:
+            w.submit(b, "noop", raw_args=args, builder="map")
+        small = "pool-small-%d" % attempt
+        deadline = time.time() + 60
+        while time.time() < deadline:  # the four builds are queued or running
+            if all(phase_of(w, b) >= pb.PHASE_BUILDER for b in bigs):
+                break
+        w.submit(small, "noop", args={})
+        while time.time() < deadline:
+            phases = [phase_of(w, b) for b in bigs]
+            if any(p > pb.PHASE_BUILDER for p in phases):
+                break
+            r = w.stub.GetTaskResult(pb.GetTaskResultRequest(task_id=small), timeout=10)
+            if (r.code_epoch > 0 and all(p == pb.PHASE_BUILDER for p in phases)
+                    and all(phase_of(w, b) == pb.PHASE_BUILDER for b in bigs)):
+                activated_during_builds = True
+                break
+        for b in bigs:
+            w.stub.CancelTask(pb.CancelTaskRequest(task_id=b), timeout=10)
+        for b in bigs + [small]:
+            w.wait_terminal(b, timeout=120)
+        if activated_during_builds:
+            break
+    assert activated_during_builds, "no activation while four builders ran"
