@@ -4,6 +4,7 @@ threads (docs/specs/executor-protocol.md §1, §7)."""
 from __future__ import annotations
 
 import argparse
+import mmap
 import os
 import resource
 import signal
@@ -50,6 +51,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-nesting", type=int, default=DEFAULT_MAX_NESTING,
                     help="most calls running at once (calls waiting for subcalls run other "
                          "calls nested); a CALL beyond it is answered NestingTooDeep")
+    ap.add_argument("--started-file", default=None,
+                    help="a file of at least 8 bytes the Worker maps: the id of each call "
+                         "is written there before the call starts (u64, little-endian)")
     ap.add_argument("--rlimit-as-mb", type=int, default=0,
                     help="RLIMIT_AS (address space) in MiB; 0 leaves it unchanged")
     ap.add_argument("--rlimit-nofile", type=int, default=0,
@@ -85,6 +89,13 @@ def main(argv: list[str] | None = None) -> int:
         log(f"cannot connect to {opts.socket}: {e}")
         return 1
     ex = Executor(sock, opts.max_frame, opts.capture_max, opts.max_nesting)
+    if opts.started_file:
+        try:
+            with open(opts.started_file, "r+b") as f:
+                ex.started = mmap.mmap(f.fileno(), 8)
+        except (OSError, ValueError) as e:
+            log(f"cannot map --started-file {opts.started_file}: {e}")
+            return 1
     try:
         ex.send(encode_hello(os.getpid()))
     except OSError as e:

@@ -1,14 +1,15 @@
 """Frames from the Worker: split the received bytes into frames and act on each, in
-order (docs/specs/executor-protocol.md §1, §6, §7): CALLs are queued, CANCEL flags or answers,
-PING is answered, SHUTDOWN queues the end, EOF cancels."""
+order (docs/specs/executor-protocol.md §1, §6, §7): CALLs are queued, CANCEL flags or
+answers, RECALL gives a queued call back, PING is answered, SHUTDOWN queues the end, EOF
+cancels."""
 
 from __future__ import annotations
 
 import time
 
-from .protocol import (CALL, CANCEL, PING, PONG, SHUTDOWN, STACK_REQUEST, SUBCALLS_RESULT,
-                       TO_WORKER_ONLY, U32, Call, ProtocolError, encode_error_result,
-                       encode_stack, encode_u64_frame, parse_call, parse_subcalls_result,
+from .protocol import (CALL, CANCEL, PING, PONG, RECALL, SHUTDOWN, STACK_REQUEST,
+                       SUBCALLS_RESULT, TO_WORKER_ONLY, U32, Call, ProtocolError, encode_error_result,
+                       encode_not_started, encode_stack, encode_u64_frame, parse_call, parse_subcalls_result,
                        parse_u64_body)
 from .state import SHUTDOWN_ITEM, State
 
@@ -45,6 +46,8 @@ class Inbox(State):
                     calls = []
                 if ftype == CANCEL:
                     self.cancel(parse_u64_body(mv, body, end, "CANCEL"), replies)
+                elif ftype == RECALL:
+                    self.recall(parse_u64_body(mv, body, end, "RECALL"), replies)
                 elif ftype == PING:
                     replies.append(encode_u64_frame(PONG, parse_u64_body(mv, body, end, "PING")))
                 elif ftype == PONG:
@@ -100,6 +103,21 @@ class Inbox(State):
                 return  # finished already: its RESULT is on the way
             c.cancelled = True  # the main thread skips it
         replies.append(encode_error_result(call_id, "Cancelled", "cancelled before it started"))
+
+    def recall(self, call_id: int, replies: list[bytes]) -> None:
+        """RECALL: gives a queued call back (RESULT NOT_STARTED); ignores one that started
+        or finished (its RESULT comes as usual). The answer is written before the lock is
+        let go, so the call is never skipped while its answer could still be lost (the
+        Worker reads the started file after a death: §7)."""
+        if replies:  # keep order: answers decided before this one go out first
+            self.send_quietly(b"".join(replies))
+            del replies[:]
+        with self.cv:
+            c = self.pending.pop(call_id, None)
+            if c is None:
+                return
+            c.cancelled = True  # the main thread skips it
+            self.send_quietly(encode_not_started(call_id))
 
     def mark_closed(self) -> None:
         """The Worker hung up: running calls are cancelled, queued ones dropped."""

@@ -16,14 +16,15 @@ import math
 import struct
 import sys
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 
 HELLO, CALL, RESULT, CANCEL, PING, PONG, SHUTDOWN = 1, 2, 3, 4, 5, 6, 7
-SUBCALLS, SUBCALLS_RESULT, STACK_REQUEST, STACK = 8, 9, 10, 11
+SUBCALLS, SUBCALLS_RESULT, STACK_REQUEST, STACK, RECALL = 8, 9, 10, 11, 12
 TO_WORKER_ONLY = (HELLO, RESULT, SUBCALLS, STACK)  # a protocol error when received
 
 CONTENT_JSON, CONTENT_BYTES = 0, 1
 STATUS_OK, STATUS_ERROR, STATUS_RETRYABLE = 0, 1, 2
+STATUS_NOT_STARTED = 3  # RESULT only: a RECALLed call given back before it started
 
 DEFAULT_MAX_FRAME = 16 << 20
 ERROR_TEXT_MAX = 64 << 10  # cap on error message, traceback and stack text, each
@@ -88,6 +89,12 @@ def encode_error_result(call_id: int, error_type: str, message: str) -> bytes:
     """A RESULT of status 1 from the executor itself (a call it did not run)."""
     return encode_result(call_id, STATUS_ERROR, CONTENT_JSON, b"", error_type.encode(),
                          message.encode("utf-8", "replace"), b"", 0, 0, b"", b"")
+
+
+def encode_not_started(call_id: int) -> bytes:
+    """The RESULT of a RECALLed call given back before it started (status 3)."""
+    return encode_result(call_id, STATUS_NOT_STARTED, CONTENT_JSON, b"", b"", b"", b"", 0, 0,
+                         b"", b"")
 
 
 def subcalls_head_size(function: bytes, entrypoint: bytes) -> int:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import resource
+import struct
 import sys
 import time
 import traceback
@@ -22,6 +23,7 @@ from .state import SHUTDOWN_ITEM, State
 from .subcalls import Subcalls, Wait
 from .watchdog import Watchdog
 
+_U64 = struct.Struct("<Q")
 EARLY_FLUSH_MIN = 4  # RESULTs buffered before an early write (more than half the calls held)
 _RUSAGE_SELF = resource.RUSAGE_SELF
 
@@ -44,6 +46,11 @@ class Runner(State):
             item = self.take(wait)
             if item is None:
                 return
+            if self.obuf and item.task_id != self.last_task:
+                # RESULTs of another task's calls go out before this one starts: a call
+                # that ends the process (os._exit, a crash) loses only its own task's
+                self.flush()
+            self.last_task = item.task_id
             if len(self.running) >= self.max_nesting:
                 self.post(encode_error_result(
                     item.call_id, "NestingTooDeep",
@@ -96,6 +103,8 @@ class Runner(State):
                 if item is not None:
                     self.in_take = False
                     self.progress += 1
+                    if self.started is not None:  # before it runs: §7
+                        _U64.pack_into(self.started, 0, item.call_id)
                     return item
             if stop:
                 self.flush()  # the waiting call resumes: nested RESULTs go out now

@@ -61,6 +61,10 @@ class State:
         self.watch_reading = False
         self.in_take = False  # the main thread is between calls (take); changed under cv
         self.progress = 0  # calls the main thread has taken
+        # the Worker's started file (executor-protocol.md §7): the id of the call the main
+        # thread starts is written here before it runs; None without --started-file
+        self.started = None
+        self.last_task = ""  # task id of the call the main thread took last
         self.reads = 0  # times the main thread read the socket (the watchdog's clock)
         self.fcv = threading.Condition(threading.Lock())
         self.idle = False  # the main thread blocks for input: the watchdog sleeps (fcv)

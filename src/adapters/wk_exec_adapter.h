@@ -30,6 +30,8 @@ typedef enum wk_call_status {
   WK_CALL_RETRYABLE = 2,     /* the function raised worker.Retryable */
   WK_CALL_EXECUTOR_LOST = 3, /* the executor died or broke the protocol mid-call */
   WK_CALL_TIMEOUT = 4,       /* past its deadline: cancelled, then killed; traceback = its stack */
+  WK_CALL_NOT_STARTED = 5,   /* given back before it started (its executor died or was busy
+                                with a long call): not an end, the caller sends it again */
 } wk_call_status;
 
 /* A finished call. Views are valid only during the callback. */

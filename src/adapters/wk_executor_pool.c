@@ -7,10 +7,13 @@
 #include "adapters/wk_executor_pool.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "lib/wk_alloc.h"
@@ -32,6 +35,7 @@ struct wk_pool_call {
   wk_pool_call *prev, *next; /* in the pool's queue, or in its executor's in-flight list */
   void *ctx;
   uint64_t call_id;
+  uint64_t seq;   /* its place in its executor's send order (while sent) */
   uint8_t *frame; /* encoded CALL */
   size_t frame_len;
   uint64_t bytes_in;
@@ -40,6 +44,8 @@ struct wk_pool_call {
   bool cancelled;      /* by the caller: no outcome */
   bool timed_out;      /* past its deadline: escalating */
   bool stack_requested;
+  bool recalling; /* RECALL sent: NOT_STARTED or its real RESULT comes back */
+  bool lost;      /* its executor died and it may have run (classified at the exit) */
   int64_t escalated_ms;
   uint32_t waiting; /* SUBCALLS requests not yet answered */
   bool resumed;     /* its subcalls were answered: it may sit under nested calls */
@@ -78,6 +84,14 @@ struct wk_executor {
    * measured yet), from the RESULTs read while it was busy since busy_mark_ns. */
   uint64_t service_ns;
   uint64_t busy_mark_ns; /* 0 = idle */
+  /* What it started: the executor writes the id of each call it starts into a shared
+   * 8-byte file before running it (executor-protocol.md §7), so the worker knows which
+   * sent calls have not started, even after the process died. */
+  const volatile uint64_t *started; /* the mapping; NULL when it could not be made */
+  char started_path[96];
+  uint64_t sent_seq;     /* calls sent on this connection */
+  uint64_t started_seen; /* the last value read from `started` */
+  uint64_t progress_ns;  /* when `started` was last seen to change, or a parent resumed */
 };
 
 struct wk_pool {
@@ -146,6 +160,37 @@ static void measure_service(wk_executor *e, uint64_t n) {
   if (n > 0 || !e->inflight) e->busy_mark_ns = e->inflight ? now : 0;
 }
 
+/* Reads what the executor last started; notes the time when it changed. */
+static void observe(wk_executor *e, uint64_t now_ns) {
+  if (!e->started) return;
+  uint64_t id = __atomic_load_n(e->started, __ATOMIC_ACQUIRE);
+  if (id != e->started_seen) {
+    e->started_seen = id;
+    e->progress_ns = now_ns;
+  }
+}
+
+/* The sent call the executor is running now (the last one it started, still without
+ * a RESULT), or NULL. */
+static wk_pool_call *running_call(const wk_executor *e) {
+  if (!e->started_seen) return NULL;
+  for (wk_pool_call *c = e->head; c; c = c->next) {
+    if (c->call_id == e->started_seen) return c;
+  }
+  return NULL;
+}
+
+/* True when a call sent to `e` now would not start soon: its running call (not one
+ * waiting for subcalls, which lets nested calls run) was cancelled or is past its
+ * deadline, so the executor may well be killed under it. */
+static bool blocked(wk_executor *e) {
+  observe(e, uv_hrtime());
+  const wk_pool_call *r = running_call(e);
+  if (!r || r->waiting) return false;
+  if (r->cancelled || r->timed_out) return true;
+  return r->deadline_ms && (int64_t)uv_now(e->pool->loop) >= r->deadline_ms;
+}
+
 static void dispatch(wk_pool *pool);
 static void maybe_finish_stop(wk_pool *pool);
 static void spawn_if_needed(wk_pool *pool);
@@ -190,6 +235,7 @@ static void detach(wk_pool_call *c) {
   wk_executor *e = c->exec;
   list_remove(&e->head, &e->tail, c);
   e->inflight--;
+  if (c->recalling) c->recalling = false;
   if (c->waiting) e->waiting--;
   if (c->resumed) e->resumed--;
   c->waiting = 0;
@@ -357,6 +403,8 @@ static void executor_free(wk_executor *e) {
     }
   }
   wk_frame_buf_free(&e->wbuf);
+  if (e->started) munmap((void *)(uintptr_t)e->started, sizeof *e->started);
+  if (e->started_path[0]) unlink(e->started_path);
   pool->n_structs--;
   free(e);
   maybe_finish_stop(pool);
@@ -368,6 +416,50 @@ static void on_proc_closed(uv_handle_t *h) {
   executor_free(e);
 }
 
+static void read_frames(wk_conn *c);
+
+/* Reads what the socket still holds (the peer is gone: no waiting) and handles it. */
+static void drain(wk_conn *c) {
+  uv_os_fd_t fd;
+  if (c->closing || uv_fileno((const uv_handle_t *)&c->pipe, &fd) != 0) return;
+  for (;;) {
+    uint8_t *at = wk_frame_buf_reserve(&c->rbuf, READ_CHUNK);
+    ssize_t n = recv(fd, at, READ_CHUNK, MSG_DONTWAIT);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    wk_frame_buf_commit(&c->rbuf, (size_t)n);
+    read_frames(c);
+    if (c->closing) break;
+  }
+}
+
+/* Its executor died: the calls it had started (the last one it marked started, every
+ * one sent before it, and parents waiting on subcalls) may have run and end
+ * EXECUTOR_LOST (TIMEOUT when past their deadline); the others never started and go
+ * back to the caller NOT_STARTED, to run elsewhere. The lost ones are delivered first:
+ * a task they fail cancels its own calls before they are sent again. */
+static void settle_calls(wk_pool *pool, wk_executor *e, const char *why) {
+  if (e->started) e->started_seen = __atomic_load_n(e->started, __ATOMIC_ACQUIRE);
+  const wk_pool_call *r = running_call(e);
+  bool before = r != NULL; /* still at or before the running call in send order */
+  for (wk_pool_call *c = e->head; c; c = c->next) {
+    c->lost = before || c->waiting || c->resumed || !e->started;
+    if (c == r) before = false;
+  }
+  for (wk_pool_call *c = e->head, *next; c; c = next) {
+    next = c->next;
+    if (!c->lost) continue;
+    detach(c);
+    deliver_lost(pool, c, e, why);
+  }
+  while (e->head) {
+    wk_pool_call *c = e->head;
+    detach(c);
+    wk_call_outcome o = {.status = WK_CALL_NOT_STARTED, .bytes_in = c->bytes_in};
+    deliver(pool, c, &o);
+  }
+}
+
 static void on_process_exit(uv_process_t *proc, int64_t exit_status, int term_signal) {
   wk_executor *e = proc->data;
   wk_pool *pool = e->pool;
@@ -375,6 +467,9 @@ static void on_process_exit(uv_process_t *proc, int64_t exit_status, int term_si
   pool->n_running--;
   pool->stats.exited++;
   if (!e->hello) pool->n_starting--; /* died before it said HELLO */
+  /* everything it wrote before it died is still in the socket: RESULTs of calls it
+   * finished count, whatever killed it */
+  if (e->conn) drain(e->conn);
   if (e->conn) conn_close(e->conn);
   if (!pool->stopping && !e->shutdown_sent) {
     wk_log_json(WK_LOG_WARN, "executor_exited",
@@ -383,11 +478,7 @@ static void on_process_exit(uv_process_t *proc, int64_t exit_status, int term_si
   }
   char why[80];
   snprintf(why, sizeof why, "exit status %lld, signal %d", (long long)exit_status, term_signal);
-  while (e->head) {
-    wk_pool_call *c = e->head;
-    detach(c);
-    deliver_lost(pool, c, e, why);
-  }
+  settle_calls(pool, e, why);
   uv_close((uv_handle_t *)proc, on_proc_closed);
   if (!pool->stopping) {
     if (!e->shutdown_sent) {
@@ -401,6 +492,30 @@ static void on_process_exit(uv_process_t *proc, int64_t exit_status, int term_si
     spawn_if_needed(pool);
   }
   dispatch(pool);
+}
+
+/* Creates and maps the executor's started-call file in the pool's private directory.
+ * Without it (no space, no memory) the executor runs anyway, and a death fails all of
+ * its calls as before. */
+static void open_started_file(wk_pool *pool, wk_executor *e) {
+  static uint64_t seq;
+  snprintf(e->started_path, sizeof e->started_path, "%s/started-%llu", pool->dir,
+           (unsigned long long)++seq);
+  int fd = open(e->started_path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    e->started_path[0] = '\0';
+    return;
+  }
+  void *m = MAP_FAILED;
+  if (ftruncate(fd, (off_t)sizeof(uint64_t)) == 0)
+    m = mmap(NULL, sizeof(uint64_t), PROT_READ, MAP_SHARED, fd, 0);
+  close(fd);
+  if (m == MAP_FAILED) {
+    unlink(e->started_path);
+    e->started_path[0] = '\0';
+    return;
+  }
+  e->started = m;
 }
 
 static int spawn_one(wk_pool *pool, char *err, size_t err_len) {
@@ -423,9 +538,15 @@ static int spawn_one(wk_pool *pool, char *err, size_t err_len) {
   snprintf(cpu, sizeof cpu, "%llu", (unsigned long long)pool->cfg.rlimit_cpu_s);
   snprintf(max_frame, sizeof max_frame, "%u", pool->cfg.max_frame);
   static char f_socket[] = "--socket", f_as[] = "--rlimit-as-mb", f_nofile[] = "--rlimit-nofile",
-              f_cpu[] = "--rlimit-cpu-s", f_frame[] = "--max-frame";
-  char *args[] = {pool->python, pool->script, f_socket, pool->sock_path, f_as,      as,  f_nofile,
-                  nofile,       f_cpu,        cpu,      f_frame,         max_frame, NULL};
+              f_cpu[] = "--rlimit-cpu-s", f_frame[] = "--max-frame", f_started[] = "--started-file";
+  open_started_file(pool, e);
+  char *args[] = {pool->python, pool->script, f_socket, pool->sock_path, f_as,      as,   f_nofile,
+                  nofile,       f_cpu,        cpu,      f_frame,         max_frame, NULL, NULL,
+                  NULL};
+  if (e->started) {
+    args[12] = f_started;
+    args[13] = e->started_path;
+  }
   uv_stdio_container_t stdio[3] = {
       {.flags = UV_IGNORE},
       {.flags = UV_INHERIT_FD, .data.fd = STDERR_FILENO},
@@ -503,12 +624,19 @@ static wk_pool_call *find_inflight(wk_executor *e, uint64_t call_id) {
 static void handle_result(wk_executor *e, const wk_frame_result *r) {
   wk_pool *pool = e->pool;
   wk_pool_call *c = find_inflight(e, r->call_id);
-  if (!c) {
+  if (!c || (r->status == WK_FRAME_STATUS_NOT_STARTED && !c->recalling)) {
     pool->stats.killed_protocol++;
-    kill_executor(e, "RESULT for a call it was not running");
+    kill_executor(
+        e, c ? "NOT_STARTED for a call never recalled" : "RESULT for a call it was not running");
     return;
   }
   detach(c);
+  if (r->status == WK_FRAME_STATUS_NOT_STARTED && !c->timed_out) {
+    /* a RECALLed call given back: it never ran; the caller sends it again */
+    wk_call_outcome o = {.status = WK_CALL_NOT_STARTED, .bytes_in = c->bytes_in};
+    deliver(pool, c, &o);
+    return;
+  }
   e->calls_done++;
   if (pool->cfg.max_calls_per_executor && e->calls_done >= pool->cfg.max_calls_per_executor) {
     retire(e, "max_calls_per_executor", &pool->stats.recycled_calls);
@@ -618,6 +746,7 @@ static void handle_frame(wk_conn *conn, const wk_frame *f) {
     case WK_FRAME_HELLO:
     case WK_FRAME_CALL:
     case WK_FRAME_CANCEL:
+    case WK_FRAME_RECALL:
     case WK_FRAME_SHUTDOWN:
     case WK_FRAME_SUBCALLS_RESULT:
     case WK_FRAME_STACK_REQUEST:
@@ -634,19 +763,9 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
   buf->len = READ_CHUNK;
 }
 
-static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
-  (void)buf;
-  wk_conn *c = s->data;
+/* Handles every complete frame in the connection's buffer. */
+static void read_frames(wk_conn *c) {
   wk_pool *pool = c->pool;
-  if (nread < 0) {
-    conn_close(c);
-    return;
-  }
-  wk_frame_buf_commit(&c->rbuf, (size_t)nread);
-  bool outer = !pool->in_read; /* a callback may run a nested loop: only the outer one flushes */
-  pool->in_read = true;
-  wk_executor *from = c->exec;
-  uint64_t done_before = from ? from->calls_done : 0;
   while (!c->closing) {
     wk_frame f;
     size_t used = 0;
@@ -667,6 +786,22 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
     wk_frame_buf_consume(&c->rbuf, used);
   }
   if (!c->closing && wk_frame_buf_size(&c->rbuf) == 0) wk_frame_buf_clear(&c->rbuf);
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
+  (void)buf;
+  wk_conn *c = s->data;
+  wk_pool *pool = c->pool;
+  if (nread < 0) {
+    conn_close(c);
+    return;
+  }
+  wk_frame_buf_commit(&c->rbuf, (size_t)nread);
+  bool outer = !pool->in_read; /* a callback may run a nested loop: only the outer one flushes */
+  pool->in_read = true;
+  wk_executor *from = c->exec;
+  uint64_t done_before = from ? from->calls_done : 0;
+  read_frames(c);
   if (from && !c->closing && c->exec == from) measure_service(from, from->calls_done - done_before);
   dispatch(pool);
   if (outer) {
@@ -696,9 +831,11 @@ static void on_connection(uv_stream_t *server, int status) {
 
 /* ---- dispatch ----------------------------------------------------------------------- */
 
-static bool can_take(const wk_pool *pool, const wk_executor *e) {
+/* Room for one more call that would start soon: not behind a cancelled or overdue
+ * call (blocked). */
+static bool can_take(const wk_pool *pool, wk_executor *e) {
   return e->running && e->conn && !e->conn->closing && !e->retiring &&
-         active(e) < depth_of(pool, e);
+         active(e) < depth_of(pool, e) && !blocked(e);
 }
 
 static void on_flush(uv_idle_t *h) {
@@ -721,6 +858,7 @@ static wk_executor *pick_executor(wk_pool *pool) {
  * submitted together go out in one write per executor. */
 static void sent(wk_pool *pool, wk_executor *e, wk_pool_call *c) {
   c->exec = e;
+  c->seq = e->sent_seq++;
   list_push(&e->head, &e->tail, c);
   if (e->inflight++ == 0) e->busy_mark_ns = uv_hrtime();
   pool->stats.calls_sent++;
@@ -824,6 +962,7 @@ void wk_pool_answer_subcalls(wk_pool *pool, wk_pool_call *parent, uint64_t reque
     e->waiting--;
     parent->resumed = true; /* it resumes on top of whatever ran nested meanwhile */
     e->resumed++;
+    e->progress_ns = uv_hrtime(); /* it runs again from now */
   }
   wk_frame f = {.type = WK_FRAME_SUBCALLS_RESULT};
   f.subcalls_result =
@@ -856,6 +995,22 @@ static void escalate(wk_pool *pool, wk_executor *e, wk_pool_call *c, int64_t now
   }
 }
 
+/* `e` is blocked by a cancelled or overdue call: the calls sent behind it have not
+ * started, so each gets a RECALL. The executor gives back those still queued
+ * (RESULT NOT_STARTED, re-dispatched by the caller); one it started meanwhile just
+ * answers as usual. */
+static void take_back(wk_pool *pool, wk_executor *e) {
+  wk_pool_call *r = running_call(e);
+  if (!r) return;
+  for (wk_pool_call *c = r->next; c; c = c->next) {
+    if (c->recalling || c->cancelled || c->waiting || c->resumed) continue;
+    c->recalling = true;
+    pool->stats.recalled++;
+    wk_frame f = {.type = WK_FRAME_RECALL, .cancel = {.call_id = c->call_id}};
+    queue_frame(e, &f);
+  }
+}
+
 static void maintenance(uv_timer_t *t) {
   wk_pool *pool = t->data;
   int64_t now = now_ms(pool);
@@ -869,6 +1024,7 @@ static void maintenance(uv_timer_t *t) {
   for (wk_executor *e = pool->executors; e; e = e->next) {
     if (!e->running) continue;
     for (wk_pool_call *c = e->head; c; c = c->next) escalate(pool, e, c, now);
+    if (e->conn && !e->conn->closing && blocked(e)) take_back(pool, e);
     if (e->conn && !e->conn->closing) {
       if (now - e->last_pong_ms > pool->cfg.heartbeat_timeout_ms) {
         pool->stats.killed_heartbeat++;

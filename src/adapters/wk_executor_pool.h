@@ -18,7 +18,15 @@
  * PONG came for `heartbeat_timeout_ms`. A call past its deadline is cancelled; still
  * running after `cancel_grace_ms`, its Python stack is requested (STACK_REQUEST) and
  * its executor killed and replaced: the call ends TIMEOUT with the stack as its
- * traceback. A lost executor fails its other calls with EXECUTOR_LOST.
+ * traceback.
+ *
+ * Calls that never started are never failed. Each executor writes the id of the call
+ * it starts into a file the pool maps (executor-protocol.md §7). An executor whose
+ * running call is cancelled, overdue or long (past the pipeline's time budget) gets no
+ * new calls, and those queued behind it are taken back (RECALL, §6). When an executor
+ * dies, the pool reads what is left in its socket, then fails only the calls it may
+ * have run (EXECUTOR_LOST, or TIMEOUT past their deadline); the others are delivered
+ * as WK_CALL_NOT_STARTED, which the caller sends again.
  *
  * Runs on one libuv loop; every function must be called on that loop's thread. */
 #ifndef WK_EXECUTOR_POOL_H
@@ -62,6 +70,7 @@ typedef struct wk_pool_stats {
   uint64_t killed_heartbeat, killed_wedged, killed_protocol;
   uint64_t recycled_calls, recycled_rss, stopped_idle;
   uint64_t calls_sent, results;
+  uint64_t recalled; /* RECALLs sent: calls taken back from behind a long call */
 } wk_pool_stats;
 
 /** Creates the socket directory, listens, and spawns executors_min executors.

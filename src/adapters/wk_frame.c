@@ -52,17 +52,21 @@ const char *wk_frame_type_name(wk_frame_type t) {
     case WK_FRAME_SUBCALLS_RESULT: return "SUBCALLS_RESULT";
     case WK_FRAME_STACK_REQUEST: return "STACK_REQUEST";
     case WK_FRAME_STACK: return "STACK";
+    case WK_FRAME_RECALL: return "RECALL";
   }
   return "UNKNOWN";
 }
 
 static bool type_known(unsigned t) {
-  return t >= (unsigned)WK_FRAME_HELLO && t <= (unsigned)WK_FRAME_STACK;
+  return t >= (unsigned)WK_FRAME_HELLO && t <= (unsigned)WK_FRAME_RECALL;
 }
 
 static bool content_valid(unsigned c) { return c <= (unsigned)WK_FRAME_CONTENT_BYTES; }
 
 static bool status_valid(unsigned s) { return s <= (unsigned)WK_FRAME_STATUS_RETRYABLE; }
+
+/* A RESULT may also say NOT_STARTED (a child's status may not). */
+static bool result_status_valid(unsigned s) { return s <= (unsigned)WK_FRAME_STATUS_NOT_STARTED; }
 
 /* ---- byte views --------------------------------------------------------------- */
 
@@ -202,7 +206,8 @@ static uint64_t body_size(const wk_frame *f) {
              STR_SIZE(r->error_message) + STR_SIZE(r->traceback) + 8u + 8u +
              STR_SIZE(r->stdout_bytes) + STR_SIZE(r->stderr_bytes);
     }
-    case WK_FRAME_CANCEL: return 8u;
+    case WK_FRAME_CANCEL:
+    case WK_FRAME_RECALL: return 8u;
     case WK_FRAME_PING:
     case WK_FRAME_PONG: return 8u;
     case WK_FRAME_SHUTDOWN: return 0u;
@@ -294,7 +299,8 @@ static uint8_t *put_body(uint8_t *p, const wk_frame *f) {
       p = put_bytes(p, r->stdout_bytes);
       return put_bytes(p, r->stderr_bytes);
     }
-    case WK_FRAME_CANCEL: return put_u64(p, f->cancel.call_id);
+    case WK_FRAME_CANCEL:
+    case WK_FRAME_RECALL: return put_u64(p, f->cancel.call_id);
     case WK_FRAME_PING:
     case WK_FRAME_PONG: return put_u64(p, f->ping.nonce);
     case WK_FRAME_SHUTDOWN: return p;
@@ -437,7 +443,7 @@ static bool encodable(const wk_frame *f) {
   switch (f->type) {
     case WK_FRAME_CALL: return content_valid((unsigned)f->call.content_type);
     case WK_FRAME_RESULT:
-      return status_valid((unsigned)f->result.status) &&
+      return result_status_valid((unsigned)f->result.status) &&
              content_valid((unsigned)f->result.content_type);
     case WK_FRAME_SUBCALLS: {
       const wk_frame_subcalls *k = &f->subcalls;
@@ -464,6 +470,7 @@ static bool encodable(const wk_frame *f) {
     }
     case WK_FRAME_HELLO:
     case WK_FRAME_CANCEL:
+    case WK_FRAME_RECALL:
     case WK_FRAME_PING:
     case WK_FRAME_PONG:
     case WK_FRAME_SHUTDOWN:
@@ -570,12 +577,14 @@ static wk_frame_rc get_body(cursor *c, wk_frame *f) {
       r->max_rss_kb = get_u64(c);
       r->stdout_bytes = get_bytes(c);
       r->stderr_bytes = get_bytes(c);
-      if (!c->bad && (!status_valid(status) || !content_valid(content))) return WK_FRAME_E_VALUE;
+      if (!c->bad && (!result_status_valid(status) || !content_valid(content)))
+        return WK_FRAME_E_VALUE;
       r->status = (wk_frame_status)status;
       r->content_type = (wk_frame_content)content;
       break;
     }
-    case WK_FRAME_CANCEL: f->cancel.call_id = get_u64(c); break;
+    case WK_FRAME_CANCEL:
+    case WK_FRAME_RECALL: f->cancel.call_id = get_u64(c); break;
     case WK_FRAME_PING:
     case WK_FRAME_PONG: f->ping.nonce = get_u64(c); break;
     case WK_FRAME_SHUTDOWN: break;

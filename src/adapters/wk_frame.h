@@ -33,7 +33,7 @@
 
 /* ---- constants ---------------------------------------------------------------- */
 
-#define WK_FRAME_VERSION 2u              /* protocol version carried in HELLO */
+#define WK_FRAME_VERSION 3u              /* protocol version carried in HELLO */
 #define WK_FRAME_PREFIX_SIZE 4u          /* the u32 length prefix */
 #define WK_FRAME_MAX_DEFAULT (16u << 20) /* a sensible max_frame: 16 MiB */
 #define WK_FRAME_CAPTURE_MAX 65536u      /* executor cap on each of stdout/stderr per call */
@@ -51,6 +51,8 @@ typedef enum wk_frame_type {
   WK_FRAME_SUBCALLS_RESULT = 9, /* worker -> executor: the children's outcomes, in order */
   WK_FRAME_STACK_REQUEST = 10,  /* worker -> executor: send the running call's Python stack */
   WK_FRAME_STACK = 11,          /* executor -> worker: answer to STACK_REQUEST */
+  WK_FRAME_RECALL = 12,         /* worker -> executor: give a queued call back unstarted
+                                   (body as CANCEL: the `cancel` member) */
 } wk_frame_type;
 
 /* Encoding of CALL args and RESULT output (== worker.v1.ContentType). */
@@ -61,9 +63,10 @@ typedef enum wk_frame_content {
 
 /* RESULT status (and the status of each child in SUBCALLS_RESULT). */
 typedef enum wk_frame_status {
-  WK_FRAME_STATUS_OK = 0,        /* output holds the return value */
-  WK_FRAME_STATUS_ERROR = 1,     /* the call raised (or was cancelled, or could not load) */
-  WK_FRAME_STATUS_RETRYABLE = 2, /* the call raised worker.Retryable */
+  WK_FRAME_STATUS_OK = 0,          /* output holds the return value */
+  WK_FRAME_STATUS_ERROR = 1,       /* the call raised (or was cancelled, or could not load) */
+  WK_FRAME_STATUS_RETRYABLE = 2,   /* the call raised worker.Retryable */
+  WK_FRAME_STATUS_NOT_STARTED = 3, /* RESULT only: a RECALLed call given back unstarted */
 } wk_frame_status;
 
 /* Return codes. Negative values are errors; every one is fatal for the connection

@@ -396,6 +396,7 @@ static wk_disp_result disp_result(wk_call_status s) {
     case WK_CALL_RETRYABLE: return WK_DISP_RETRYABLE;
     case WK_CALL_EXECUTOR_LOST: return WK_DISP_EXECUTOR_LOST;
     case WK_CALL_TIMEOUT: return WK_DISP_TIMEOUT;
+    case WK_CALL_NOT_STARTED: return WK_DISP_NOT_STARTED;
   }
   return WK_DISP_ERROR;
 }
@@ -405,8 +406,17 @@ wk_task_rt *wk_calls_on_result(wk_calls *c, void *call_ctx, const wk_call_outcom
   c->now_ms = now_ms;
   wk_attempt *a = call_ctx;
   wk_task_rt *rt = a->rt;
-  a->answered = true;
   a->handle = NULL;
+  if (o->status == WK_CALL_NOT_STARTED) {
+    /* never ran: the dispatcher sends the call again (a new attempt id, same number) */
+    uint64_t call_id = a->call_id;
+    wk_disp_call_finished(c->disp, call_id, WK_DISP_NOT_STARTED, now_ms, &c->out);
+    process(c);
+    wk_attempt *left = find_attempt(c, rt, call_id);
+    if (left) free_attempt(c, rt, left);
+    return rt;
+  }
+  a->answered = true;
   rt->calls.stats.bytes_in += o->bytes_in;
   rt->calls.stats.bytes_out += o->output.len;
   rt->calls.stats.executor_cpu_us += o->cpu_us;

@@ -212,7 +212,8 @@ static bool result_retryable(const wk_dtask *t, wk_disp_result r) {
     case WK_DISP_EXECUTOR_LOST: return t->p.retry_on_executor_lost;
     case WK_DISP_TIMEOUT: return t->p.retry.retry_on_timeout;
     case WK_DISP_OK:
-    case WK_DISP_ERROR: break;
+    case WK_DISP_ERROR:
+    case WK_DISP_NOT_STARTED: break;
   }
   return false;
 }
@@ -327,8 +328,29 @@ static void finish_attempt(wk_disp *d, uint32_t c, wk_disp_result r, int64_t now
     case WK_DISP_EXECUTOR_LOST:
     case WK_DISP_TIMEOUT: t->window = t->window > 1 ? t->window / 2 : 1; break;
     case WK_DISP_ERROR: break;
+    case WK_DISP_NOT_STARTED: assert(0 && "NOT_STARTED is handled by give_back"); break;
   }
   if (!try_retry(d, c, r, now_ms)) complete_call(d, c, r);
+  wk_disp__update(d, ti);
+}
+
+/* The INFLIGHT attempt `c` was given back unstarted: out of admission, the attempt
+ * uncounted, the window untouched, first in its task's ready FIFO (it was sent before
+ * anything queued there now). */
+static void give_back(wk_disp *d, uint32_t c) {
+  wk_dcall *call = &d->calls[c];
+  uint32_t ti = call->task;
+  wk_dtask *t = &d->tasks[ti];
+  assert(call->state == WK_DC_INFLIGHT && t->state == WK_DT_LIVE);
+  assert(call->attempts > 0 && t->inflight > 0 && d->inflight > 0);
+  wk_heap_remove(&d->deadline_heap, c);
+  call->deadline_ms = INT64_MAX;
+  call->attempts--;
+  t->inflight--;
+  d->inflight--;
+  t->returned++;
+  d->not_started++;
+  wk_disp__ready_push_front(d, c);
   wk_disp__update(d, ti);
 }
 
@@ -338,7 +360,8 @@ static bool result_valid(wk_disp_result r) {
     case WK_DISP_ERROR:
     case WK_DISP_RETRYABLE:
     case WK_DISP_EXECUTOR_LOST:
-    case WK_DISP_TIMEOUT: return true;
+    case WK_DISP_TIMEOUT:
+    case WK_DISP_NOT_STARTED: return true;
   }
   return false;
 }
@@ -354,6 +377,12 @@ wk_err wk_disp_call_finished(wk_disp *d, uint64_t call_id, wk_disp_result r, int
   } else if ((c = lookup_attempt(d, call_id)) == WK_DNONE) {
     d->stale_results++;
     err = WK_ERR_STALE;
+  } else if (r == WK_DISP_NOT_STARTED) {
+    if (d->calls[c].state == WK_DC_INFLIGHT) {
+      give_back(d, c);
+    } else {
+      err = WK_ERR_INVALID_ARGUMENT; /* a parent that asked for subcalls has started */
+    }
   } else {
     finish_attempt(d, c, r, now_ms);
   }

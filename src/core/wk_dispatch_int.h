@@ -86,7 +86,7 @@ typedef struct wk_dtask {
   uint32_t d_prev, d_next; /* TASK_DONE FIFO */
   wk_dlist members;        /* every record of the task (m_prev/m_next) */
   wk_dlist ready;          /* QUEUED records (q_prev/q_next) */
-  uint64_t succeeded, retried, subcalls;
+  uint64_t succeeded, retried, subcalls, returned;
 } wk_dtask;
 
 /* Task handle: generation (12 bits) above the record index (20 bits); never 0. */
@@ -147,7 +147,7 @@ struct wk_disp {
   uint32_t pend_cap, pend_head, pend_count;
 
   uint64_t group_seq;
-  uint64_t sends, stale_results, timeouts, retries;
+  uint64_t sends, stale_results, timeouts, retries, not_started;
 };
 
 /* ---- wk_dispatcher.c ---- */
@@ -170,6 +170,8 @@ void wk_disp__unschedule(wk_disp *d, uint32_t t);
  * entry point. Sets out->more when something is left for a later poll. */
 void wk_disp__flush(wk_disp *d, int64_t now_ms, bool sends, wk_disp_out *out);
 void wk_disp__ready_push(wk_disp *d, uint32_t c);
+/** Puts `c` at the front of its task's ready FIFO (an attempt given back unstarted). */
+void wk_disp__ready_push_front(wk_disp *d, uint32_t c);
 void wk_disp__ready_remove(wk_disp *d, uint32_t c);
 
 /* ---- wk_dispatch_calls.c ---- */

@@ -58,6 +58,21 @@ void wk_disp__ready_push(wk_disp *d, uint32_t c) {
   WK_DL_PUSH_TAIL(&t->ready, d->calls, c, q_prev, q_next);
 }
 
+void wk_disp__ready_push_front(wk_disp *d, uint32_t c) {
+  wk_dcall *call = &d->calls[c];
+  wk_dtask *t = &d->tasks[call->task];
+  call->state = WK_DC_QUEUED;
+  call->q_prev = WK_DNONE;
+  call->q_next = t->ready.head;
+  if (t->ready.head != WK_DNONE) {
+    d->calls[t->ready.head].q_prev = c;
+  } else {
+    t->ready.tail = c;
+  }
+  t->ready.head = c;
+  t->ready.len++;
+}
+
 void wk_disp__ready_remove(wk_disp *d, uint32_t c) {
   wk_dcall *call = &d->calls[c];
   assert(call->state == WK_DC_QUEUED);

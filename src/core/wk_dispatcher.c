@@ -109,6 +109,7 @@ const char *wk_disp_result_name(wk_disp_result r) {
     case WK_DISP_RETRYABLE: return "RETRYABLE";
     case WK_DISP_EXECUTOR_LOST: return "EXECUTOR_LOST";
     case WK_DISP_TIMEOUT: return "TIMEOUT";
+    case WK_DISP_NOT_STARTED: return "NOT_STARTED";
   }
   return "UNKNOWN";
 }
@@ -320,6 +321,7 @@ wk_err wk_disp_task_info_get(const wk_disp *d, uint32_t task, wk_disp_task_info 
   info->succeeded = t->succeeded;
   info->retried = t->retried;
   info->subcalls = t->subcalls;
+  info->returned = t->returned;
   return WK_OK;
 }
 
@@ -335,6 +337,7 @@ wk_disp_stats wk_disp_stats_get(const wk_disp *d) {
   s.stale_results = d->stale_results;
   s.timeouts = d->timeouts;
   s.retries = d->retries;
+  s.not_started = d->not_started;
   return s;
 }
 

@@ -146,6 +146,7 @@ typedef enum wk_disp_result {
   WK_DISP_RETRYABLE = 2,     /* the function raised worker.Retryable */
   WK_DISP_EXECUTOR_LOST = 3, /* the executor died under the attempt */
   WK_DISP_TIMEOUT = 4,       /* the attempt passed its deadline */
+  WK_DISP_NOT_STARTED = 5,   /* the executor gave the call back before starting it */
 } wk_disp_result;
 
 /** The call record an attempt id belongs to: a dense number below cfg.max_calls, so
@@ -153,7 +154,8 @@ typedef enum wk_disp_result {
  * retry or a reused record apart). */
 static inline uint32_t wk_disp_call_slot(uint64_t call_id) { return (uint32_t)call_id; }
 
-/** "OK", "ERROR", "RETRYABLE", "EXECUTOR_LOST", "TIMEOUT"; "UNKNOWN" otherwise. */
+/** "OK", "ERROR", "RETRYABLE", "EXECUTOR_LOST", "TIMEOUT", "NOT_STARTED"; "UNKNOWN"
+ * otherwise. */
 const char *wk_disp_result_name(wk_disp_result r);
 
 typedef enum wk_disp_action_kind {
@@ -274,9 +276,18 @@ void wk_disp_poll(wk_disp *d, int64_t now_ms, wk_disp_out *out);
  * final without OK ends the task (CANCELs, TASK_DONE ok = false). CONTINUE: the task
  * fails as soon as failures pass max_failed_calls, and otherwise ends with ok = true
  * once `last` was given and every call is final. Then emits.
+ *
+ * NOT_STARTED is not an end: the executor gave the call back before running it (it
+ * was queued behind a call that ended its executor or turned out long). The attempt
+ * leaves admission, does not count as an attempt (the next SEND has the same attempt
+ * number), leaves the window alone, and the call goes to the front of its task's
+ * ready FIFO to be sent again (to any executor) with a fresh deadline; no retry policy
+ * is needed and nothing is final.
+ *
  * Errors: STALE when call_id names no attempt in flight: unknown, already answered,
  * cancelled, timed out, or superseded by a retry; the answer is ignored and nothing
- * changes. INVALID_ARGUMENT for an unknown `r` or NULL out (nothing changes). */
+ * changes. INVALID_ARGUMENT for an unknown `r`, NULL out, or NOT_STARTED for a parent
+ * that asked for subcalls (it has started; nothing changes). */
 wk_err wk_disp_call_finished(wk_disp *d, uint64_t call_id, wk_disp_result r, int64_t now_ms,
                              wk_disp_out *out);
 
@@ -327,6 +338,7 @@ typedef struct wk_disp_task_info {
   uint32_t live_calls; /* call records held */
   uint64_t succeeded;  /* top-level calls final with OK */
   uint64_t retried;    /* retries scheduled (all depths) */
+  uint64_t returned;   /* attempts given back unstarted (NOT_STARTED), all depths */
   uint64_t subcalls;   /* children requested */
 } wk_disp_task_info;
 
@@ -340,6 +352,7 @@ typedef struct wk_disp_stats {
   uint32_t live_calls; /* records held */
   uint32_t pending;    /* decided actions not yet emitted */
   uint64_t sends, stale_results, timeouts, retries;
+  uint64_t not_started; /* attempts given back unstarted (NOT_STARTED) and sent again */
 } wk_disp_stats;
 
 /** Global counters. */

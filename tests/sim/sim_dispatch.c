@@ -9,8 +9,9 @@
  * (all at once, or streamed in chunks under backpressure); the dispatcher's TASK_DONE →
  * wk_core_handle_phase_finished(CALLS) with the outputs assembled by call index;
  * START_WRITER completes after a while; CANCEL_TASK → wk_disp_cancel_task; CONVERGE →
- * wk_disp_remove_task. Executors answer with random results, crash (every attempt on
- * them EXECUTOR_LOST, capacity down until they restart), stall (never answer: the
+ * wk_disp_remove_task. Executors answer with random results, crash (the attempts they
+ * started EXECUTOR_LOST, those still queued on an in-order executor NOT_STARTED and
+ * sent again without counting as an attempt; capacity down until they restart), stall (never answer: the
  * deadline or the task timeout must end the attempt), answer twice, answer late
  * (after a cancel, a timeout or a retry), and ask for subcalls (sometimes past the
  * depth limit or the call records), also again after being resumed. Output buffers
@@ -109,6 +110,7 @@ typedef struct att {
   uint64_t value; /* what the executor returns on OK */
   uint8_t state, behavior;
   bool timed_out;     /* CANCEL with reason DEADLINE seen */
+  bool given_back;    /* answered NOT_STARTED: the call is sent again, same attempt */
   bool answered;      /* a result of ours was accepted */
   uint8_t result;     /* that result */
   int64_t decided_at; /* when it was answered or timed out */
@@ -195,10 +197,11 @@ typedef struct sim {
   bool batch_sent;
   /* counters for the summary */
   uint64_t n_sends, n_calls_done, n_stale_ok, n_subcalls, n_tasks_ok, n_tasks_failed;
-  uint64_t n_timeouts, n_crashes, n_cancels, n_resumes, n_held, n_reasks;
+  uint64_t n_timeouts, n_crashes, n_cancels, n_resumes, n_held, n_reasks, n_given_back;
 } sim;
 
 static uint64_t g_total_sends, g_total_done, g_total_stale, g_total_subcalls;
+static uint64_t g_total_given_back; /* queued attempts of crashed executors, NOT_STARTED */
 static uint64_t g_total_tasks_ok, g_total_tasks_failed, g_total_timeouts, g_total_crashes;
 static uint64_t g_total_converged, g_total_resumes, g_total_held, g_total_reasks;
 static uint64_t g_fail_codes[WK_FAIL_COUNT];
@@ -392,6 +395,13 @@ static wk_disp_result ended_with(const att *x) {
 
 /* A new attempt of a call whose previous attempt is `prev` (NULL for a first one). */
 static void check_retry_send(sim *s, const stask *t, const att *prev, const wk_disp_action *a) {
+  if (prev != NULL && prev->given_back) {
+    /* given back unstarted: sent again as the same attempt, no backoff, any result */
+    CHECK(prev->state == A_DEAD, "SEND again while the given-back attempt is live");
+    CHECK(a->attempt == prev->attempt, "attempt %u sent again as attempt %u", prev->attempt,
+          a->attempt);
+    return;
+  }
   if (a->attempt == 1) {
     CHECK(prev == NULL, "first attempt of a call that had one already");
     return;
@@ -996,7 +1006,10 @@ static void answer(sim *s, att *x, wk_disp_result r) {
   bool live = x->state == A_RUNNING || x->state == A_WAITING || x->state == A_RESUMED;
   vlog("  answer %#" PRIx64 " (%s, task %u idx %u depth %u) %s\n", x->call_id,
        live ? "live" : "stale", x->task, x->index, x->depth, wk_disp_result_name(r));
-  if (live) {
+  if (live && r == WK_DISP_NOT_STARTED) {
+    x->given_back = true; /* nothing final, the window stays */
+    att_kill(s, x);
+  } else if (live) {
     x->answered = true;
     x->result = (uint8_t)r;
     x->decided_at = s->now;
@@ -1147,13 +1160,30 @@ static void step_crash(sim *s) {
   s->capacity -= s->depth_per_exec;
   s->shrunk = true;
   wk_disp_set_capacity(s->disp, s->capacity);
-  /* every attempt on it is lost; answers for ones cancelled meanwhile are STALE */
+  /* the attempts it started are lost; on an executor that runs calls in order, the
+   * ones still in its queue never started: given back NOT_STARTED, after the lost ones
+   * (as the pool does). Answers for ones cancelled meanwhile are STALE. */
   uint32_t victims[SIM_ATT_MAX > 4096 ? 4096 : SIM_ATT_MAX];
+  bool queued[SIM_ATT_MAX > 4096 ? 4096 : SIM_ATT_MAX];
   uint32_t n = 0;
+  const sexec *ex = &s->ex[e];
   for (uint32_t i = 0; i < s->n_live && n < 4096; i++) {
-    if (s->atts[s->live[i]].executor == e) victims[n++] = s->live[i];
+    if (s->atts[s->live[i]].executor != e) continue;
+    queued[n] = false;
+    for (uint32_t k = 0; ex->nested && k < ex->n_queue; k++) {
+      if (ex->queue[k] == s->live[i]) queued[n] = true;
+    }
+    victims[n++] = s->live[i];
   }
-  for (uint32_t k = 0; k < n; k++) answer(s, &s->atts[victims[k]], WK_DISP_EXECUTOR_LOST);
+  for (uint32_t k = 0; k < n; k++) {
+    if (!queued[k]) answer(s, &s->atts[victims[k]], WK_DISP_EXECUTOR_LOST);
+  }
+  for (uint32_t k = 0; k < n; k++) {
+    if (queued[k]) {
+      s->n_given_back++;
+      answer(s, &s->atts[victims[k]], WK_DISP_NOT_STARTED);
+    }
+  }
   CHECK(s->ex[e].n_stack == 0 && s->ex[e].n_queue == 0, "crashed executor still holds calls");
   disp_poll(s);
   run_effects(s);
@@ -1427,6 +1457,7 @@ static void teardown(sim *s) {
   g_total_resumes += s->n_resumes;
   g_total_held += s->n_held;
   g_total_reasks += s->n_reasks;
+  g_total_given_back += s->n_given_back;
   free(s->atts);
   free(s->hash);
   free(s->groups);
@@ -1469,8 +1500,9 @@ int main(int argc, char **argv) {
          g_total_tasks_failed);
   printf("sim_dispatch: %" PRIu64 " parents resumed (%" PRIu64
          " of them held under nested calls"
-         " at that moment), %" PRIu64 " asked again after resuming\n",
-         g_total_resumes, g_total_held, g_total_reasks);
+         " at that moment), %" PRIu64 " asked again after resuming, %" PRIu64
+         " queued attempts of crashed executors given back NOT_STARTED\n",
+         g_total_resumes, g_total_held, g_total_reasks, g_total_given_back);
   printf("sim_dispatch: failures by code:");
   for (int c = 1; c < WK_FAIL_COUNT; c++) {
     if (g_fail_codes[c])

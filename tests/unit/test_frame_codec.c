@@ -164,7 +164,8 @@ static void assert_frames_eq(const wk_frame *got, const wk_frame *want) {
       assert_bytes_eq(got->result.stdout_bytes, want->result.stdout_bytes);
       assert_bytes_eq(got->result.stderr_bytes, want->result.stderr_bytes);
       break;
-    case WK_FRAME_CANCEL: assert_true(got->cancel.call_id == want->cancel.call_id); break;
+    case WK_FRAME_CANCEL:
+    case WK_FRAME_RECALL: assert_true(got->cancel.call_id == want->cancel.call_id); break;
     case WK_FRAME_PING:
     case WK_FRAME_PONG: assert_true(got->ping.nonce == want->ping.nonce); break;
     case WK_FRAME_SHUTDOWN: break;
@@ -203,7 +204,7 @@ static void assert_frames_eq(const wk_frame *got, const wk_frame *want) {
   }
 }
 
-#define N_TYPES 11 /* frame types 1..11 */
+#define N_TYPES 12 /* frame types 1..12 */
 
 /* Every sample frame, one per type. */
 static size_t all_samples(wk_frame *out) {
@@ -228,6 +229,8 @@ static size_t all_samples(wk_frame *out) {
   out[n].type = WK_FRAME_STACK;
   out[n].stack.call_id = 77;
   out[n++].stack.stack = B("  File \"main.py\", line 3, in handler\n    while True: pass\n");
+  out[n].type = WK_FRAME_RECALL;
+  out[n++].cancel.call_id = 98;
   assert_int_equal(n, N_TYPES);
   return n;
 }
@@ -304,7 +307,7 @@ static void test_known_bytes(void **state) {
   f.hello.version = WK_FRAME_VERSION;
   f.hello.pid = 0x01020304;
   assert_int_equal(wk_frame_encode(&b, &f, MAX_FRAME), WK_FRAME_OK);
-  const uint8_t hello[] = {9, 0, 0, 0, 1, 2, 0, 0, 0, 4, 3, 2, 1};
+  const uint8_t hello[] = {9, 0, 0, 0, 1, 3, 0, 0, 0, 4, 3, 2, 1};
   assert_int_equal(wk_frame_buf_size(&b), sizeof hello);
   assert_memory_equal(wk_frame_buf_bytes(&b), hello, sizeof hello);
 
@@ -428,7 +431,7 @@ static void test_encoder_limits(void **state) {
   f.call.content_type = (wk_frame_content)2;
   assert_int_equal(wk_frame_encode(&b, &f, MAX_FRAME), WK_FRAME_E_VALUE);
   wk_frame r = sample_result();
-  r.result.status = (wk_frame_status)3;
+  r.result.status = (wk_frame_status)4;
   assert_int_equal(wk_frame_encode(&b, &r, MAX_FRAME), WK_FRAME_E_VALUE);
   r = sample_result();
   r.result.content_type = (wk_frame_content)9;
@@ -437,7 +440,7 @@ static void test_encoder_limits(void **state) {
   memset(&bad, 0, sizeof bad);
   assert_int_equal(wk_frame_encode(&b, &bad, MAX_FRAME), WK_FRAME_E_TYPE);
   assert_int_equal(wk_frame_encoded_size(&bad), 0);
-  bad.type = (wk_frame_type)12;
+  bad.type = (wk_frame_type)13;
   assert_int_equal(wk_frame_encode(&b, &bad, MAX_FRAME), WK_FRAME_E_TYPE);
   assert_int_equal(wk_frame_buf_size(&b), held);
   wk_frame_buf_free(&b);
@@ -453,7 +456,7 @@ static void test_malformed(void **state) {
   const uint8_t empty[] = {0, 0, 0, 0};
   assert_int_equal(decode_exact(empty, sizeof empty, MAX_FRAME, &f, &sz), WK_FRAME_E_EMPTY);
 
-  const uint8_t types[] = {0, 12, 0x7f, 0xff};
+  const uint8_t types[] = {0, 13, 0x7f, 0xff};
   for (size_t i = 0; i < sizeof types; i++) {
     const uint8_t t[] = {1, 0, 0, 0, types[i]};
     assert_int_equal(decode_exact(t, sizeof t, MAX_FRAME, &f, &sz), WK_FRAME_E_TYPE);
@@ -542,7 +545,10 @@ static void test_malformed_result_status(void **state) {
   size_t sz;
   size_t status_at = 4 + 1 + 8;
   assert_int_equal(m[status_at], WK_FRAME_STATUS_RETRYABLE);
-  m[status_at] = 3;
+  m[status_at] = 3; /* NOT_STARTED: a RESULT may say it */
+  assert_int_equal(wk_frame_decode(m, total, MAX_FRAME, &f, &sz), WK_FRAME_OK);
+  assert_int_equal(f.result.status, WK_FRAME_STATUS_NOT_STARTED);
+  m[status_at] = 4;
   assert_int_equal(wk_frame_decode(m, total, MAX_FRAME, &f, &sz), WK_FRAME_E_VALUE);
   m[status_at] = 0;
   m[status_at + 1] = 0xff; /* content_type */

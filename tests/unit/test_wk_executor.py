@@ -54,7 +54,7 @@ class Encode(unittest.TestCase):
 
     def test_hello(self):
         self.assertEqual(p.encode_hello(0x01020304).hex(" "),
-                         "09 00 00 00 01 02 00 00 00 04 03 02 01")
+                         "09 00 00 00 01 03 00 00 00 04 03 02 01")
 
     def test_pong(self):
         self.assertEqual(p.encode_u64_frame(p.PONG, 0x0807060504030201),

@@ -1,0 +1,104 @@
+"""End-to-end: one task's trouble never fails another task's call (issue 10, §10).
+
+Thousands of no-op tasks (one call each, no retry policy) stream through a pool of two
+executors while other tasks cancel sleeping calls (killed after the cancel grace), time
+out sleeping calls (killed after the grace) and run calls that end their executor
+(os._exit). Calls queued behind the doomed one have not started: the worker gives them
+back and runs them elsewhere, so none of the no-op tasks may fail."""
+
+import threading
+import time
+
+import pytest
+
+from conftest import pb
+
+NOOP_TASKS = 3000
+OUTSTANDING = 48  # no-op tasks in flight at once
+EXITER = "import os\ndef handler(args, ctx):\n    os._exit(3)\n"
+SLEEPY = ("import time\n"
+          "def handler(args, ctx):\n"
+          "    time.sleep(args['seconds'])\n"
+          "    return 'slept'\n")
+NOOP = "def handler(args, ctx):\n    return None\n"
+
+
+def terminal(w, task_id):
+    r = w.stub.GetTaskResult(pb.GetTaskResultRequest(task_id=task_id), timeout=10)
+    if r.state in (pb.TASK_STATE_SUCCEEDED, pb.TASK_STATE_FAILED, pb.TASK_STATE_CANCELLED):
+        return r
+    return None
+
+
+def stream_noops(w, results, stop_flag):
+    """Keeps OUTSTANDING no-op tasks in flight until NOOP_TASKS have ended."""
+    next_id = 0
+    live = []
+    while next_id < NOOP_TASKS or live:
+        while next_id < NOOP_TASKS and len(live) < OUTSTANDING:
+            tid = "noop-%05d" % next_id
+            w.submit(tid, "noop", {})
+            live.append(tid)
+            next_id += 1
+        still = []
+        for tid in live:
+            r = terminal(w, tid)
+            if r is None:
+                still.append(tid)
+            else:
+                results[tid] = r
+        live = still
+        if live:
+            time.sleep(0.005)
+    stop_flag.set()
+
+
+def test_trouble_on_shared_executors_fails_no_other_task(worker_factory):
+    w = worker_factory("--executors-max", "2", "--task-slots", "128", "--cancel-grace-ms", "300",
+                       executors=2)
+    w.wait_serving()
+    w.deploy("noop", NOOP)
+    w.deploy("sleepy", SLEEPY)
+    w.deploy("exiter", EXITER)
+
+    results = {}
+    done = threading.Event()
+    streamer = threading.Thread(target=stream_noops, args=(w, results, done))
+    t0 = time.time()
+    streamer.start()
+    troubled = {"cancel": [], "timeout": [], "exit": []}
+    k = 0
+    while not done.is_set() and k < 60:
+        kind = ("cancel", "timeout", "exit")[k % 3]
+        tid = "%s-%03d" % (kind, k)
+        if kind == "cancel":
+            w.submit(tid, "sleepy", {"seconds": 30})
+            time.sleep(0.1)
+            w.stub.CancelTask(pb.CancelTaskRequest(task_id=tid, reason="test"), timeout=10)
+        elif kind == "timeout":
+            w.submit(tid, "sleepy", {"seconds": 30}, call_timeout_ms=150)
+        else:
+            w.submit(tid, "exiter", {})
+        troubled[kind].append(tid)
+        k += 1
+        time.sleep(0.1)
+    streamer.join(120)
+    elapsed = time.time() - t0
+    assert not streamer.is_alive()
+
+    failed = {tid: (r.failure_code, r.failure_message) for tid, r in results.items()
+              if r.state != pb.TASK_STATE_SUCCEEDED}
+    assert len(results) == NOOP_TASKS
+    assert failed == {}, "%d no-op tasks failed, e.g. %s" % (len(failed), list(failed.items())[:3])
+
+    for tid in troubled["cancel"]:
+        assert w.wait_terminal(tid).state == pb.TASK_STATE_CANCELLED
+    for tid in troubled["timeout"] + troubled["exit"]:
+        assert w.wait_terminal(tid).state == pb.TASK_STATE_FAILED, tid
+    # the trouble was real: executors were killed or died under the stream
+    killed = w.events("executor_killed")
+    exited = w.events("executor_exited")
+    assert len(exited) >= len(troubled["exit"]) + 1, (len(exited), troubled)
+    assert killed, "no executor was killed: the cancels and timeouts never escalated"
+    print("%d no-op tasks in %.1f s beside %d troubled tasks; %d executor exits, %d kills"
+          % (NOOP_TASKS, elapsed, k, len(exited), len(killed)))
