@@ -5,6 +5,7 @@
 #ifndef WK_EXEC_ADAPTER_H
 #define WK_EXEC_ADAPTER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "adapters/wk_frame.h"
@@ -19,6 +20,7 @@ typedef struct wk_call_spec {
   wk_frame_content content_type;
   uint32_t call_index;
   uint32_t deadline_ms; /* relative; 0 = none */
+  bool again;           /* given back unstarted before (NOT_STARTED): first in line */
   const char *scratch_dir;
   const char *traceparent;
   wk_frame_bytes args;

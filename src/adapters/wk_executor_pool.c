@@ -35,8 +35,10 @@ struct wk_pool_call {
   wk_pool_call *prev, *next; /* in the pool's queue, or in its executor's in-flight list */
   void *ctx;
   uint64_t call_id;
-  uint64_t seq;   /* its place in its executor's send order (while sent) */
-  uint8_t *frame; /* encoded CALL */
+  uint64_t seq;     /* its place in its executor's send order (while sent) */
+  uint64_t next_ns; /* when it became next to start: sent to an executor with nothing
+                       running, or the RESULT of the call before it came (0 = not yet) */
+  uint8_t *frame;   /* encoded CALL */
   size_t frame_len;
   uint64_t bytes_in;
   int64_t deadline_ms; /* absolute loop time; 0 = none */
@@ -150,24 +152,17 @@ static uint32_t depth_of(const wk_pool *pool, const wk_executor *e) {
 
 /* `n` RESULTs were just read from `e`: updates its time per call (the time since it
  * became busy or since its previous RESULTs, shared among them). */
-static void measure_service(wk_executor *e, uint64_t n) {
+static void measure_service(wk_executor *e, uint64_t n, uint64_t mark_ns) {
   uint64_t now = uv_hrtime();
-  if (n > 0 && e->busy_mark_ns) {
-    uint64_t per_call = (now - e->busy_mark_ns) / n;
+  /* mark_ns: the mark before these RESULTs were handled (their callbacks may have sent
+   * the idle executor a new call, which moves the mark to now: measured from there,
+   * every call would look free and the depth would grow behind slow calls) */
+  if (n > 0 && mark_ns) {
+    uint64_t per_call = (now - mark_ns) / n;
     if (per_call == 0) per_call = 1;
     e->service_ns = e->service_ns ? (e->service_ns * 7 + per_call) / 8 : per_call;
   }
   if (n > 0 || !e->inflight) e->busy_mark_ns = e->inflight ? now : 0;
-}
-
-/* Reads what the executor last started; notes the time when it changed. */
-static void observe(wk_executor *e, uint64_t now_ns) {
-  if (!e->started) return;
-  uint64_t id = __atomic_load_n(e->started, __ATOMIC_ACQUIRE);
-  if (id != e->started_seen) {
-    e->started_seen = id;
-    e->progress_ns = now_ns;
-  }
 }
 
 /* The sent call the executor is running now (the last one it started, still without
@@ -180,15 +175,47 @@ static wk_pool_call *running_call(const wk_executor *e) {
   return NULL;
 }
 
-/* True when a call sent to `e` now would not start soon: its running call (not one
- * waiting for subcalls, which lets nested calls run) was cancelled or is past its
- * deadline, so the executor may well be killed under it. */
-static bool blocked(wk_executor *e) {
-  observe(e, uv_hrtime());
+/* Reads what the executor last started. When it changed, its start is dated: when
+ * that call became next in line (sent to an executor running nothing, or the RESULT
+ * before it came), else now. A late look thus does not make a long call look new. */
+static void observe(wk_executor *e, uint64_t now_ns) {
+  if (!e->started) return;
+  uint64_t id = __atomic_load_n(e->started, __ATOMIC_ACQUIRE);
+  if (id == e->started_seen) return;
+  e->started_seen = id;
+  const wk_pool_call *r = running_call(e);
+  e->progress_ns = (r && r->next_ns && r->next_ns <= now_ns) ? r->next_ns : now_ns;
+}
+
+/* The first call of `e` that is neither waiting for subcalls nor resumed is next to
+ * start (or running): dates it, once. */
+static void mark_next(wk_executor *e, uint64_t now_ns) {
+  for (wk_pool_call *c = e->head; c; c = c->next) {
+    if (c->waiting || c->resumed) continue;
+    if (!c->next_ns) c->next_ns = now_ns;
+    return;
+  }
+}
+
+/* A call that has run longer than the pipeline's time budget (PIPELINE_QUEUED_NS)
+ * makes its executor "busy with a long call": nothing more is sent to it. Calls queued
+ * behind it before it turned out long are taken back once it has run TAKE_BACK_NS (a
+ * few maintenance ticks' worth of patience would be wasted on calls that could run
+ * elsewhere now). */
+#define TAKE_BACK_NS 40000000u
+
+/* True when a call sent to `e` now would not start within `budget_ns`: its running
+ * call (not one waiting for subcalls, which lets nested calls run) was cancelled, is
+ * past its deadline (the executor may well be killed under it), or has run longer
+ * than the budget as far as the started file shows. */
+static bool blocked(wk_executor *e, uint64_t budget_ns) {
+  uint64_t now_ns = uv_hrtime();
+  observe(e, now_ns);
   const wk_pool_call *r = running_call(e);
   if (!r || r->waiting) return false;
   if (r->cancelled || r->timed_out) return true;
-  return r->deadline_ms && (int64_t)uv_now(e->pool->loop) >= r->deadline_ms;
+  if (r->deadline_ms && (int64_t)uv_now(e->pool->loop) >= r->deadline_ms) return true;
+  return now_ns - e->progress_ns > budget_ns;
 }
 
 static void dispatch(wk_pool *pool);
@@ -631,6 +658,7 @@ static void handle_result(wk_executor *e, const wk_frame_result *r) {
     return;
   }
   detach(c);
+  mark_next(e, uv_hrtime());
   if (r->status == WK_FRAME_STATUS_NOT_STARTED && !c->timed_out) {
     /* a RECALLed call given back: it never ran; the caller sends it again */
     wk_call_outcome o = {.status = WK_CALL_NOT_STARTED, .bytes_in = c->bytes_in};
@@ -801,8 +829,10 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   pool->in_read = true;
   wk_executor *from = c->exec;
   uint64_t done_before = from ? from->calls_done : 0;
+  uint64_t mark_before = from ? from->busy_mark_ns : 0;
   read_frames(c);
-  if (from && !c->closing && c->exec == from) measure_service(from, from->calls_done - done_before);
+  if (from && !c->closing && c->exec == from)
+    measure_service(from, from->calls_done - done_before, mark_before);
   dispatch(pool);
   if (outer) {
     pool->in_read = false;
@@ -831,11 +861,11 @@ static void on_connection(uv_stream_t *server, int status) {
 
 /* ---- dispatch ----------------------------------------------------------------------- */
 
-/* Room for one more call that would start soon: not behind a cancelled or overdue
- * call (blocked). */
+/* Room for one more call that would start soon: not behind a cancelled, overdue or
+ * long call (blocked). */
 static bool can_take(const wk_pool *pool, wk_executor *e) {
   return e->running && e->conn && !e->conn->closing && !e->retiring &&
-         active(e) < depth_of(pool, e) && !blocked(e);
+         active(e) < depth_of(pool, e) && !blocked(e, PIPELINE_QUEUED_NS);
 }
 
 static void on_flush(uv_idle_t *h) {
@@ -859,6 +889,7 @@ static wk_executor *pick_executor(wk_pool *pool) {
 static void sent(wk_pool *pool, wk_executor *e, wk_pool_call *c) {
   c->exec = e;
   c->seq = e->sent_seq++;
+  if (active(e) == 0) c->next_ns = uv_hrtime(); /* nothing to wait for: it starts now */
   list_push(&e->head, &e->tail, c);
   if (e->inflight++ == 0) e->busy_mark_ns = uv_hrtime();
   pool->stats.calls_sent++;
@@ -929,7 +960,15 @@ wk_pool_call *wk_pool_submit(wk_pool *pool, const wk_call_spec *spec, void *call
   c->frame = wk_xmalloc(c->frame_len);
   memcpy(c->frame, wk_frame_buf_bytes(b), c->frame_len);
   if (b->cap > SPARE_WRITE_CAP_MAX) wk_frame_buf_free(b); /* a huge one is not kept */
-  list_push(&pool->queue_head, &pool->queue_tail, c);
+  if (spec->again && pool->queue_head) {
+    /* given back unstarted: it keeps its place ahead of calls that came later */
+    c->next = pool->queue_head;
+    c->prev = NULL;
+    pool->queue_head->prev = c;
+    pool->queue_head = c;
+  } else {
+    list_push(&pool->queue_head, &pool->queue_tail, c);
+  }
   pool->queued++;
   dispatch(pool);
   return c;
@@ -995,8 +1034,8 @@ static void escalate(wk_pool *pool, wk_executor *e, wk_pool_call *c, int64_t now
   }
 }
 
-/* `e` is blocked by a cancelled or overdue call: the calls sent behind it have not
- * started, so each gets a RECALL. The executor gives back those still queued
+/* `e` is blocked by a long, cancelled or overdue call: the calls sent behind it have
+ * not started, so each gets a RECALL. The executor gives back those still queued
  * (RESULT NOT_STARTED, re-dispatched by the caller); one it started meanwhile just
  * answers as usual. */
 static void take_back(wk_pool *pool, wk_executor *e) {
@@ -1024,7 +1063,7 @@ static void maintenance(uv_timer_t *t) {
   for (wk_executor *e = pool->executors; e; e = e->next) {
     if (!e->running) continue;
     for (wk_pool_call *c = e->head; c; c = c->next) escalate(pool, e, c, now);
-    if (e->conn && !e->conn->closing && blocked(e)) take_back(pool, e);
+    if (e->conn && !e->conn->closing && blocked(e, TAKE_BACK_NS)) take_back(pool, e);
     if (e->conn && !e->conn->closing) {
       if (now - e->last_pong_ms > pool->cfg.heartbeat_timeout_ms) {
         pool->stats.killed_heartbeat++;

@@ -115,6 +115,7 @@ static void send_attempt(wk_calls *c, const wk_disp_action *act) {
       .entrypoint = rt->req.entrypoint,
       .content_type = rt->req.args_json ? WK_FRAME_CONTENT_JSON : WK_FRAME_CONTENT_BYTES,
       .call_index = act->index,
+      .again = act->again,
       .scratch_dir = rt->act.scratch_dir,
       .traceparent = rt->req.traceparent,
   };

@@ -350,6 +350,7 @@ static void give_back(wk_disp *d, uint32_t c) {
   d->inflight--;
   t->returned++;
   d->not_started++;
+  call->again = true;
   wk_disp__ready_push_front(d, c);
   wk_disp__update(d, ti);
 }

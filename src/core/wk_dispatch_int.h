@@ -49,6 +49,7 @@ typedef struct wk_dcall {
   uint16_t attempts;       /* attempts sent so far */
   uint8_t state;           /* wk_dcall_state */
   uint8_t depth;
+  bool again; /* given back unstarted: its next SEND says so */
 } wk_dcall;
 
 typedef struct wk_dlist {

@@ -172,6 +172,8 @@ static void send_attempt(wk_disp *d, uint32_t c, int64_t now_ms, wk_disp_out *ou
   a->depth = call->depth;
   a->attempt = call->attempts;
   a->deadline_ms = call->deadline_ms;
+  a->again = call->again;
+  call->again = false;
   if (call->parent != WK_DNONE) {
     const wk_dcall *parent = &d->calls[call->parent];
     assert(parent->state == WK_DC_WAITING);

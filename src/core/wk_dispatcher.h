@@ -196,6 +196,7 @@ typedef struct wk_disp_action {
   uint32_t attempt;        /* SEND: 1-based attempt number; *_DONE: attempts made */
   uint32_t failed;         /* TASK_DONE: top-level calls that ended failed */
   int64_t deadline_ms;     /* SEND: absolute deadline of the attempt, INT64_MAX = none */
+  bool again;              /* SEND: the call was given back unstarted (NOT_STARTED) */
 } wk_disp_action;
 
 /* The caller's action buffer. Entry points append at items[count] up to capacity;

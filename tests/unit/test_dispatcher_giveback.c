@@ -16,6 +16,7 @@ static void test_given_back_call_is_sent_again_first(void **state) {
   uint32_t t = DFX_TASK(fx, 7, &p);
   DFX_ADD(fx, t, 4, true, 0);
   DFX_KINDS(fx, "SS");
+  assert_false(fx->out.items[0].again);
   uint64_t c0 = DFX_SEND_ID(fx, t, 0), c1 = DFX_SEND_ID(fx, t, 1);
   uint32_t window = DFX_INFO(fx, t).window;
 
@@ -28,6 +29,7 @@ static void test_given_back_call_is_sent_again_first(void **state) {
   assert_int_equal(s->attempt, 1);       /* not counted as an attempt */
   assert_true(s->call_id != c1);         /* a new attempt id: the old one is stale */
   assert_int_equal(s->deadline_ms, 140); /* its own timeout, from the new SEND */
+  assert_true(s->again);                 /* the executor pool puts it first in line */
   uint64_t c1b = s->call_id;
   wk_disp_task_info info = DFX_INFO(fx, t);
   assert_int_equal(info.window, window);
