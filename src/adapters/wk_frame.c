@@ -2,9 +2,10 @@
  * See wk_frame.h and docs/specs/executor-protocol.md. */
 #include "adapters/wk_frame.h"
 
-#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "lib/wk_assert.h"
 
 /* Frame sizes (prefix + up to UINT32_MAX bytes) are held in size_t without checks. */
 _Static_assert(SIZE_MAX > UINT32_MAX, "wk_frame needs a 64-bit size_t");
@@ -74,14 +75,14 @@ wk_frame_bytes wk_frame_bytes_cstr(const char *s) {
   wk_frame_bytes b = {NULL, 0};
   if (!s) return b;
   size_t n = strlen(s);
-  assert(n <= UINT32_MAX);
+  WK_ASSERT(n <= UINT32_MAX);
   b.ptr = (const uint8_t *)s;
   b.len = (uint32_t)n;
   return b;
 }
 
 bool wk_frame_bytes_eq_cstr(wk_frame_bytes b, const char *s) {
-  assert(s != NULL);
+  WK_ASSERT(s != NULL);
   size_t n = strlen(s);
   if (n != b.len) return false;
   return n == 0 || memcmp(b.ptr, s, n) == 0;
@@ -92,22 +93,22 @@ bool wk_frame_bytes_eq_cstr(wk_frame_bytes b, const char *s) {
 #define BUF_MIN_CAP 256u
 
 void wk_frame_buf_init(wk_frame_buf *b, const wk_allocator *a) {
-  assert(b != NULL);
+  WK_ASSERT(b != NULL);
   memset(b, 0, sizeof *b);
   if (a) b->alloc = *a;
 }
 
 void wk_frame_buf_free(wk_frame_buf *b) {
-  assert(b != NULL);
-  assert(b->start <= b->end && b->end <= b->cap);
+  WK_ASSERT(b != NULL);
+  WK_ASSERT(b->start <= b->end && b->end <= b->cap);
   wk_allocator_free(&b->alloc, b->data, b->cap);
   b->data = NULL;
   b->start = b->end = b->cap = 0;
 }
 
 uint8_t *wk_frame_buf_reserve(wk_frame_buf *b, size_t n) {
-  assert(b != NULL);
-  assert(b->start <= b->end && b->end <= b->cap);
+  WK_ASSERT(b != NULL);
+  WK_ASSERT(b->start <= b->end && b->end <= b->cap);
   if (b->data && b->cap - b->end >= n) return b->data + b->end;
   size_t held = b->end - b->start;
   if (n > SIZE_MAX - held) abort(); /* no buffer can be that large */
@@ -130,35 +131,35 @@ uint8_t *wk_frame_buf_reserve(wk_frame_buf *b, size_t n) {
   }
   b->start = 0;
   b->end = held;
-  assert(b->cap - b->end >= n);
+  WK_ASSERT(b->cap - b->end >= n);
   return b->data + b->end;
 }
 
 void wk_frame_buf_commit(wk_frame_buf *b, size_t n) {
-  assert(b != NULL);
-  assert(n <= b->cap - b->end);
+  WK_ASSERT(b != NULL);
+  WK_ASSERT(n <= b->cap - b->end);
   b->end += n;
-  assert(b->end <= b->cap);
+  WK_ASSERT(b->end <= b->cap);
 }
 
 void wk_frame_buf_append(wk_frame_buf *b, const void *p, size_t n) {
-  assert(b != NULL);
+  WK_ASSERT(b != NULL);
   if (n == 0) return;
-  assert(p != NULL);
+  WK_ASSERT(p != NULL);
   uint8_t *dst = wk_frame_buf_reserve(b, n);
   memcpy(dst, p, n);
   wk_frame_buf_commit(b, n);
 }
 
 void wk_frame_buf_consume(wk_frame_buf *b, size_t n) {
-  assert(b != NULL);
-  assert(n <= b->end - b->start);
+  WK_ASSERT(b != NULL);
+  WK_ASSERT(n <= b->end - b->start);
   b->start += n;
   if (b->start == b->end) b->start = b->end = 0; /* empty: next write starts at the front */
 }
 
 void wk_frame_buf_clear(wk_frame_buf *b) {
-  assert(b != NULL);
+  WK_ASSERT(b != NULL);
   b->start = b->end = 0;
 }
 
@@ -224,7 +225,7 @@ static uint64_t body_size(const wk_frame *f) {
 }
 
 uint64_t wk_frame_encoded_size(const wk_frame *f) {
-  assert(f != NULL);
+  WK_ASSERT(f != NULL);
   if (!type_known((unsigned)f->type)) return 0;
   return sat_add(WK_FRAME_PREFIX_SIZE + 1u, body_size(f));
 }
@@ -232,7 +233,7 @@ uint64_t wk_frame_encoded_size(const wk_frame *f) {
 static bool encodable(const wk_frame *f); /* with the decoder: it walks encoded lists */
 
 static uint8_t *put_u8(uint8_t *p, unsigned v) {
-  assert(v <= UINT8_MAX);
+  WK_ASSERT(v <= UINT8_MAX);
   *p = (uint8_t)v;
   return p + 1;
 }
@@ -253,7 +254,7 @@ static uint8_t *put_u64(uint8_t *p, uint64_t v) {
 static uint8_t *put_bytes(uint8_t *p, wk_frame_bytes b) {
   p = put_u32(p, b.len);
   if (b.len) {
-    assert(b.ptr != NULL);
+    WK_ASSERT(b.ptr != NULL);
     memcpy(p, b.ptr, b.len);
   }
   return p + b.len;
@@ -261,7 +262,7 @@ static uint8_t *put_bytes(uint8_t *p, wk_frame_bytes b) {
 
 static uint8_t *put_raw(uint8_t *p, wk_frame_bytes b) {
   if (b.len) {
-    assert(b.ptr != NULL);
+    WK_ASSERT(b.ptr != NULL);
     memcpy(p, b.ptr, b.len);
   }
   return p + b.len;
@@ -339,8 +340,8 @@ static uint8_t *put_body(uint8_t *p, const wk_frame *f) {
 }
 
 wk_frame_rc wk_frame_encode(wk_frame_buf *b, const wk_frame *f, uint32_t max_frame) {
-  assert(b != NULL);
-  assert(f != NULL);
+  WK_ASSERT(b != NULL);
+  WK_ASSERT(f != NULL);
   if (!type_known((unsigned)f->type)) return WK_FRAME_E_TYPE;
   if (!encodable(f)) return WK_FRAME_E_VALUE;
   uint64_t len = sat_add(1u, body_size(f)); /* the prefix's value: type + body */
@@ -350,7 +351,7 @@ wk_frame_rc wk_frame_encode(wk_frame_buf *b, const wk_frame *f, uint32_t max_fra
   uint8_t *p = put_u32(start, (uint32_t)len);
   p = put_u8(p, (unsigned)f->type);
   p = put_body(p, f);
-  assert((size_t)(p - start) == total); /* the size computed is the size written */
+  WK_ASSERT((size_t)(p - start) == total); /* the size computed is the size written */
   wk_frame_buf_commit(b, total);
   return WK_FRAME_OK;
 }
@@ -483,20 +484,20 @@ static bool encodable(const wk_frame *f) {
 /* ---- list iterators ------------------------------------------------------------- */
 
 wk_frame_iter wk_frame_subcalls_args(const wk_frame_subcalls *s) {
-  assert(s != NULL);
+  WK_ASSERT(s != NULL);
   wk_frame_iter it = {s->args_enc.ptr, s->args_enc.len, s->count};
   return it;
 }
 
 wk_frame_iter wk_frame_subcalls_children(const wk_frame_subcalls_result *r) {
-  assert(r != NULL);
+  WK_ASSERT(r != NULL);
   wk_frame_iter it = {r->children_enc.ptr, r->children_enc.len, r->count};
   return it;
 }
 
 bool wk_frame_iter_next_arg(wk_frame_iter *it, wk_frame_bytes *arg) {
-  assert(it != NULL);
-  assert(arg != NULL);
+  WK_ASSERT(it != NULL);
+  WK_ASSERT(arg != NULL);
   if (it->remaining == 0) return false;
   cursor c = {it->p, it->left, false};
   wk_frame_bytes b = get_bytes(&c);
@@ -512,8 +513,8 @@ bool wk_frame_iter_next_arg(wk_frame_iter *it, wk_frame_bytes *arg) {
 }
 
 bool wk_frame_iter_next_child(wk_frame_iter *it, wk_frame_child *child) {
-  assert(it != NULL);
-  assert(child != NULL);
+  WK_ASSERT(it != NULL);
+  WK_ASSERT(child != NULL);
   if (it->remaining == 0) return false;
   cursor c = {it->p, it->left, false};
   unsigned status = get_u8(&c);
@@ -628,9 +629,9 @@ static wk_frame_rc get_body(cursor *c, wk_frame *f) {
 
 wk_frame_rc wk_frame_decode(const uint8_t *in, size_t in_len, uint32_t max_frame, wk_frame *out,
                             size_t *size) {
-  assert(out != NULL);
-  assert(size != NULL);
-  assert(in != NULL || in_len == 0);
+  WK_ASSERT(out != NULL);
+  WK_ASSERT(size != NULL);
+  WK_ASSERT(in != NULL || in_len == 0);
   memset(out, 0, sizeof *out);
   *size = 0;
   if (in_len < WK_FRAME_PREFIX_SIZE) {
@@ -651,7 +652,10 @@ wk_frame_rc wk_frame_decode(const uint8_t *in, size_t in_len, uint32_t max_frame
   cursor c = {in + WK_FRAME_PREFIX_SIZE + 1, (size_t)len - 1u, false};
   wk_frame_rc rc = get_body(&c, out);
   if (rc != WK_FRAME_OK) return rc;
-  assert(c.p == in + total); /* the frame's bytes, exactly, were read */
+  WK_ASSERT(c.p == in + total); /* the frame's bytes, exactly, were read */
+  /* the encoding is canonical: the frame re-encodes to exactly the bytes it came from
+   * (walks its lists: a debug check) */
+  WK_DEBUG_ASSERT(wk_frame_encoded_size(out) == total);
   *size = total;
   return WK_FRAME_OK;
 }

@@ -1,7 +1,6 @@
 /* wk_validate.c: decoding and validation of the gRPC requests. See wk_validate.h. */
 #include "adapters/wk_validate.h"
 
-#include <assert.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -9,6 +8,7 @@
 #include <string.h>
 
 #include "lib/wk_alloc.h"
+#include "lib/wk_assert.h"
 #include "lib/wk_err.h"
 
 #define TASK_ID_RULE "must be 1 to 128 printable ASCII characters (0x21-0x7e)"
@@ -51,7 +51,7 @@ static const char *excerpt(const char *s, char out[EXCERPT_LEN]) {
     memcpy(out + end, "...", 3);
     end += 3;
   }
-  assert(end < EXCERPT_LEN);
+  WK_ASSERT(end < EXCERPT_LEN);
   out[end] = '\0';
   return out;
 }
@@ -96,7 +96,7 @@ static bool type_name_ok(const char *s) {
 /* ---- fields ------------------------------------------------------------------- */
 
 bool wk_validate_task_id(const char *field, const char *id, char *err, size_t err_len) {
-  assert(field != NULL);
+  WK_ASSERT(field != NULL);
   size_t n = str_len(id);
   if (n == 0 || n > WK_TASK_ID_MAX) {
     return failf(err, err_len, "%s " TASK_ID_RULE ", got %zu bytes", field, n);
@@ -238,7 +238,7 @@ static bool validate_retry(const Worker__V1__CallRetryPolicy *rp, char *err, siz
 
 bool wk_validate_request_task_slot(const Worker__V1__RequestTaskSlotRequest *req, char *err,
                                    size_t err_len) {
-  assert(req != NULL);
+  WK_ASSERT(req != NULL);
   if (!wk_validate_task_id("task_id", req->task_id, err, err_len)) return false;
   if (req->ttl_ms > WK_TTL_MS_MAX) {
     return failf(err, err_len, "ttl_ms must be at most %llu (2^40), got %llu",
@@ -249,8 +249,8 @@ bool wk_validate_request_task_slot(const Worker__V1__RequestTaskSlotRequest *req
 
 bool wk_validate_submit_task(const Worker__V1__SubmitTaskRequest *req,
                              const wk_validate_limits *lim, char *err, size_t err_len) {
-  assert(req != NULL);
-  assert(lim != NULL);
+  WK_ASSERT(req != NULL);
+  WK_ASSERT(lim != NULL);
   char ex[EXCERPT_LEN];
   if (!wk_validate_task_id("task_id", req->task_id, err, err_len)) return false;
   if (!validate_function(req->function, err, err_len)) return false;
@@ -287,7 +287,7 @@ bool wk_validate_submit_task(const Worker__V1__SubmitTaskRequest *req,
 
 bool wk_validate_get_task_result(const Worker__V1__GetTaskResultRequest *req, char *err,
                                  size_t err_len) {
-  assert(req != NULL);
+  WK_ASSERT(req != NULL);
   return wk_validate_task_id("task_id", req->task_id, err, err_len);
 }
 
@@ -306,8 +306,8 @@ static int id_ref_cmp(const void *a, const void *b) {
 
 bool wk_validate_watch_tasks(const Worker__V1__WatchTasksRequest *req,
                              const wk_validate_limits *lim, char *err, size_t err_len) {
-  assert(req != NULL);
-  assert(lim != NULL);
+  WK_ASSERT(req != NULL);
+  WK_ASSERT(lim != NULL);
   size_t n = req->n_task_ids;
   if (n == 0 || n > lim->max_watch_tasks) {
     return failf(err, err_len, "task_ids must hold 1 to %u task ids, got %zu",
@@ -346,7 +346,7 @@ bool wk_validate_watch_tasks(const Worker__V1__WatchTasksRequest *req,
 }
 
 bool wk_validate_cancel_task(const Worker__V1__CancelTaskRequest *req, char *err, size_t err_len) {
-  assert(req != NULL);
+  WK_ASSERT(req != NULL);
   if (!wk_validate_task_id("task_id", req->task_id, err, err_len)) return false;
   size_t n = str_len(req->reason);
   if (n > WK_CANCEL_REASON_MAX) {
@@ -357,7 +357,7 @@ bool wk_validate_cancel_task(const Worker__V1__CancelTaskRequest *req, char *err
 
 bool wk_validate_health(const Grpc__Health__V1__HealthCheckRequest *req, char *err,
                         size_t err_len) {
-  assert(req != NULL);
+  WK_ASSERT(req != NULL);
   size_t n = str_len(req->service);
   if (n > WK_HEALTH_SERVICE_MAX) {
     return failf(err, err_len, "service must be at most %u bytes, got %zu", WK_HEALTH_SERVICE_MAX,
@@ -493,9 +493,9 @@ malformed:
 
 bool wk_validate_wire_strings(const ProtobufCMessageDescriptor *d, const uint8_t *buf, size_t len,
                               char *err, size_t err_len) {
-  assert(d != NULL);
+  WK_ASSERT(d != NULL);
   if (len == 0) return true;
-  assert(buf != NULL);
+  WK_ASSERT(buf != NULL);
   return scan_message(d, buf, len, "", 0, err, err_len);
 }
 
@@ -540,7 +540,7 @@ static bool validate_message(wk_rpc_method m, const ProtobufCMessage *msg,
 
 ProtobufCMessage *wk_validate_decode(wk_rpc_method m, const uint8_t *buf, size_t len,
                                      const wk_validate_limits *lim, char *err, size_t err_len) {
-  assert(lim != NULL);
+  WK_ASSERT(lim != NULL);
   static const uint8_t empty[1] = {0};
   const ProtobufCMessageDescriptor *d = wk_validate_descriptor(m);
   if (d == NULL) {

@@ -1,10 +1,10 @@
 /* wk_core.c: WorkerCore's entry points: configuration, slots, admission, activation,
  * phases, watch, abort and convergence. Timer scans live in wk_core_timers.c, the
  * invariant walk in wk_core_check.c, the id → record table in wk_task_index.c. */
-#include <assert.h>
 #include <string.h>
 
 #include "core/wk_core_int.h"
+#include "lib/wk_assert.h"
 
 /* ---- configuration ------------------------------------------------------- */
 
@@ -154,7 +154,7 @@ static uint64_t slot_id_of(const wk_core *core, uint32_t slot) {
 }
 
 static wk_cmd *push_cmd(wk_cmds *cmds, wk_cmd_kind kind, const wk_task *t) {
-  assert(cmds->count < WK_CMDS_MAX);
+  WK_ASSERT(cmds->count < WK_CMDS_MAX);
   wk_cmd *c = &cmds->items[cmds->count++];
   memset(c, 0, sizeof *c);
   c->kind = kind;
@@ -169,9 +169,9 @@ static wk_cmd *push_cmd(wk_cmds *cmds, wk_cmd_kind kind, const wk_task *t) {
  * sized for every slot plus every retained result. */
 static uint32_t new_task(wk_core *core, const char *id, size_t len, uint8_t stage) {
   uint32_t i = core->free_task_head;
-  assert(i != WK_NONE);
+  WK_ASSERT(i != WK_NONE);
   wk_task *t = &core->tasks[i];
-  assert(t->stage == WK_STAGE_FREE);
+  WK_ASSERT(t->stage == WK_STAGE_FREE);
   core->free_task_head = t->next_free;
   /* everything but the id's unused tail: an id of up to 31 bytes leaves line 1
    * (the rest of the id) untouched */
@@ -194,7 +194,8 @@ static uint32_t new_task(wk_core *core, const char *id, size_t len, uint8_t stag
 
 static void free_task(wk_core *core, uint32_t i) {
   wk_task *t = &core->tasks[i];
-  assert(t->stage != WK_STAGE_FREE);
+  WK_ASSERT(t->stage != WK_STAGE_FREE);
+  WK_ASSERT(t->slot == WK_NONE); /* its slot was released first */
   wk_core__index_remove(core, i);
   release_blobs(core, t);
   t->stage = WK_STAGE_FREE;
@@ -218,9 +219,10 @@ static bool can_admit(const wk_core *core, wk_err *err) {
 /* Allocates a FREE slot for record t under a lease: FREE → ALLOCATED, generation bumped. */
 static uint32_t allocate_slot(wk_core *core, uint32_t t, int64_t lease_expires_ms) {
   uint32_t s = core->free_slot_head;
-  assert(s != WK_NONE);
+  WK_ASSERT(s != WK_NONE);
   wk_slot *slot = &core->slots[s];
-  assert(slot->state == WK_SLOT_FREE);
+  WK_ASSERT(slot->state == WK_SLOT_FREE);
+  WK_ASSERT(core->tasks[t].slot == WK_NONE); /* one slot per task */
   core->free_slot_head = slot->next_free;
   slot->next_free = WK_NONE;
   slot->state = WK_SLOT_ALLOCATED;
@@ -239,7 +241,8 @@ static uint32_t allocate_slot(wk_core *core, uint32_t t, int64_t lease_expires_m
 /* ALLOCATED or RUNNING → FREE, detached from its task. */
 static void release_slot(wk_core *core, uint32_t s) {
   wk_slot *slot = &core->slots[s];
-  assert(slot->state != WK_SLOT_FREE);
+  WK_ASSERT(slot->state != WK_SLOT_FREE);
+  WK_ASSERT(core->tasks[slot->task].slot == s); /* the slot and its task name each other */
   if (slot->state == WK_SLOT_ALLOCATED) {
     core->n_allocated--;
     wk_heap_remove(&core->lease_heap, s);
@@ -292,10 +295,10 @@ uint64_t wk_core__task_held_bytes(const wk_task *t) {
 }
 
 void wk_core__evict_oldest(wk_core *core) {
-  assert(core->retained_count > 0);
+  WK_ASSERT(core->retained_count > 0);
   uint32_t i = core->retained[core->retained_head].record;
   wk_task *t = &core->tasks[i];
-  assert(t->stage == WK_STAGE_TERMINAL);
+  WK_ASSERT(t->stage == WK_STAGE_TERMINAL);
   if (++core->retained_head == core->retained_cap) core->retained_head = 0;
   core->retained_count--;
   core->retained_bytes -= wk_core__task_held_bytes(t);
@@ -313,8 +316,9 @@ WK_PREFETCH_FN void prefetch_oldest(const wk_core *core) {
 /* Makes record i TERMINAL and retained; evicts the oldest others past the bounds. */
 static void retain(wk_core *core, uint32_t i, int64_t now_ms) {
   wk_task *t = &core->tasks[i];
+  WK_ASSERT(t->slot == WK_NONE); /* a terminal task holds no slot */
   t->stage = WK_STAGE_TERMINAL;
-  assert(core->retained_count < core->retained_cap);
+  WK_ASSERT(core->retained_count < core->retained_cap);
   wk_retained *r = &core->retained[wk_retained_index(core, core->retained_count)];
   r->until_ms = now_ms + core->cfg.result_retention_ms;
   r->record = i;
@@ -334,7 +338,7 @@ static void retain(wk_core *core, uint32_t i, int64_t now_ms) {
  * the watch heap, so the common case (no grace) never reads the heap. */
 static void end_watch_grace(wk_core *core, uint32_t i) {
   wk_task *t = &core->tasks[i];
-  assert(t->watch_grace == wk_heap_contains(&core->watch_heap, i));
+  WK_DEBUG_ASSERT(t->watch_grace == wk_heap_contains(&core->watch_heap, i));
   if (!t->watch_grace) return;
   t->watch_grace = false;
   wk_heap_remove(&core->watch_heap, i);
@@ -411,8 +415,8 @@ static void end_running_phase(wk_task *t, wk_failure_code code, int64_t now_ms) 
 static void converge(wk_core *core, uint32_t i, wk_task_state state, wk_failure_code code,
                      const char *message, bool cancel_in_flight, int64_t now_ms, wk_cmds *cmds) {
   wk_task *t = &core->tasks[i];
-  assert(t->stage == WK_STAGE_ACTIVE);
-  assert(wk_task_state_terminal(state));
+  WK_ASSERT(t->stage == WK_STAGE_ACTIVE);
+  WK_ASSERT(wk_task_state_terminal(state));
   /* the misses ahead overlap: the slot and the timeout queue position */
   if (t->slot != WK_NONE) WK_PREFETCH_W(&core->slots[t->slot]);
   WK_PREFETCH(&core->timeout_heap.pos[i]);
@@ -440,6 +444,7 @@ static void converge(wk_core *core, uint32_t i, wk_task_state state, wk_failure_
 static bool reservation_lapsed(wk_core *core, uint32_t i, int64_t now_ms) {
   wk_task *t = &core->tasks[i];
   if (t->stage != WK_STAGE_RESERVED) return false;
+  WK_ASSERT(t->slot != WK_NONE); /* a reservation holds its slot until it lapses */
   if (now_ms < core->slots[t->slot].lease_expires_ms) return false;
   release_slot(core, t->slot);
   free_task(core, i);
@@ -510,6 +515,9 @@ static wk_err foreign_slot_error(const wk_core *core, uint64_t slot_id) {
 static void activate_record(wk_core *core, uint32_t i, const wk_submit_request *req,
                             void *adapter_ctx, int64_t now_ms, wk_submit_result *out) {
   wk_task *t = &core->tasks[i];
+  WK_ASSERT(t->stage == WK_STAGE_RESERVED);
+  WK_ASSERT(t->slot != WK_NONE);
+  WK_ASSERT(core->slots[t->slot].state == WK_SLOT_ALLOCATED);
   t->stage = WK_STAGE_ACTIVE;
   t->digest = req->request_digest;
   t->digest_known = true;
@@ -611,7 +619,8 @@ void wk_core_handle_activation_prepared(wk_core *core, const char *task_id, size
     return;
   }
   wk_slot *slot = &core->slots[t->slot];
-  assert(slot->state == WK_SLOT_ALLOCATED);
+  WK_ASSERT(slot->state == WK_SLOT_ALLOCATED);
+  WK_ASSERT(slot->task == i);
   if (now_ms >= slot->lease_expires_ms) {
     converge(core, i, WK_TASK_FAILED, WK_FAIL_SLOT_LOST,
              "the slot's lease expired before the task was activated", true, now_ms, &out->cmds);
@@ -739,7 +748,7 @@ void wk_core_handle_phase_finished(wk_core *core, const char *task_id, size_t ta
     case WK_PHASE_PREPARING:
     case WK_PHASE_DONE: break;
   }
-  assert(0 && "phase validated above");
+  WK_UNREACHABLE("phase validated above");
 }
 
 wk_err wk_core_handle_call_progress(wk_core *core, const char *task_id, size_t task_id_len,
@@ -877,6 +886,7 @@ void wk_core_handle_slot_lease_expired(wk_core *core, uint64_t slot_id, int64_t 
     return;
   }
   uint32_t i = slot->task;
+  WK_ASSERT(core->tasks[i].slot == s);
   if (core->tasks[i].stage == WK_STAGE_RESERVED) {
     release_slot(core, s);
     free_task(core, i);
@@ -902,7 +912,7 @@ wk_err wk_core_live_task(const wk_core *core, const char *task_id, size_t task_i
   uint32_t i = find_task(core, task_id, task_id_len);
   if (i == WK_NONE || core->tasks[i].stage != WK_STAGE_ACTIVE) return WK_ERR_NOT_FOUND;
   const wk_task *t = &core->tasks[i];
-  assert(wk_heap_contains(&core->timeout_heap, i)); /* every ACTIVE task has a deadline */
+  WK_ASSERT(wk_heap_contains(&core->timeout_heap, i)); /* every ACTIVE task has a deadline */
   *out = (wk_task_view){
       .adapter_ctx = t->adapter_ctx,
       .slot_id = t->result.slot_id,
@@ -947,7 +957,7 @@ uint64_t wk_core_retained_bytes(const wk_core *core) { return core->retained_byt
 
 wk_slot_view wk_core_slot(const wk_core *core, uint32_t index) {
   wk_slot_view v = {0};
-  assert(index < core->cfg.task_slots);
+  WK_ASSERT(index < core->cfg.task_slots);
   const wk_slot *s = &core->slots[index];
   v.state = (wk_slot_state)s->state;
   v.generation = s->generation;

@@ -1,18 +1,18 @@
 /* wk_dispatch_calls.c: DispatcherCore's call records and what happens to a call:
  * results, the window, retries with backoff and jitter, final results and task
  * ends, timers (backoff expiry, attempt deadlines), subcalls and cancellation. */
-#include <assert.h>
 #include <string.h>
 
 #include "core/wk_dispatch_int.h"
+#include "lib/wk_assert.h"
 
 /* ---- records ----------------------------------------------------------------------- */
 
 uint32_t wk_disp__call_alloc(wk_disp *d, uint32_t ti) {
   uint32_t c = d->free_call_head;
-  assert(c != WK_DNONE && d->free_calls > 0);
+  WK_ASSERT(c != WK_DNONE && d->free_calls > 0);
   wk_dcall *call = &d->calls[c];
-  assert(call->state == WK_DC_FREE);
+  WK_ASSERT(call->state == WK_DC_FREE);
   d->free_call_head = call->q_next;
   d->free_calls--;
   uint32_t gen = call->gen; /* keeps growing across reuse: old call ids stay stale */
@@ -29,8 +29,9 @@ uint32_t wk_disp__call_alloc(wk_disp *d, uint32_t ti) {
 /* Returns a record that is in no container any more to the free list. */
 static void call_free(wk_disp *d, uint32_t c) {
   wk_dcall *call = &d->calls[c];
-  assert(call->state != WK_DC_FREE && call->child_head == WK_DNONE);
-  assert(!wk_heap_contains(&d->deadline_heap, c) && !wk_heap_contains(&d->backoff_heap, c));
+  WK_ASSERT(call->state != WK_DC_FREE && call->child_head == WK_DNONE);
+  WK_DEBUG_ASSERT(!wk_heap_contains(&d->deadline_heap, c));
+  WK_DEBUG_ASSERT(!wk_heap_contains(&d->backoff_heap, c));
   WK_DL_REMOVE(&d->tasks[call->task].members, d->calls, c, m_prev, m_next);
   call->state = WK_DC_FREE;
   call->task = call->parent = WK_DNONE;
@@ -52,7 +53,7 @@ static void child_link(wk_disp *d, uint32_t parent, uint32_t c) {
 static void child_unlink(wk_disp *d, uint32_t c) {
   wk_dcall *call = &d->calls[c];
   wk_dcall *p = &d->calls[call->parent];
-  assert(p->group_left > 0);
+  WK_ASSERT(p->group_left > 0);
   if (call->s_prev != WK_DNONE) {
     d->calls[call->s_prev].s_next = call->s_next;
   } else {
@@ -83,7 +84,7 @@ static uint32_t lookup_attempt(const wk_disp *d, uint64_t call_id) {
 static void push_cancel(wk_disp *d, uint32_t c, wk_disp_cancel_reason reason) {
   const wk_dcall *call = &d->calls[c];
   const wk_dtask *t = &d->tasks[call->task];
-  assert(live_attempt(call));
+  WK_ASSERT(live_attempt(call));
   wk_dpend *p = wk_disp__pend_push(d, WK_DISP_CANCEL);
   p->call_id = wk_dcall_id(c, call->gen);
   p->key = t->key;
@@ -106,7 +107,7 @@ static void push_cancel(wk_disp *d, uint32_t c, wk_disp_cancel_reason reason) {
  * it: a deadlock. SUBCALLS_COMPLETE is queued after the last SUBCALL_DONE. */
 static void resume_now(wk_disp *d, uint32_t pi) {
   wk_dcall *parent = &d->calls[pi];
-  assert(parent->state == WK_DC_WAITING && parent->group_left == 0 && parent->group != 0);
+  WK_ASSERT(parent->state == WK_DC_WAITING && parent->group_left == 0 && parent->group != 0);
   parent->state = WK_DC_RESUMING;
   wk_dpend *p = wk_disp__pend_push(d, WK_DISP_SUBCALLS_COMPLETE);
   p->call_id = wk_dcall_id(pi, parent->gen);
@@ -123,7 +124,7 @@ static void resume_now(wk_disp *d, uint32_t pi) {
 static void drop_record(wk_disp *d, uint32_t c, wk_disp_cancel_reason reason) {
   wk_dcall *call = &d->calls[c];
   wk_dtask *t = &d->tasks[call->task];
-  assert(call->child_head == WK_DNONE);
+  WK_ASSERT(call->child_head == WK_DNONE);
   switch ((wk_dcall_state)call->state) {
     case WK_DC_QUEUED: wk_disp__ready_remove(d, c); break;
     case WK_DC_BACKOFF:
@@ -132,7 +133,7 @@ static void drop_record(wk_disp *d, uint32_t c, wk_disp_cancel_reason reason) {
       break;
     case WK_DC_INFLIGHT:
       push_cancel(d, c, reason);
-      assert(t->inflight > 0 && d->inflight > 0);
+      WK_ASSERT(t->inflight > 0 && d->inflight > 0);
       t->inflight--;
       d->inflight--;
       break;
@@ -144,7 +145,7 @@ static void drop_record(wk_disp *d, uint32_t c, wk_disp_cancel_reason reason) {
       push_cancel(d, c, reason);
       t->waiting--;
       break;
-    case WK_DC_FREE: assert(0 && "dropping a free record"); return;
+    case WK_DC_FREE: WK_UNREACHABLE("dropping a free record"); return;
   }
   wk_heap_remove(&d->deadline_heap, c);
   if (call->parent != WK_DNONE) child_unlink(d, c);
@@ -169,7 +170,7 @@ static void drop_children(wk_disp *d, uint32_t root) {
     drop_record(d, cur, WK_DISP_CANCEL_PARENT);
     cur = up;
   }
-  assert(d->calls[root].child_head == WK_DNONE && d->calls[root].group_left == 0);
+  WK_ASSERT(d->calls[root].child_head == WK_DNONE && d->calls[root].group_left == 0);
 }
 
 void wk_disp__drop_all(wk_disp *d, uint32_t ti) {
@@ -177,15 +178,15 @@ void wk_disp__drop_all(wk_disp *d, uint32_t ti) {
   /* members are in allocation order and a child is allocated after its parent, so
    * from the tail every record is dropped after all of its children */
   while (t->members.len > 0) drop_record(d, t->members.tail, WK_DISP_CANCEL_TASK);
-  assert(t->inflight == 0 && t->waiting == 0 && t->backoff == 0);
-  assert(t->ready.len == 0);
+  WK_ASSERT(t->inflight == 0 && t->waiting == 0 && t->backoff == 0);
+  WK_ASSERT(t->ready.len == 0);
   t->next_index = t->added;
   wk_disp__unschedule(d, ti);
 }
 
 void wk_disp__end_task(wk_disp *d, uint32_t ti, bool ok) {
   wk_dtask *t = &d->tasks[ti];
-  assert(t->state == WK_DT_LIVE && !t->done_pending);
+  WK_ASSERT(t->state == WK_DT_LIVE && !t->done_pending);
   wk_disp__drop_all(d, ti);
   t->state = WK_DT_ENDED;
   t->ok = ok;
@@ -220,7 +221,7 @@ static bool result_retryable(const wk_dtask *t, wk_disp_result r) {
 
 /* Draws the delay for a backoff of base `b` ms. */
 static int64_t jitter(wk_disp *d, int64_t b) {
-  assert(b >= 0);
+  WK_ASSERT(b >= 0);
   switch (d->cfg.jitter) {
     case WK_DISP_JITTER_EQUAL: {
       int64_t half = b / 2;
@@ -245,7 +246,7 @@ static bool try_retry(wk_disp *d, uint32_t c, wk_disp_result r, int64_t now_ms) 
     if (base > rp->max_backoff_ms) base = rp->max_backoff_ms;
   }
   int64_t delay = jitter(d, base);
-  assert(delay >= 0 && delay <= base);
+  WK_ASSERT(delay >= 0 && delay <= base);
   int64_t due = now_ms + delay;
   if (t->p.task_deadline_ms > 0 && due >= t->p.task_deadline_ms) return false;
   call->backoff_ms = base;
@@ -288,7 +289,7 @@ static void complete_call(wk_disp *d, uint32_t c, wk_disp_result r) {
   }
   uint32_t pi = call->parent;
   wk_dcall *parent = &d->calls[pi];
-  assert(parent->state == WK_DC_WAITING && parent->group != 0);
+  WK_ASSERT(parent->state == WK_DC_WAITING && parent->group != 0);
   p->group = parent->group;
   p->parent = pi;
   child_unlink(d, c);
@@ -301,11 +302,11 @@ static void finish_attempt(wk_disp *d, uint32_t c, wk_disp_result r, int64_t now
   wk_dcall *call = &d->calls[c];
   uint32_t ti = call->task;
   wk_dtask *t = &d->tasks[ti];
-  assert(live_attempt(call) && t->state == WK_DT_LIVE);
+  WK_ASSERT(live_attempt(call) && t->state == WK_DT_LIVE);
   wk_heap_remove(&d->deadline_heap, c);
   switch ((wk_dcall_state)call->state) {
     case WK_DC_INFLIGHT:
-      assert(t->inflight > 0 && d->inflight > 0);
+      WK_ASSERT(t->inflight > 0 && d->inflight > 0);
       t->inflight--;
       d->inflight--;
       break;
@@ -316,7 +317,7 @@ static void finish_attempt(wk_disp *d, uint32_t c, wk_disp_result r, int64_t now
       break;
     case WK_DC_FREE:
     case WK_DC_QUEUED:
-    case WK_DC_BACKOFF: assert(0 && "finishing a record that is not a live attempt"); return;
+    case WK_DC_BACKOFF: WK_UNREACHABLE("finishing a record that is not a live attempt"); return;
   }
   call->group = 0;
   call->state = WK_DC_QUEUED; /* transient: try_retry or complete_call decides */
@@ -369,7 +370,7 @@ static bool result_valid(wk_disp_result r) {
 
 wk_err wk_disp_call_finished(wk_disp *d, uint64_t call_id, wk_disp_result r, int64_t now_ms,
                              wk_disp_out *out) {
-  assert(d != NULL);
+  WK_ASSERT(d != NULL);
   if (out == NULL) return WK_ERR_INVALID_ARGUMENT;
   wk_err err = WK_OK;
   uint32_t c = WK_DNONE;
@@ -395,7 +396,7 @@ wk_err wk_disp_call_finished(wk_disp *d, uint64_t call_id, wk_disp_result r, int
 
 wk_err wk_disp_add_subcalls(wk_disp *d, uint64_t parent_call_id, uint32_t n, int64_t now_ms,
                             uint64_t *group, wk_disp_out *out) {
-  assert(d != NULL);
+  WK_ASSERT(d != NULL);
   if (out == NULL) return WK_ERR_INVALID_ARGUMENT;
   uint32_t pi = lookup_attempt(d, parent_call_id);
   wk_err err = WK_OK;
@@ -416,11 +417,11 @@ wk_err wk_disp_add_subcalls(wk_disp *d, uint64_t parent_call_id, uint32_t n, int
   wk_dcall *parent = &d->calls[pi];
   uint32_t ti = parent->task;
   wk_dtask *t = &d->tasks[ti];
-  assert(t->state == WK_DT_LIVE);
+  WK_ASSERT(t->state == WK_DT_LIVE);
   /* the parent leaves admission while it waits: its executor runs nested calls (a
    * resumed parent asking again was outside admission already) */
   if (parent->state == WK_DC_INFLIGHT) {
-    assert(t->inflight > 0 && d->inflight > 0);
+    WK_ASSERT(t->inflight > 0 && d->inflight > 0);
     t->inflight--;
     d->inflight--;
     t->waiting++;
@@ -447,11 +448,11 @@ wk_err wk_disp_add_subcalls(wk_disp *d, uint64_t parent_call_id, uint32_t n, int
 /* ---- timers ------------------------------------------------------------------------------ */
 
 void wk_disp_tick(wk_disp *d, int64_t now_ms, wk_disp_out *out) {
-  assert(d != NULL && out != NULL);
+  WK_ASSERT(d != NULL && out != NULL);
   while (!wk_heap_empty(&d->backoff_heap) && wk_heap_top_key(&d->backoff_heap) <= now_ms) {
     uint32_t c = wk_heap_top(&d->backoff_heap);
     wk_dcall *call = &d->calls[c];
-    assert(call->state == WK_DC_BACKOFF);
+    WK_ASSERT(call->state == WK_DC_BACKOFF);
     wk_heap_remove(&d->backoff_heap, c);
     d->tasks[call->task].backoff--;
     wk_disp__ready_push(d, c);
@@ -460,7 +461,7 @@ void wk_disp_tick(wk_disp *d, int64_t now_ms, wk_disp_out *out) {
   /* finish_attempt only removes from this heap (sends happen in the flush below) */
   while (!wk_heap_empty(&d->deadline_heap) && wk_heap_top_key(&d->deadline_heap) <= now_ms) {
     uint32_t c = wk_heap_top(&d->deadline_heap);
-    assert(live_attempt(&d->calls[c]));
+    WK_ASSERT(live_attempt(&d->calls[c]));
     push_cancel(d, c, WK_DISP_CANCEL_DEADLINE);
     d->timeouts++;
     finish_attempt(d, c, WK_DISP_TIMEOUT, now_ms);

@@ -1,10 +1,10 @@
 /* wk_dispatch_sched.c: DispatcherCore's scheduling: the ring of tasks that may send
  * next, the per-task FIFOs, and emission: pending CANCEL / *_DONE / SUBCALLS_COMPLETE
  * actions, TASK_DONEs, then SENDs while admission and the windows allow. */
-#include <assert.h>
 #include <string.h>
 
 #include "core/wk_dispatch_int.h"
+#include "lib/wk_assert.h"
 
 /* ---- eligibility and the ring -------------------------------------------------- */
 
@@ -29,7 +29,7 @@ void wk_disp__unschedule(wk_disp *d, uint32_t ti) {
 }
 
 static void ring_append(wk_disp *d, uint32_t ti) {
-  assert(d->tasks[ti].where == WK_DW_NOWHERE);
+  WK_ASSERT(d->tasks[ti].where == WK_DW_NOWHERE);
   WK_DL_PUSH_TAIL(&d->ring, d->tasks, ti, l_prev, l_next);
   d->tasks[ti].where = WK_DW_RING;
 }
@@ -75,14 +75,14 @@ void wk_disp__ready_push_front(wk_disp *d, uint32_t c) {
 
 void wk_disp__ready_remove(wk_disp *d, uint32_t c) {
   wk_dcall *call = &d->calls[c];
-  assert(call->state == WK_DC_QUEUED);
+  WK_ASSERT(call->state == WK_DC_QUEUED);
   WK_DL_REMOVE(&d->tasks[call->task].ready, d->calls, c, q_prev, q_next);
 }
 
 /* ---- emission ------------------------------------------------------------------------ */
 
 static wk_disp_action *emit(wk_disp_out *out) {
-  assert(out->count < out->capacity);
+  WK_ASSERT(out->count < out->capacity);
   wk_disp_action *a = &out->items[out->count++];
   memset(a, 0, sizeof *a);
   return a;
@@ -111,7 +111,7 @@ static bool pend_wanted(const wk_disp *d, const wk_dpend *p) {
     case WK_DISP_SEND:
     case WK_DISP_TASK_DONE: break;
   }
-  assert(0 && "pending action of a kind that is never queued");
+  WK_UNREACHABLE("pending action of a kind that is never queued");
   return false;
 }
 
@@ -151,8 +151,8 @@ static int64_t attempt_deadline(const wk_disp *d, const wk_dcall *c, int64_t now
 static void send_attempt(wk_disp *d, uint32_t c, int64_t now_ms, wk_disp_out *out) {
   wk_dcall *call = &d->calls[c];
   wk_dtask *t = &d->tasks[call->task];
-  assert(t->inflight < t->window);
-  assert(d->inflight < d->capacity);
+  WK_ASSERT(t->inflight < t->window);
+  WK_ASSERT(d->inflight < d->capacity);
   call->gen++;
   if (call->gen == 0) call->gen = 1;
   call->attempts++;
@@ -176,7 +176,7 @@ static void send_attempt(wk_disp *d, uint32_t c, int64_t now_ms, wk_disp_out *ou
   call->again = false;
   if (call->parent != WK_DNONE) {
     const wk_dcall *parent = &d->calls[call->parent];
-    assert(parent->state == WK_DC_WAITING);
+    WK_ASSERT(parent->state == WK_DC_WAITING);
     a->group = parent->group;
     a->parent_call_id = wk_dcall_id(call->parent, parent->gen);
   }
@@ -190,7 +190,7 @@ static void send_unit(wk_disp *d, uint32_t ti, int64_t now_ms, wk_disp_out *out)
     c = t->ready.head;
     wk_disp__ready_remove(d, c);
   } else {
-    assert(t->next_index < t->added);
+    WK_ASSERT(t->next_index < t->added);
     c = wk_disp__call_alloc(d, ti);
     d->calls[c].index = t->next_index++;
   }
@@ -207,7 +207,7 @@ static void send_loop(wk_disp *d, int64_t now_ms, wk_disp_out *out) {
   while (d->inflight < d->capacity && d->ring.len > 0) {
     uint32_t ti = d->ring.head;
     wk_dtask *t = &d->tasks[ti];
-    assert(wk_disp__eligible(d, t));
+    WK_ASSERT(wk_disp__eligible(d, t));
     if (d->free_calls == 0 && wk_disp__needs_record(t)) {
       wk_disp__unschedule(d, ti);
       WK_DL_PUSH_TAIL(&d->parked, d->tasks, ti, l_prev, l_next);
@@ -226,7 +226,7 @@ static void send_loop(wk_disp *d, int64_t now_ms, wk_disp_out *out) {
 }
 
 void wk_disp__flush(wk_disp *d, int64_t now_ms, bool sends, wk_disp_out *out) {
-  assert(out != NULL && (out->items != NULL || out->capacity == 0));
+  WK_ASSERT(out != NULL && (out->items != NULL || out->capacity == 0));
   out->more = false;
   while (d->pend_count > 0) {
     const wk_dpend *p = &d->pend[d->pend_head];
@@ -247,7 +247,7 @@ void wk_disp__flush(wk_disp *d, int64_t now_ms, bool sends, wk_disp_out *out) {
     }
     uint32_t ti = d->done.head;
     wk_dtask *t = &d->tasks[ti];
-    assert(t->state == WK_DT_ENDED && t->done_pending);
+    WK_ASSERT(t->state == WK_DT_ENDED && t->done_pending);
     WK_DL_REMOVE(&d->done, d->tasks, ti, d_prev, d_next);
     t->done_pending = false;
     wk_disp_action *a = emit(out);
@@ -265,6 +265,6 @@ void wk_disp__flush(wk_disp *d, int64_t now_ms, bool sends, wk_disp_out *out) {
 }
 
 void wk_disp_poll(wk_disp *d, int64_t now_ms, wk_disp_out *out) {
-  assert(d != NULL && out != NULL);
+  WK_ASSERT(d != NULL && out != NULL);
   wk_disp__flush(d, now_ms, true, out);
 }

@@ -2,10 +2,10 @@
  * Emission and the send loop live in wk_dispatch_sched.c; results, retries, timers,
  * subcalls and cancellation in wk_dispatch_calls.c; the invariant walk in
  * wk_dispatch_check.c. */
-#include <assert.h>
 #include <string.h>
 
 #include "core/wk_dispatch_int.h"
+#include "lib/wk_assert.h"
 
 /* ---- configuration ------------------------------------------------------------- */
 
@@ -96,7 +96,7 @@ void wk_disp_destroy(wk_disp *d) {
 }
 
 void wk_disp_set_capacity(wk_disp *d, uint32_t max_inflight) {
-  assert(d != NULL);
+  WK_ASSERT(d != NULL);
   d->capacity = max_inflight;
 }
 
@@ -138,14 +138,14 @@ wk_dtask *wk_disp__task(const wk_disp *d, uint32_t handle) {
 }
 
 uint32_t wk_disp__handle(const wk_disp *d, uint32_t t) {
-  assert(t < d->cfg.max_tasks);
-  assert(d->tasks[t].state != WK_DT_FREE);
+  WK_ASSERT(t < d->cfg.max_tasks);
+  WK_ASSERT(d->tasks[t].state != WK_DT_FREE);
   return wk_dtask_handle(t, d->tasks[t].gen);
 }
 
 wk_dpend *wk_disp__pend_push(wk_disp *d, wk_disp_action_kind kind) {
   /* bounded by construction (see wk_dispatch_int.h); overflow would be a bug */
-  assert(d->pend_count < d->pend_cap);
+  WK_ASSERT(d->pend_count < d->pend_cap);
   uint32_t at = d->pend_head + d->pend_count;
   if (at >= d->pend_cap) at -= d->pend_cap;
   d->pend_count++;
@@ -189,13 +189,13 @@ static bool normalise_params(const wk_disp_task_params *p, wk_disp_task_params *
 
 wk_err wk_disp_add_task(wk_disp *d, uint64_t task_key, const wk_disp_task_params *p,
                         uint32_t *task) {
-  assert(d != NULL);
+  WK_ASSERT(d != NULL);
   wk_disp_task_params norm;
   if (p == NULL || task == NULL || !normalise_params(p, &norm)) return WK_ERR_INVALID_ARGUMENT;
   uint32_t i = d->free_task_head;
   if (i == WK_DNONE) return WK_ERR_NO_SLOT;
   wk_dtask *t = &d->tasks[i];
-  assert(t->state == WK_DT_FREE);
+  WK_ASSERT(t->state == WK_DT_FREE);
   d->free_task_head = t->l_next;
   uint32_t gen = (t->gen + 1u) & WK_DTASK_GEN_MASK;
   memset(t, 0, sizeof *t);
@@ -209,13 +209,13 @@ wk_err wk_disp_add_task(wk_disp *d, uint64_t task_key, const wk_disp_task_params
   t->members = t->ready = (wk_dlist){WK_DNONE, WK_DNONE, 0};
   d->n_tasks++;
   *task = wk_dtask_handle(i, t->gen);
-  assert(*task != 0);
+  WK_ASSERT(*task != 0);
   return WK_OK;
 }
 
 wk_err wk_disp_add_calls(wk_disp *d, uint32_t task, uint32_t n, bool last, int64_t now_ms,
                          wk_disp_out *out) {
-  assert(d != NULL);
+  WK_ASSERT(d != NULL);
   if (out == NULL) return WK_ERR_INVALID_ARGUMENT;
   wk_dtask *t = wk_disp__task(d, task);
   wk_err err = WK_OK;
@@ -246,12 +246,12 @@ wk_err wk_disp_task_params_get(const wk_disp *d, uint32_t task, wk_disp_task_par
 uint32_t wk_disp_task_queued(const wk_disp *d, uint32_t task) {
   const wk_dtask *t = wk_disp__task(d, task);
   if (t == NULL || t->state != WK_DT_LIVE) return 0;
-  assert(t->next_index <= t->added);
+  WK_ASSERT(t->next_index <= t->added);
   return t->added - t->next_index;
 }
 
 wk_err wk_disp_cancel_task(wk_disp *d, uint32_t task, wk_disp_out *out) {
-  assert(d != NULL);
+  WK_ASSERT(d != NULL);
   if (out == NULL) return WK_ERR_INVALID_ARGUMENT;
   wk_dtask *t = wk_disp__task(d, task);
   if (t == NULL) {
@@ -268,14 +268,14 @@ wk_err wk_disp_cancel_task(wk_disp *d, uint32_t task, wk_disp_out *out) {
     t->state = WK_DT_CANCELLED;
     wk_disp__unschedule(d, ti);
   }
-  assert(t->members.len == 0 && t->inflight == 0);
+  WK_ASSERT(t->members.len == 0 && t->inflight == 0);
   /* without a `now` no SEND can be dated: out->more asks for a poll when one could go */
   wk_disp__flush(d, 0, false, out);
   return WK_OK;
 }
 
 wk_err wk_disp_remove_task(wk_disp *d, uint32_t task) {
-  assert(d != NULL);
+  WK_ASSERT(d != NULL);
   wk_dtask *t = wk_disp__task(d, task);
   if (t == NULL) return WK_ERR_NOT_FOUND;
   uint32_t ti = (uint32_t)(t - d->tasks);
@@ -285,7 +285,7 @@ wk_err wk_disp_remove_task(wk_disp *d, uint32_t task) {
     t->done_pending = false;
   }
   wk_disp__unschedule(d, ti);
-  assert(t->members.len == 0 && t->inflight == 0 && t->where == WK_DW_NOWHERE);
+  WK_ASSERT(t->members.len == 0 && t->inflight == 0 && t->where == WK_DW_NOWHERE);
   t->state = WK_DT_FREE;
   t->l_next = d->free_task_head;
   d->free_task_head = ti;

@@ -1,10 +1,10 @@
 /* wk_task_index.c: the task index, an open-addressing hash table from task id to
  * task record. Linear probing keeps lookups in one or two cache lines; deletion
  * shifts entries back instead of leaving tombstones, so churn never degrades it. */
-#include <assert.h>
 #include <string.h>
 
 #include "core/wk_core_int.h"
+#include "lib/wk_assert.h"
 
 void wk_core__index_init(wk_task_index *ix, uint32_t records, const wk_allocator *a) {
   uint32_t cap = 16;
@@ -40,11 +40,11 @@ uint32_t wk_core__index_find(const wk_core *core, const char *id, size_t len, ui
 
 void wk_core__index_insert(wk_core *core, uint32_t t) {
   wk_task_index *ix = &core->index;
-  assert(ix->count < ix->mask); /* never full: capacity is twice the records */
+  WK_ASSERT(ix->count < ix->mask); /* never full: capacity is twice the records */
   uint32_t h32 = (uint32_t)core->tasks[t].hash;
   uint32_t i = h32 & ix->mask;
   while (ix->entries[i].record != WK_NONE) {
-    assert(ix->entries[i].record != t);
+    WK_ASSERT(ix->entries[i].record != t);
     i = (i + 1) & ix->mask;
   }
   ix->entries[i] = (wk_index_entry){.record = t, .hash32 = h32};
@@ -55,7 +55,7 @@ void wk_core__index_remove(wk_core *core, uint32_t t) {
   wk_task_index *ix = &core->index;
   uint32_t i = (uint32_t)core->tasks[t].hash & ix->mask;
   while (ix->entries[i].record != t) {
-    assert(ix->entries[i].record != WK_NONE);
+    WK_ASSERT(ix->entries[i].record != WK_NONE);
     i = (i + 1) & ix->mask;
   }
   /* backward-shift deletion: move later entries of the cluster into the hole when

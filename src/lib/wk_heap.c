@@ -2,7 +2,7 @@
  * order, a 4-ary heap for the rest. */
 #include "lib/wk_heap.h"
 
-#include <assert.h>
+#include "lib/wk_assert.h"
 
 #define ARITY 4u
 #define LINE 64u
@@ -19,13 +19,13 @@ static size_t mem_bytes(uint32_t capacity, bool with_run) {
 }
 
 static void init(wk_heap *h, uint32_t capacity, bool with_run, const wk_allocator *a) {
-  assert(capacity > 0 && capacity <= WK_HEAP_CAPACITY_MAX);
+  WK_ASSERT(capacity > 0 && capacity <= WK_HEAP_CAPACITY_MAX);
   h->mem = wk_allocator_calloc(a, 1, mem_bytes(capacity, with_run));
   uintptr_t base = ((uintptr_t)h->mem + (LINE - 1u)) & ~(uintptr_t)(LINE - 1u);
   h->ent = (wk_heap_entry *)base + PAD; /* &ent[1] is line-aligned */
   h->run = with_run ? h->ent + capacity : NULL;
-  assert((uintptr_t)(h->ent + capacity) + (with_run ? capacity * sizeof(wk_heap_entry) : 0u) <=
-         (uintptr_t)h->mem + mem_bytes(capacity, with_run));
+  WK_ASSERT((uintptr_t)(h->ent + capacity) + (with_run ? capacity * sizeof(wk_heap_entry) : 0u) <=
+            (uintptr_t)h->mem + mem_bytes(capacity, with_run));
   h->pos = wk_allocator_calloc(a, capacity, sizeof *h->pos);
   for (uint32_t i = 0; i < capacity; i++) h->pos[i] = WK_HEAP_ABSENT;
   h->size = h->heap_size = 0;
@@ -66,6 +66,8 @@ static bool run_takes(const wk_heap *h, int64_t key) {
 }
 
 static void run_append(wk_heap *h, uint32_t handle, int64_t key) {
+  WK_ASSERT(h->run_len < h->capacity);
+  WK_DEBUG_ASSERT(h->run_len == 0 || h->run[run_slot(h, h->run_len - 1)].key <= key);
   uint32_t s = run_slot(h, h->run_len);
   h->run[s] = (wk_heap_entry){.key = key, .handle = handle};
   h->pos[handle] = WK_HEAP_IN_RUN | s;
@@ -75,7 +77,7 @@ static void run_append(wk_heap *h, uint32_t handle, int64_t key) {
 
 /* Leaves a hole at slot s; holes at either end are dropped. */
 static void run_remove(wk_heap *h, uint32_t s) {
-  assert(h->run[s].handle != WK_HEAP_ABSENT);
+  WK_ASSERT(h->run[s].handle != WK_HEAP_ABSENT);
   h->run[s].handle = WK_HEAP_ABSENT; /* the key stays: it still orders what is appended */
   h->run_live--;
   if (h->run_live == 0) {
@@ -96,6 +98,16 @@ static void place(wk_heap *h, uint32_t i, wk_heap_entry e) {
   h->pos[e.handle] = i;
 }
 
+/* Whether the entry at i sits in heap order with its parent and its children (a debug
+ * check: it reads up to five more entries). */
+static bool ordered_at(const wk_heap *h, uint32_t i) {
+  if (i > 0 && h->ent[(i - 1) / ARITY].key > h->ent[i].key) return false;
+  for (uint32_t c = ARITY * i + 1; c <= ARITY * i + ARITY && c < h->heap_size; c++) {
+    if (h->ent[c].key < h->ent[i].key) return false;
+  }
+  return true;
+}
+
 static void sift_up(wk_heap *h, uint32_t i) {
   wk_heap_entry e = h->ent[i];
   while (i > 0) {
@@ -105,6 +117,7 @@ static void sift_up(wk_heap *h, uint32_t i) {
     i = parent;
   }
   place(h, i, e);
+  WK_DEBUG_ASSERT(ordered_at(h, i));
 }
 
 static void sift_down(wk_heap *h, uint32_t i) {
@@ -122,6 +135,7 @@ static void sift_down(wk_heap *h, uint32_t i) {
     i = best;
   }
   place(h, i, e);
+  WK_DEBUG_ASSERT(ordered_at(h, i));
 }
 
 static void heap_remove(wk_heap *h, uint32_t i) {
@@ -139,7 +153,7 @@ static void heap_remove(wk_heap *h, uint32_t i) {
 /* ---- both ---------------------------------------------------------------------- */
 
 static void insert(wk_heap *h, uint32_t handle, int64_t key) {
-  assert(h->size < h->capacity);
+  WK_ASSERT(h->size < h->capacity);
   h->size++;
   if (run_takes(h, key)) {
     run_append(h, handle, key);
@@ -151,7 +165,7 @@ static void insert(wk_heap *h, uint32_t handle, int64_t key) {
 }
 
 void wk_heap_set(wk_heap *h, uint32_t handle, int64_t key) {
-  assert(handle < h->capacity);
+  WK_ASSERT(handle < h->capacity);
   uint32_t i = h->pos[handle];
   if (i == WK_HEAP_ABSENT) {
     insert(h, handle, key);
@@ -175,7 +189,7 @@ void wk_heap_set(wk_heap *h, uint32_t handle, int64_t key) {
 }
 
 void wk_heap_remove(wk_heap *h, uint32_t handle) {
-  assert(handle < h->capacity);
+  WK_ASSERT(handle < h->capacity);
   uint32_t i = h->pos[handle];
   if (i == WK_HEAP_ABSENT) return;
   h->pos[handle] = WK_HEAP_ABSENT;
@@ -183,9 +197,11 @@ void wk_heap_remove(wk_heap *h, uint32_t handle) {
   if (i & WK_HEAP_IN_RUN) {
     run_remove(h, i & ~WK_HEAP_IN_RUN);
   } else {
-    assert(i < h->heap_size && h->ent[i].handle == handle);
+    WK_ASSERT(i < h->heap_size);
+    WK_ASSERT(h->ent[i].handle == handle);
     heap_remove(h, i);
   }
+  WK_ASSERT(h->size == h->heap_size + h->run_live);
 }
 
 bool wk_heap_walk(const wk_heap *h, uint32_t *cursor, uint32_t *handle) {
@@ -228,7 +244,7 @@ static uint32_t heap_collect_le(const wk_heap *h, int64_t limit, wk_heap_entry *
     for (uint32_t c = first; c < first + ARITY && c < h->heap_size; c++) {
       if (ent[c].key > limit) continue;
       /* push (sift up in `frontier`) */
-      assert(nf < sizeof frontier / sizeof frontier[0]);
+      WK_ASSERT(nf < sizeof frontier / sizeof frontier[0]);
       uint32_t i = nf++;
       frontier[i] = c;
       while (i > 0 && ent[frontier[(i - 1) / 2]].key > ent[frontier[i]].key) {

@@ -2,7 +2,7 @@
  * filled by splitmix64 so that every seed, 0 included, gives a non-zero state. */
 #include "lib/wk_rng.h"
 
-#include <assert.h>
+#include "lib/wk_assert.h"
 
 static uint64_t rotl(uint64_t x, unsigned k) { return (x << k) | (x >> (64u - k)); }
 
@@ -17,7 +17,7 @@ void wk_rng_seed(wk_rng *r, uint64_t seed) {
   uint64_t x = seed;
   for (unsigned i = 0; i < 4; i++) r->s[i] = splitmix64(&x);
   /* splitmix64 is a bijection of distinct counters: four zero outputs cannot happen */
-  assert((r->s[0] | r->s[1] | r->s[2] | r->s[3]) != 0);
+  WK_ASSERT((r->s[0] | r->s[1] | r->s[2] | r->s[3]) != 0);
 }
 
 uint64_t wk_rng_next(wk_rng *r) {
@@ -44,7 +44,7 @@ uint64_t wk_rng_below(wk_rng *r, uint64_t n) {
 }
 
 int64_t wk_rng_range(wk_rng *r, int64_t lo, int64_t hi) {
-  assert(lo <= hi);
+  WK_ASSERT(lo <= hi);
   uint64_t span = (uint64_t)hi - (uint64_t)lo; /* two's complement: exact for lo <= hi */
   uint64_t off = span == UINT64_MAX ? wk_rng_next(r) : wk_rng_below(r, span + 1u);
   return (int64_t)((uint64_t)lo + off);

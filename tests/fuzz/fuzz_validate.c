@@ -25,6 +25,10 @@
 #include <string.h>
 
 #include "adapters/wk_validate.h"
+#include "lib/wk_assert.h"
+
+/* the decoder's expensive checks run under the fuzzer (tests/fuzz/CMakeLists.txt) */
+_Static_assert(WK_DEBUG_ASSERTS_ON, "fuzz targets are built with WK_DEBUG_ASSERTS");
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
