@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "lib/wk_alloc.h"
+#include "lib/wk_assert.h"
 #include "lib/wk_err.h"
 #include "lib/wk_log.h"
 
@@ -260,6 +261,10 @@ static void free_call(wk_pool_call *c) {
 /* Takes a sent call off its executor. */
 static void detach(wk_pool_call *c) {
   wk_executor *e = c->exec;
+  WK_ASSERT(e != NULL); /* sent: on its executor's in-flight list */
+  WK_ASSERT(e->inflight > 0);
+  WK_ASSERT(c->waiting == 0 || e->waiting > 0);
+  WK_ASSERT(!c->resumed || e->resumed > 0);
   list_remove(&e->head, &e->tail, c);
   e->inflight--;
   if (c->recalling) c->recalling = false;
@@ -342,6 +347,8 @@ static void queue_frame(wk_executor *e, const wk_frame *f) {
 /* ---- outcomes ----------------------------------------------------------------- */
 
 static void deliver(wk_pool *pool, wk_pool_call *c, const wk_call_outcome *o) {
+  WK_ASSERT(c->exec == NULL); /* off its executor (and the queue): one outcome per call */
+  WK_ASSERT(c->prev == NULL && c->next == NULL);
   pool->stats.results++;
   if (!c->cancelled) pool->cb.on_result(pool->cb.ud, c->ctx, o);
   free_call(c);
@@ -887,6 +894,8 @@ static wk_executor *pick_executor(wk_pool *pool) {
  * written at the end of on_read, or else once per loop turn (on_flush), so calls
  * submitted together go out in one write per executor. */
 static void sent(wk_pool *pool, wk_executor *e, wk_pool_call *c) {
+  WK_ASSERT(c->exec == NULL); /* a call is sent once */
+  WK_ASSERT(!c->cancelled);
   c->exec = e;
   c->seq = e->sent_seq++;
   if (active(e) == 0) c->next_ns = uv_hrtime(); /* nothing to wait for: it starts now */
@@ -998,6 +1007,7 @@ void wk_pool_answer_subcalls(wk_pool *pool, wk_pool_call *parent, uint64_t reque
   wk_executor *e = parent->exec;
   if (!e) return;
   if (parent->waiting && --parent->waiting == 0) {
+    WK_ASSERT(e->waiting > 0);
     e->waiting--;
     parent->resumed = true; /* it resumes on top of whatever ran nested meanwhile */
     e->resumed++;

@@ -1,12 +1,12 @@
 /* wk_calls.c: see wk_calls.h. */
 #include "app/wk_calls.h"
 
-#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "lib/wk_alloc.h"
+#include "lib/wk_assert.h"
 #include "lib/wk_err.h"
 #include "lib/wk_log.h"
 
@@ -44,6 +44,15 @@ struct wk_subcall_group {
   wk_buf *child_bytes;
 };
 
+/* An outcome the executor adapter delivered from inside submit (its contract allows
+ * it): the driver is walking its actions then, so the call is finished once that walk
+ * is back at its top (finishing it at once would walk the action buffer twice). */
+typedef struct wk_calls_early {
+  wk_task_rt *rt;
+  uint64_t call_id;
+  wk_disp_result result;
+} wk_calls_early;
+
 struct wk_calls {
   wk_calls_config cfg;
   wk_disp *disp;
@@ -54,7 +63,10 @@ struct wk_calls {
   wk_disp_action actions[ACTIONS_MAX];
   wk_disp_out out;
   int64_t now_ms;
-  wk_buf scratch; /* a CallOutput being encoded, before its exact-size copy */
+  wk_buf scratch;  /* a CallOutput being encoded, before its exact-size copy */
+  bool processing; /* inside process(): its walk of `actions` is not re-entered */
+  wk_calls_early *early;
+  uint32_t n_early, cap_early;
 };
 
 static wk_task_rt *rt_of(uint64_t key) { return (wk_task_rt *)(uintptr_t)key; }
@@ -67,6 +79,8 @@ static wk_attempt *find_attempt(const wk_calls *c, wk_task_rt *rt, uint64_t call
 }
 
 static void free_attempt(wk_calls *c, wk_task_rt *rt, wk_attempt *a) {
+  WK_ASSERT(a->rt == rt); /* an attempt is on its own task's list only */
+  WK_ASSERT(a->prev != NULL || rt->calls.attempts == a);
   if (a->prev) {
     a->prev->next = a->next;
   } else {
@@ -132,7 +146,7 @@ static void send_attempt(wk_calls *c, const wk_disp_action *act) {
   } else {
     wk_subcall_group *g = find_group(rt, act->group);
     if (!g) return; /* its parent is gone: a CANCEL follows */
-    assert(g->target < rt->code.count);
+    WK_ASSERT(g->target < rt->code.count);
     const wk_rt_target *t = &rt->code.items[g->target];
     spec.function = t->function;
     spec.epoch = t->epoch;
@@ -164,6 +178,8 @@ static void send_attempt(wk_calls *c, const wk_disp_action *act) {
   a->next = rt->calls.attempts;
   if (rt->calls.attempts) rt->calls.attempts->prev = a;
   rt->calls.attempts = a;
+  /* one attempt per dispatcher call record: the record's previous attempt is over */
+  WK_ASSERT(c->by_slot[wk_disp_call_slot(a->call_id)] == NULL);
   c->by_slot[wk_disp_call_slot(a->call_id)] = a;
   a->handle = c->exec->submit(c->exec->impl, &spec, a);
 }
@@ -197,7 +213,10 @@ static void account_output(wk_calls *c, wk_task_rt *rt, wk_rt_call *rc) {
 static void record_call(wk_calls *c, const wk_disp_action *act) {
   wk_task_rt *rt = rt_of(act->task_key);
   wk_attempt *a = find_attempt(c, rt, act->call_id);
+  WK_ASSERT(act->depth == 0);
+  WK_ASSERT(act->index < rt->build.calls_total);
   wk_rt_call *rc = &rt->calls.outputs[act->index];
+  WK_ASSERT(!rc->done); /* one final result per call */
   rc->done = true;
   rc->failed = act->result != WK_DISP_OK;
   rt->calls.done++;
@@ -207,6 +226,7 @@ static void record_call(wk_calls *c, const wk_disp_action *act) {
   } else {
     rt->calls.stats.calls_succeeded++;
   }
+  WK_ASSERT(rt->calls.done <= rt->build.calls_total);
   if (a && a->answered) {
     rc->encoded = a->output; /* moved */
     a->output = (wk_buf){0};
@@ -261,7 +281,18 @@ static void complete_group(wk_calls *c, const wk_disp_action *act) {
 
 static void refill(wk_calls *c, wk_task_rt *rt);
 
+/* An attempt whose answer made no call final (a retry follows, or nobody waited for
+ * it) is over once its answer was processed; CALL_DONE and SUBCALL_DONE freed the
+ * others. Looked up by call_id: its memory may already hold a new attempt. */
+static void forget_answered(wk_calls *c, wk_task_rt *rt, uint64_t call_id) {
+  wk_attempt *left = find_attempt(c, rt, call_id);
+  if (left) free_attempt(c, rt, left);
+}
+
 static void process(wk_calls *c) {
+  WK_ASSERT(!c->processing); /* one walk of the action buffer at a time */
+  c->processing = true;
+  uint32_t early = 0; /* of c->early, the outcomes handed to the dispatcher */
   for (;;) {
     for (uint32_t i = 0; i < c->out.count; i++) {
       const wk_disp_action *act = &c->actions[i];
@@ -286,9 +317,18 @@ static void process(wk_calls *c) {
     bool more = c->out.more;
     c->out.count = 0;
     c->out.more = false;
-    if (!more) break;
-    wk_disp_poll(c->disp, c->now_ms, &c->out);
+    if (more) {
+      wk_disp_poll(c->disp, c->now_ms, &c->out);
+    } else if (early < c->n_early) { /* answered inside submit: finish them now */
+      wk_calls_early e = c->early[early++];
+      wk_disp_call_finished(c->disp, e.call_id, e.result, c->now_ms, &c->out);
+    } else {
+      break;
+    }
   }
+  for (uint32_t i = 0; i < c->n_early; i++) forget_answered(c, c->early[i].rt, c->early[i].call_id);
+  c->n_early = 0;
+  c->processing = false;
 }
 
 /* Hands a stream's next calls to the dispatcher while its queue for the task is low. */
@@ -327,8 +367,10 @@ wk_calls *wk_calls_create(const wk_calls_config *cfg, const wk_exec_adapter *exe
 
 void wk_calls_destroy(wk_calls *c) {
   if (!c) return;
+  WK_ASSERT(!c->processing);
   wk_disp_destroy(c->disp);
   wk_buf_free(&c->scratch);
+  free(c->early);
   free(c->by_slot);
   free(c);
 }
@@ -341,6 +383,9 @@ void wk_calls_set_capacity(wk_calls *c, uint32_t calls, int64_t now_ms) {
 }
 
 void wk_calls_start(wk_calls *c, wk_task_rt *rt, const wk_task_view *task, int64_t now_ms) {
+  WK_ASSERT(rt->calls.disp_task == 0); /* a task's calls start once */
+  WK_ASSERT(rt->calls.outputs == NULL);
+  WK_ASSERT(rt->calls.attempts == NULL);
   c->now_ms = now_ms;
   rt->calls.outputs =
       wk_xcalloc(rt->build.calls_total ? rt->build.calls_total : 1, sizeof *rt->calls.outputs);
@@ -388,6 +433,24 @@ void wk_calls_stop(wk_calls *c, wk_task_rt *rt, int64_t now_ms) {
     free_attempt(c, rt, a);
   }
   while (rt->calls.groups) free_group(rt, rt->calls.groups);
+  WK_ASSERT(rt->calls.disp_task == 0);
+}
+
+/* Hands an attempt's outcome to the dispatcher and carries out what it decides. An
+ * outcome delivered inside submit (c->processing) is finished by the walk under way,
+ * once it is back at its top. */
+static void finish_attempt(wk_calls *c, wk_task_rt *rt, uint64_t call_id, wk_disp_result r) {
+  if (c->processing) {
+    if (c->n_early == c->cap_early) {
+      c->cap_early = c->cap_early ? c->cap_early * 2 : 8;
+      c->early = wk_xrealloc(c->early, c->cap_early * sizeof *c->early);
+    }
+    c->early[c->n_early++] = (wk_calls_early){rt, call_id, r};
+    return;
+  }
+  wk_disp_call_finished(c->disp, call_id, r, c->now_ms, &c->out);
+  process(c); /* emits everything decided, so a CALL_DONE for this attempt is out by now */
+  forget_answered(c, rt, call_id);
 }
 
 static wk_disp_result disp_result(wk_call_status s) {
@@ -406,15 +469,14 @@ wk_task_rt *wk_calls_on_result(wk_calls *c, void *call_ctx, const wk_call_outcom
                                int64_t now_ms) {
   c->now_ms = now_ms;
   wk_attempt *a = call_ctx;
+  WK_ASSERT(a != NULL);
+  WK_ASSERT(!a->answered); /* the pool answers an attempt once, and never a cancelled one */
   wk_task_rt *rt = a->rt;
+  WK_ASSERT(find_attempt(c, rt, a->call_id) == a);
   a->handle = NULL;
   if (o->status == WK_CALL_NOT_STARTED) {
     /* never ran: the dispatcher sends the call again (a new attempt id, same number) */
-    uint64_t call_id = a->call_id;
-    wk_disp_call_finished(c->disp, call_id, WK_DISP_NOT_STARTED, now_ms, &c->out);
-    process(c);
-    wk_attempt *left = find_attempt(c, rt, call_id);
-    if (left) free_attempt(c, rt, left);
+    finish_attempt(c, rt, a->call_id, WK_DISP_NOT_STARTED);
     return rt;
   }
   a->answered = true;
@@ -451,15 +513,7 @@ wk_task_rt *wk_calls_on_result(wk_calls *c, void *call_ctx, const wk_call_outcom
                       o->traceback.len},
     };
   }
-  wk_disp_result r = disp_result(o->status);
-  uint64_t call_id = a->call_id;
-  wk_disp_call_finished(c->disp, call_id, r, now_ms, &c->out);
-  process(c); /* emits everything decided, so a CALL_DONE for this attempt is out by now */
-  /* An attempt whose answer made no call final (a retry follows, or nobody waited for
-   * it) is over; CALL_DONE and SUBCALL_DONE freed the others. Look it up by call_id:
-   * its memory may already hold a new attempt. */
-  wk_attempt *left = find_attempt(c, rt, call_id);
-  if (left) free_attempt(c, rt, left);
+  finish_attempt(c, rt, a->call_id, disp_result(o->status));
   return rt;
 }
 
@@ -484,8 +538,8 @@ static bool subcall_code(wk_calls *c, const wk_attempt *parent, const wk_frame_s
                          uint32_t *target, char *entrypoint, size_t ep_len, const char **type,
                          char *why, size_t why_len) {
   wk_task_rt *rt = parent->rt;
-  assert(rt->code.count > 0); /* activation adopted the task's own function */
-  uint32_t mine = 0;          /* the parent's own target and entry point */
+  WK_ASSERT(rt->code.count > 0); /* activation adopted the task's own function */
+  uint32_t mine = 0;             /* the parent's own target and entry point */
   const char *my_entry = rt->req.entrypoint;
   if (parent->group) {
     const wk_subcall_group *pg = find_group(rt, parent->group);
@@ -525,6 +579,8 @@ wk_task_rt *wk_calls_on_subcalls(wk_calls *c, void *call_ctx, const wk_frame_sub
                                  int64_t now_ms) {
   c->now_ms = now_ms;
   wk_attempt *parent = call_ctx;
+  WK_ASSERT(parent != NULL);
+  WK_ASSERT(!parent->answered); /* subcalls come from a call still running */
   wk_task_rt *rt = parent->rt;
   uint32_t target = 0;
   char entrypoint[WK_ENTRYPOINT_MAX + 1];
@@ -584,3 +640,5 @@ void wk_calls_tick(wk_calls *c, int64_t now_ms) {
 int64_t wk_calls_next_deadline(const wk_calls *c) { return wk_disp_next_deadline(c->disp); }
 
 wk_disp_stats wk_calls_stats(const wk_calls *c) { return wk_disp_stats_get(c->disp); }
+
+bool wk_calls_busy(const wk_calls *c) { return c->processing; }

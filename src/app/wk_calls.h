@@ -73,4 +73,10 @@ int64_t wk_calls_next_deadline(const wk_calls *c);
 /** Dispatcher counters (for logs, tests, benchmarks). */
 wk_disp_stats wk_calls_stats(const wk_calls *c);
 
+/** Whether the driver is walking its actions: an adapter callback arriving now came
+ * from inside submit (an outcome delivered before submit returned). The caller of the
+ * walk is still running: it must not start another turn (no new `now`, no phase
+ * steps); wk_calls_on_result takes such an outcome and finishes it after the walk. */
+bool wk_calls_busy(const wk_calls *c);
+
 #endif

@@ -8,6 +8,7 @@
 #include "adapters/wk_digest.h"
 #include "adapters/wk_shadow.h"
 #include "lib/wk_alloc.h"
+#include "lib/wk_assert.h"
 #include "lib/wk_log.h"
 #include "app/wk_wire.h"
 #include "grpc/health/v1/health.pb-c.h"
@@ -177,9 +178,13 @@ static void handle_submit(wk_orch *o, wk_rpc *rpc) {
   wk_core_handle_submit(o->core, &sr, rt, o->now_ms, &res);
   if (!res.adapter_ctx_taken) wk_task_rt_unref(rt);
   if (res.err) {
+    WK_ASSERT(!res.adapter_ctx_taken);
     fail_core(rpc, res.err, req->task_id);
     return;
   }
+  /* a new task hands its runtime to the core; a duplicate never does */
+  WK_ASSERT(res.adapter_ctx_taken != res.duplicate);
+  WK_ASSERT(res.result != NULL);
   Worker__V1__SubmitTaskResponse resp = WORKER__V1__SUBMIT_TASK_RESPONSE__INIT;
   resp.task_id = req->task_id;
   resp.slot_id = res.slot_id;

@@ -9,6 +9,7 @@
 #include "app/wk_task_code.h"
 #include "app/wk_wire.h"
 #include "lib/wk_alloc.h"
+#include "lib/wk_assert.h"
 
 static void copy_str(char *dst, size_t cap, const char *src) {
   snprintf(dst, cap, "%s", src ? src : "");
@@ -68,7 +69,11 @@ size_t wk_task_rt_builder_options(const Worker__V1__FunctionCallConfig *fn,
   return n;
 }
 
-void wk_task_rt_ref(wk_task_rt *rt) { rt->refs++; }
+void wk_task_rt_ref(wk_task_rt *rt) {
+  WK_ASSERT(rt->refs > 0); /* no resurrection of a freed runtime */
+  WK_ASSERT(rt->refs < UINT32_MAX);
+  rt->refs++;
+}
 
 /* Removing a scratch directory can wait on the disk (ext4 with discard: ~0.1 ms per
  * rmdir, far more at times): it runs on the threadpool, never on the actor. */
@@ -84,7 +89,14 @@ static void removed_scratch(uv_work_t *w, int status) {
 }
 
 void wk_task_rt_unref(wk_task_rt *rt) {
+  WK_ASSERT(rt->refs > 0);
   if (--rt->refs > 0) return;
+  /* the last reference: nothing of the actor may still name the runtime */
+  WK_ASSERT(rt->sem.waiting == 0);     /* a wait queue holds a reference */
+  WK_ASSERT(!rt->scope.in_list);       /* the IO scope list is left at convergence */
+  WK_ASSERT(rt->calls.disp_task == 0); /* the dispatcher forgot the task */
+  WK_ASSERT(rt->calls.attempts == NULL);
+  WK_ASSERT(rt->calls.groups == NULL);
   if (rt->act.scratch_created) {
     scratch_removal *r = wk_xmalloc(sizeof *r);
     memcpy(r->path, rt->act.scratch_dir, sizeof r->path);

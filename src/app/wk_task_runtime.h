@@ -145,6 +145,7 @@ typedef struct wk_rt_writer {
 typedef struct wk_rt_sem {
   uint8_t held;            /* bit per phase semaphore */
   uint8_t held_by_job;     /* of held, those a threadpool job holds until its done callback */
+  uint8_t waiting;         /* the semaphore whose wait queue rt is on (one bit at most) */
   struct wk_task_rt *next; /* in a phase semaphore's wait queue */
 } wk_rt_sem;
 

@@ -44,6 +44,9 @@ typedef struct fake_call {
 typedef struct fake_exec {
   fake_call calls[FAKE_CALLS_MAX];
   int submitted, cancelled, subcall_answers;
+  /* set: a call whose args are "sync" is answered (an error) before submit returns,
+   * as the adapter's contract allows (wk_exec_adapter.h) */
+  wk_calls *sync_answers;
 } fake_exec;
 
 static void *fake_submit(void *impl, const wk_call_spec *spec, void *ctx) {
@@ -57,6 +60,14 @@ static void *fake_submit(void *impl, const wk_call_spec *spec, void *ctx) {
   snprintf(c->code_dir, sizeof c->code_dir, "%s", spec->code_dir);
   c->epoch = spec->epoch;
   c->deadline_ms = spec->deadline_ms;
+  if (f->sync_answers && strcmp(c->args, "\"sync\"") == 0) {
+    c->answered = true;
+    wk_call_outcome o = {.status = WK_CALL_ERROR,
+                         .error_type = wk_frame_bytes_cstr("ArgsTooLarge"),
+                         .error_message = wk_frame_bytes_cstr("answered inside submit")};
+    wk_calls_on_result(f->sync_answers, ctx, &o, 0);
+    return NULL;
+  }
   return c;
 }
 
@@ -482,6 +493,32 @@ static void test_task_deadline_is_passed_as_it_is(void **state) {
   assert_int_equal(f->exec.calls[0].deadline_ms, 200);
 }
 
+/* The adapter may deliver a call's outcome from inside submit (then returns NULL): the
+ * driver is in the middle of its actions then. That outcome is taken once, the other
+ * calls are sent once each, and nothing of the answered attempt is touched after. */
+static void test_an_outcome_delivered_inside_submit(void **state) {
+  fx *f = *state;
+  f->exec.sync_answers = f->calls;
+  const char *args[] = {"1", "\"sync\"", "3", "4"};
+  wk_task_view v = view(100000, WK_CALL_CONTINUE, 1);
+  v.max_failed_calls = 4;
+  start_list(f, args, 4, v, 0);
+  assert_int_equal(f->exec.submitted, 4); /* each call sent once */
+  assert_int_equal(f->rt->calls.done, 1);
+  assert_int_equal(f->rt->calls.failed, 1);
+  assert_non_null(strstr(f->rt->calls.first_failure, "call 1 failed: ArgsTooLarge"));
+  answer(f, 0, WK_CALL_OK, "1", 1);
+  answer(f, 2, WK_CALL_OK, "3", 2);
+  assert_int_equal(f->done, 0);
+  answer(f, 3, WK_CALL_OK, "4", 3);
+  assert_int_equal(f->done, 1);
+  assert_true(f->ok); /* CONTINUE: one failure of four allowed */
+  assert_int_equal(f->rt->calls.done, 4);
+  assert_int_equal(f->rt->calls.stats.calls_succeeded, 3);
+  assert_int_equal(f->exec.submitted, 4);
+  assert_null(f->rt->calls.attempts); /* every attempt is over and freed */
+}
+
 static void test_stop_cancels_and_forgets(void **state) {
   fx *f = *state;
   const char *args[] = {"1", "2"};
@@ -513,6 +550,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_call_timeout_reaches_the_executor_early, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_task_deadline_is_passed_as_it_is, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_an_outcome_delivered_inside_submit, setup, teardown),
       cmocka_unit_test_setup_teardown(test_stop_cancels_and_forgets, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
