@@ -187,6 +187,10 @@ bool wk_orch__sem_acquire(wk_orch *o, wk_orch__sem_id id, wk_task_rt *rt);
 /** Gives the semaphore back and lets the first live waiter take it. */
 void wk_orch__sem_release(wk_orch *o, wk_orch__sem_id id, wk_task_rt *rt);
 
+/** At close, once every task converged: drops the waiters of every semaphore (their
+ * references), which a job outliving the loop would otherwise never release. */
+void wk_orch__sems_drop_waiters(wk_orch *o);
+
 /** Gives back every semaphore rt holds, except those lent to a job still running. */
 void wk_orch__release_all_sems(wk_orch *o, wk_task_rt *rt);
 

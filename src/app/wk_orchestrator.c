@@ -12,6 +12,7 @@
 #include "app/wk_orch_int.h"
 #include "app/wk_subscriptions.h"
 #include "lib/wk_alloc.h"
+#include "lib/wk_assert.h"
 #include "lib/wk_err.h"
 
 #define TIMER_BATCH 64
@@ -82,6 +83,8 @@ wk_grpc_server_sink wk_orch_sink(wk_orch *o) {
 /* ---- deferred phase steps ---------------------------------------------------- */
 
 void wk_orch__defer_step(wk_orch *o, wk_orch__step_kind kind, wk_task_rt *rt) {
+  WK_ASSERT(rt != NULL);
+  WK_ASSERT((o->steps_head == NULL) == (o->steps_tail == NULL));
   wk_orch__step *s = wk_xcalloc(1, sizeof *s);
   s->kind = kind;
   s->rt = rt;
@@ -104,6 +107,7 @@ bool wk_orch__converged(const wk_orch *o, const wk_task_rt *rt) {
 
 void wk_orch__queue_job(wk_orch *o, wk_task_rt *rt, uint64_t slot_id, uv_work_cb work,
                         uv_after_work_cb done) {
+  WK_ASSERT(!o->closing); /* no new job once the loop closes the orchestrator */
   wk_orch__job *j = wk_xcalloc(1, sizeof *j);
   j->o = o;
   j->rt = rt;
@@ -119,6 +123,7 @@ wk_orch *wk_orch__job_end(uv_work_t *w, wk_task_rt **rt) {
   wk_orch *o = j->o;
   *rt = j->rt;
   free(j);
+  WK_ASSERT(o->jobs > 0); /* the orchestrator outlives every job it queued */
   o->jobs--;
   if (o->closing) {
     wk_task_rt_unref(*rt);
@@ -134,6 +139,7 @@ void wk_orch__exec_cmds(wk_orch *o, const wk_cmds *cmds) {
   for (uint32_t k = 0; k < cmds->count; k++) {
     const wk_cmd *c = &cmds->items[k];
     wk_task_rt *rt = c->adapter_ctx;
+    WK_ASSERT(rt != NULL); /* every command carries the submitter's runtime */
     const wk_task_result *r = NULL;
     switch (c->kind) {
       case WK_CMD_PREPARE_ACTIVATION: wk_orch__start_activation(o, rt, c->slot_id); break;
@@ -143,6 +149,9 @@ void wk_orch__exec_cmds(wk_orch *o, const wk_cmds *cmds) {
       case WK_CMD_CANCEL_TASK: wk_calls_stop(o->calls, rt, o->now_ms); break;
       case WK_CMD_CONVERGE:
         r = c->u.converge.result;
+        WK_ASSERT(r != NULL);
+        WK_ASSERT(wk_task_state_terminal(r->state));
+        WK_DEBUG_ASSERT(wk_orch__converged(o, rt)); /* the core let go of rt (I4) */
         wk_calls_stop(o->calls, rt, o->now_ms);
         wk_orch__scope_untrack(o, rt);
         wk_orch__release_all_sems(o, rt);
@@ -164,6 +173,7 @@ void wk_orch__exec_cmds(wk_orch *o, const wk_cmds *cmds) {
 void wk_orch__run_steps(wk_orch *o) {
   while (o->steps_head) {
     wk_orch__step *s = o->steps_head;
+    WK_ASSERT(s->rt != NULL);
     o->steps_head = s->next;
     if (!o->steps_head) o->steps_tail = NULL;
     if (!wk_orch__converged(o, s->rt)) {
@@ -190,8 +200,14 @@ static void report_progress(wk_orch *o, const wk_task_rt *rt) {
 
 void wk_orch_on_call_result(void *ud, void *call_ctx, const wk_call_outcome *outcome) {
   wk_orch *o = ud;
-  wk_orch__loop_now(o);
-  report_progress(o, wk_calls_on_result(o->calls, call_ctx, outcome, o->now_ms));
+  /* an outcome the pool delivers from inside submit comes in the middle of this turn,
+   * inside a walk of wk_calls (maybe inside command execution, which never calls the
+   * core, I2): the turn keeps its `now`, and its caller reports and runs the steps */
+  bool nested = wk_calls_busy(o->calls);
+  if (!nested) wk_orch__loop_now(o);
+  wk_task_rt *rt = wk_calls_on_result(o->calls, call_ctx, outcome, o->now_ms);
+  if (nested) return;
+  report_progress(o, rt);
   wk_orch__run_steps(o);
 }
 
@@ -377,6 +393,10 @@ static void on_handle_closed(uv_handle_t *h) {
 
 void wk_orch__maybe_free(wk_orch *o) {
   if (o->handles_open > 0 || o->jobs > 0) return;
+  WK_ASSERT(o->closing);
+  WK_ASSERT(o->steps_head == NULL); /* a step holds a task reference */
+  WK_ASSERT(o->scopes == NULL);
+  for (int i = 0; i < WK_ORCH__SEM_COUNT; i++) WK_ASSERT(o->sems[i].head == NULL);
   wk_subs_destroy(o->subs);
   wk_orch__health_free_all(o);
   wk_calls_destroy(o->calls);
@@ -391,6 +411,9 @@ void wk_orch_close(wk_orch *o) {
   /* converge what still runs so no executor callback can outlive the orchestrator */
   wk_orch_abort_all(o, "the worker shut down before the task finished");
   o->closing = true;
+  /* a waiter behind a job's semaphore is converged: nothing will hand it the semaphore
+   * (the job's done callback only frees the job once closing) */
+  wk_orch__sems_drop_waiters(o);
   /* events already queued: answer them (closing) before the handles go */
   on_wake(&o->wake);
   wk_orch__health_finish_all(o);

@@ -10,8 +10,11 @@
 #include "adapters/wk_code_store.h"
 #include "app/wk_audit.h"
 #include "app/wk_task_code.h"
+#include "lib/wk_assert.h"
 
 void wk_orch__start_calls(wk_orch *o, wk_task_rt *rt) {
+  WK_ASSERT(!rt->build.running);        /* the builder is over */
+  WK_ASSERT(!rt->build.calls_reported); /* and the calls phase is not */
   if (!wk_orch__sem_acquire(o, WK_ORCH__SEM_EXECUTOR, rt)) return;
   if (rt->build.streaming && !wk_orch__sem_acquire(o, WK_ORCH__SEM_SCAN, rt)) return;
   if (rt->build.calls_total == 0) { /* nothing to run: the phase is over, and ok */
@@ -68,6 +71,7 @@ static void on_builder_done(uv_work_t *w, int status) {
   if (!o) return;
   wk_orch__loop_now(o);
   wk_rt_build *bd = &rt->build;
+  WK_ASSERT(bd->running);
   bd->running = false;
   wk_orch__sem_release_from_job(o, WK_ORCH__SEM_BUILDER, rt);
   if (!wk_orch__converged(o, rt)) {
@@ -113,6 +117,7 @@ void wk_orch__run_builder(wk_orch *o, wk_task_rt *rt) {
 
 void wk_orch__report_calls(wk_orch *o, wk_task_rt *rt) {
   if (rt->build.calls_reported) return;
+  WK_ASSERT(!rt->build.running);
   rt->build.calls_reported = true;
   wk_orch__scope_untrack(o, rt);
   wk_calls_stop(o->calls, rt, o->now_ms);
@@ -185,7 +190,8 @@ static void on_writer_done(uv_work_t *w, int status) {
   wk_orch *o = wk_orch__job_end(w, &rt);
   if (!o) return;
   wk_orch__loop_now(o);
-  wk_orch__sem_release(o, WK_ORCH__SEM_PLUGIN, rt);
+  /* the job held the plugin semaphore to its end, even past its task's convergence */
+  wk_orch__sem_release_from_job(o, WK_ORCH__SEM_PLUGIN, rt);
   if (!wk_orch__converged(o, rt)) {
     wk_phase_outcome out = {.ok = true, .data = {rt->writer.results.data, rt->writer.results.len}};
     if (status != 0 || rt->writer.rc != 0) {
@@ -217,6 +223,9 @@ void wk_orch__run_writer(wk_orch *o, wk_task_rt *rt) {
   }
   if (!wk_orch__sem_acquire(o, WK_ORCH__SEM_PLUGIN, rt)) return;
   rt->writer.impl = w;
+  /* the job holds the semaphore until its done callback: a task that converges while
+   * its writer blocks (timeout, cancel) must not let another writer start beside it */
+  wk_orch__sem_lend_to_job(rt, WK_ORCH__SEM_PLUGIN);
   wk_buf_clear(&rt->writer.outputs);
   wk_task_rt_collect_outputs(rt, &rt->writer.outputs);
   wk_orch__queue_job(o, rt, 0, on_writer_work, on_writer_done);
@@ -268,6 +277,7 @@ static void on_activation_done(uv_work_t *w, int status) {
   wk_orch *o = wk_orch__job_end(w, &rt); /* NULL: the task was converged at close */
   if (!o) return;
   wk_orch__loop_now(o);
+  WK_ASSERT(slot_id != 0); /* PREPARE_ACTIVATION names the task's slot */
   if (!wk_orch__converged(o, rt)) {
     wk_transition_result tr;
     if (status == 0 && rt->act.rc == 0) {

@@ -10,11 +10,14 @@
 #include <cmocka.h>
 
 #include <dirent.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <uv.h>
@@ -165,6 +168,9 @@ static void write_file(const char *path, const char *text) {
   fclose(f);
 }
 
+/* The result handler (writer) submit_with asks for; NULL = none (outputs inline). */
+static const char *submit_handler;
+
 /* Changes the test's orchestrator configuration before it is created (NULL = none). */
 static void (*tweak_config)(wk_orch_config *cfg);
 
@@ -249,6 +255,7 @@ static int teardown(void **state) {
   pthread_cond_destroy(&h->block_cv);
   free(h);
   tweak_config = NULL;
+  submit_handler = NULL;
   return 0;
 }
 
@@ -268,6 +275,11 @@ static grpc_status_code submit_with(harness *h, const char *task_id, const char 
   req.function = &fn;
   req.timeout_ms = timeout_ms;
   req.call_retry_policy = (Worker__V1__CallRetryPolicy *)(uintptr_t)retry;
+  Worker__V1__ResultHandler handler = WORKER__V1__RESULT_HANDLER__INIT;
+  if (submit_handler) {
+    handler.type = (char *)(uintptr_t)submit_handler;
+    req.result_handler = &handler;
+  }
   uint8_t buf[1024];
   size_t n = worker__v1__submit_task_request__pack(&req, buf);
   wk_grpc_buf out = {0};
@@ -828,6 +840,106 @@ static void test_builder_concurrency_one_serialises(void **state) {
   }
 }
 
+/* ---- a writer job and its semaphore ------------------------------------------------ */
+
+/* A Redis "server" that never answers: the kernel completes the connections (listen
+ * backlog) and nobody reads. A writer talking to it blocks for its io timeout. */
+static int silent_fd = -1;
+static int silent_kept = -1; /* a connection left open until after the teardown */
+static char silent_addr[32];
+static wk_writer_settings silent_settings;
+
+static void silent_writer_config(wk_orch_config *cfg) {
+  cfg->plugin_concurrency = 1;
+  cfg->writers[0] = "redis";
+  silent_settings = (wk_writer_settings){
+      .redis_addr = silent_addr, .connect_timeout_ms = 2000, .io_timeout_ms = 3000};
+  cfg->writer_settings = &silent_settings;
+}
+
+static int setup_silent_writer(void **state) {
+  silent_fd = socket(AF_INET, SOCK_STREAM, 0);
+  assert_true(silent_fd >= 0);
+  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  assert_int_equal(bind(silent_fd, (struct sockaddr *)&a, sizeof a), 0);
+  assert_int_equal(listen(silent_fd, 16), 0);
+  socklen_t len = sizeof a;
+  assert_int_equal(getsockname(silent_fd, (struct sockaddr *)&a, &len), 0);
+  snprintf(silent_addr, sizeof silent_addr, "127.0.0.1:%u", (unsigned)ntohs(a.sin_port));
+  tweak_config = silent_writer_config;
+  submit_handler = "redis";
+  return setup(state);
+}
+
+static int teardown_silent_writer(void **state) {
+  int rc = teardown(state);
+  if (silent_kept >= 0) close(silent_kept);
+  silent_kept = -1;
+  close(silent_fd);
+  silent_fd = -1;
+  return rc;
+}
+
+/* The next writer connection to the silent peer within `ms`, or -1. */
+static int writer_connects_within(int ms) {
+  struct pollfd p = {.fd = silent_fd, .events = POLLIN};
+  if (poll(&p, 1, ms) <= 0) return -1;
+  return accept(silent_fd, NULL, NULL);
+}
+
+static void wait_phase(harness *h, const char *task_id, Worker__V1__Phase phase) {
+  for (int i = 0; i < 500; i++) {
+    grpc_status_code code;
+    Worker__V1__TaskResult *r = get(h, task_id, &code);
+    assert_int_equal(code, GRPC_STATUS_OK);
+    bool there = r->phase == phase;
+    worker__v1__task_result__free_unpacked(r, NULL);
+    if (there) return;
+    usleep(10000);
+  }
+  fail_msg("task %s never reached phase %d", task_id, (int)phase);
+}
+
+/* plugin_concurrency = 1 and a writer that blocks (on a peer that never answers): its
+ * task times out meanwhile. The writer job still runs, so it still holds the plugin
+ * semaphore: the next task's writer waits for the job to end, it does not start
+ * beside it. */
+static void test_a_writer_job_holds_its_semaphore_past_its_task(void **state) {
+  harness *h = *state;
+  assert_int_equal(submit(h, "wr-a", "1", 400, NULL), GRPC_STATUS_OK);
+  int a = writer_connects_within(5000); /* A's writer is blocked on the peer */
+  assert_true(a >= 0);
+  Worker__V1__TaskResult *r = wait_terminal(h, "wr-a");
+  assert_int_equal(r->failure_code, WORKER__V1__FAILURE_CODE__FAILURE_CODE_TASK_TIMEOUT);
+  worker__v1__task_result__free_unpacked(r, NULL);
+
+  assert_int_equal(submit(h, "wr-b", "1", 0, NULL), GRPC_STATUS_OK);
+  wait_phase(h, "wr-b", WORKER__V1__PHASE__PHASE_WRITER);
+  /* A's job runs for its 3 s io timeout: B's writer must not connect meanwhile */
+  int b = writer_connects_within(1000);
+  if (b >= 0) fail_msg("a second writer started while the first writer job still ran");
+  close(a); /* A's writer sees the peer go: its job ends, B's writer runs */
+  b = writer_connects_within(5000);
+  assert_true(b >= 0);
+  close(b);
+  r = wait_terminal(h, "wr-b");
+  assert_int_equal(r->failure_code, WORKER__V1__FAILURE_CODE__FAILURE_CODE_PLUGIN_FAILED);
+  worker__v1__task_result__free_unpacked(r, NULL);
+}
+
+/* The worker closes while a writer job blocks and another task waits for the plugin
+ * semaphore behind it: the waiter is let go (no reference left behind), and the
+ * orchestrator is freed once the job ends (its io timeout, during the teardown). */
+static void test_close_drops_the_waiters_of_a_job_semaphore(void **state) {
+  harness *h = *state;
+  assert_int_equal(submit(h, "wc-a", "1", 0, NULL), GRPC_STATUS_OK);
+  int a = writer_connects_within(5000);
+  assert_true(a >= 0);
+  assert_int_equal(submit(h, "wc-b", "1", 0, NULL), GRPC_STATUS_OK);
+  wait_phase(h, "wc-b", WORKER__V1__PHASE__PHASE_WRITER);
+  silent_kept = a; /* A's writer stays blocked into the close */
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_submit_runs_one_call_and_echoes, setup, teardown),
@@ -847,6 +959,10 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_i5_converge_releases_everything, setup_i5, teardown),
       cmocka_unit_test_setup_teardown(test_builder_concurrency_one_serialises, setup_builders,
                                       teardown),
+      cmocka_unit_test_setup_teardown(test_a_writer_job_holds_its_semaphore_past_its_task,
+                                      setup_silent_writer, teardown_silent_writer),
+      cmocka_unit_test_setup_teardown(test_close_drops_the_waiters_of_a_job_semaphore,
+                                      setup_silent_writer, teardown_silent_writer),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
