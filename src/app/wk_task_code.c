@@ -1,7 +1,6 @@
 /* wk_task_code.c: see wk_task_code.h. */
 #include "app/wk_task_code.h"
 
-#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,13 +8,14 @@
 #include "adapters/wk_code_store.h"
 #include "app/wk_audit.h"
 #include "lib/wk_alloc.h"
+#include "lib/wk_assert.h"
 #include "lib/wk_err.h"
 
 /* Appends a target; the caller checked the bound. */
 static uint32_t add_target(wk_rt_code *code, const char *function, size_t len, uint64_t epoch,
                            const char *code_dir) {
-  assert(code->count < WK_TASK_CODE_TARGETS_MAX);
-  assert(len <= WK_FUNCTION_NAME_MAX);
+  WK_ASSERT(code->count < WK_TASK_CODE_TARGETS_MAX);
+  WK_ASSERT(len <= WK_FUNCTION_NAME_MAX);
   if (code->count == code->cap) {
     code->cap = code->cap ? code->cap * 2 : 4;
     code->items = wk_xrealloc(code->items, code->cap * sizeof *code->items);
@@ -29,8 +29,8 @@ static uint32_t add_target(wk_rt_code *code, const char *function, size_t len, u
 }
 
 void wk_task_code_adopt(wk_task_rt *rt) {
-  assert(rt->code.count == 0);
-  assert(rt->act.rc == 0 && rt->act.epoch > 0);
+  WK_ASSERT(rt->code.count == 0);
+  WK_ASSERT(rt->act.rc == 0 && rt->act.epoch > 0);
   (void)add_target(&rt->code, rt->req.function, strlen(rt->req.function), rt->act.epoch,
                    rt->act.code_dir);
 }

@@ -384,7 +384,7 @@ bool wk_task_phase_ms(const wk_task_statistic *s, wk_phase p, int64_t now_ms, in
 
 /* The task enters phase p at now_ms. */
 static void start_phase(wk_task *t, wk_phase p, int64_t now_ms) {
-  assert(has_record(p));
+  WK_ASSERT(has_record(p));
   t->result.phase = p;
   *phase_started(&t->result.statistic, p) = now_ms;
   t->result.phases[p - WK_PHASE_BUILDER] = (wk_phase_record){.end = (uint8_t)WK_PHASE_END_RUNNING};
@@ -392,8 +392,8 @@ static void start_phase(wk_task *t, wk_phase p, int64_t now_ms) {
 
 /* The task's phase p ends at now_ms, ok or with `code`. */
 static void end_phase(wk_task *t, wk_phase p, bool ok, wk_failure_code code, int64_t now_ms) {
-  assert(has_record(p));
-  assert(t->result.phases[p - WK_PHASE_BUILDER].end == WK_PHASE_END_RUNNING);
+  WK_ASSERT(has_record(p));
+  WK_ASSERT(t->result.phases[p - WK_PHASE_BUILDER].end == WK_PHASE_END_RUNNING);
   *phase_finished(&t->result.statistic, p) = now_ms;
   t->result.phases[p - WK_PHASE_BUILDER] =
       (wk_phase_record){.end = (uint8_t)(ok ? WK_PHASE_END_OK : WK_PHASE_END_FAILED),
