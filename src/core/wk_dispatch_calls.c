@@ -329,7 +329,7 @@ static void finish_attempt(wk_disp *d, uint32_t c, wk_disp_result r, int64_t now
     case WK_DISP_EXECUTOR_LOST:
     case WK_DISP_TIMEOUT: t->window = t->window > 1 ? t->window / 2 : 1; break;
     case WK_DISP_ERROR: break;
-    case WK_DISP_NOT_STARTED: assert(0 && "NOT_STARTED is handled by give_back"); break;
+    case WK_DISP_NOT_STARTED: WK_UNREACHABLE("NOT_STARTED is handled by give_back"); break;
   }
   if (!try_retry(d, c, r, now_ms)) complete_call(d, c, r);
   wk_disp__update(d, ti);
@@ -342,8 +342,8 @@ static void give_back(wk_disp *d, uint32_t c) {
   wk_dcall *call = &d->calls[c];
   uint32_t ti = call->task;
   wk_dtask *t = &d->tasks[ti];
-  assert(call->state == WK_DC_INFLIGHT && t->state == WK_DT_LIVE);
-  assert(call->attempts > 0 && t->inflight > 0 && d->inflight > 0);
+  WK_ASSERT(call->state == WK_DC_INFLIGHT && t->state == WK_DT_LIVE);
+  WK_ASSERT(call->attempts > 0 && t->inflight > 0 && d->inflight > 0);
   wk_heap_remove(&d->deadline_heap, c);
   call->deadline_ms = INT64_MAX;
   call->attempts--;
