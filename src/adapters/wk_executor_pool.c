@@ -27,6 +27,8 @@
 #define MAINTENANCE_MS 50u
 #define SPARE_WRITES_MAX 8u            /* write buffers kept for reuse */
 #define SPARE_WRITE_CAP_MAX (1u << 20) /* a larger one is freed, not kept */
+#define START_FAILURES_MAX 3u          /* executors in a row dead before HELLO: unavailable */
+#define STDERR_TAIL_MAX 512u           /* the end of an executor's stderr kept for errors */
 
 typedef struct wk_executor wk_executor;
 typedef struct wk_conn wk_conn;
@@ -68,6 +70,13 @@ struct wk_executor {
   wk_executor *next; /* in the pool's list */
   wk_pool *pool;
   uv_process_t proc;
+  uv_pipe_t err_pipe; /* its stderr: copied to ours, the end kept in err_tail */
+  int handles;        /* proc and err_pipe not yet closed: freed at 0 */
+  char err_tail[STDERR_TAIL_MAX];
+  uint32_t err_len;
+  bool failed_start; /* exited before HELLO */
+  int64_t exit_status;
+  int term_signal;
   wk_conn *conn;
   int pid;
   bool running;  /* process alive */
@@ -113,7 +122,11 @@ struct wk_pool {
   uint32_t n_structs; /* executors not yet freed */
   uint32_t n_running;
   uint32_t n_ready;
-  uint32_t n_starting; /* spawned, no HELLO yet */
+  uint32_t n_starting;                       /* spawned, no HELLO yet */
+  uint32_t start_failures;                   /* executors in a row that exited before HELLO */
+  char start_error[WK_POOL_UNAVAILABLE_MAX]; /* the last of them, described */
+  bool failing;                              /* fail_queued is running */
+  char err_buf[4096];                        /* read buffer of the executors' stderr pipes */
   uint64_t next_call_id;
   uint64_t ping_nonce;
   wk_pool_call *queue_head, *queue_tail;
@@ -444,10 +457,59 @@ static void executor_free(wk_executor *e) {
   maybe_finish_stop(pool);
 }
 
-static void on_proc_closed(uv_handle_t *h) {
+/* Both handles of an executor are closed: it goes. */
+static void on_exec_handle_closed(uv_handle_t *h) {
   wk_executor *e = h->data;
   e->pool->handles_open--;
-  executor_free(e);
+  if (--e->handles == 0) executor_free(e);
+}
+
+/* `e` exited before HELLO: pool->start_error says how, with the end of its stderr
+ * (called again as more of it arrives). */
+static void describe_start_failure(wk_pool *pool, const wk_executor *e) {
+  uint32_t from = 0, len = e->err_len;
+  while (len > 0 && (e->err_tail[len - 1] == '\n' || e->err_tail[len - 1] == ' ')) len--;
+  if (len > 160) from = len - 160; /* the message must fit a call's failure text */
+  snprintf(pool->start_error, sizeof pool->start_error,
+           "executors cannot start: %s exited with status %lld (signal %d) before it "
+           "connected, %u starts in a row; %s%.*s (executor script %s)",
+           pool->python, (long long)e->exit_status, e->term_signal, pool->start_failures,
+           len ? "the end of its stderr: " : "its stderr was empty", (int)(len - from),
+           e->err_tail + from, pool->script);
+}
+
+static void on_err_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
+  (void)suggested;
+  wk_executor *e = h->data;
+  buf->base = e->pool->err_buf;
+  buf->len = sizeof e->pool->err_buf;
+}
+
+/* The executor's stderr: copied to the worker's (as when it was inherited), its end
+ * kept for the start-failure message. */
+static void on_err_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
+  wk_executor *e = s->data;
+  if (nread < 0) {
+    uv_close((uv_handle_t *)s, on_exec_handle_closed);
+    return;
+  }
+  size_t n = (size_t)nread;
+  if (n == 0) return;
+  ssize_t w = write(STDERR_FILENO, buf->base, n);
+  (void)w; /* the worker's own stderr is gone: nothing better to do */
+  const char *src = buf->base;
+  if (n >= STDERR_TAIL_MAX) {
+    src += n - STDERR_TAIL_MAX;
+    n = STDERR_TAIL_MAX;
+    e->err_len = 0;
+  } else if (e->err_len + n > STDERR_TAIL_MAX) {
+    uint32_t drop = (uint32_t)(e->err_len + n - STDERR_TAIL_MAX);
+    memmove(e->err_tail, e->err_tail + drop, e->err_len - drop);
+    e->err_len -= drop;
+  }
+  memcpy(e->err_tail + e->err_len, src, n);
+  e->err_len += (uint32_t)n;
+  if (e->failed_start && !e->pool->stopping) describe_start_failure(e->pool, e);
 }
 
 static void read_frames(wk_conn *c);
@@ -500,7 +562,16 @@ static void on_process_exit(uv_process_t *proc, int64_t exit_status, int term_si
   e->running = false;
   pool->n_running--;
   pool->stats.exited++;
-  if (!e->hello) pool->n_starting--; /* died before it said HELLO */
+  e->exit_status = exit_status;
+  e->term_signal = term_signal;
+  if (!e->hello) {
+    pool->n_starting--; /* died before it said HELLO */
+    if (!pool->stopping) {
+      pool->start_failures++;
+      e->failed_start = true;
+      describe_start_failure(pool, e);
+    }
+  }
   /* everything it wrote before it died is still in the socket: RESULTs of calls it
    * finished count, whatever killed it */
   if (e->conn) drain(e->conn);
@@ -513,7 +584,7 @@ static void on_process_exit(uv_process_t *proc, int64_t exit_status, int term_si
   char why[80];
   snprintf(why, sizeof why, "exit status %lld, signal %d", (long long)exit_status, term_signal);
   settle_calls(pool, e, why);
-  uv_close((uv_handle_t *)proc, on_proc_closed);
+  uv_close((uv_handle_t *)proc, on_exec_handle_closed);
   if (!pool->stopping) {
     if (!e->shutdown_sent) {
       /* back off when executors die young (bad interpreter, broken code path) */
@@ -581,10 +652,13 @@ static int spawn_one(wk_pool *pool, char *err, size_t err_len) {
     args[12] = f_started;
     args[13] = e->started_path;
   }
+  uv_pipe_init(pool->loop, &e->err_pipe, 0);
+  e->err_pipe.data = e;
+  e->handles = 2;
   uv_stdio_container_t stdio[3] = {
       {.flags = UV_IGNORE},
       {.flags = UV_INHERIT_FD, .data.fd = STDERR_FILENO},
-      {.flags = UV_INHERIT_FD, .data.fd = STDERR_FILENO},
+      {.flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE, .data.stream = (uv_stream_t *)&e->err_pipe},
   };
   uv_process_options_t opt = {
       .exit_cb = on_process_exit,
@@ -599,14 +673,17 @@ static int spawn_one(wk_pool *pool, char *err, size_t err_len) {
   if (rc != 0) {
     wk_errf(err, err_len, "cannot start executor %s %s: %s", pool->python, pool->script,
             uv_strerror(rc));
-    pool->handles_open++;
+    pool->handles_open += 2;
     pool->n_structs++;
     e->next = pool->executors;
     pool->executors = e;
-    uv_close((uv_handle_t *)&e->proc, on_proc_closed);
+    uv_close((uv_handle_t *)&e->proc, on_exec_handle_closed);
+    uv_close((uv_handle_t *)&e->err_pipe, on_exec_handle_closed);
     return -1;
   }
-  pool->handles_open++;
+  pool->handles_open += 2;
+  if (uv_read_start((uv_stream_t *)&e->err_pipe, on_err_alloc, on_err_read) != 0)
+    uv_close((uv_handle_t *)&e->err_pipe, on_exec_handle_closed);
   e->pid = e->proc.pid;
   e->running = true;
   e->idle_since_ms = e->last_pong_ms = now_ms(pool);
@@ -736,6 +813,7 @@ static void handle_frame(wk_conn *conn, const wk_frame *f) {
         pool->n_ready++;
         if (pool->n_starting) pool->n_starting--;
         pool->respawn_delay_ms = 0;
+        pool->start_failures = 0;
         return;
       }
     }
@@ -875,9 +953,31 @@ static bool can_take(const wk_pool *pool, wk_executor *e) {
          active(e) < depth_of(pool, e) && !blocked(e, PIPELINE_QUEUED_NS);
 }
 
+/* Executors cannot start: every queued call fails at once with the reason. Runs from
+ * the loop (on_flush, maintenance), never inside wk_pool_submit; the callbacks may
+ * submit more, which queue and are failed by the same loop. */
+static void fail_queued(wk_pool *pool) {
+  if (pool->failing) return;
+  pool->failing = true;
+  while (pool->queue_head && !pool->stopping && wk_pool_unavailable(pool, NULL, 0)) {
+    wk_pool_call *c = pool->queue_head;
+    list_remove(&pool->queue_head, &pool->queue_tail, c);
+    pool->queued--;
+    wk_call_outcome o = {
+        .status = WK_CALL_EXECUTOR_LOST,
+        .error_type = wk_frame_bytes_cstr("ExecutorsUnavailable"),
+        .error_message = wk_frame_bytes_cstr(pool->start_error),
+        .bytes_in = c->bytes_in,
+    };
+    deliver(pool, c, &o);
+  }
+  pool->failing = false;
+}
+
 static void on_flush(uv_idle_t *h) {
   wk_pool *pool = h->data;
   uv_idle_stop(h);
+  fail_queued(pool);
   flush_all(pool);
 }
 
@@ -980,6 +1080,8 @@ wk_pool_call *wk_pool_submit(wk_pool *pool, const wk_call_spec *spec, void *call
   }
   pool->queued++;
   dispatch(pool);
+  if (wk_pool_unavailable(pool, NULL, 0) && !uv_is_active((uv_handle_t *)&pool->flusher))
+    uv_idle_start(&pool->flusher, on_flush); /* failed from the loop, not from here */
   return c;
 }
 
@@ -1101,6 +1203,7 @@ static void maintenance(uv_timer_t *t) {
   }
   spawn_if_needed(pool);
   dispatch(pool);
+  fail_queued(pool);
 }
 
 /* ---- adapter ----------------------------------------------------------------------- */
@@ -1124,6 +1227,12 @@ wk_exec_adapter wk_pool_adapter(wk_pool *pool) {
 }
 
 uint32_t wk_pool_ready_executors(const wk_pool *pool) { return pool->n_ready; }
+
+bool wk_pool_unavailable(const wk_pool *pool, char *why, size_t why_len) {
+  bool down = pool->n_ready == 0 && pool->start_failures >= START_FAILURES_MAX;
+  if (down && why && why_len) snprintf(why, why_len, "%s", pool->start_error);
+  return down;
+}
 uint32_t wk_pool_running_executors(const wk_pool *pool) { return pool->n_running; }
 uint32_t wk_pool_capacity(const wk_pool *pool) {
   uint32_t calls = 0;

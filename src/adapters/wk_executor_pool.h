@@ -97,6 +97,15 @@ wk_exec_adapter wk_pool_adapter(wk_pool *pool);
 
 /** Executors connected and ready (for start-up and tests). */
 uint32_t wk_pool_ready_executors(const wk_pool *pool);
+#define WK_POOL_UNAVAILABLE_MAX 1024 /* room for wk_pool_unavailable's reason */
+
+/** True when executors cannot start: none is ready and the last START_FAILURES_MAX (3)
+ * started exited before they connected. Then `why` (when not NULL) gets the reason:
+ * the interpreter and script, the exit status, the end of the last one's stderr. While
+ * it is true, queued calls fail at once (EXECUTOR_LOST, ExecutorsUnavailable, the
+ * reason as message) and starts go on with backoff; one HELLO ends it. */
+bool wk_pool_unavailable(const wk_pool *pool, char *why, size_t why_len);
+
 /** Executors running (started, not yet exited). */
 uint32_t wk_pool_running_executors(const wk_pool *pool);
 /** Calls the pool can hold in flight right now (ready executors x depth). */

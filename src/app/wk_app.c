@@ -56,7 +56,8 @@ typedef struct wk_app {
   int64_t phase_started_ms;
   char scratch_root[WK_CONFIG_PATH_MAX];
   bool own_scratch_root;
-  uint32_t capacity; /* last executor capacity handed to the dispatcher */
+  uint32_t capacity;          /* last executor capacity handed to the dispatcher */
+  bool executors_unavailable; /* the pool says executors cannot start (last seen) */
   const wk_profile *profile;
   wk_etcd_publisher *publisher; /* NULL when stand-alone */
   wk_shadow *shadow;            /* NULL without shadow_target_addr */
@@ -136,7 +137,7 @@ static void publish(wk_app *app) {
       .reserved = hb.reserved,
       .running = hb.running,
       .free = hb.free,
-      .ready = hb.ready,
+      .ready = hb.ready && !app->executors_unavailable,
       .draining = hb.draining,
   };
   wk_etcd_publisher_update(app->publisher, &eh);
@@ -209,6 +210,24 @@ static void stop_everything(wk_app *app) {
   wk_pool_stop(app->pool, on_pool_stopped, app);
 }
 
+/* Executors that cannot start (the pool counts failed starts in a row): health
+ * NOT_SERVING, the registration not ready, one log line each way. Tasks still come in
+ * and fail fast, their calls failed by the pool with its reason. */
+static void follow_executors(wk_app *app) {
+  char why[WK_POOL_UNAVAILABLE_MAX];
+  bool unavailable = wk_pool_unavailable(app->pool, why, sizeof why);
+  if (unavailable == app->executors_unavailable) return;
+  app->executors_unavailable = unavailable;
+  wk_orch_set_executors_unavailable(app->orch, unavailable);
+  if (unavailable) {
+    wk_log(WK_LOG_ERROR, "executors_unavailable", "%s", why);
+  } else {
+    wk_log_json(WK_LOG_INFO, "executors_available",
+                json_pack("{s:i}", "executors_ready", (int)wk_pool_ready_executors(app->pool)));
+  }
+  publish(app);
+}
+
 static void on_phase_timer(uv_timer_t *t) {
   wk_app *app = t->data;
   int64_t now = app_now(app);
@@ -236,16 +255,20 @@ static void on_phase_timer(uv_timer_t *t) {
       wk_orch_set_capacity(app->orch, capacity);
     }
   }
+  if (app->orch && app->pool) follow_executors(app);
   switch (app->phase) {
     case APP_STARTING:
-      if (wk_pool_ready_executors(app->pool) >= app->cfg->executors || in_phase > READY_WAIT_MS) {
+      if (wk_pool_ready_executors(app->pool) >= app->cfg->executors || app->executors_unavailable ||
+          in_phase > READY_WAIT_MS) {
         wk_orch_set_ready(app->orch, true);
         enter(app, APP_SERVING);
         start_registration(app);
-        wk_log_json(
-            WK_LOG_INFO, "worker_ready",
-            json_pack("{s:i,s:i}", "executors_ready", (int)wk_pool_ready_executors(app->pool),
-                      "task_slots", (int)app->cfg->task_slots));
+        if (!app->executors_unavailable) {
+          wk_log_json(
+              WK_LOG_INFO, "worker_ready",
+              json_pack("{s:i,s:i}", "executors_ready", (int)wk_pool_ready_executors(app->pool),
+                        "task_slots", (int)app->cfg->task_slots));
+        }
       }
       break;
     case APP_SERVING: break;

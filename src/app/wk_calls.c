@@ -18,12 +18,12 @@ struct wk_attempt {
   wk_attempt *next, *prev; /* in rt->calls.attempts */
   wk_task_rt *rt;
   uint64_t call_id;
-  uint64_t group; /* for a child: its group; 0 for a top-level call */
-  uint32_t index; /* call index, or position in the group */
-  void *handle;   /* the executor adapter's, while it runs */
-  bool answered;  /* the executor's outcome came in */
-  wk_buf output;  /* top-level: the encoded CallOutput of the answer */
-  char failure[256];
+  uint64_t group;       /* for a child: its group; 0 for a top-level call */
+  uint32_t index;       /* call index, or position in the group */
+  void *handle;         /* the executor adapter's, while it runs */
+  bool answered;        /* the executor's outcome came in */
+  wk_buf output;        /* top-level: the encoded CallOutput of the answer */
+  char failure[512];    /* "call N failed: Type: message" (room for a stderr tail) */
   wk_frame_child child; /* child: the answer, views into `child_bytes` */
   wk_buf child_bytes;
 };

@@ -352,6 +352,11 @@ void wk_orch_set_ready(wk_orch *o, bool ready) {
   wk_orch__health_changed(o);
 }
 
+void wk_orch_set_executors_unavailable(wk_orch *o, bool unavailable) {
+  o->executors_unavailable = unavailable;
+  wk_orch__health_changed(o);
+}
+
 void wk_orch_set_draining(wk_orch *o) {
   wk_core_set_draining(o->core, true);
   wk_orch__loop_now(o);

@@ -105,6 +105,10 @@ void wk_orch_set_capacity(wk_orch *orch, uint32_t calls);
 /** Marks the worker ready: new tasks are admitted, health says SERVING. */
 void wk_orch_set_ready(wk_orch *orch, bool ready);
 
+/** Says whether executors can start. While they cannot, health is NOT_SERVING (tasks
+ * are still admitted: their calls fail fast, the executor pool says why). */
+void wk_orch_set_executors_unavailable(wk_orch *orch, bool unavailable);
+
 /** Starts draining: new slots and submits are UNAVAILABLE, health NOT_SERVING. */
 void wk_orch_set_draining(wk_orch *orch);
 
