@@ -173,6 +173,75 @@ static void test_cancel_queued_and_running(void **state) {
   assert_bytes_str(f.result.output, "{\"echo\":2,\"idx\":2}");
 }
 
+/* --started-file: the executor writes the id of each call it starts there, before it
+ * runs it; RECALL gives a queued call back (RESULT NOT_STARTED) and leaves a started
+ * one alone (executor-protocol.md §6, §7). */
+static char started_path[64];
+
+static int setup_started(void **state) {
+  snprintf(started_path, sizeof started_path, "/tmp/wk-started-XXXXXX");
+  int fd = mkstemp(started_path);
+  assert_true(fd >= 0);
+  assert_int_equal(ftruncate(fd, 8), 0);
+  close(fd);
+  const char *const extra[] = {"--started-file", started_path, NULL};
+  return setup_with(state, extra);
+}
+
+static int teardown_started(void **state) {
+  unlink(started_path);
+  return teardown(state);
+}
+
+static uint64_t read_started(void) {
+  uint8_t b[8] = {0};
+  FILE *f = fopen(started_path, "rb");
+  assert_non_null(f);
+  assert_int_equal(fread(b, 1, 8, f), 8);
+  fclose(f);
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; i--) v = v << 8 | b[i];
+  return v;
+}
+
+static void test_recall_and_started_file(void **state) {
+  fixture *fx = *state;
+  write_function(fx, "slow", 1, "main.py", SLOW_PY);
+  write_function(fx, "echo", 1, "main.py", ECHO_PY);
+  assert_true(read_started() == 0);
+  uint64_t slow = queue_json_call(fx, "slow", "null", 0);
+  uint64_t queued = queue_json_call(fx, "echo", "1", 1);
+  flush(fx);
+  int64_t deadline = now_ms() + IO_TIMEOUT_MS;
+  const struct timespec tick = {0, 2000000};
+  while (read_started() != slow && now_ms() < deadline) nanosleep(&tick, NULL);
+  assert_true(read_started() == slow); /* marked before it runs; `queued` is not */
+
+  wk_frame f;
+  memset(&f, 0, sizeof f);
+  f.type = WK_FRAME_RECALL;
+  f.cancel.call_id = queued;
+  queue_frame(fx, &f);
+  f.cancel.call_id = slow; /* started: not given back */
+  queue_frame(fx, &f);
+  flush(fx);
+  recv_result(fx, queued, &f);
+  assert_int_equal(f.result.status, WK_FRAME_STATUS_NOT_STARTED);
+  assert_int_equal(f.result.output.len, 0);
+
+  queue_u64_frame(fx, WK_FRAME_CANCEL, slow);
+  flush(fx);
+  recv_result(fx, slow, &f);
+  assert_int_equal(f.result.status, WK_FRAME_STATUS_ERROR);
+  assert_bytes_str(f.result.error_type, "Cancelled");
+  /* the recalled call never ran: the next call is the one started after `slow` */
+  uint64_t id = queue_json_call(fx, "echo", "2", 2);
+  flush(fx);
+  recv_result(fx, id, &f);
+  assert_bytes_str(f.result.output, "{\"echo\":2,\"idx\":2}");
+  assert_true(read_started() == id);
+}
+
 static void test_output_capture_is_bounded(void **state) {
   fixture *fx = *state;
   write_function(fx, "chatty", 1, "main.py",
@@ -304,6 +373,8 @@ int main(void) {
       T(test_bytes_content),
       T(test_ping_pong),
       T(test_cancel_queued_and_running),
+      cmocka_unit_test_setup_teardown(test_recall_and_started_file, setup_started,
+                                      teardown_started),
       T(test_output_capture_is_bounded),
       T(test_epochs_are_isolated),
       T(test_load_and_encode_errors),
