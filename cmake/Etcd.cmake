@@ -5,19 +5,19 @@
 # `workerctl workers` and `workerctl submit` without --addr). Included from the top-level
 # CMakeLists.txt after cmake/Warnings.cmake (for ${WK_WARNINGS}).
 add_library(wk_etcd STATIC ${PROJECT_SOURCE_DIR}/src/adapters/wk_etcd.c)
-target_include_directories(wk_etcd PUBLIC ${PROJECT_SOURCE_DIR}/src)
+wk_headers(wk_etcd PUBLIC adapters/wk_etcd.h PRIVATE adapters/wk_etcd_int.h)
 target_compile_definitions(wk_etcd PRIVATE _GNU_SOURCE)
 target_compile_options(wk_etcd PRIVATE ${WK_WARNINGS})
 target_link_libraries(wk_etcd PRIVATE wk_lib PkgConfig::LIBCURL PkgConfig::JANSSON Threads::Threads)
 
 add_library(wk_etcd_publisher STATIC ${PROJECT_SOURCE_DIR}/src/adapters/wk_etcd_publisher.c)
-target_include_directories(wk_etcd_publisher PUBLIC ${PROJECT_SOURCE_DIR}/src)
+wk_headers(wk_etcd_publisher PUBLIC adapters/wk_etcd_publisher.h)
 target_compile_definitions(wk_etcd_publisher PRIVATE _GNU_SOURCE)
 target_compile_options(wk_etcd_publisher PRIVATE ${WK_WARNINGS})
-target_link_libraries(wk_etcd_publisher PRIVATE wk_etcd wk_log PkgConfig::JANSSON Threads::Threads)
+target_link_libraries(wk_etcd_publisher PRIVATE wk_etcd wk_lib wk_log PkgConfig::JANSSON Threads::Threads)
 
 add_library(wk_etcd_registry STATIC ${PROJECT_SOURCE_DIR}/src/adapters/wk_etcd_registry.c)
-target_include_directories(wk_etcd_registry PUBLIC ${PROJECT_SOURCE_DIR}/src)
+wk_headers(wk_etcd_registry PUBLIC adapters/wk_etcd_registry.h PRIVATE adapters/wk_etcd_int.h)
 target_compile_definitions(wk_etcd_registry PRIVATE _GNU_SOURCE)
 target_compile_options(wk_etcd_registry PRIVATE ${WK_WARNINGS})
 target_link_libraries(wk_etcd_registry PUBLIC wk_etcd PRIVATE wk_lib PkgConfig::JANSSON)

@@ -8,20 +8,21 @@
 add_library(wk_validate STATIC
   ${PROJECT_SOURCE_DIR}/src/adapters/wk_validate.c
   ${PROJECT_SOURCE_DIR}/src/adapters/wk_digest.c)
-target_include_directories(wk_validate PUBLIC ${PROJECT_SOURCE_DIR}/src)
+wk_headers(wk_validate PUBLIC adapters/wk_validate.h adapters/wk_rpc_method.h adapters/wk_digest.h)
 target_link_libraries(wk_validate PUBLIC wk_proto PRIVATE wk_lib m)
 target_compile_options(wk_validate PRIVATE ${WK_WARNINGS})
 
 add_library(wk_pem STATIC
   ${PROJECT_SOURCE_DIR}/src/adapters/wk_pem.c)
-target_include_directories(wk_pem PUBLIC ${PROJECT_SOURCE_DIR}/src)
+wk_headers(wk_pem PUBLIC adapters/wk_pem.h)
 target_link_libraries(wk_pem PRIVATE wk_lib)
 target_compile_options(wk_pem PRIVATE ${WK_WARNINGS})
 
 add_library(wk_grpc_server STATIC
   ${PROJECT_SOURCE_DIR}/src/adapters/wk_grpc_server.c
   ${PROJECT_SOURCE_DIR}/src/adapters/wk_grpc_auth.c)
-target_include_directories(wk_grpc_server PUBLIC ${PROJECT_SOURCE_DIR}/src)
-target_link_libraries(wk_grpc_server PUBLIC PkgConfig::GRPC
-  PRIVATE wk_lib wk_pem wk_validate wk_proto Threads::Threads)
+wk_headers(wk_grpc_server PUBLIC adapters/wk_grpc_server.h adapters/wk_grpc_auth.h)
+# PUBLIC wk_validate: wk_grpc_server.h names the methods by wk_rpc_method.h
+target_link_libraries(wk_grpc_server PUBLIC PkgConfig::GRPC wk_validate
+  PRIVATE wk_lib wk_pem wk_proto Threads::Threads)
 target_compile_options(wk_grpc_server PRIVATE ${WK_WARNINGS})

@@ -3,6 +3,6 @@
 # GET /metrics by libmicrohttpd (Debian libmicrohttpd-dev, scripts/deps.sh).
 
 add_library(wk_metrics STATIC ${PROJECT_SOURCE_DIR}/src/adapters/wk_metrics.c)
-target_include_directories(wk_metrics PUBLIC ${PROJECT_SOURCE_DIR}/src)
+wk_headers(wk_metrics PUBLIC adapters/wk_metrics.h)
 target_compile_options(wk_metrics PRIVATE ${WK_WARNINGS})
 target_link_libraries(wk_metrics PRIVATE wk_lib PkgConfig::MICROHTTPD Threads::Threads m)

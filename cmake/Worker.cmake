@@ -3,14 +3,14 @@
 # wk_grpc_server and wk_code_store.
 
 add_library(wk_plugins STATIC src/plugins/wk_builders.c)
-target_include_directories(wk_plugins PUBLIC ${PROJECT_SOURCE_DIR}/src)
+wk_headers(wk_plugins PUBLIC plugins/wk_builders.h)
 target_compile_options(wk_plugins PRIVATE ${WK_WARNINGS})
 target_link_libraries(wk_plugins PRIVATE wk_lib PkgConfig::JANSSON)
 
 # The executor pool adapter (spawns and talks to the Python executors over libuv).
 add_library(wk_executor_pool STATIC
   src/adapters/wk_executor_pool.c)
-target_include_directories(wk_executor_pool PUBLIC ${PROJECT_SOURCE_DIR}/src)
+wk_headers(wk_executor_pool PUBLIC adapters/wk_executor_pool.h adapters/wk_exec_adapter.h)
 target_compile_definitions(wk_executor_pool PRIVATE _GNU_SOURCE)
 target_compile_options(wk_executor_pool PRIVATE ${WK_WARNINGS})
 target_link_libraries(wk_executor_pool PUBLIC wk_adapters_frame PkgConfig::LIBUV PRIVATE wk_lib wk_log)
@@ -43,7 +43,7 @@ add_library(wk_app STATIC
   src/app/wk_audit.c
   src/app/wk_profile.c
   src/app/wk_main.c)
-target_include_directories(wk_app PUBLIC ${PROJECT_SOURCE_DIR}/src)
+wk_headers(wk_app PUBLIC app/*.h)
 target_compile_definitions(wk_app PRIVATE _GNU_SOURCE WK_VERSION="${PROJECT_VERSION}")
 # The build tree's Python files: the default of executor_script and python_path in the
 # settings table (an installed program finds PREFIX/share/worker/python instead).
@@ -66,6 +66,7 @@ target_link_libraries(wk_app
     PkgConfig::GRPC
   PRIVATE
     wk_code_store
+    wk_grpc_client
     wk_log
     PkgConfig::JANSSON
     PkgConfig::YAML

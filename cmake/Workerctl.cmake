@@ -4,12 +4,12 @@
 # cmake/Proto.cmake and cmake/Etcd.cmake (for ${WK_WARNINGS}, wk_proto and wk_etcd_registry).
 
 add_library(wk_grpc_client STATIC ${PROJECT_SOURCE_DIR}/src/adapters/wk_grpc_client.c)
-target_include_directories(wk_grpc_client PUBLIC ${PROJECT_SOURCE_DIR}/src)
+wk_headers(wk_grpc_client PUBLIC adapters/wk_grpc_client.h)
 target_link_libraries(wk_grpc_client PUBLIC PkgConfig::GRPC PRIVATE wk_lib wk_pem)
 target_compile_options(wk_grpc_client PRIVATE ${WK_WARNINGS})
 
 add_library(wk_code_store STATIC ${PROJECT_SOURCE_DIR}/src/adapters/wk_code_store.c)
-target_include_directories(wk_code_store PUBLIC ${PROJECT_SOURCE_DIR}/src)
+wk_headers(wk_code_store PUBLIC adapters/wk_code_store.h)
 target_compile_options(wk_code_store PRIVATE ${WK_WARNINGS})
 target_link_libraries(wk_code_store PRIVATE wk_lib)
 
@@ -19,8 +19,8 @@ add_executable(workerctl
   ${PROJECT_SOURCE_DIR}/cmd/workerctl/workerctl_cmds.c
   ${PROJECT_SOURCE_DIR}/cmd/workerctl/workerctl_format.c
   ${PROJECT_SOURCE_DIR}/cmd/workerctl/workerctl_workers.c)
-target_include_directories(workerctl PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/cmd/workerctl)
-target_link_libraries(workerctl PRIVATE wk_grpc_client wk_code_store wk_proto PkgConfig::JANSSON)
+target_include_directories(workerctl PRIVATE ${PROJECT_SOURCE_DIR}/cmd/workerctl)
+target_link_libraries(workerctl PRIVATE wk_grpc_client wk_code_store wk_proto wk_lib PkgConfig::JANSSON)
 # `workerctl workers` and `submit` without --addr read the registry (cmake/Etcd.cmake).
 target_link_libraries(workerctl PRIVATE wk_etcd_registry)
 target_compile_options(workerctl PRIVATE ${WK_WARNINGS})

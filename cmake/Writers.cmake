@@ -7,7 +7,7 @@ add_library(wk_writers STATIC
   ${PROJECT_SOURCE_DIR}/src/plugins/wk_writer_file.c
   ${PROJECT_SOURCE_DIR}/src/plugins/wk_writer_redis.c
   ${PROJECT_SOURCE_DIR}/src/plugins/wk_writer_postgres.c)
-target_include_directories(wk_writers PUBLIC ${PROJECT_SOURCE_DIR}/src)
+wk_headers(wk_writers PUBLIC plugins/wk_writers.h PRIVATE plugins/wk_writers_int.h)
 target_compile_definitions(wk_writers PRIVATE _GNU_SOURCE)
 target_compile_options(wk_writers PRIVATE ${WK_WARNINGS})
 target_link_libraries(wk_writers PUBLIC wk_lib

@@ -38,19 +38,10 @@
 
 #include <grpc/status.h>
 
+#include "adapters/wk_rpc_method.h"
+
 typedef struct wk_grpc_server wk_grpc_server;
 typedef struct wk_rpc wk_rpc;
-
-typedef enum wk_rpc_method {
-  WK_RPC_REQUEST_TASK_SLOT = 0, /* request: Worker__V1__RequestTaskSlotRequest */
-  WK_RPC_SUBMIT_TASK = 1,       /* Worker__V1__SubmitTaskRequest */
-  WK_RPC_GET_TASK_RESULT = 2,   /* Worker__V1__GetTaskResultRequest */
-  WK_RPC_WATCH_TASKS = 3,       /* Worker__V1__WatchTasksRequest (server streaming) */
-  WK_RPC_CANCEL_TASK = 4,       /* Worker__V1__CancelTaskRequest */
-  WK_RPC_HEALTH_CHECK = 5,      /* Grpc__Health__V1__HealthCheckRequest */
-  WK_RPC_HEALTH_WATCH = 6,      /* Grpc__Health__V1__HealthCheckRequest (server streaming) */
-  WK_RPC_METHOD_COUNT = 7,
-} wk_rpc_method;
 
 /** Full gRPC path of a method ("/worker.v1.WorkerService/SubmitTask"). */
 const char *wk_rpc_method_path(wk_rpc_method m);

@@ -18,7 +18,7 @@
 
 #include <protobuf-c/protobuf-c.h>
 
-#include "adapters/wk_grpc_server.h"
+#include "adapters/wk_rpc_method.h"
 #include "grpc/health/v1/health.pb-c.h"
 #include "worker/v1/worker.pb-c.h"
 
