@@ -329,10 +329,8 @@ static int choose_writers(wk_app *app, char *err, size_t len) {
   const wk_profile *profile = app->profile;
   for (size_t i = 0; i < WK_PROFILE_NAMES_MAX && profile->plugins[i] && n_writers < cap; i++) {
     const char *name = profile->plugins[i];
-    bool configured = (strcmp(name, "file") == 0 && cfg->output_dir[0]) ||
-                      (strcmp(name, "redis") == 0 && cfg->redis_addr[0]) ||
-                      (strcmp(name, "postgres") == 0 && cfg->postgres_dsn[0]);
-    if (!configured) continue;
+    const char *backend = wk_profile_writer_setting(cfg, name, NULL);
+    if (!backend || !backend[0]) continue;
     const wk_writer *w = wk_writer_find(name);
     if (w->validate(&app->writer_settings, err, len) != 0) {
       fprintf(stderr, "worker: writer plugin %s: %s\n", name, err);

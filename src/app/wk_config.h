@@ -258,12 +258,12 @@ int wk_config_load(wk_app_config *cfg, wk_config_sources *sources, const wk_conf
  * filesystem, allocates nothing. */
 int wk_config_installed_python_dir(const char *exe_path, char *out, size_t len);
 
-/** wk_config_load with the Profile's tune-defaults: `tune` (may be NULL) changes the
- * built-in defaults before the file, the environment and the flags apply; settings
- * it changed show the source "default, profile". */
+/** wk_config_load with the Profile's defaults: `tune(tune_ud, cfg)` (tune may be NULL)
+ * changes the built-in defaults before the file, the environment and the flags apply;
+ * settings it changed show the source "default, profile". */
 int wk_config_load_tuned(wk_app_config *cfg, wk_config_sources *sources, const wk_config_cli *cli,
-                         char *const envp[], void (*tune)(wk_app_config *cfg), char *err,
-                         size_t len);
+                         char *const envp[], void (*tune)(const void *tune_ud, wk_app_config *cfg),
+                         const void *tune_ud, char *err, size_t len);
 
 /* ---- checking and showing ------------------------------------------------------- */
 
@@ -295,8 +295,10 @@ void wk_config_print(FILE *out, const wk_app_config *cfg, const wk_config_source
  * default, range, description): the body of docs/specs/configuration.md. */
 void wk_config_print_markdown(FILE *out);
 
-/** Prints --help: the special flags, then every setting's flag, placeholder, default
- * and description, generated from the table. */
-void wk_config_print_help(FILE *out);
+/** Prints --help for the program named `program` ("usage: PROGRAM ..."): the special
+ * flags, then every setting's flag, placeholder, default and description, generated
+ * from the table. The defaults shown are those in `defaults` (the program's own, e.g.
+ * after its Profile's tuning), or the table's when it is NULL. */
+void wk_config_print_help(FILE *out, const char *program, const wk_app_config *defaults);
 
 #endif

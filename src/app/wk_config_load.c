@@ -95,12 +95,12 @@ static void apply_installed_python(wk_app_config *cfg, wk_config_sources *source
 
 int wk_config_load(wk_app_config *cfg, wk_config_sources *sources, const wk_config_cli *cli,
                    char *const envp[], char *err, size_t len) {
-  return wk_config_load_tuned(cfg, sources, cli, envp, NULL, err, len);
+  return wk_config_load_tuned(cfg, sources, cli, envp, NULL, NULL, err, len);
 }
 
 int wk_config_load_tuned(wk_app_config *cfg, wk_config_sources *sources, const wk_config_cli *cli,
-                         char *const envp[], void (*tune)(wk_app_config *cfg), char *err,
-                         size_t len) {
+                         char *const envp[], void (*tune)(const void *tune_ud, wk_app_config *cfg),
+                         const void *tune_ud, char *err, size_t len) {
   wk_config__errs e = wk_config__errs_init(err, len);
   wk_config_sources local;
   if (!sources) sources = &local;
@@ -109,7 +109,7 @@ int wk_config_load_tuned(wk_app_config *cfg, wk_config_sources *sources, const w
   if (tune) {
     /* the Profile's tune-defaults: only built-in defaults change, and say so */
     wk_app_config before = *cfg;
-    tune(cfg);
+    tune(tune_ud, cfg);
     for (size_t i = 0; i < wk_config_count(); i++) {
       const wk_config_item *it = wk_config_item_at(i);
       if (memcmp((const char *)&before + it->offset, (const char *)cfg + it->offset, it->size) !=

@@ -109,9 +109,11 @@ void wk_config_print_markdown(FILE *out) {
   }
 }
 
-void wk_config_print_help(FILE *out) {
+void wk_config_print_help(FILE *out, const char *program, const wk_app_config *defaults) {
+  fprintf(out,
+          "usage: %s [--config FILE] [--print-config [--json | --markdown]] [--SETTING VALUE]...\n",
+          program);
   fputs(
-      "usage: worker [--config FILE] [--print-config [--json | --markdown]] [--SETTING VALUE]...\n"
       "\n"
       "Runs Python functions for a coordinator over gRPC (worker.v1.WorkerService).\n"
       "\n"
@@ -128,12 +130,20 @@ void wk_config_print_help(FILE *out) {
       "accepts 4194304, 64KiB, 4MiB, 1GiB.\n"
       "\n",
       out);
+  wk_app_config table[1]; /* the table's defaults, to compare with `defaults` */
+  wk_config_defaults(table, NULL);
   for (size_t i = 0; i < wk_config_count(); i++) {
     const wk_config_item *it = wk_config_item_at(i);
     char flag[160], left[256];
     wk_config__flag_name(it->name, flag, sizeof flag);
     snprintf(left, sizeof left, "--%s %s", flag, wk_config__type_meta(it));
+    /* the table's words ("256MiB"), unless this program's default differs from it */
+    char value[WK_CONFIG_PATH_MAX];
     const char *def = it->doc_default ? it->doc_default : it->def;
+    if (defaults &&
+        memcmp(wk_config__cfield(defaults, it), wk_config__cfield(table, it), it->size) != 0) {
+      def = wk_config_format_value(defaults, it, value, sizeof value);
+    }
     if (strlen(left) > 29) {
       fprintf(out, "  %s\n  %-29s", left, "");
     } else {

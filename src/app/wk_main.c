@@ -9,12 +9,19 @@
 #include "app/wk_app.h"
 #include "app/wk_config.h"
 
-/* Writes each line of text to stderr as "worker: LINE". */
-static void print_lines(const char *text) {
+/* The program's name for --help and messages: argv[0] without its directory. */
+static const char *program_name(int argc, char **argv) {
+  if (argc < 1 || !argv[0] || !argv[0][0]) return "worker";
+  const char *slash = strrchr(argv[0], '/');
+  return slash && slash[1] ? slash + 1 : argv[0];
+}
+
+/* Writes each line of text to stderr as "PROGRAM: LINE". */
+static void print_lines(const char *program, const char *text) {
   while (*text) {
     const char *nl = strchr(text, '\n');
     size_t n = nl ? (size_t)(nl - text) : strlen(text);
-    fprintf(stderr, "worker: %.*s\n", (int)n, text);
+    fprintf(stderr, "%s: %.*s\n", program, (int)n, text);
     text += n + (nl ? 1 : 0);
   }
 }
@@ -24,38 +31,42 @@ int wk_main(const wk_profile *profile, int argc, char **argv) {
   static wk_config_sources sources;
   static char err[32768];
   static wk_app_config cfg;
+  const char *program = program_name(argc, argv);
 
   if (wk_profile_validate(profile, err, sizeof err) > 0) {
-    print_lines(err);
+    print_lines(program, err);
     return 2;
   }
   if (wk_config_parse_cli(argc, argv, &cli, err, sizeof err) > 0) {
-    print_lines(err);
-    fprintf(stderr, "worker: see worker --help\n");
+    print_lines(program, err);
+    fprintf(stderr, "%s: see %s --help\n", program, program);
     return 2;
   }
-  if (cli.help) {
-    wk_config_print_help(stdout);
+  if (cli.help) { /* with this program's defaults: no file, environment or flags */
+    wk_config_load_tuned(&cfg, NULL, NULL, NULL, wk_profile_tune, profile, err, sizeof err);
+    wk_config_print_help(stdout, program, &cfg);
     return 0;
   }
   if (cli.print_config && cli.markdown) {
     wk_config_print_markdown(stdout);
     return 0;
   }
-  int problems =
-      wk_config_load_tuned(&cfg, &sources, &cli, environ, profile->tune_defaults, err, sizeof err);
-  print_lines(err); /* errors, or warnings only */
+  int problems = wk_config_load_tuned(&cfg, &sources, &cli, environ, wk_profile_tune, profile, err,
+                                      sizeof err);
+  print_lines(program, err); /* errors, or warnings only */
   if (problems > 0) return 2;
 
   problems = wk_config_validate_sources(&cfg, &sources, err, sizeof err);
+  size_t used = strlen(err);
+  problems += wk_profile_check_config(profile, &cfg, err + used, sizeof err - used);
   if (cli.print_config) {
     wk_config_print(stdout, &cfg, &sources, cli.json ? WK_CONFIG_JSON : WK_CONFIG_TEXT);
     fflush(stdout);
   }
   if (problems > 0) {
-    fprintf(stderr, "worker: invalid configuration (%d problem%s):\n", problems,
+    fprintf(stderr, "%s: invalid configuration (%d problem%s):\n", program, problems,
             problems == 1 ? "" : "s");
-    print_lines(err);
+    print_lines(program, err);
     return 2;
   }
   if (cli.print_config) return 0;

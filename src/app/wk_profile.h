@@ -26,6 +26,25 @@ typedef struct wk_profile {
   void (*tune_defaults)(wk_app_config *cfg);  /* changes built-in defaults only; may be NULL */
 } wk_profile;
 
+/** The Profile's defaults, the `tune` of wk_config_load_tuned (`profile` is the
+ * wk_profile): registry_prefix becomes the Profile's, then its tune_defaults hook (if
+ * any) runs. Cannot fail. */
+void wk_profile_tune(const void *profile, wk_app_config *cfg);
+
+/** The value in cfg of the setting that gives writer plugin `writer` its backend
+ * ("file": output_dir, "redis": redis_addr, "postgres": postgres_dsn; "" = off), and
+ * that setting's name in *setting when setting is not NULL. NULL for a writer
+ * without such a setting. Borrows cfg's storage. */
+const char *wk_profile_writer_setting(const wk_app_config *cfg, const char *writer,
+                                      const char **setting);
+
+/** Checks cfg against the Profile: a writer backend configured (output_dir,
+ * redis_addr, postgres_dsn) for a writer the Profile does not enable is a problem,
+ * since it would be ignored ("redis_addr is set, but the bundle profile does not enable
+ * the redis writer (enabled: file)"). Writes one line per problem into err (emptied
+ * first); returns their number. */
+int wk_profile_check_config(const wk_profile *p, const wk_app_config *cfg, char *err, size_t len);
+
 /** "block" or "bundle". */
 const char *wk_deployment_name(wk_deployment d);
 

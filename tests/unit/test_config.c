@@ -831,7 +831,7 @@ static void test_print_text_json_markdown_help(void **state) {
   free(buf);
 
   f = open_memstream(&buf, &len);
-  wk_config_print_help(f);
+  wk_config_print_help(f, "worker", NULL);
   fclose(f);
   for (size_t i = 0; i < wk_config_count(); i++) {
     char flag[80];

@@ -68,8 +68,8 @@ static void test_bundle_tunes_defaults_only(void **state) {
   wk_config_sources src;
   char *no_env[] = {NULL};
   char load_err[1024];
-  int n = wk_config_load_tuned(&cfg, &src, NULL, no_env, wk_bundle_profile.tune_defaults, load_err,
-                               sizeof load_err);
+  int n = wk_config_load_tuned(&cfg, &src, NULL, no_env, wk_profile_tune, &wk_bundle_profile,
+                               load_err, sizeof load_err);
   assert_int_equal(n, 0);
   assert_int_equal(cfg.executors, 4);
   assert_int_equal(cfg.executors_max, 8);
@@ -78,6 +78,33 @@ static void test_bundle_tunes_defaults_only(void **state) {
   assert_int_equal(src.item[i].origin, WK_CONFIG_FROM_DEFAULT);
   assert_string_equal(src.item[i].where, "profile");
   assert_null(wk_block_profile.tune_defaults);
+  /* the Profile's registry prefix is the default, shown as the Profile's */
+  assert_string_equal(cfg.registry_prefix, "/bundle-workers/");
+  assert_non_null(wk_config_find("registry_prefix", &i));
+  assert_string_equal(src.item[i].where, "profile");
+}
+
+/* A writer backend set for a writer the Profile does not enable is refused, naming the
+ * setting, the Profile and what it enables; one the Profile enables passes. */
+static void test_settings_of_writers_not_enabled_are_refused(void **state) {
+  (void)state;
+  wk_app_config cfg;
+  wk_config_defaults(&cfg, NULL);
+  snprintf(cfg.output_dir, sizeof cfg.output_dir, "/tmp");
+  assert_int_equal(wk_profile_check_config(&wk_bundle_profile, &cfg, err, sizeof err), 0);
+  assert_string_equal(err, "");
+  snprintf(cfg.redis_addr, sizeof cfg.redis_addr, "127.0.0.1:6379");
+  snprintf(cfg.postgres_dsn, sizeof cfg.postgres_dsn, "dbname=x");
+  assert_int_equal(wk_profile_check_config(&wk_bundle_profile, &cfg, err, sizeof err), 2);
+  assert_has(err,
+             "redis_addr is set, but the bundle profile does not enable the redis writer "
+             "(enabled: file)\n");
+  assert_has(err, "postgres_dsn is set, but the bundle profile");
+  assert_int_equal(wk_profile_check_config(&wk_block_profile, &cfg, err, sizeof err), 0);
+  const char *setting = NULL;
+  assert_string_equal(wk_profile_writer_setting(&cfg, "redis", &setting), "127.0.0.1:6379");
+  assert_string_equal(setting, "redis_addr");
+  assert_null(wk_profile_writer_setting(&cfg, "s3", &setting));
 }
 
 /* ---- what is refused ------------------------------------------------------------------ */
@@ -137,6 +164,7 @@ int main(void) {
       cmocka_unit_test(test_block_profile_is_valid),
       cmocka_unit_test(test_bundle_profile_is_valid),
       cmocka_unit_test(test_bundle_tunes_defaults_only),
+      cmocka_unit_test(test_settings_of_writers_not_enabled_are_refused),
       cmocka_unit_test(test_unknown_deployment_is_refused),
       cmocka_unit_test(test_unknown_builder_is_refused),
       cmocka_unit_test(test_unknown_writer_is_refused),
