@@ -475,8 +475,11 @@ wk_task_rt *wk_calls_on_result(wk_calls *c, void *call_ctx, const wk_call_outcom
   WK_ASSERT(find_attempt(c, rt, a->call_id) == a);
   a->handle = NULL;
   if (o->status == WK_CALL_NOT_STARTED) {
-    /* never ran: the dispatcher sends the call again (a new attempt id, same number) */
-    finish_attempt(c, rt, a->call_id, WK_DISP_NOT_STARTED);
+    /* never ran: the dispatcher sends the call again (a new attempt id, same number, the
+     * same call record), so this attempt is over before that SEND */
+    uint64_t call_id = a->call_id;
+    free_attempt(c, rt, a);
+    finish_attempt(c, rt, call_id, WK_DISP_NOT_STARTED);
     return rt;
   }
   a->answered = true;
