@@ -178,7 +178,14 @@ static void send_attempt(wk_calls *c, const wk_disp_action *act) {
   a->next = rt->calls.attempts;
   if (rt->calls.attempts) rt->calls.attempts->prev = a;
   rt->calls.attempts = a;
-  /* one attempt per dispatcher call record: the record's previous attempt is over */
+  /* one attempt per dispatcher call record: the record's previous attempt is over. A
+   * retry without backoff is sent while its answered predecessor is being processed:
+   * that one goes now (its answer was handed to the dispatcher already). */
+  wk_attempt *prev = c->by_slot[wk_disp_call_slot(a->call_id)];
+  if (prev) {
+    WK_ASSERT(prev->answered);
+    free_attempt(c, prev->rt, prev);
+  }
   WK_ASSERT(c->by_slot[wk_disp_call_slot(a->call_id)] == NULL);
   c->by_slot[wk_disp_call_slot(a->call_id)] = a;
   a->handle = c->exec->submit(c->exec->impl, &spec, a);

@@ -102,3 +102,28 @@ def test_trouble_on_shared_executors_fails_no_other_task(worker_factory):
     assert killed, "no executor was killed: the cancels and timeouts never escalated"
     print("%d no-op tasks in %.1f s beside %d troubled tasks; %d executor exits, %d kills"
           % (NOOP_TASKS, elapsed, k, len(exited), len(killed)))
+
+
+FLAKY = ("import os, worker\n"
+         "def handler(args, ctx):\n"
+         "    if not os.path.exists(args['path']):\n"
+         "        open(args['path'], 'w').close()\n"
+         "        raise worker.Retryable('once')\n"
+         "    return 'ok'\n")
+
+
+def test_retry_without_backoff_and_given_back_calls_reuse_their_record(worker_factory, tmp_path):
+    """A retry with initial_backoff_ms 0 is sent again while its first attempt's answer
+    is being processed (the same call record): the worker must not trip over the
+    attempt it replaces (it aborted on a WK_ASSERT)."""
+    w = worker_factory(executors=1)
+    w.wait_serving()
+    w.deploy("flaky", FLAKY)
+    retry = pb.CallRetryPolicy(max_attempts=3, initial_backoff_ms=0)
+    for i in range(3):
+        w.submit("flaky-%d" % i, "flaky", {"path": str(tmp_path / ("flag-%d" % i))},
+                 call_retry_policy=retry)
+    for i in range(3):
+        r = w.wait_terminal("flaky-%d" % i, timeout=20)
+        assert r.state == pb.TASK_STATE_SUCCEEDED, r.failure_message
+    assert w.proc.poll() is None
