@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "app/wk_output_spool.h"
 #include "lib/wk_alloc.h"
 #include "lib/wk_assert.h"
 #include "lib/wk_err.h"
@@ -199,22 +200,39 @@ static void cancel_attempt(wk_calls *c, const wk_disp_action *act) {
   free_attempt(c, rt, a);
 }
 
-/* Counts a call's output against the inline limit as it arrives. Past the limit the
- * task keeps no output (they are freed now) and its calls phase ends here: the
- * orchestrator stops the task's other calls and fails it naming the limit. A task
- * with a writer is not bounded here: its outputs go to the writer. */
-static void account_output(wk_calls *c, wk_task_rt *rt, wk_rt_call *rc) {
-  if (rt->req.result_handler[0]) return;
-  if (rt->calls.over_limit) {
-    wk_buf_free(&rc->encoded); /* calls decided in the same turn, after the limit */
+/* Ends the task's calls phase now (its other calls are stopped by the orchestrator),
+ * before the dispatcher's TASK_DONE: rt->calls says why (over_limit or spool_error). */
+static void stop_early(wk_calls *c, wk_task_rt *rt) {
+  rt->calls.ok = false;
+  rt->calls.stopped = true;
+  c->done(c->ud, rt);
+}
+
+/* Keeps call `index`'s encoded output `rec` (taken over). With a writer it goes to the
+ * task's spool file at once. Inline, it counts against max_inline_output_bytes as it
+ * arrives: past the limit the task keeps no output (they are freed now) and its calls
+ * phase ends. After a stop, outputs decided in the same turn are dropped. */
+static void keep_output(wk_calls *c, wk_task_rt *rt, uint32_t index, wk_buf *rec) {
+  wk_rt_calls *rc = &rt->calls;
+  if (rc->stopped) {
+    wk_buf_free(rec);
     return;
   }
-  rt->calls.output_bytes += rc->encoded.len;
-  if (rt->calls.output_bytes <= c->cfg.max_inline_output_bytes) return;
-  rt->calls.over_limit = true;
-  rt->calls.ok = false;
-  for (uint64_t i = 0; i < rt->build.calls_total; i++) wk_buf_free(&rt->calls.outputs[i].encoded);
-  c->done(c->ud, rt);
+  rc->output_bytes += rec->len;
+  if (rt->act.spool) {
+    int put = wk_output_spool_put(rt->act.spool, index, rec->data, rec->len, rc->spool_error,
+                                  sizeof rc->spool_error);
+    wk_buf_free(rec);
+    if (put != 0) stop_early(c, rt);
+    return;
+  }
+  WK_ASSERT(rc->outputs[index].encoded.len == 0); /* one final result per call */
+  rc->outputs[index].encoded = *rec;              /* moved */
+  *rec = (wk_buf){0};
+  if (rc->output_bytes <= c->cfg.max_inline_output_bytes) return;
+  rc->over_limit = true;
+  for (uint64_t i = 0; i < rt->build.calls_total; i++) wk_buf_free(&rc->outputs[i].encoded);
+  stop_early(c, rt);
 }
 
 static void record_call(wk_calls *c, const wk_disp_action *act) {
@@ -222,22 +240,20 @@ static void record_call(wk_calls *c, const wk_disp_action *act) {
   wk_attempt *a = find_attempt(c, rt, act->call_id);
   WK_ASSERT(act->depth == 0);
   WK_ASSERT(act->index < rt->build.calls_total);
-  wk_rt_call *rc = &rt->calls.outputs[act->index];
-  WK_ASSERT(!rc->done); /* one final result per call */
-  rc->done = true;
-  rc->failed = act->result != WK_DISP_OK;
+  bool failed = act->result != WK_DISP_OK;
   rt->calls.done++;
-  if (rc->failed) {
+  if (failed) {
     rt->calls.failed++;
     rt->calls.stats.calls_failed++;
   } else {
     rt->calls.stats.calls_succeeded++;
   }
   WK_ASSERT(rt->calls.done <= rt->build.calls_total);
+  wk_buf rec = {0};
   if (a && a->answered) {
-    rc->encoded = a->output; /* moved */
+    rec = a->output; /* moved */
     a->output = (wk_buf){0};
-    if (rc->failed && !rt->calls.first_failure[0])
+    if (failed && !rt->calls.first_failure[0])
       snprintf(rt->calls.first_failure, sizeof rt->calls.first_failure, "%s", a->failure);
   } else {
     /* the dispatcher decided without an answer (deadline backstop) */
@@ -246,12 +262,12 @@ static void record_call(wk_calls *c, const wk_disp_action *act) {
         .error_type = wk_frame_bytes_cstr("DeadlineExceeded"),
         .error_message = wk_frame_bytes_cstr("the call got no answer before its deadline"),
     };
-    wk_task_rt_encode_output(act->index, &o, &rc->encoded,
+    wk_task_rt_encode_output(act->index, &o, &rec,
                              rt->calls.first_failure[0] ? NULL : rt->calls.first_failure,
                              sizeof rt->calls.first_failure);
   }
   if (a) free_attempt(c, rt, a);
-  account_output(c, rt, rc);
+  keep_output(c, rt, act->index, &rec);
 }
 
 static void record_child(wk_calls *c, const wk_disp_action *act) {
@@ -314,8 +330,10 @@ static void process(wk_calls *c) {
           wk_disp_task_info info;
           if (wk_disp_task_info_get(c->disp, act->task, &info) == WK_OK)
             rt->calls.stats.calls_retried = info.retried;
-          rt->calls.ok = act->ok && !rt->calls.over_limit;
-          if (!rt->calls.over_limit) c->done(c->ud, rt); /* else reported at the limit */
+          if (!rt->calls.stopped) { /* else reported when it stopped */
+            rt->calls.ok = act->ok;
+            c->done(c->ud, rt);
+          }
           break;
         }
       }
@@ -394,8 +412,12 @@ void wk_calls_start(wk_calls *c, wk_task_rt *rt, const wk_task_view *task, int64
   WK_ASSERT(rt->calls.outputs == NULL);
   WK_ASSERT(rt->calls.attempts == NULL);
   c->now_ms = now_ms;
-  rt->calls.outputs =
-      wk_xcalloc(rt->build.calls_total ? rt->build.calls_total : 1, sizeof *rt->calls.outputs);
+  if (rt->act.spool) { /* a writer's outputs go to the spool file as they arrive */
+    wk_output_spool_set_calls(rt->act.spool, rt->build.calls_total);
+  } else {
+    rt->calls.outputs =
+        wk_xcalloc(rt->build.calls_total ? rt->build.calls_total : 1, sizeof *rt->calls.outputs);
+  }
   rt->calls.stats.calls_total = rt->build.calls_total; /* the calls done count up to it */
   wk_disp_task_params p = {
       .failure_policy = task->call_failure_policy,

@@ -10,6 +10,7 @@
 #include "adapters/wk_code_store.h"
 #include "app/wk_audit.h"
 #include "app/wk_task_code.h"
+#include "app/wk_output_spool.h"
 #include "lib/wk_assert.h"
 
 void wk_orch__start_calls(wk_orch *o, wk_task_rt *rt) {
@@ -129,11 +130,17 @@ void wk_orch__report_calls(wk_orch *o, wk_task_rt *rt) {
   bool ok = !rt->scope.exceeded && (rt->build.calls_total == 0 || rt->calls.ok);
   char msg[700];
   const char *message = NULL;
+  wk_failure_code code = WK_FAIL_NONE; /* CALL_FAILED */
   if (rt->scope.exceeded) {
     snprintf(msg, sizeof msg,
              "the task's scratch directory holds %llu bytes, over io_scope_max_mb (%llu bytes)",
              (unsigned long long)rt->scope.bytes, (unsigned long long)o->cfg.io_scope_max_bytes);
     message = msg;
+  } else if (rt->calls.spool_error[0]) {
+    snprintf(msg, sizeof msg, "the outputs could not be spooled for the writer: %s",
+             rt->calls.spool_error);
+    message = msg;
+    code = WK_FAIL_IO_SCOPE_FAILED;
   } else if (rt->calls.over_limit) {
     snprintf(msg, sizeof msg,
              "the outputs reached %llu bytes after %u of %llu calls, over "
@@ -150,7 +157,7 @@ void wk_orch__report_calls(wk_orch *o, wk_task_rt *rt) {
   }
   wk_phase_outcome out = {
       .ok = ok,
-      .failure_code = WK_FAIL_NONE, /* CALL_FAILED */
+      .failure_code = code,
       .message = message,
       .data = {outputs.data, outputs.len},
       .stats = rt->calls.stats,
@@ -172,6 +179,15 @@ static void on_writer_work(uv_work_t *w) {
   const wk_orch__job *j = w->data;
   wk_task_rt *rt = j->rt;
   wk_rt_writer *wr = &rt->writer;
+  /* the outputs come from the spool, read in call order: never all in memory */
+  wk_output_source source = {0};
+  if (rt->act.spool) {
+    if (wk_output_spool_finish(rt->act.spool, wr->error, sizeof wr->error) != 0) {
+      wr->rc = -1;
+      return;
+    }
+    source = wk_output_spool_source(rt->act.spool);
+  }
   wk_writer_task t = {
       .settings = j->o->cfg.writer_settings,
       .task_id = rt->req.task_id,
@@ -179,8 +195,7 @@ static void on_writer_work(uv_work_t *w) {
       .epoch = rt->act.epoch,
       .options = rt->req.handler_options,
       .n_options = rt->req.n_handler_options,
-      .outputs = wr->outputs.data,
-      .outputs_len = wr->outputs.len,
+      .source = rt->act.spool ? &source : NULL,
   };
   wr->rc = wr->impl->write(wr->impl, &t, &wr->results, wr->error, sizeof wr->error);
 }
@@ -226,8 +241,6 @@ void wk_orch__run_writer(wk_orch *o, wk_task_rt *rt) {
   /* the job holds the semaphore until its done callback: a task that converges while
    * its writer blocks (timeout, cancel) must not let another writer start beside it */
   wk_orch__sem_lend_to_job(rt, WK_ORCH__SEM_PLUGIN);
-  wk_buf_clear(&rt->writer.outputs);
-  wk_task_rt_collect_outputs(rt, &rt->writer.outputs);
   wk_orch__queue_job(o, rt, 0, on_writer_work, on_writer_done);
 }
 
@@ -262,6 +275,15 @@ static void activate(wk_task_rt *rt, uint64_t slot_id, const char *code_root,
     return;
   }
   a->scratch_created = true;
+  if (rt->req.result_handler[0]) { /* its outputs go to a file beside the scratch directory */
+    char path[PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s.outputs", a->scratch_dir);
+    a->spool = wk_output_spool_create(path, a->error, sizeof a->error);
+    if (!a->spool) {
+      a->code = WK_FAIL_IO_SCOPE_FAILED;
+      return;
+    }
+  }
   a->rc = 0;
 }
 

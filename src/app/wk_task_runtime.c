@@ -7,6 +7,7 @@
 
 #include "app/wk_fs.h"
 #include "app/wk_task_code.h"
+#include "app/wk_output_spool.h"
 #include "app/wk_wire.h"
 #include "lib/wk_alloc.h"
 #include "lib/wk_assert.h"
@@ -80,9 +81,14 @@ void wk_task_rt_ref(wk_task_rt *rt) {
 typedef struct scratch_removal {
   uv_work_t work;
   char path[PATH_MAX];
+  wk_output_spool *spool; /* removed with it (a large file's unlink waits on the disk too) */
 } scratch_removal;
 
-static void remove_scratch(uv_work_t *w) { wk_fs_remove_tree(((scratch_removal *)w->data)->path); }
+static void remove_scratch(uv_work_t *w) {
+  scratch_removal *r = w->data;
+  wk_output_spool_destroy(r->spool);
+  wk_fs_remove_tree(r->path);
+}
 static void removed_scratch(uv_work_t *w, int status) {
   (void)status;
   free(w->data);
@@ -100,11 +106,14 @@ void wk_task_rt_unref(wk_task_rt *rt) {
   if (rt->act.scratch_created) {
     scratch_removal *r = wk_xmalloc(sizeof *r);
     memcpy(r->path, rt->act.scratch_dir, sizeof r->path);
+    r->spool = rt->act.spool;
     r->work.data = r;
     if (uv_queue_work(rt->loop, &r->work, remove_scratch, removed_scratch) != 0) {
-      wk_fs_remove_tree(r->path);
+      remove_scratch(&r->work);
       free(r);
     }
+  } else {
+    wk_output_spool_destroy(rt->act.spool);
   }
   for (uint64_t i = 0; rt->calls.outputs && i < rt->build.calls_total; i++)
     wk_buf_free(&rt->calls.outputs[i].encoded);
@@ -119,7 +128,6 @@ void wk_task_rt_unref(wk_task_rt *rt) {
     free((void *)(uintptr_t)rt->req.builder_options[i].value);
   }
   free(rt->req.builder_options);
-  wk_buf_free(&rt->writer.outputs);
   wk_buf_free(&rt->writer.results);
   wk_call_list_free(&rt->build.list);
   wk_call_list_free(&rt->build.job.list); /* a build whose task converged meanwhile */

@@ -39,12 +39,12 @@ typedef struct wk_task_rt wk_task_rt;
 #define WK_TASK_RT_TRACEPARENT_MAX 63u /* bytes of a W3C traceparent kept (55 for version 00) */
 #define WK_TASK_RT_MESSAGE_MAX 511u    /* bytes of a failure message a part keeps */
 
-/* The final output of one top-level call, by index. */
+/* The final output of one top-level call, by index (inline outputs: no writer). */
 typedef struct wk_rt_call {
-  bool done;
-  bool failed;
   wk_buf encoded; /* this call's CallOutput as a TaskResult field-7 record */
 } wk_rt_call;
+
+struct wk_output_spool;
 
 typedef struct wk_attempt wk_attempt;
 typedef struct wk_subcall_group wk_subcall_group;
@@ -75,7 +75,9 @@ typedef struct wk_rt_activation {
   char code_dir[PATH_MAX];
   char scratch_dir[PATH_MAX];
   bool scratch_created;
-  int rc; /* 0, or -1 with code and error */
+  struct wk_output_spool *spool; /* a task with a writer: its outputs file (wk_output_spool.h),
+                                    "<scratch_dir>.outputs"; written by the calls driver */
+  int rc;                        /* 0, or -1 with code and error */
   wk_failure_code code;
   char error[WK_TASK_RT_MESSAGE_MAX + 1];
 } wk_rt_activation;
@@ -122,13 +124,15 @@ typedef struct wk_rt_build {
 typedef struct wk_rt_calls {
   uint32_t disp_task;       /* 0 = not registered */
   uint64_t added;           /* calls handed to the dispatcher so far */
-  wk_rt_call *outputs;      /* calls_total entries */
+  wk_rt_call *outputs;      /* calls_total entries; NULL with a writer (act.spool has them) */
   wk_attempt *attempts;     /* attempts sent and not yet over */
   wk_subcall_group *groups; /* subcall batches of this task's calls */
   uint32_t done, failed;
   bool ok;               /* TASK_DONE's verdict */
-  bool over_limit;       /* the inline outputs passed max_inline_output_bytes: phase over */
-  uint64_t output_bytes; /* encoded outputs kept for the TaskResult so far */
+  bool stopped;          /* the phase ended before TASK_DONE: over_limit or spool_error */
+  bool over_limit;       /* the inline outputs passed max_inline_output_bytes */
+  uint64_t output_bytes; /* encoded outputs kept (inline) or spooled so far */
+  char spool_error[WK_TASK_RT_MESSAGE_MAX + 1]; /* the spool could not be written */
   wk_call_stats stats;
   char first_failure[WK_TASK_RT_MESSAGE_MAX + 1];
 } wk_rt_calls;
@@ -136,7 +140,7 @@ typedef struct wk_rt_calls {
 /* The writer phase on the threadpool. */
 typedef struct wk_rt_writer {
   const struct wk_writer *impl;
-  wk_buf outputs, results;
+  wk_buf results;
   int rc;
   char error[WK_TASK_RT_MESSAGE_MAX + 1];
 } wk_rt_writer;
@@ -195,7 +199,8 @@ void wk_task_rt_unref(wk_task_rt *rt);
 void wk_task_rt_encode_output(uint32_t index, const wk_call_outcome *o, wk_buf *out, char *failure,
                               size_t failure_len);
 
-/** Concatenates the calls' encoded outputs in call order into `out`. */
+/** Concatenates the calls' encoded inline outputs in call order into `out` (nothing
+ * for a task with a writer: its outputs are in its spool). */
 void wk_task_rt_collect_outputs(const wk_task_rt *rt, wk_buf *out);
 
 #endif

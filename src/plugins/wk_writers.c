@@ -288,35 +288,48 @@ static void put_record(wk_buf *rec, const char *task_id, const Worker__V1__CallO
 }
 
 void wk_output_iter_init(wk_output_iter *it, const wk_writer_task *t) {
+  it->source = t->source;
   it->p = t->outputs;
   it->end = t->outputs ? t->outputs + t->outputs_len : NULL;
   it->task_id = t->task_id ? t->task_id : "";
   it->n = 0;
 }
 
-int wk_output_iter_next(wk_output_iter *it, wk_buf *rec, uint32_t *index, char *err, size_t len) {
-  while (it->p && it->p < it->end) {
-    const uint8_t *m = NULL;
-    size_t ml = 0;
-    int rc = next_field(&it->p, it->end, &m, &ml);
-    if (rc < 0) {
-      return wk_werr(err, len, "outputs: malformed record after output %llu",
-                     (unsigned long long)it->n);
+/* The next CallOutput message: 1 with it in *m / *ml, 0 at the end, -1 with err. */
+static int next_message(wk_output_iter *it, const uint8_t **m, size_t *ml, char *err, size_t len) {
+  for (;;) {
+    while (it->p && it->p < it->end) {
+      int rc = next_field(&it->p, it->end, m, ml);
+      if (rc < 0) {
+        return wk_werr(err, len, "outputs: malformed record after output %llu",
+                       (unsigned long long)it->n);
+      }
+      if (rc == 1) return 1;
     }
-    if (rc == 0) continue;
-    Worker__V1__CallOutput *o = worker__v1__call_output__unpack(NULL, ml, m);
-    if (!o) {
-      return wk_werr(err, len, "outputs: output %llu is not a valid CallOutput",
-                     (unsigned long long)it->n);
-    }
-    wk_buf_clear(rec);
-    put_record(rec, it->task_id, o);
-    *index = o->index;
-    worker__v1__call_output__free_unpacked(o, NULL);
-    it->n++;
-    return 1;
+    if (!it->source) return 0;
+    size_t n = 0;
+    int more = it->source->next(it->source->ud, &it->p, &n, err, len);
+    if (more <= 0) return more;
+    it->end = it->p + n;
   }
-  return 0;
+}
+
+int wk_output_iter_next(wk_output_iter *it, wk_buf *rec, uint32_t *index, char *err, size_t len) {
+  const uint8_t *m = NULL;
+  size_t ml = 0;
+  int more = next_message(it, &m, &ml, err, len);
+  if (more <= 0) return more;
+  Worker__V1__CallOutput *o = worker__v1__call_output__unpack(NULL, ml, m);
+  if (!o) {
+    return wk_werr(err, len, "outputs: output %llu is not a valid CallOutput",
+                   (unsigned long long)it->n);
+  }
+  wk_buf_clear(rec);
+  put_record(rec, it->task_id, o);
+  *index = o->index;
+  worker__v1__call_output__free_unpacked(o, NULL);
+  it->n++;
+  return 1;
 }
 
 /* ---- PluginResult ------------------------------------------------------------------------- */

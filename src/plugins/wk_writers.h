@@ -60,6 +60,16 @@ typedef struct wk_writer_settings {
 /* One entry of ResultHandler.options (borrowed strings). */
 typedef wk_option wk_writer_option;
 
+/* A task's outputs read one at a time (the orchestrator's spool file: see
+ * app/wk_output_spool.h), so a writer never needs them all in memory. */
+typedef struct wk_output_source {
+  /** The next piece of the outputs blob (see wk_writer_task.outputs: whole field
+   * records, the next outputs in call order): returns 1 with it in *data / *len (valid
+   * until the next call), 0 at the end, or -1 with a message in err. */
+  int (*next)(void *ud, const uint8_t **data, size_t *len, char *err, size_t err_len);
+  void *ud;
+} wk_output_source;
+
 /* What a writer is given for one task. Everything is borrowed for the duration of the
  * write call only. */
 typedef struct wk_writer_task {
@@ -75,6 +85,9 @@ typedef struct wk_writer_task {
    * a truncated or malformed blob fails the write. */
   const uint8_t *outputs;
   size_t outputs_len;
+  /* Or, when set, the outputs come from here instead of the blob above (the worker's
+   * way: a task's outputs are spooled to a file as they arrive, never held in memory). */
+  const wk_output_source *source;
 } wk_writer_task;
 
 typedef struct wk_writer wk_writer;

@@ -26,6 +26,7 @@ int wk_werr(char *err, size_t len, const char *fmt, ...) __attribute__((format(p
 
 /* Walks a task's outputs blob (wk_writer_task.outputs), one CallOutput at a time. */
 typedef struct wk_output_iter {
+  const wk_output_source *source; /* t->source, or NULL: the blob below */
   const uint8_t *p, *end;
   const char *task_id;
   uint64_t n; /* records produced so far */

@@ -42,3 +42,72 @@ def test_outputs_fail_the_task_as_they_pass_the_inline_limit(worker_factory):
     # 20,000 x 64 KiB held until the end would be 1.3 GB; bounded: the limit and the calls
     # in flight
     assert peak_rss_mb(w.proc.pid) < 400, peak_rss_mb(w.proc.pid)
+
+
+# Each call returns args['size'] bytes of text and notes its scratch directory.
+SIZED = ("def handler(args, ctx):\n"
+         "    if 'marks' in args:\n"
+         "        with open(args['marks'], 'a') as f:\n"
+         "            f.write(ctx.scratch_dir + '\\n')\n"
+         "    if args.get('sleep'):\n"
+         "        import time; time.sleep(args['sleep'])\n"
+         "    return 'x' * args['size']\n")
+
+BIG = ("def handler(args, ctx):\n"
+       "    return 'y' * 8000\n")
+
+
+def test_a_writer_gets_the_outputs_and_the_result_a_count(worker_factory, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    w = worker_factory("--output-dir", str(out))
+    w.wait_serving()
+    w.deploy("sized", SIZED)
+    marks = tmp_path / "marks"
+    items = [{"size": 100 + i, "marks": str(marks), "sleep": 1.5 if i == 0 else 0}
+             for i in range(50)]
+    w.submit("fw", "sized", items, builder="map", result_handler=pb.ResultHandler(type="file"))
+    # while the calls run, their outputs are in a spool file beside the scratch directory
+    deadline = 50
+    spool = None
+    for _ in range(deadline * 20):
+        if marks.exists() and marks.read_text():
+            spool = marks.read_text().splitlines()[0] + ".outputs"
+            if os.path.exists(spool) and os.path.getsize(spool) > 0:
+                break
+        import time
+        time.sleep(0.05)
+    r = w.wait_terminal("fw")
+    assert spool and r.state == pb.TASK_STATE_SUCCEEDED, r.failure_message
+    assert len(r.outputs) == 0  # the outputs went to the writer, not into the result
+    assert r.statistic.calls_total == 50 and r.statistic.calls_succeeded == 50
+    assert len(r.plugin_results) == 1 and r.plugin_results[0].records == 50
+    lines = open(r.plugin_results[0].location).read().splitlines()
+    recs = [json.loads(l) for l in lines]
+    assert [rec["index"] for rec in recs] == list(range(50))  # call order
+    assert all(rec["value"] == "x" * (100 + rec["index"]) for rec in recs)
+    import time
+    for _ in range(100):  # removed with the scratch directory
+        if not os.path.exists(spool):
+            break
+        time.sleep(0.05)
+    assert not os.path.exists(spool)
+
+
+def test_a_writer_task_runs_in_bounded_memory(worker_factory, tmp_path):
+    """20,000 outputs of 8 KB (160 MB) through the file writer: the worker never holds
+    them (held, and copied for the writer, they took some 500 MB)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    w = worker_factory("--output-dir", str(out))
+    w.wait_serving()
+    w.deploy("big", BIG)
+    calls = 20000
+    w.submit("big", "big", {"start": 0, "stop": calls, "step": 1, "chunk": 1}, builder="range",
+             result_handler=pb.ResultHandler(type="file"))
+    r = w.wait_terminal("big", timeout=600)
+    assert r.state == pb.TASK_STATE_SUCCEEDED, r.failure_message
+    assert r.plugin_results[0].records == calls and len(r.outputs) == 0
+    assert os.path.getsize(r.plugin_results[0].location) > calls * 8000
+    assert peak_rss_mb(w.proc.pid) < 150, peak_rss_mb(w.proc.pid)
+

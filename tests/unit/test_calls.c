@@ -12,11 +12,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "adapters/wk_code_store.h"
 #include "app/wk_calls.h"
 #include "app/wk_fs.h"
 #include "app/wk_task_code.h"
+#include "app/wk_output_spool.h"
 #include "app/wk_task_runtime.h"
 #include "worker/v1/worker.pb-c.h"
 
@@ -280,16 +282,30 @@ static void test_inline_limit_ends_the_phase_as_outputs_arrive(void **state) {
   assert_int_equal(f->done, 1);
 }
 
-/* A task with a writer is not bounded by the inline limit. */
-static void test_inline_limit_skips_a_task_with_a_writer(void **state) {
+/* A task with a writer spools its outputs as they arrive (nothing kept in memory) and
+ * is not bounded by the inline limit. */
+static void test_a_writer_task_spools_its_outputs(void **state) {
   fx *f = *state;
+  char path[] = "/tmp/wk-calls-spool-XXXXXX", err[256];
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  close(fd);
+  unlink(path);
   snprintf(f->rt->req.result_handler, sizeof f->rt->req.result_handler, "file");
+  f->rt->act.spool = wk_output_spool_create(path, err, sizeof err);
+  assert_non_null(f->rt->act.spool);
   const char *args[] = {"0", "1", "2", "3"};
   start_list(f, args, 4, view(100000, WK_CALL_FAIL_FAST, 1), 0);
-  for (int i = 0; i < 4; i++) answer(f, i, WK_CALL_OK, "\"12345678\"", 1 + i);
+  assert_null(f->rt->calls.outputs);
+  for (int i = 3; i >= 0; i--) answer(f, i, WK_CALL_OK, "\"12345678\"", 4 - i);
   assert_int_equal(f->done, 1);
   assert_true(f->ok);
   assert_false(f->rt->calls.over_limit);
+  assert_int_equal(wk_output_spool_count(f->rt->act.spool), 4);
+  assert_int_equal(f->rt->calls.output_bytes, 14 + 3 * 16);
+  wk_buf none = {0};
+  wk_task_rt_collect_outputs(f->rt, &none);
+  assert_int_equal(none.len, 0); /* nothing inline */
 }
 
 static void test_retry_waits_its_backoff(void **state) {
@@ -538,8 +554,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_list_outputs_land_in_call_order, setup, teardown),
       cmocka_unit_test_setup_teardown(test_inline_limit_ends_the_phase_as_outputs_arrive,
                                       setup_small, teardown),
-      cmocka_unit_test_setup_teardown(test_inline_limit_skips_a_task_with_a_writer, setup_small,
-                                      teardown),
+      cmocka_unit_test_setup_teardown(test_a_writer_task_spools_its_outputs, setup_small, teardown),
       cmocka_unit_test_setup_teardown(test_retry_waits_its_backoff, setup, teardown),
       cmocka_unit_test_setup_teardown(test_fail_fast_cancels_the_rest, setup, teardown),
       cmocka_unit_test_setup_teardown(test_stream_refills_in_batches, setup, teardown),
