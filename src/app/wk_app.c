@@ -25,6 +25,7 @@
 #include "app/wk_fs.h"
 #include "lib/wk_log.h"
 #include "app/wk_app_metrics.h"
+#include "app/wk_wire.h"
 #include "adapters/wk_etcd_publisher.h"
 #include "adapters/wk_shadow.h"
 #include "app/wk_orchestrator.h"
@@ -462,7 +463,9 @@ static void build_orch_config(const wk_app *app, wk_orch_config *ocfg) {
       .code_root = app->code_root,
       .scratch_root = app->scratch_root,
       .tick_ms = cfg->tick_ms,
-      .max_inline_output_bytes = cfg->max_inline_output_bytes,
+      /* every result the worker sends fits in max_message_bytes, framing included */
+      .max_inline_output_bytes =
+          wk_wire_inline_output_limit(cfg->max_inline_output_bytes, cfg->max_message_bytes),
       .max_calls_per_task = cfg->max_calls_per_task,
       .builders = &app->builders,
       .writer_settings = &app->writer_settings,

@@ -97,7 +97,8 @@ static const wk_config_item table[] = {
      .max = 1073741824, .help = "largest gRPC message"},
     {FIELD(max_inline_output_bytes), .type = WK_CONFIG_BYTES, .def = "4MiB", .min = 0,
      .max = 1073741824,
-     .help = "largest outputs kept in a task result without a writer, counted as they arrive"},
+     .help = "largest outputs kept in a task result without a writer, counted as they arrive; at "
+             "most max_message_bytes less 8 KiB, so a result always fits a message"},
     {FIELD(max_calls_per_task), .type = WK_CONFIG_UINT, .def = "1000000", .min = 1,
      .max = 100000000, .help = "most calls one task may make, subcalls included"},
     {FIELD(task_window_initial), .type = WK_CONFIG_UINT, .def = "8", .min = 1, .max = 1048576,

@@ -146,7 +146,8 @@ void wk_orch__report_calls(wk_orch *o, wk_task_rt *rt) {
              "the outputs reached %llu bytes after %u of %llu calls, over "
              "max_inline_output_bytes (%zu bytes), so the task stopped there; send the outputs "
              "to a writer instead (result_handler file with output_dir set, redis with "
-             "redis_addr, or postgres with postgres_dsn), or raise max_inline_output_bytes",
+             "redis_addr, or postgres with postgres_dsn), or raise max_inline_output_bytes (the "
+             "limit is at most max_message_bytes less 8 KiB, so that a result always fits)",
              (unsigned long long)rt->calls.output_bytes, rt->calls.done,
              (unsigned long long)rt->build.calls_total, o->cfg.max_inline_output_bytes);
     message = msg;

@@ -66,6 +66,17 @@ const char *wk_wire_error_message(wk_err err, const char *task_id, char *buf, si
   return buf;
 }
 
+_Static_assert(WK_TASK_ID_MAX + WK_CORE_FAILURE_MESSAGE_BYTES + 2048u <=
+                   WK_WIRE_RESULT_OVERHEAD_BYTES,
+               "a result's fields besides its outputs fit in the overhead reserved for them");
+
+size_t wk_wire_inline_output_limit(size_t max_inline_output_bytes, size_t max_message_bytes) {
+  size_t room = max_message_bytes > WK_WIRE_RESULT_OVERHEAD_BYTES
+                    ? max_message_bytes - WK_WIRE_RESULT_OVERHEAD_BYTES
+                    : 0;
+  return max_inline_output_bytes < room ? max_inline_output_bytes : room;
+}
+
 void wk_wire_append_bytes_field(wk_buf *out, uint32_t field, const void *data, size_t len) {
   wk_buf_append_varint(out, ((uint64_t)field << 3) | 2u);
   wk_buf_append_varint(out, len);

@@ -36,6 +36,18 @@ static inline int64_t wk_wire_unix_ms(int64_t mono_ms, int64_t wall_offset_ms) {
  * monotonic times into unix ms. */
 void wk_wire_append_task_result(wk_buf *out, const wk_task_result *r, int64_t wall_offset_ms);
 
+/* Bytes of a result besides its inline outputs, at most: the TaskResult's other fields
+ * (a task id of WK_TASK_ID_MAX bytes, a failure message of WK_CORE_FAILURE_MESSAGE_BYTES,
+ * the statistic and enums: some 4.5 KB), the largest message that carries a result
+ * (TaskEvent, RequestTaskSlotResponse: task id, kind or slot, framing) and gRPC's 5-byte
+ * message prefix, rounded up generously. */
+#define WK_WIRE_RESULT_OVERHEAD_BYTES 8192u
+
+/** The inline outputs a TaskResult may carry so that every message the worker sends
+ * with it fits in `max_message_bytes`: the smaller of `max_inline_output_bytes` and
+ * max_message_bytes less WK_WIRE_RESULT_OVERHEAD_BYTES (0 when that is negative). */
+size_t wk_wire_inline_output_limit(size_t max_inline_output_bytes, size_t max_message_bytes);
+
 /** Appends a length-delimited field (tag `field`, wire type 2) holding `len` bytes. */
 void wk_wire_append_bytes_field(wk_buf *out, uint32_t field, const void *data, size_t len);
 

@@ -111,3 +111,33 @@ def test_a_writer_task_runs_in_bounded_memory(worker_factory, tmp_path):
     assert os.path.getsize(r.plugin_results[0].location) > calls * 8000
     assert peak_rss_mb(w.proc.pid) < 150, peak_rss_mb(w.proc.pid)
 
+
+def test_every_result_fits_max_message_bytes(worker_factory):
+    """With max_message_bytes and max_inline_output_bytes both 64 KiB, a client whose
+    receive limit is max_message_bytes reads every result: outputs just under, at and
+    over the limit, under the longest task id, by GetTaskResult and WatchTasks."""
+    limit = 65536
+    w = worker_factory("--max-message-bytes", str(limit), "--max-inline-output-bytes", str(limit))
+    w.wait_serving()
+    w.deploy("sized", SIZED)
+    channel = grpc.insecure_channel(w.addr, options=[("grpc.max_receive_message_length", limit)])
+    from conftest import pb_grpc
+    stub = pb_grpc.WorkerServiceStub(channel)
+    # around the inline limit (max_message_bytes less the 8 KiB a result's other fields
+    # take at most) and up to max_message_bytes itself
+    sizes = list(range(limit - 9000, limit - 1000, 500)) + list(range(limit - 1000, limit + 200, 40))
+    states = set()
+    for n, size in enumerate(sizes):
+        task_id = ("t%05d-" % n) + "x" * 121  # 128 bytes: the longest task id
+        w.submit(task_id, "sized", {"size": size})
+        w.wait_terminal(task_id)  # the test's own client has gRPC's default 4 MiB limit
+        r = stub.GetTaskResult(pb.GetTaskResultRequest(task_id=task_id), timeout=10)
+        assert r.ByteSize() <= limit
+        events = list(stub.WatchTasks(pb.WatchTasksRequest(task_ids=[task_id]), timeout=10))
+        assert events[-1].kind == pb.TaskEvent.KIND_TERMINAL
+        assert events[-1].result.state == r.state
+        states.add(r.state)
+        if r.state == pb.TASK_STATE_FAILED:
+            assert "max_inline_output_bytes" in r.failure_message
+    assert states == {pb.TASK_STATE_SUCCEEDED, pb.TASK_STATE_FAILED}
+    channel.close()
