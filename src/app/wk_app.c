@@ -334,7 +334,7 @@ static int choose_writers(wk_app *app, char *err, size_t len) {
     if (!backend || !backend[0]) continue;
     const wk_writer *w = wk_writer_find(name);
     if (w->validate(&app->writer_settings, err, len) != 0) {
-      fprintf(stderr, "worker: writer plugin %s: %s\n", name, err);
+      fprintf(stderr, "%s: writer plugin %s: %s\n", program_invocation_short_name, name, err);
       return 2;
     }
     app->writers[n_writers++] = name;
@@ -359,14 +359,15 @@ static int start_metrics(wk_app *app, char *err, size_t len) {
   if (!cfg->metrics_addr[0]) return 0;
   app->metrics = wk_app_metrics_new();
   if (!app->metrics) {
-    fprintf(stderr, "worker: out of memory for the metrics\n");
+    fprintf(stderr, "%s: out of memory for the metrics\n", program_invocation_short_name);
     return 1;
   }
   uint16_t metrics_port = 0;
   app->metrics_server = wk_metrics_server_start(wk_app_metrics_registry(app->metrics),
                                                 cfg->metrics_addr, &metrics_port, err, len);
   if (!app->metrics_server) {
-    fprintf(stderr, "worker: metrics_addr %s: %s\n", cfg->metrics_addr, err);
+    fprintf(stderr, "%s: metrics_addr %s: %s\n", program_invocation_short_name, cfg->metrics_addr,
+            err);
     return 2;
   }
   wk_log_json(WK_LOG_INFO, "metrics_listening",
@@ -395,7 +396,8 @@ static int make_scratch_root(wk_app *app) {
     snprintf(app->scratch_root, sizeof app->scratch_root, "%s/wk-scratch-XXXXXX",
              tmp ? tmp : "/tmp");
     if (!mkdtemp(app->scratch_root)) {
-      fprintf(stderr, "worker: cannot create a scratch directory: %s\n", strerror(errno));
+      fprintf(stderr, "%s: cannot create a scratch directory: %s\n", program_invocation_short_name,
+              strerror(errno));
       return 1;
     }
     app->own_scratch_root = true;
@@ -407,7 +409,8 @@ static int make_scratch_root(wk_app *app) {
 static int resolve_paths(wk_app *app) {
   const wk_app_config *cfg = app->cfg;
   if (!realpath(cfg->code_root, app->code_root)) {
-    fprintf(stderr, "worker: code_root %s: %s\n", cfg->code_root, strerror(errno));
+    fprintf(stderr, "%s: code_root %s: %s\n", program_invocation_short_name, cfg->code_root,
+            strerror(errno));
     return 2;
   }
   char scratch_abs[PATH_MAX];
@@ -498,7 +501,7 @@ static int start_orchestrator(wk_app *app, char *err, size_t len) {
   build_orch_config(app, &ocfg);
   app->orch = wk_orch_create(&app->loop, &ocfg, err, len);
   if (!app->orch) {
-    fprintf(stderr, "worker: %s\n", err);
+    fprintf(stderr, "%s: %s\n", program_invocation_short_name, err);
     return 2;
   }
   return 0;
@@ -535,7 +538,7 @@ static int start_pool(wk_app *app, char *err, size_t len) {
       .on_result = wk_orch_on_call_result, .on_subcalls = wk_orch_on_subcalls, .ud = app->orch};
   app->pool = wk_pool_start(&app->loop, &pcfg, ecb, err, len);
   if (!app->pool) {
-    fprintf(stderr, "worker: %s\n", err);
+    fprintf(stderr, "%s: %s\n", program_invocation_short_name, err);
     return 1;
   }
   wk_orch_set_executor(app->orch, wk_pool_adapter(app->pool));
@@ -553,7 +556,8 @@ static int start_shadow(wk_app *app, char *err, size_t len) {
   };
   app->shadow = wk_shadow_start(&shc, err, len);
   if (!app->shadow) {
-    fprintf(stderr, "worker: shadow forwarding to %s: %s\n", cfg->shadow_target_addr, err);
+    fprintf(stderr, "%s: shadow forwarding to %s: %s\n", program_invocation_short_name,
+            cfg->shadow_target_addr, err);
     return 2;
   }
   wk_orch_set_shadow(app->orch, app->shadow);
@@ -585,7 +589,8 @@ static int start_server(wk_app *app, char *err, size_t len) {
   build_server_config(app, &scfg);
   int port = 0;
   if (wk_grpc_server_start(&scfg, wk_orch_sink(app->orch), &app->server, &port, err, len) != 0) {
-    fprintf(stderr, "worker: cannot serve on %s: %s\n", cfg->listen_addr, err);
+    fprintf(stderr, "%s: cannot serve on %s: %s\n", program_invocation_short_name, cfg->listen_addr,
+            err);
     return 1;
   }
   if (cfg->advertise_addr[0]) {
@@ -606,7 +611,8 @@ static int start_server(wk_app *app, char *err, size_t len) {
 static int start_signal_thread(wk_app *app) {
   int rc = pthread_create(&app->sig_thread, NULL, signal_thread, app);
   if (rc != 0) {
-    fprintf(stderr, "worker: cannot start the signal thread: %s\n", strerror(rc));
+    fprintf(stderr, "%s: cannot start the signal thread: %s\n", program_invocation_short_name,
+            strerror(rc));
     return 1;
   }
   app->sig_thread_started = true;
@@ -693,7 +699,7 @@ static void app_cleanup(wk_app *app) {
 int wk_app_run(const wk_app_config *cfg, const wk_profile *profile) {
   char err[2048];
   if (wk_config_validate(cfg, err, sizeof err) != 0) {
-    fprintf(stderr, "worker: invalid configuration:\n%s", err);
+    fprintf(stderr, "%s: invalid configuration:\n%s", program_invocation_short_name, err);
     return 2;
   }
   wk_log_set_level((wk_log_level)wk_log_parse_level(cfg->log_level));

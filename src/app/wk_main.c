@@ -2,19 +2,13 @@
  * checks it and the Profile, and runs the worker. See wk_main.h. */
 #include "app/wk_main.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "app/wk_app.h"
 #include "app/wk_config.h"
-
-/* The program's name for --help and messages: argv[0] without its directory. */
-static const char *program_name(int argc, char **argv) {
-  if (argc < 1 || !argv[0] || !argv[0][0]) return "worker";
-  const char *slash = strrchr(argv[0], '/');
-  return slash && slash[1] ? slash + 1 : argv[0];
-}
 
 /* Writes each line of text to stderr as "PROGRAM: LINE". */
 static void print_lines(const char *program, const char *text) {
@@ -31,7 +25,8 @@ int wk_main(const wk_profile *profile, int argc, char **argv) {
   static wk_config_sources sources;
   static char err[32768];
   static wk_app_config cfg;
-  const char *program = program_name(argc, argv);
+  /* the program's name (argv[0] without its directory, as wk_app's messages use it) */
+  const char *program = program_invocation_short_name;
 
   if (wk_profile_validate(profile, err, sizeof err) > 0) {
     print_lines(program, err);

@@ -5,6 +5,7 @@ under its own prefix."""
 
 import json
 import os
+import socket
 import subprocess
 
 import grpc
@@ -32,6 +33,20 @@ def test_help_and_errors_name_the_program(tmp_path):
         assert out.returncode == 2
         assert out.stderr.startswith("%s: unknown flag '--task-slot'" % name), out.stderr
         assert "see %s --help" % name in out.stderr, out.stderr
+
+
+def test_start_up_errors_name_the_program(tmp_path):
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen(1)
+    try:
+        addr = "127.0.0.1:%d" % busy.getsockname()[1]
+        out = run(BUNDLE, ["--listen", addr, "--executors", "1"], tmp_path, timeout=30)
+    finally:
+        busy.close()
+    assert out.returncode != 0
+    lines = [ln for ln in out.stderr.splitlines() if "cannot serve on " + addr in ln]
+    assert len(lines) == 1 and lines[0].startswith("bundle_worker: "), out.stderr
 
 
 def test_print_config_shows_the_profile(tmp_path):
