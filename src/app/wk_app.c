@@ -357,7 +357,10 @@ static void block_stop_signals(void) {
 static int start_metrics(wk_app *app, char *err, size_t len) {
   const wk_app_config *cfg = app->cfg;
   if (!cfg->metrics_addr[0]) return 0;
-  app->metrics = wk_app_metrics_new();
+  wk_app_metrics_info info = {.deployment = wk_deployment_name(app->profile->deployment),
+                              .service = app->profile->service,
+                              .usage_service = app->profile->usage_service};
+  app->metrics = wk_app_metrics_new(&info);
   if (!app->metrics) {
     fprintf(stderr, "%s: out of memory for the metrics\n", program_invocation_short_name);
     return 1;
@@ -478,6 +481,7 @@ static void build_orch_config(const wk_app *app, wk_orch_config *ocfg) {
       .usage_log = cfg->usage_log,
       .deployment = wk_deployment_name(app->profile->deployment),
       .service = app->profile->service,
+      .usage_service = wk_app_usage_service(app->profile->service, app->profile->usage_service),
       .builder_concurrency = cfg->builder_concurrency,
       .scan_concurrency = cfg->scan_concurrency,
       .executor_concurrency = cfg->executor_concurrency,

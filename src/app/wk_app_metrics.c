@@ -16,6 +16,7 @@ typedef struct sampled_counters {
 struct wk_app_metrics {
   wk_metrics *reg;
   /* gauges */
+  wk_metric *info;  /* {deployment,service,usage_service}: always 1 */
   wk_metric *slots; /* {state} */
   wk_metric *task_slots;
   wk_metric *ready;
@@ -50,7 +51,11 @@ static const double k_duration_bounds_ms[] = {1,     2.5,   5,     10,     25,  
                                               100,   250,   500,   1000,   2500,    5000,
                                               10000, 30000, 60000, 300000, 1800000, 3600000};
 
-wk_app_metrics *wk_app_metrics_new(void) {
+const char *wk_app_usage_service(const char *service, const char *usage_service) {
+  return usage_service && usage_service[0] ? usage_service : service ? service : "";
+}
+
+wk_app_metrics *wk_app_metrics_new(const wk_app_metrics_info *info) {
   wk_app_metrics *m = calloc(1, sizeof *m);
   if (!m) return NULL;
   m->reg = wk_metrics_new(0);
@@ -66,6 +71,20 @@ wk_app_metrics *wk_app_metrics_new(void) {
   static const char *const state_code[] = {"state", "failure_code"};
   static const char *const phase[] = {"phase"};
 
+  static const char *const who[] = {"deployment", "service", "usage_service"};
+  m->info = wk_metrics_gauge(
+      r, "worker_info",
+      "1, labelled with the worker's Profile: deployment, service and the service usage is "
+      "accounted to.",
+      3, who);
+  if (m->info) {
+    const char *service = info && info->service ? info->service : "";
+    wk_metric_set(
+        m->info,
+        (const char *const[]){info && info->deployment ? info->deployment : "", service,
+                              wk_app_usage_service(service, info ? info->usage_service : NULL)},
+        1);
+  }
   m->slots = wk_metrics_gauge(r, "worker_slots", "Task slots by state (free, reserved, running).",
                               1, state);
   m->task_slots = wk_metrics_gauge(r, "worker_task_slots", "Task slots configured.", 0, NULL);
@@ -123,7 +142,7 @@ wk_app_metrics *wk_app_metrics_new(void) {
       1, outcome);
   m->shadow_queued = wk_metrics_gauge(r, "worker_shadow_queued",
                                       "Mirrored submissions waiting to be sent.", 0, NULL);
-  if (!m->slots || !m->task_slots || !m->ready || !m->draining || !m->live_tasks ||
+  if (!m->info || !m->slots || !m->task_slots || !m->ready || !m->draining || !m->live_tasks ||
       !m->open_streams || !m->executors_ready || !m->rpcs || !m->tasks_finished ||
       !m->phase_duration || !m->calls || !m->call_retries || !m->call_cpu || !m->executor_starts ||
       !m->executor_exits || !m->executor_kills || !m->executor_recycles ||

@@ -36,8 +36,22 @@ typedef struct wk_app_metrics_sample {
   const wk_shadow_stats *shadow;       /* NULL without a shadow target */
 } wk_app_metrics_sample;
 
-/** Creates the registry and registers every worker metric. NULL when out of memory. */
-wk_app_metrics *wk_app_metrics_new(void);
+/* Who the worker is (the Profile's names, as the design says: Deployment an
+ * observability label, Service the Prometheus service name, UsageService the service
+ * usage is accounted to). Borrowed for the call. */
+typedef struct wk_app_metrics_info {
+  const char *deployment;    /* "block" or "bundle" */
+  const char *service;       /* e.g. "worker" */
+  const char *usage_service; /* "" = the service */
+} wk_app_metrics_info;
+
+/** Creates the registry and registers every worker metric, with worker_info{deployment,
+ * service, usage_service} 1 from `info` (NULL names count as ""). NULL when out of
+ * memory. */
+wk_app_metrics *wk_app_metrics_new(const wk_app_metrics_info *info);
+
+/** The service usage is accounted to: usage_service, or service when that is unset. */
+const char *wk_app_usage_service(const char *service, const char *usage_service);
 
 /** Frees the metrics; stop the server serving its registry first. NULL is a no-op. */
 void wk_app_metrics_free(wk_app_metrics *m);

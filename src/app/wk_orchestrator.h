@@ -60,6 +60,7 @@ typedef struct wk_orch_config {
   const char *audit_allow, *audit_deny; /* the AuditGate, checked at activation */
   const char *usage_log;                /* "" = usage records only in task_finished */
   const char *deployment, *service;     /* labels of usage records */
+  const char *usage_service;            /* the service usage records are accounted to */
   const wk_writer_settings *writer_settings; /* shared by every writer; lives as long */
   const char *writers[16];                   /* writers enabled and configured (NULL-terminated) */
   uint32_t builder_concurrency;              /* phase semaphores (0 = unlimited) */

@@ -17,10 +17,11 @@ typedef enum wk_deployment {
 #define WK_PROFILE_NAMES_MAX 16
 
 typedef struct wk_profile {
-  wk_deployment deployment;                   /* a label only (logs, registration value) */
-  const char *service;                        /* service name in logs and the registration value */
-  const char *registry_prefix;                /* etcd prefix unless registry_prefix is configured */
-  const char *usage_service;                  /* where usage records go ("" = the log only) */
+  wk_deployment deployment;    /* a label only (logs, registration value) */
+  const char *service;         /* service name in logs and the registration value */
+  const char *registry_prefix; /* etcd prefix unless registry_prefix is configured */
+  const char *usage_service;   /* the service usage is accounted to: in every usage record and
+                                worker_info ("" = the service's own name) */
   const char *builders[WK_PROFILE_NAMES_MAX]; /* call builders enabled; NULL-terminated */
   const char *plugins[WK_PROFILE_NAMES_MAX];  /* writer plugins enabled; NULL-terminated */
   void (*tune_defaults)(wk_app_config *cfg);  /* changes built-in defaults only; may be NULL */

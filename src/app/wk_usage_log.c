@@ -99,6 +99,8 @@ void wk_orch__log_task_finished(wk_orch *o, const wk_task_rt *rt, const wk_task_
       (json_int_t)c->bytes_out, "calls", (json_int_t)(c->calls_succeeded + c->calls_failed),
       "calls_total", (json_int_t)c->calls_total, "retries", (json_int_t)c->calls_retried,
       "finished_unix_ms", (json_int_t)(s->finished_ms + o->wall_offset_ms));
+  json_object_set_new(usage, "usage_service",
+                      json_string(o->cfg.usage_service ? o->cfg.usage_service : ""));
   json_object_set_new(usage, "failure_code", json_string(wk_failure_code_name(r->failure_code)));
   json_object_set_new(usage, "phases", phases_json(r));
   if (o->cfg.usage_log && o->cfg.usage_log[0]) append_usage(o, usage);

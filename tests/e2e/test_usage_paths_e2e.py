@@ -144,3 +144,15 @@ def test_succeeded_record_keeps_each_phase(worker_factory, tmp_path):
     assert {k: v["outcome"] for k, v in rec["phases"].items()} == {
         "builder": "OK", "calls": "OK", "writer": "OK"}
     assert rec["calls"] == 1 and rec["calls_ms"] >= 0
+    # the Profile's names (cmd/worker: block, "worker", no usage_service of its own)
+    assert rec["deployment"] == "block" and rec["service"] == "worker"
+    assert rec["usage_service"] == "worker"
+
+
+def test_profile_names_reach_the_metrics(worker_factory):
+    from test_metrics_e2e import scrape, value
+    w = worker_factory("--metrics-addr", "127.0.0.1:0")
+    w.wait_serving()
+    samples, _, _ = scrape(w)
+    assert value(samples, "worker_info", deployment="block", service="worker",
+                 usage_service="worker") == 1, [k for k in samples if k[0] == "worker_info"]
