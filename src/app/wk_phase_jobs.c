@@ -4,8 +4,8 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "adapters/wk_code_store.h"
 #include "app/wk_audit.h"
@@ -267,9 +267,19 @@ static void activate(wk_task_rt *rt, uint64_t slot_id, const char *code_root,
   char safe[WK_TASK_ID_MAX + 1];
   size_t n = strlen(rt->req.task_id);
   for (size_t i = 0; i <= n; i++) safe[i] = rt->req.task_id[i] == '/' ? '_' : rt->req.task_id[i];
-  int len = snprintf(a->scratch_dir, sizeof a->scratch_dir, "%s/%s.%llx", scratch_root, safe,
+  /* unique even beside a leftover of the same task and slot id (slot ids start afresh in
+   * each process: a worker killed with -9 leaves its directories behind) or of another
+   * worker sharing scratch_root; mkdtemp makes it 0700 */
+  int len = snprintf(a->scratch_dir, sizeof a->scratch_dir, "%s/%s.%llx.XXXXXX", scratch_root, safe,
                      (unsigned long long)slot_id);
-  if (len < 0 || (size_t)len >= sizeof a->scratch_dir || mkdir(a->scratch_dir, 0700) != 0) {
+  if (len < 0 || (size_t)len >= sizeof a->scratch_dir) {
+    a->code = WK_FAIL_IO_SCOPE_FAILED;
+    snprintf(a->error, sizeof a->error,
+             "cannot create the task's scratch directory under %s: the path is too long",
+             scratch_root);
+    return;
+  }
+  if (!mkdtemp(a->scratch_dir)) {
     a->code = WK_FAIL_IO_SCOPE_FAILED;
     snprintf(a->error, sizeof a->error, "cannot create the task's scratch directory under %s: %s",
              scratch_root, strerror(errno));

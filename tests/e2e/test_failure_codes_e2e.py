@@ -121,3 +121,25 @@ def test_scratch_root_gone_fails_io_scope_failed(worker_factory, tmp_path):
     scratch.mkdir()
     w.submit("io-2", "echo", {})
     assert w.wait_terminal("io-2").state == pb.TASK_STATE_SUCCEEDED
+
+
+def test_a_crashed_workers_scratch_leftover_is_no_io_scope_failure(worker_factory, tmp_path):
+    """kill -9 leaves the task's scratch directory behind; the restarted worker gives the
+    resubmitted task the same slot id, and its scratch directory must not collide."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    first = worker_factory("--scratch-root", str(scratch), executors=1)
+    first.wait_serving()
+    first.deploy("sleepy")
+    first.submit("again-1", "sleepy", {"seconds": 30})
+    assert wait_for(lambda: os.listdir(str(scratch)), timeout=20)
+    first.kill()  # SIGKILL: nothing is cleaned up
+    left = os.listdir(str(scratch))
+    assert left
+    second = worker_factory("--scratch-root", str(scratch), executors=1)
+    second.wait_serving()
+    second.deploy("sleepy")
+    second.submit("again-1", "sleepy", {"seconds": 0.1})
+    r = second.wait_terminal("again-1")
+    assert r.state == pb.TASK_STATE_SUCCEEDED, (r.failure_code, r.failure_message)
+    assert sorted(os.listdir(str(scratch))) == sorted(left)  # its own came and went
