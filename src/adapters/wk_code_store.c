@@ -1,10 +1,10 @@
 /* wk_code_store.c: the function code store (see wk_code_store.h). */
 #define _GNU_SOURCE /* renameat2, RENAME_NOREPLACE, nftw, flock */
 
+#include "lib/wk_assert.h"
 #include "lib/wk_err.h"
 #include "adapters/wk_code_store.h"
 
-#include <assert.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -218,8 +218,8 @@ static bool is_dir(const char *path) {
 
 int wk_code_store_resolve(const char *root, const char *function, uint64_t requested_epoch,
                           uint64_t *epoch, char *path, size_t path_len, char *err, size_t err_len) {
-  assert(epoch && path && path_len > 0);
-  assert(err || err_len == 0);
+  WK_ASSERT(epoch && path && path_len > 0);
+  WK_ASSERT(err || err_len == 0);
   if (!wk_code_store_valid_function_name(function)) {
     name_err(function, err, err_len);
     return -1;
@@ -293,8 +293,8 @@ int wk_code_store_resolve(const char *root, const char *function, uint64_t reque
 
 int wk_code_store_list(const char *root, const char *function, uint64_t *epochs, size_t cap,
                        size_t *count, uint64_t *current, char *err, size_t err_len) {
-  assert(count && (epochs || cap == 0));
-  assert(err || err_len == 0);
+  WK_ASSERT(count && (epochs || cap == 0));
+  WK_ASSERT(err || err_len == 0);
   *count = 0;
   if (current) *current = 0;
   if (!wk_code_store_valid_function_name(function)) {
@@ -612,8 +612,8 @@ fail:;
 
 int wk_code_store_deploy(const char *root, const char *function, const char *src_dir,
                          uint64_t *epoch, char *err, size_t err_len) {
-  assert(epoch);
-  assert(err || err_len == 0);
+  WK_ASSERT(epoch);
+  WK_ASSERT(err || err_len == 0);
   if (!wk_code_store_valid_function_name(function)) {
     name_err(function, err, err_len);
     return -1;
@@ -729,7 +729,7 @@ int wk_code_store_deploy(const char *root, const char *function, const char *src
   if (copy_tree(&cx, src_real, staging, 0) != 0) goto out;
   if (publish(staging, fn_dir, function, &e, err, err_len) != 0) goto out;
   staging[0] = '\0'; /* it is the epoch now */
-  assert(e > highest);
+  WK_ASSERT(e > highest);
   created_fn = false; /* the function holds a published epoch: never remove it */
   if (switch_current(fn_dir, function, e, err, err_len) != 0) goto out;
   *epoch = e;

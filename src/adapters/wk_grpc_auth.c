@@ -2,7 +2,6 @@
  * sink may read, and the TLS files and credentials. See wk_grpc_auth.h. */
 #include "adapters/wk_grpc_auth.h"
 
-#include <assert.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +11,7 @@
 
 #include "adapters/wk_pem.h"
 #include "lib/wk_alloc.h"
+#include "lib/wk_assert.h"
 #include "lib/wk_err.h"
 
 static bool setting_on(const char *v) { return v != NULL && v[0] != '\0'; }
@@ -94,8 +94,8 @@ void wk_grpc_auth_md_copy(wk_grpc_auth_md *out, const grpc_metadata_array *md) {
     p += e->value_len + 1;
   }
   out->count = kept;
-  assert(at == kept);
-  assert(p == out->blob + total);
+  WK_ASSERT(at == kept);
+  WK_ASSERT(p == out->blob + total);
 }
 
 bool wk_grpc_auth_md_get(const wk_grpc_auth_md *m, const char *key, char *buf, size_t buf_len) {

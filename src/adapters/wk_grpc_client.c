@@ -9,7 +9,6 @@
 
 #include "adapters/wk_grpc_client.h"
 
-#include <assert.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +24,7 @@
 
 #include "adapters/wk_pem.h"
 #include "lib/wk_alloc.h"
+#include "lib/wk_assert.h"
 #include "lib/wk_err.h"
 
 #define TOKEN_MAX 4096u /* as the server's WK_GRPC_AUTH_TOKEN_MAX */
@@ -349,8 +349,8 @@ const char *wk_grpc_client_target(const wk_grpc_client *c) { return c->target; }
 grpc_status_code wk_grpc_client_unary(wk_grpc_client *c, const char *method, const uint8_t *req,
                                       size_t req_len, const wk_grpc_md *md, size_t md_count,
                                       int64_t deadline_ms, wk_grpc_buf *resp, wk_grpc_status *st) {
-  assert(c && c->channel && method && method[0] == '/');
-  assert(resp && st && (req || req_len == 0) && (md || md_count == 0));
+  WK_ASSERT(c && c->channel && method && method[0] == '/');
+  WK_ASSERT(resp && st && (req || req_len == 0) && (md || md_count == 0));
   resp->data = NULL;
   resp->len = 0;
   grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
@@ -438,8 +438,8 @@ static void stream_free(wk_grpc_stream *s) {
 int wk_grpc_stream_open(wk_grpc_client *c, const char *method, const uint8_t *req, size_t req_len,
                         const wk_grpc_md *md, size_t md_count, int64_t deadline_ms,
                         wk_grpc_stream **out, wk_grpc_status *st) {
-  assert(c && c->channel && method && method[0] == '/');
-  assert(out && st && (req || req_len == 0) && (md || md_count == 0));
+  WK_ASSERT(c && c->channel && method && method[0] == '/');
+  WK_ASSERT(out && st && (req || req_len == 0) && (md || md_count == 0));
   *out = NULL;
   wk_grpc_stream *s = wk_xcalloc(1, sizeof *s);
   s->client = c;
@@ -497,8 +497,8 @@ int wk_grpc_stream_open(wk_grpc_client *c, const char *method, const uint8_t *re
 }
 
 int wk_grpc_stream_next(wk_grpc_stream *s, wk_grpc_buf *msg) {
-  assert(s && s->call && msg);
-  assert(s->recv_bb == NULL); /* one receive at a time */
+  WK_ASSERT(s && s->call && msg);
+  WK_ASSERT(s->recv_bb == NULL); /* one receive at a time */
   msg->data = NULL;
   msg->len = 0;
   if (s->ended) return 0;
@@ -536,7 +536,7 @@ int wk_grpc_stream_next(wk_grpc_stream *s, wk_grpc_buf *msg) {
 void wk_grpc_stream_cancel(wk_grpc_stream *s) { grpc_call_cancel(s->call, NULL); }
 
 grpc_status_code wk_grpc_stream_finish(wk_grpc_stream *s, wk_grpc_status *st) {
-  assert(s && s->call && s->cq);
+  WK_ASSERT(s && s->call && s->cq);
   if (!s->ended) grpc_call_cancel(s->call, NULL);
   if (!s->send_plucked) {
     (void)pluck(s->cq, &s->tag_send);

@@ -32,10 +32,10 @@
  * Locks: rpc->mu guards one rpc's send state; the gate is atomic (its mutex only
  * wakes stop); server->list_mu guards the live list and is never held with rpc->mu. */
 #define _GNU_SOURCE /* pthread_setname_np */
+#include "lib/wk_assert.h"
 #include "lib/wk_err.h"
 #include "adapters/wk_grpc_server.h"
 
-#include <assert.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -243,7 +243,7 @@ const char *wk_rpc_method_name(wk_rpc_method m) {
 /* One counted operation posted its event (or failed to start). */
 static void gate_leave(wk_grpc_server *s) {
   size_t before = atomic_fetch_sub(&s->outstanding, 1);
-  assert(before > 0);
+  WK_ASSERT(before > 0);
   if (before == 1 && atomic_load(&s->gate_closed)) {
     lock(&s->mu); /* stop() checks the count under mu: no lost wake-up */
     pthread_cond_broadcast(&s->cv);
@@ -274,7 +274,7 @@ static void gate_close_and_drain(wk_grpc_server *s) {
 /* ---- server and rpc lifetime -------------------------------------------------- */
 
 static void server_free(wk_grpc_server *s) {
-  assert(s->live == NULL);
+  WK_ASSERT(s->live == NULL);
   pthread_mutex_destroy(&s->mu);
   pthread_cond_destroy(&s->cv);
   pthread_mutex_destroy(&s->list_mu);
@@ -286,7 +286,7 @@ static void server_free(wk_grpc_server *s) {
 
 static void server_unref(wk_grpc_server *s) {
   unsigned before = atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel);
-  assert(before > 0);
+  WK_ASSERT(before > 0);
   if (before == 1) server_free(s);
 }
 
@@ -305,7 +305,7 @@ static void drop_queue_locked(wk_rpc *r) {
 
 static void rpc_free(wk_rpc *r) {
   wk_grpc_server *s = r->server;
-  assert(!r->send_in_flight);
+  WK_ASSERT(!r->send_in_flight);
   /* Unlink and unref the call under list_mu: stop() waits on list_cv for frees that
    * race with it, so no grpc_call outlives the server's teardown. */
   lock(&s->list_mu);
@@ -334,20 +334,20 @@ static void rpc_free(wk_rpc *r) {
 
 static void rpc_ref(wk_rpc *r) {
   unsigned before = atomic_fetch_add_explicit(&r->refs, 1, memory_order_relaxed);
-  assert(before > 0);
+  WK_ASSERT(before > 0);
   (void)before;
 }
 
 static void rpc_unref(wk_rpc *r) {
   unsigned before = atomic_fetch_sub_explicit(&r->refs, 1, memory_order_acq_rel);
-  assert(before > 0);
+  WK_ASSERT(before > 0);
   if (before == 1) rpc_free(r);
 }
 
 /* Drops a reference known not to be the last (the caller holds another). */
 static void rpc_unref_not_last(wk_rpc *r) {
   unsigned before = atomic_fetch_sub_explicit(&r->refs, 1, memory_order_acq_rel);
-  assert(before > 1);
+  WK_ASSERT(before > 1);
   (void)before;
 }
 
@@ -395,7 +395,7 @@ static wk_rpc *rpc_new(wk_grpc_server *s, wk_rpc_method m, grpc_call *call,
 /* Starts the next send batch when one is due: queued messages first, the status
  * with (or after) the last of them. Caller holds r->mu and a reference. */
 static void start_send_locked(wk_rpc *r) {
-  assert(!r->send_in_flight);
+  WK_ASSERT(!r->send_in_flight);
   if (r->closed || r->status_sent) return;
   bool want_msg = r->q_head != NULL;
   bool want_status = r->finish_requested && (r->q_head == NULL || r->q_head->next == NULL);
@@ -437,7 +437,7 @@ static void start_send_locked(wk_rpc *r) {
     }
     n++;
   }
-  assert(n > 0 && n <= 3);
+  WK_ASSERT(n > 0 && n <= 3);
 
   rpc_ref(r); /* the batch's */
   grpc_call_error e = grpc_call_start_batch(r->call, ops, n, &r->send_tag, NULL);
@@ -467,7 +467,7 @@ static void start_send_locked(wk_rpc *r) {
 /* CQ thread: a send batch completed; start the next one if any is due. */
 static void on_send_done(wk_rpc *r, bool ok) {
   lock(&r->mu);
-  assert(r->send_in_flight);
+  WK_ASSERT(r->send_in_flight);
   r->send_in_flight = false;
   if (r->inflight_msg != NULL) {
     grpc_byte_buffer_destroy(r->inflight_msg);
@@ -596,7 +596,7 @@ static void on_request(request_slot *slot, bool ok) {
   grpc_byte_buffer *payload = slot->payload;
   slot->call = NULL;
   slot->payload = NULL;
-  assert(call != NULL);
+  WK_ASSERT(call != NULL);
   bool authenticated = wk_grpc_auth_token_ok(s->auth_token, s->auth_token_len, &slot->md);
   wk_rpc *r = rpc_new(s, slot->method, call, &slot->md);
   grpc_metadata_array_destroy(&slot->md);
@@ -699,7 +699,7 @@ static void on_generic(generic_slot *g, bool ok) {
   const uint8_t *p = GRPC_SLICE_START_PTR(g->details.method);
   size_t keep = n > UNKNOWN_PATH_MAX ? UNKNOWN_PATH_MAX : n;
   int off = snprintf(message, sizeof message, "unknown method ");
-  assert(off > 0);
+  WK_ASSERT(off > 0);
   size_t at = (size_t)off;
   for (size_t i = 0; i < keep; i++) {
     message[at++] = (p[i] >= 0x20 && p[i] <= 0x7e) ? (char)p[i] : '?';
@@ -708,7 +708,7 @@ static void on_generic(generic_slot *g, bool ok) {
     memcpy(message + at, "...", 3);
     at += 3;
   }
-  assert(at < sizeof message);
+  WK_ASSERT(at < sizeof message);
   message[at] = '\0';
   grpc_call_details_destroy(&g->details);
   grpc_call_details_init(&g->details);
@@ -909,7 +909,7 @@ void wk_grpc_server_stop(wk_grpc_server *s) {
   /* 1. No new calls; cancel the open ones so every pending batch completes. */
   atomic_store(&s->shutting_down, true);
   bool entered = gate_enter(s); /* the shutdown notification */
-  assert(entered);
+  WK_ASSERT(entered);
   (void)entered;
   grpc_server_shutdown_and_notify(s->server, s->cq, &s->shutdown_tag);
   grpc_server_cancel_all_calls(s->server);
@@ -950,7 +950,7 @@ void wk_grpc_server_stop(wk_grpc_server *s) {
     detached = r->next;
     r->next = NULL;
     lock(&r->mu);
-    assert(!r->send_in_flight);
+    WK_ASSERT(!r->send_in_flight);
     r->closed = true;
     drop_queue_locked(r);
     grpc_call *call = r->call;
@@ -962,7 +962,7 @@ void wk_grpc_server_stop(wk_grpc_server *s) {
 
   for (int m = 0; m < (int)WK_RPC_METHOD_COUNT; m++) {
     for (int i = 0; i < SLOTS_PER_METHOD; i++) {
-      assert(s->slots[m][i].payload == NULL);
+      WK_ASSERT(s->slots[m][i].payload == NULL);
       grpc_metadata_array_destroy(&s->slots[m][i].md);
     }
   }
@@ -979,27 +979,27 @@ void wk_grpc_server_stop(wk_grpc_server *s) {
 /* ---- the rpc API -------------------------------------------------------------- */
 
 wk_rpc_method wk_rpc_method_of(const wk_rpc *rpc) {
-  assert(rpc != NULL);
+  WK_ASSERT(rpc != NULL);
   return rpc->method;
 }
 
 const void *wk_rpc_request(const wk_rpc *rpc) {
-  assert(rpc != NULL);
+  WK_ASSERT(rpc != NULL);
   return rpc->request;
 }
 
 bool wk_rpc_metadata(const wk_rpc *rpc, const char *key, char *buf, size_t buf_len) {
-  assert(rpc != NULL);
+  WK_ASSERT(rpc != NULL);
   return wk_grpc_auth_md_get(&rpc->md, key, buf, buf_len);
 }
 
 const char *wk_rpc_peer(const wk_rpc *rpc) {
-  assert(rpc != NULL);
+  WK_ASSERT(rpc != NULL);
   return rpc->peer != NULL ? rpc->peer : "";
 }
 
 void wk_rpc_reply(wk_rpc *rpc, const uint8_t *msg, size_t len) {
-  assert(rpc != NULL);
+  WK_ASSERT(rpc != NULL);
   grpc_byte_buffer *bb = make_message(msg, len);
   msg_node *node = wk_xcalloc(1, sizeof *node);
   node->bb = bb;
@@ -1022,12 +1022,12 @@ void wk_rpc_reply(wk_rpc *rpc, const uint8_t *msg, size_t len) {
 }
 
 void wk_rpc_fail(wk_rpc *rpc, grpc_status_code code, const char *message) {
-  assert(rpc != NULL);
+  WK_ASSERT(rpc != NULL);
   finish_with(rpc, code, wk_xstrndup(message != NULL ? message : "", STATUS_MESSAGE_MAX), true);
 }
 
 bool wk_rpc_send(wk_rpc *rpc, const uint8_t *msg, size_t len) {
-  assert(rpc != NULL);
+  WK_ASSERT(rpc != NULL);
   if (!rpc->streaming) return false;
   msg_node *node = wk_xcalloc(1, sizeof *node);
   node->bb = make_message(msg, len);
@@ -1052,7 +1052,7 @@ bool wk_rpc_send(wk_rpc *rpc, const uint8_t *msg, size_t len) {
 }
 
 void wk_rpc_finish(wk_rpc *rpc, grpc_status_code code, const char *message) {
-  assert(rpc != NULL);
+  WK_ASSERT(rpc != NULL);
   finish_with(rpc, code, message != NULL ? wk_xstrndup(message, STATUS_MESSAGE_MAX) : NULL, false);
 }
 

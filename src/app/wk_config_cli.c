@@ -2,12 +2,12 @@
  * for every setting. See wk_config.h. */
 #include "app/wk_config.h"
 
-#include <assert.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "app/wk_config_int.h"
+#include "lib/wk_assert.h"
 
 /* Whether flag (n bytes, without "--") names the setting, dashes for underscores. */
 static bool flag_is(const char *flag, size_t n, const char *name) {
@@ -108,10 +108,10 @@ int wk_config_parse_cli(int argc, char *const argv[], wk_config_cli *cli, char *
 int wk_config__apply_flags(wk_app_config *cfg, const wk_config_cli *cli, wk_config_sources *sources,
                            wk_config__errs *e) {
   int before = e->n;
-  assert(cli->n_flags <= WK_CONFIG_MAX_FLAGS);
+  WK_ASSERT(cli->n_flags <= WK_CONFIG_MAX_FLAGS);
   for (size_t k = 0; k < cli->n_flags; k++) {
     size_t idx = cli->flags[k].index;
-    assert(idx < wk_config_count());
+    WK_ASSERT(idx < wk_config_count());
     if (idx >= wk_config_count()) continue;
     const wk_config_item *it = wk_config_item_at(idx);
     int fl = (int)(cli->flags[k].flag_len > 120 ? 120 : cli->flags[k].flag_len);

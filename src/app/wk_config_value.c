@@ -1,9 +1,9 @@
 /* wk_config_value.c: a setting's value: parsing text with its units (ms, bytes),
  * reading and writing the field in wk_app_config, formatting it back. See wk_config.h. */
 #include "app/wk_config.h"
+#include "lib/wk_assert.h"
 #include "lib/wk_err.h"
 
-#include <assert.h>
 #include <ctype.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -13,14 +13,14 @@
 #include "app/wk_config_int.h"
 
 void *wk_config__field(wk_app_config *cfg, const wk_config_item *it) {
-  assert(it->offset < sizeof *cfg);
-  assert(it->offset + it->size <= sizeof *cfg);
+  WK_ASSERT(it->offset < sizeof *cfg);
+  WK_ASSERT(it->offset + it->size <= sizeof *cfg);
   return (char *)cfg + it->offset;
 }
 
 const void *wk_config__cfield(const wk_app_config *cfg, const wk_config_item *it) {
-  assert(it->offset < sizeof *cfg);
-  assert(it->offset + it->size <= sizeof *cfg);
+  WK_ASSERT(it->offset < sizeof *cfg);
+  WK_ASSERT(it->offset + it->size <= sizeof *cfg);
   return (const char *)cfg + it->offset;
 }
 
@@ -197,8 +197,8 @@ static int number_problem(int rc, const char *text, const char *exp, char *err, 
 
 int wk_config_parse_value(const wk_config_item *it, const char *text, void *field, char *err,
                           size_t len) {
-  assert(it != NULL && text != NULL && field != NULL);
-  assert(it->size > 0);
+  WK_ASSERT(it != NULL && text != NULL && field != NULL);
+  WK_ASSERT(it->size > 0);
   char exp[128];
   wk_config__expected(it, exp, sizeof exp);
   if (err && len) err[0] = '\0';
