@@ -90,7 +90,7 @@ def test_lease_lapsing_before_activation_fails_slot_lost(worker_factory):
     assert r.state == pb.TASK_STATE_FAILED
     assert r.failure_code == pb.FAILURE_CODE_SLOT_LOST, r
     assert "lease expired" in r.failure_message
-    done = finished(w, "lost-1")
+    done = wait_for(lambda: finished(w, "lost-1"), timeout=10)  # logged after the result
     assert done and done[0]["failure_code"] == "SLOT_LOST"
     # the slot and the code store are fine afterwards
     w.submit("after-1", "echo", {"x": 2})
@@ -115,7 +115,7 @@ def test_scratch_root_gone_fails_io_scope_failed(worker_factory, tmp_path):
     assert r.failure_code == pb.FAILURE_CODE_IO_SCOPE_FAILED, r
     assert str(scratch) in r.failure_message and "No such file or directory" in r.failure_message
     assert r.statistic.calls_total == 0  # no call ran
-    done = finished(w, "io-1")
+    done = wait_for(lambda: finished(w, "io-1"), timeout=10)  # logged after the result
     assert done and done[0]["failure_code"] == "IO_SCOPE_FAILED"
     # back again: tasks run again
     scratch.mkdir()
