@@ -107,6 +107,8 @@ def test_scratch_root_gone_fails_io_scope_failed(worker_factory, tmp_path):
     w.deploy("echo")
     w.submit("io-ok", "echo", {})
     assert w.wait_terminal("io-ok").state == pb.TASK_STATE_SUCCEEDED
+    # its scratch directory is removed after the result (on the threadpool)
+    assert wait_for(lambda: os.listdir(str(scratch)) == [], timeout=10)
     # the scratch volume goes away under the worker (unmounted, cleaned by a tmp reaper)
     os.rmdir(str(scratch))
     w.submit("io-1", "echo", {})
