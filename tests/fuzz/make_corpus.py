@@ -21,7 +21,7 @@ import struct
 import sys
 
 HELLO, CALL, RESULT, CANCEL, PING, PONG, SHUTDOWN = range(1, 8)
-SUBCALLS, SUBCALLS_RESULT, STACK_REQUEST, STACK = range(8, 12)
+SUBCALLS, SUBCALLS_RESULT, STACK_REQUEST, STACK, RECALL = range(8, 13)
 
 
 def s(b):
@@ -98,6 +98,12 @@ SEEDS = {
     "executor_stream_nested": frame(HELLO, struct.pack("<II", 2, 4242)) + subcalls(1, 1, [b"1", b"2"])
                               + result(2) + result(3) + frame(STACK, struct.pack("<Q", 1) + s(b"stack"))
                               + frame(PONG, struct.pack("<Q", 3)) + result(1),
+    # version 3: calls given back before they started
+    "recall": frame(RECALL, struct.pack("<Q", 8)),
+    "result_not_started": result(8, status=3, out=b""),
+    "subcalls_result_not_started_child": subcalls_result(1, [child(status=3)]),
+    "worker_stream_recall": call(1) + call(2) + frame(RECALL, struct.pack("<Q", 2))
+                            + frame(CANCEL, struct.pack("<Q", 1)) + frame(SHUTDOWN),
 }
 
 
