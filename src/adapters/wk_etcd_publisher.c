@@ -146,7 +146,9 @@ static void lease_gone(wk_etcd_publisher *p) {
   pthread_mutex_lock(&p->mu);
   p->stats.leases_lost++;
   p->stats.lease_id = 0;
-  p->stats.registered = false;
+  p->stats.registered = false; /* and why, as for every other way of losing the key */
+  snprintf(p->stats.last_error, sizeof p->stats.last_error, "lease lost: %.480s",
+           wk_etcd_errmsg(p->etcd));
   pthread_mutex_unlock(&p->mu);
 }
 

@@ -782,6 +782,8 @@ static void test_etcd_wiped(void **state) {
   wk_etcd_publisher_stats s = stats(f->pub);
   assert_true(s.lease_grants >= 2);
   assert_true(s.leases_lost >= 1);
+  /* losing the lease is a reason to be unregistered like any failed request: it is said */
+  if (!strstr(s.last_error, "lease lost")) fail_msg("last error: '%s'", s.last_error);
   int64_t lease2 = key_lease(f);
   assert_true(lease2 != 0 && lease2 != lease1);
   assert_int_equal(lease2, s.lease_id);
@@ -814,6 +816,11 @@ static void test_etcd_down_at_start(void **state) {
   assert_true(WAIT_FOR(stats(f->pub).registered, 1000) >= 0); /* the key shows first */
 }
 
+/* libcurl says "Timeout was reached" or "Operation timed out after N ms ..." */
+static bool said_timeout(const char *last_error) {
+  return strstr(last_error, "imeout") || strstr(last_error, "timed out");
+}
+
 static void test_etcd_hung(void **state) {
   fixture *f = *state;
   wk_etcd_publisher_config cfg = base_config(f);
@@ -827,17 +834,19 @@ static void test_etcd_hung(void **state) {
   assert_true(WAIT_FOR(key_exists(f), 3000) >= 0);
 
   etcd_signal(&f->etcd, SIGSTOP); /* accepts connections, never answers */
-  assert_true(WAIT_FOR(!stats(f->pub).registered, 3000) >= 0);
+  /* Unregistered because a request timed out. (Under load the 2 s lease may also lapse
+   * in etcd first: then the publisher says "lease lost" before its next request times
+   * out, so wait for the timeout itself, not for the first reason to be unregistered.) */
+  assert_true(WAIT_FOR(!stats(f->pub).registered && said_timeout(stats(f->pub).last_error), 5000) >=
+              0);
   int64_t t0 = mono_ms();
   hb = hb_make(4, 1, 0);
   wk_etcd_publisher_update(f->pub, &hb);
   wk_etcd_publisher_stats s;
   wk_etcd_publisher_stats_get(f->pub, &s);
-  assert_true(mono_ms() - t0 < 20);
-  /* libcurl says "Timeout was reached" or "Operation timed out after N ms ..." */
-  if (!strstr(s.last_error, "imeout") && !strstr(s.last_error, "timed out")) {
-    fail_msg("expected a timeout, last error: %s", s.last_error);
-  }
+  /* update() never waits for etcd: far below one request timeout (300 ms) */
+  assert_true(mono_ms() - t0 < 250);
+  assert_false(s.registered);
 
   int64_t resumed = wall_ms();
   etcd_signal(&f->etcd, SIGCONT);
@@ -852,7 +861,7 @@ static void test_etcd_hung(void **state) {
   f->pub = NULL;
   int64_t stop_ms = mono_ms() - t0;
   fprintf(stderr, "  stop(deregister) against a hung etcd took %" PRId64 " ms\n", stop_ms);
-  assert_true(stop_ms <= WK_ETCD_PUB_DEREGISTER_BUDGET_MS + 300);
+  assert_true(stop_ms <= WK_ETCD_PUB_DEREGISTER_BUDGET_MS + 1000); /* + a loaded machine */
   etcd_signal(&f->etcd, SIGCONT);
 }
 
