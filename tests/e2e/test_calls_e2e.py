@@ -11,6 +11,7 @@ import time
 from conftest import pb
 
 DOUBLE = "def handler(args, ctx):\n    return args * 2\n"
+SLOW_DOUBLE = "import time\ndef handler(args, ctx):\n    time.sleep(0.001)\n    return args * 2\n"
 PICKY = ("def handler(args, ctx):\n"
          "    if args == 'x':\n"
          "        raise ValueError('no x please')\n"
@@ -175,7 +176,9 @@ def test_memory_growth_recycles_the_executor(worker_factory):
 def test_kill_9_executors_during_a_20000_call_map(worker_factory):
     w = worker_factory("--executors-max", "4", executors=4)
     w.wait_serving()
-    w.deploy("double", DOUBLE)
+    # each call takes 1 ms, so the map runs for seconds (>= 5 s on 4 executors) and the
+    # kills land while it runs; a no-op map could finish before the first kill
+    w.deploy("double", SLOW_DOUBLE)
     retry = pb.CallRetryPolicy(max_attempts=10, initial_backoff_ms=5, max_backoff_ms=100,
                                retry_on_executor_lost=True)
     submit(w, "big-map", "double", list(range(20000)), builder="map", call_retry_policy=retry,
