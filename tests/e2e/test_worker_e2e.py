@@ -120,21 +120,38 @@ def test_not_found(worker):
     assert code_of(e) == grpc.StatusCode.NOT_FOUND
 
 
+GATED = ("import os, time\n"
+         "def handler(args, ctx):\n"
+         "    deadline = time.time() + 60\n"
+         "    while not os.path.exists(args['gate']) and time.time() < deadline:\n"
+         "        time.sleep(0.01)\n"
+         "    return 'through'\n")
+
+
 def test_draining_is_unavailable(worker_factory):
-    w = worker_factory("--drain-timeout-ms", "10000")
+    """While a task drains, new work is refused and health says NOT_SERVING; the task
+    still finishes. The task waits for a file the test creates, so no timing decides."""
+    w = worker_factory("--drain-timeout-ms", "60000")
     w.wait_serving()
-    w.deploy("sleepy")
-    w.submit("t-drain", "sleepy", {"seconds": 1.5})
-    time.sleep(0.2)
+    w.deploy("gated", GATED)
+    gate = os.path.join(w.tmp, "gate-open")
+    w.submit("t-drain", "gated", {"gate": gate})
+    deadline = time.time() + 30
+    while w.stub.GetTaskResult(pb.GetTaskResultRequest(task_id="t-drain")).phase != pb.PHASE_CALLS:
+        assert time.time() < deadline, "the task never reached its calls"
+        time.sleep(0.02)
     w.proc.send_signal(signal.SIGTERM)
-    time.sleep(0.3)
+    deadline = time.time() + 30
+    while w.health.Check(health_pb2.HealthCheckRequest(), timeout=5).status != \
+            health_pb2.HealthCheckResponse.NOT_SERVING:
+        assert time.time() < deadline, "health never said NOT_SERVING after SIGTERM"
+        time.sleep(0.02)
     with pytest.raises(grpc.RpcError) as e:
-        w.submit("t-after", "sleepy", {"seconds": 0})
+        w.submit("t-after", "gated", {"gate": gate})
     assert code_of(e) == grpc.StatusCode.UNAVAILABLE
-    r = w.health.Check(health_pb2.HealthCheckRequest(), timeout=2)
-    assert r.status == health_pb2.HealthCheckResponse.NOT_SERVING
+    open(gate, "w").close()
     assert w.wait_terminal("t-drain").state == pb.TASK_STATE_SUCCEEDED  # drained, not cut
-    assert w.proc.wait(20) == 0
+    assert w.proc.wait(30) == 0
 
 
 # ---- retention ---------------------------------------------------------------------
