@@ -774,9 +774,10 @@ static int setup_builders(void **state) {
   return setup(state);
 }
 
-/* A map task whose args are `items` strings of `item_bytes` each (~ items * item_bytes). */
-static grpc_status_code submit_map(harness *h, const char *task_id, size_t items,
-                                   size_t item_bytes) {
+/* A map task whose args are `items` strings of `item_bytes` each (~ items * item_bytes),
+ * with the task timeout `timeout_ms` (0 = the worker's). */
+static grpc_status_code submit_map_with_timeout(harness *h, const char *task_id, size_t items,
+                                                size_t item_bytes, uint64_t timeout_ms) {
   size_t cap = items * (item_bytes + 3) + 2, len = 0;
   char *args = malloc(cap + 1);
   args[len++] = '[';
@@ -796,6 +797,7 @@ static grpc_status_code submit_map(harness *h, const char *task_id, size_t items
   Worker__V1__SubmitTaskRequest req = WORKER__V1__SUBMIT_TASK_REQUEST__INIT;
   req.task_id = (char *)(uintptr_t)task_id;
   req.function = &fn;
+  req.timeout_ms = timeout_ms;
   size_t n = worker__v1__submit_task_request__get_packed_size(&req);
   uint8_t *buf = malloc(n);
   worker__v1__submit_task_request__pack(&req, buf);
@@ -807,6 +809,11 @@ static grpc_status_code submit_map(harness *h, const char *task_id, size_t items
   free(buf);
   free(args);
   return code;
+}
+
+static grpc_status_code submit_map(harness *h, const char *task_id, size_t items,
+                                   size_t item_bytes) {
+  return submit_map_with_timeout(h, task_id, items, item_bytes, 0);
 }
 
 /* builder_concurrency=1: two map builds run one after the other (their measured spans
@@ -941,6 +948,23 @@ static void test_close_drops_the_waiters_of_a_job_semaphore(void **state) {
   silent_kept = a; /* A's writer stays blocked into the close */
 }
 
+/* A task that converges while its builder job runs (timeout after 5 ms, the build takes
+ * longer): the job's done callback finds it converged, drops the calls it built and gives
+ * the builder semaphore to the next task, which runs; the runtime is freed. */
+static void test_builder_outliving_its_task(void **state) {
+  harness *h = *state;
+  assert_int_equal(submit_map_with_timeout(h, "map-late", 900, 900, 5), GRPC_STATUS_OK);
+  assert_int_equal(submit_map_with_timeout(h, "map-next", 10, 10, 0), GRPC_STATUS_OK);
+  Worker__V1__TaskResult *r = wait_terminal(h, "map-late");
+  assert_int_equal(r->failure_code, WORKER__V1__FAILURE_CODE__FAILURE_CODE_TASK_TIMEOUT);
+  worker__v1__task_result__free_unpacked(r, NULL);
+  r = wait_terminal(h, "map-next");
+  assert_int_equal(r->state, WORKER__V1__TASK_STATE__TASK_STATE_SUCCEEDED);
+  assert_int_equal(r->n_outputs, 10);
+  worker__v1__task_result__free_unpacked(r, NULL);
+  wait_scratch_empty(h);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_submit_runs_one_call_and_echoes, setup, teardown),
@@ -964,6 +988,7 @@ int main(void) {
                                       setup_silent_writer, teardown_silent_writer),
       cmocka_unit_test_setup_teardown(test_close_drops_the_waiters_of_a_job_semaphore,
                                       setup_silent_writer, teardown_silent_writer),
+      cmocka_unit_test_setup_teardown(test_builder_outliving_its_task, setup_builders, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
