@@ -144,4 +144,6 @@ def test_a_crashed_workers_scratch_leftover_is_no_io_scope_failure(worker_factor
     second.submit("again-1", "sleepy", {"seconds": 0.1})
     r = second.wait_terminal("again-1")
     assert r.state == pb.TASK_STATE_SUCCEEDED, (r.failure_code, r.failure_message)
-    assert sorted(os.listdir(str(scratch))) == sorted(left)  # its own came and went
+    # its own came and goes (removed after the result, on the threadpool); the leftover stays
+    assert wait_for(lambda: sorted(os.listdir(str(scratch))) == sorted(left), timeout=10), \
+        os.listdir(str(scratch))
