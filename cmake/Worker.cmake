@@ -21,6 +21,7 @@ add_library(wk_app STATIC
   src/app/wk_task_runtime.c
   src/app/wk_task_code.c
   src/app/wk_output_spool.c
+  src/app/wk_code_prune.c
   src/app/wk_calls.c
   src/app/wk_subscriptions.c
   src/app/wk_orchestrator.c

@@ -11,12 +11,13 @@ target_compile_options(wk_grpc_client PRIVATE ${WK_WARNINGS})
 add_library(wk_code_store STATIC ${PROJECT_SOURCE_DIR}/src/adapters/wk_code_store.c)
 wk_headers(wk_code_store PUBLIC adapters/wk_code_store.h)
 target_compile_options(wk_code_store PRIVATE ${WK_WARNINGS})
-target_link_libraries(wk_code_store PRIVATE wk_lib)
+target_link_libraries(wk_code_store PRIVATE wk_lib PkgConfig::LIBCRYPTO Threads::Threads)
 
 add_executable(workerctl
   ${PROJECT_SOURCE_DIR}/cmd/workerctl/main.c
   ${PROJECT_SOURCE_DIR}/cmd/workerctl/workerctl_args.c
   ${PROJECT_SOURCE_DIR}/cmd/workerctl/workerctl_cmds.c
+  ${PROJECT_SOURCE_DIR}/cmd/workerctl/workerctl_check.c
   ${PROJECT_SOURCE_DIR}/cmd/workerctl/workerctl_format.c
   ${PROJECT_SOURCE_DIR}/cmd/workerctl/workerctl_workers.c)
 target_include_directories(workerctl PRIVATE ${PROJECT_SOURCE_DIR}/cmd/workerctl)
@@ -24,3 +25,5 @@ target_link_libraries(workerctl PRIVATE wk_grpc_client wk_code_store wk_proto wk
 # `workerctl workers` and `submit` without --addr read the registry (cmake/Etcd.cmake).
 target_link_libraries(workerctl PRIVATE wk_etcd_registry)
 target_compile_options(workerctl PRIVATE ${WK_WARNINGS})
+# the deploy check runs the source tree's executor program unless installed beside it
+target_compile_definitions(workerctl PRIVATE WK_PYTHON_DIR="${PROJECT_SOURCE_DIR}/python")

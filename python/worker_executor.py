@@ -5,6 +5,7 @@ beside this file; see its __init__.py and docs/specs/executor-protocol.md).
     python3 worker_executor.py --socket PATH [--max-frame BYTES] [--capture-max BYTES]
                                [--pycache-prefix DIR] [--max-nesting N]
                                [--rlimit-as-mb N] [--rlimit-nofile N] [--rlimit-cpu-s N]
+    python3 worker_executor.py --check-code DIR [--entrypoint MOD:ATTR]   (deploy check)
 
 This path is the `executor_script` setting's default: keep it.
 """

@@ -11,6 +11,8 @@ PACKAGES=(
   # runtime libraries
   libgrpc-dev protobuf-c-compiler libprotobuf-c-dev libuv1-dev
   libcurl4-openssl-dev libjansson-dev libmicrohttpd-dev
+  # the code store's sha256 digests (libcrypto)
+  libssl-dev
   # protocol tooling and end-to-end test clients
   protobuf-compiler protobuf-compiler-grpc python3 python3-grpcio python3-protobuf python3-pytest
   python3-prometheus-client

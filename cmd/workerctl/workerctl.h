@@ -71,6 +71,10 @@ typedef enum ctl_flag_id {
   F_TLS_KEY,
   F_TLS_SERVER_NAME,
   F_TOKEN,
+  F_PYTHON,
+  F_EXECUTOR_SCRIPT,
+  F_CHECK_TIMEOUT_MS,
+  F_NO_CHECK,
   F_COUNT
 } ctl_flag_id;
 
@@ -140,6 +144,31 @@ int ctl_cmd_cancel(ctl_args *a);
 int ctl_cmd_health(ctl_args *a);
 int ctl_cmd_deploy(ctl_args *a);
 int ctl_cmd_epochs(ctl_args *a);
+int ctl_cmd_rollback(ctl_args *a);
+
+/* ---- workerctl_check.c: the deploy check --------------------------------------- */
+
+#define CTL_CHECK_TIMEOUT_MS 30000 /* default bound of the deploy check */
+
+/* How `workerctl deploy` checks code before publishing it. */
+typedef struct ctl_check {
+  const char *python;     /* the interpreter (an executable path) */
+  const char *script;     /* the executor program: worker_executor.py */
+  const char *entrypoint; /* module:attr that must load */
+  int64_t timeout_ms;     /* the check is killed after this long */
+} ctl_check;
+
+/** Fills `c` from --python ($WORKER_PYTHON, else /usr/bin/python3), --executor-script
+ * ($WORKER_EXECUTOR_SCRIPT, else the installed or the source tree's worker_executor.py),
+ * --entrypoint (main:handler) and --check-timeout-ms. Returns 0, or a usage error's
+ * exit code (printed). */
+int ctl_check_from_args(ctl_args *a, ctl_check *c);
+
+/** A wk_code_check_fn (ud: a ctl_check): runs `python -B script --check-code DIR
+ * --entrypoint EP` in its own process group with stdout and stderr captured, killed
+ * after timeout_ms. 0 when it exits 0; otherwise -1 with why in err (the tail of its
+ * output, the timeout, or why it could not run). */
+int ctl_check_code(void *ud, const char *dir, char *err, size_t err_len);
 
 /* workerctl_workers.c */
 #define CTL_DEFAULT_ETCD "http://127.0.0.1:2379"

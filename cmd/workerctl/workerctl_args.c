@@ -45,6 +45,10 @@ static const ctl_flag flags[F_COUNT] = {
     [F_TLS_KEY] = {"tls-key", true, false},
     [F_TLS_SERVER_NAME] = {"tls-server-name", true, false},
     [F_TOKEN] = {"token", true, false},
+    [F_PYTHON] = {"python", true, false},
+    [F_EXECUTOR_SCRIPT] = {"executor-script", true, false},
+    [F_CHECK_TIMEOUT_MS] = {"check-timeout-ms", true, false},
+    [F_NO_CHECK] = {"no-check", false, false},
 };
 
 #define BIT(f) ((uint64_t)1 << (f))
@@ -120,17 +124,41 @@ const ctl_command ctl_commands[] = {
      "Asks grpc.health.v1.Health/Check; exit 0 when SERVING, 1 otherwise.\n"
      "  --service NAME      service to ask about (default: the whole server)\n",
      BIT(F_SERVICE), 0, 0, ctl_cmd_health},
-    {"deploy", "deploy [--code-root DIR] FUNCTION SRC_DIR",
+    {"deploy",
+     "deploy [--code-root DIR] [--entrypoint M:A] [--python PATH] [--executor-script PATH]\n"
+     "       [--check-timeout-ms N] [--no-check] FUNCTION SRC_DIR",
      "Publishes SRC_DIR as the next code epoch of FUNCTION in the local code store and\n"
-     "makes it CURRENT; prints the epoch alone on stdout. No worker is contacted.\n"
-     "Copies regular files and directories (not __pycache__); follows symlinks that\n"
-     "stay inside SRC_DIR and refuses others. Published epochs are never modified.\n"
-     "  --code-root DIR     the worker's code root (default: $WORKER_CODE_ROOT)\n",
-     BIT(F_CODE_ROOT), 2, 2, ctl_cmd_deploy},
+     "makes it CURRENT; prints the epoch alone on stdout (its sha256 digest on stderr).\n"
+     "No worker is contacted. Copies regular files and directories (not __pycache__);\n"
+     "follows symlinks that stay inside SRC_DIR and refuses others. Published epochs are\n"
+     "never modified. Before CURRENT moves, the copy is checked in a subprocess: every\n"
+     "*.py file must compile and the entry point must import and be a callable defined\n"
+     "in the function's own code; otherwise nothing changes and the reason is printed\n"
+     "(exit 1). Content identical to a published epoch makes that epoch CURRENT again\n"
+     "instead of adding one.\n"
+     "  --code-root DIR     the worker's code root (default: $WORKER_CODE_ROOT)\n"
+     "  --entrypoint M:A    the entry point to check (default: main:handler)\n"
+     "  --python PATH       interpreter of the check (default: $WORKER_PYTHON, else\n"
+     "                      /usr/bin/python3): use the worker's\n"
+     "  --executor-script P the worker's executor program (default:\n"
+     "                      $WORKER_EXECUTOR_SCRIPT, else the installed one)\n"
+     "  --check-timeout-ms N  kill the check after N ms (default " CTL_STR(
+         CTL_CHECK_TIMEOUT_MS) ")\n"
+                               "  --no-check          publish without the check\n",
+     BIT(F_CODE_ROOT) | BIT(F_ENTRYPOINT) | BIT(F_PYTHON) | BIT(F_EXECUTOR_SCRIPT) |
+         BIT(F_CHECK_TIMEOUT_MS) | BIT(F_NO_CHECK),
+     2, 2, ctl_cmd_deploy},
     {"epochs", "epochs [--code-root DIR] FUNCTION",
-     "Lists the published epochs of FUNCTION in the local code store, marking CURRENT.\n"
+     "Lists the published epochs of FUNCTION in the local code store with their sha256\n"
+     "digests, marking CURRENT.\n"
      "  --code-root DIR     the worker's code root (default: $WORKER_CODE_ROOT)\n",
      BIT(F_CODE_ROOT), 1, 1, ctl_cmd_epochs},
+    {"rollback", "rollback [--code-root DIR] FUNCTION [EPOCH]",
+     "Makes EPOCH (default: the highest published epoch below CURRENT) the CURRENT epoch\n"
+     "of FUNCTION; prints it alone on stdout. Tasks that already pinned an epoch keep\n"
+     "it; new tasks run EPOCH. No worker is contacted.\n"
+     "  --code-root DIR     the worker's code root (default: $WORKER_CODE_ROOT)\n",
+     BIT(F_CODE_ROOT), 1, 2, ctl_cmd_rollback},
     {"workers", "workers [--etcd ENDPOINTS] [--prefix P]",
      "Lists the workers registered in etcd: address, state (ready, draining, not-ready),\n"
      "free/total slots, running tasks, reserved slots, version and the age of the last\n"

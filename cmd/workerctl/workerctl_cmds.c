@@ -794,28 +794,69 @@ int ctl_cmd_deploy(ctl_args *a) {
                            "[A-Za-z0-9_.-], not starting with '.'",
                            function, WK_CODE_STORE_NAME_MAX);
   }
-  uint64_t epoch = 0;
-  char err[1024];
-  if (wk_code_store_deploy(root, function, a->pos[1], &epoch, err, sizeof err) != 0) {
+  ctl_check check;
+  wk_code_deploy_opts opts = {0};
+  if (!a->set[F_NO_CHECK]) {
+    int rc = ctl_check_from_args(a, &check);
+    if (rc != 0) return rc;
+    opts = (wk_code_deploy_opts){.check = ctl_check_code, .check_ud = &check};
+  }
+  wk_code_deploy_result r;
+  char err[2048];
+  if (wk_code_store_deploy_opts(root, function, a->pos[1], &opts, &r, err, sizeof err) != 0) {
     fprintf(stderr, "workerctl deploy: %s\n", err);
     return CTL_EXIT_TASK_FAILED;
   }
   char path[4096];
   uint64_t got = 0;
-  if (wk_code_store_resolve(root, function, epoch, &got, path, sizeof path, err, sizeof err) != 0) {
-    snprintf(path, sizeof path, "%s/%s/%" PRIu64, root, function, epoch);
+  if (wk_code_store_resolve(root, function, r.epoch, &got, path, sizeof path, err, sizeof err) !=
+      0) {
+    snprintf(path, sizeof path, "%s/%s/%" PRIu64, root, function, r.epoch);
   }
   if (a->json) {
     json_t *j = json_object();
     json_object_set_new(j, "function", json_string(function));
-    json_object_set_new(j, "epoch", ctl_json_u64(epoch));
+    json_object_set_new(j, "epoch", ctl_json_u64(r.epoch));
     json_t *p = json_string(path);
     json_object_set_new(j, "path", p ? p : json_null());
+    json_object_set_new(j, "sha256", json_string(r.digest));
+    json_object_set_new(j, "reused", json_boolean(r.reused));
     ctl_json_print(stdout, j);
   } else {
     /* The epoch alone on stdout, for epoch=$(workerctl deploy ...); context on stderr. */
-    printf("%" PRIu64 "\n", epoch);
-    fprintf(stderr, "deployed %s epoch %" PRIu64 " at %s (now CURRENT)\n", function, epoch, path);
+    printf("%" PRIu64 "\n", r.epoch);
+    fprintf(stderr, "%s %s epoch %" PRIu64 " at %s (now CURRENT) sha256:%s\n",
+            r.reused ? "unchanged content: already" : "deployed", function, r.epoch, path,
+            r.digest);
+  }
+  return CTL_EXIT_OK;
+}
+
+int ctl_cmd_rollback(ctl_args *a) {
+  const char *root = code_root(a);
+  if (!root)
+    return ctl_usage_error(a, "no code root: pass --code-root DIR or set WORKER_CODE_ROOT");
+  uint64_t epoch = 0;
+  if (a->npos > 1 && !ctl_parse_u64(a->pos[1], 1, UINT64_MAX, &epoch))
+    return ctl_usage_error(a, "EPOCH must be a positive number, got '%s'", a->pos[1]);
+  uint64_t now = 0;
+  char err[1024];
+  if (wk_code_store_set_current(root, a->pos[0], epoch, &now, err, sizeof err) != 0) {
+    fprintf(stderr, "workerctl rollback: %s\n", err);
+    return CTL_EXIT_TASK_FAILED;
+  }
+  char hex[WK_CODE_STORE_DIGEST_HEX + 1];
+  bool have = wk_code_store_digest(root, a->pos[0], now, hex) == 0;
+  if (a->json) {
+    json_t *j = json_object();
+    json_object_set_new(j, "function", json_string(a->pos[0]));
+    json_object_set_new(j, "current", ctl_json_u64(now));
+    json_object_set_new(j, "sha256", have ? json_string(hex) : json_null());
+    ctl_json_print(stdout, j);
+  } else {
+    printf("%" PRIu64 "\n", now);
+    fprintf(stderr, "%s: CURRENT is epoch %" PRIu64 " sha256:%s\n", a->pos[0], now,
+            have ? hex : "(not recorded)");
   }
   return CTL_EXIT_OK;
 }
@@ -844,15 +885,26 @@ int ctl_cmd_epochs(ctl_args *a) {
     json_t *j = json_object();
     json_object_set_new(j, "function", json_string(function));
     json_t *arr = json_array();
-    for (size_t i = 0; i < got; i++) json_array_append_new(arr, ctl_json_u64(epochs[i]));
+    json_t *digests = json_object();
+    for (size_t i = 0; i < got; i++) {
+      json_array_append_new(arr, ctl_json_u64(epochs[i]));
+      char key[24], hex[WK_CODE_STORE_DIGEST_HEX + 1];
+      snprintf(key, sizeof key, "%" PRIu64, epochs[i]);
+      bool have = wk_code_store_digest(root, function, epochs[i], hex) == 0;
+      json_object_set_new(digests, key, have ? json_string(hex) : json_null());
+    }
     json_object_set_new(j, "epochs", arr);
+    json_object_set_new(j, "sha256", digests); /* by epoch; null when not recorded */
     json_object_set_new(j, "current", ctl_json_u64(current));
     ctl_json_print(stdout, j);
   } else if (got == 0) {
     printf("%s: no epoch deployed under %s\n", function, root);
   } else {
     for (size_t i = 0; i < got; i++) {
-      printf("%s %" PRIu64 "%s\n", function, epochs[i], epochs[i] == current ? " CURRENT" : "");
+      char hex[WK_CODE_STORE_DIGEST_HEX + 1];
+      bool have = wk_code_store_digest(root, function, epochs[i], hex) == 0;
+      printf("%s %" PRIu64 " sha256:%s%s\n", function, epochs[i], have ? hex : "-",
+             epochs[i] == current ? " CURRENT" : "");
     }
   }
   free(epochs);

@@ -40,7 +40,14 @@ def main(argv: list[str] | None = None) -> int:
     exit status: 0 after SHUTDOWN or EOF, 1 when it cannot start (limits, connect,
     HELLO). A protocol error exits the process with status 2 from where it is found."""
     ap = argparse.ArgumentParser(description="Python executor of the Worker")
-    ap.add_argument("--socket", required=True, help="the Worker's Unix-domain socket path")
+    ap.add_argument("--socket", help="the Worker's Unix-domain socket path (required unless "
+                    "--check-code)")
+    ap.add_argument("--check-code", metavar="DIR",
+                    help="do not run: check that every *.py file under DIR compiles and that "
+                         "--entrypoint loads, exit 1 with the reason on stderr if not "
+                         "(workerctl deploy's check)")
+    ap.add_argument("--entrypoint", default="main:handler",
+                    help="the entry point --check-code loads (default main:handler)")
     ap.add_argument("--max-frame", type=int, default=DEFAULT_MAX_FRAME,
                     help="largest frame accepted or sent, bytes after the length prefix")
     ap.add_argument("--capture-max", type=int, default=DEFAULT_CAPTURE_MAX,
@@ -62,6 +69,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="RLIMIT_CPU (CPU seconds over the executor's life); 0 leaves it "
                          "unchanged")
     opts = ap.parse_args(argv)
+    if opts.check_code:
+        from . import check  # only the check needs it
+        return check.main(opts.check_code, opts.entrypoint)
+    if not opts.socket:
+        ap.error("--socket is required")
     if opts.pycache_prefix:
         sys.pycache_prefix = opts.pycache_prefix
     else:

@@ -18,7 +18,10 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <openssl/evp.h>
+#include <pthread.h>
 #include <unistd.h>
+
 #include "lib/wk_alloc.h"
 
 #define CS_PATH_MAX 4096u                   /* bytes of any path we build */
@@ -27,6 +30,7 @@
 #define CS_COPY_BUF (64u * 1024u)
 #define CS_CURRENT "CURRENT"
 #define CS_LOCK ".deploy.lock"
+#define CS_DIGEST_SUFFIX ".sha256"
 
 /* ---- errors ------------------------------------------------------------------ */
 
@@ -603,17 +607,39 @@ fail:;
   int e = errno;
   (void)unlink(tmp);
   wk_errf(err, err_len,
-          "epoch %" PRIu64
-          " of '%s' was published but CURRENT could not be switched to it "
-          "(%s: %s); it can still be pinned by epoch",
-          epoch, function, cur, strerror(e));
+          "CURRENT of '%s' could not be switched to epoch %" PRIu64
+          " (%s: %s); the epoch can still be pinned by number",
+          function, epoch, cur, strerror(e));
   return -1;
 }
 
-int wk_code_store_deploy(const char *root, const char *function, const char *src_dir,
-                         uint64_t *epoch, char *err, size_t err_len) {
-  WK_ASSERT(epoch);
-  WK_ASSERT(err || err_len == 0);
+/* ---- locking -------------------------------------------------------------------- */
+
+/* Takes the deploy lock of fn_dir (creating the lock file); returns its fd or -1. */
+static int lock_function(const char *fn_dir, char *err, size_t err_len) {
+  char lock_path[CS_PATH_MAX];
+  if (!join(lock_path, sizeof lock_path, fn_dir, CS_LOCK)) {
+    wk_errf(err, err_len, "code root path too long: %s", fn_dir);
+    return -1;
+  }
+  int fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    wk_errf(err, err_len, "cannot open %s: %s", lock_path, strerror(errno));
+    return -1;
+  }
+  while (flock(fd, LOCK_EX) != 0) {
+    if (errno != EINTR) {
+      wk_errf(err, err_len, "cannot lock %s: %s", lock_path, strerror(errno));
+      close(fd);
+      return -1;
+    }
+  }
+  return fd;
+}
+
+/* fn_dir for a valid function name under a non-empty root, or -1 with err. */
+static int function_dir(const char *root, const char *function, char *fn_dir, size_t len, char *err,
+                        size_t err_len) {
   if (!wk_code_store_valid_function_name(function)) {
     name_err(function, err, err_len);
     return -1;
@@ -622,11 +648,179 @@ int wk_code_store_deploy(const char *root, const char *function, const char *src
     wk_errf(err, err_len, "no code root given");
     return -1;
   }
+  if (!join(fn_dir, len, root, function)) {
+    wk_errf(err, err_len, "code root path too long: %s", root);
+    return -1;
+  }
+  return 0;
+}
+
+/* ---- digests ------------------------------------------------------------------- */
+
+static int by_name(const struct dirent **a, const struct dirent **b) {
+  return strcmp((*a)->d_name, (*b)->d_name);
+}
+
+static int not_dots(const struct dirent *d) {
+  return strcmp(d->d_name, ".") != 0 && strcmp(d->d_name, "..") != 0;
+}
+
+/* Feeds the tree `dir` (its path relative to the epoch is `rel`, "" at the top) into md
+ * in name order: "D rel\0" per directory, "F rel\0x|- size\0content" per file. */
+static int digest_tree(EVP_MD_CTX *md, const char *dir, const char *rel, unsigned depth, char *buf,
+                       char *err, size_t err_len) {
+  struct dirent **names = NULL;
+  int n = scandir(dir, &names, not_dots, by_name);
+  if (n < 0) {
+    wk_errf(err, err_len, "cannot read directory %s: %s", dir, strerror(errno));
+    return -1;
+  }
+  int rc = 0;
+  for (int i = 0; i < n; i++) {
+    char path[CS_PATH_MAX], sub[CS_PATH_MAX];
+    const char *name = names[i]->d_name;
+    int w = rel[0] ? snprintf(sub, sizeof sub, "%s/%s", rel, name)
+                   : snprintf(sub, sizeof sub, "%s", name);
+    struct stat st;
+    if (rc != 0) continue; /* free the rest */
+    if (w < 0 || (size_t)w >= sizeof sub || !join(path, sizeof path, dir, name) ||
+        lstat(path, &st) != 0) {
+      wk_errf(err, err_len, "cannot digest %s/%s", dir, name);
+      rc = -1;
+      continue;
+    }
+    if (S_ISDIR(st.st_mode) && depth < WK_CODE_STORE_MAX_DEPTH) {
+      EVP_DigestUpdate(md, "D ", 2);
+      EVP_DigestUpdate(md, sub, strlen(sub) + 1);
+      rc = digest_tree(md, path, sub, depth + 1, buf, err, err_len);
+      continue;
+    }
+    int fd = S_ISREG(st.st_mode) ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+    if (fd < 0) {
+      wk_errf(err, err_len, "cannot digest %s: not a readable regular file", path);
+      rc = -1;
+      continue;
+    }
+    char head[48];
+    int hn = snprintf(head, sizeof head, "%c %lld", (st.st_mode & 0111) ? 'x' : '-',
+                      (long long)st.st_size);
+    EVP_DigestUpdate(md, "F ", 2);
+    EVP_DigestUpdate(md, sub, strlen(sub) + 1);
+    EVP_DigestUpdate(md, head, (size_t)hn + 1);
+    for (;;) {
+      ssize_t r = read(fd, buf, CS_COPY_BUF);
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) {
+        wk_errf(err, err_len, "cannot read %s: %s", path, strerror(errno));
+        rc = -1;
+      }
+      if (r <= 0) break;
+      EVP_DigestUpdate(md, buf, (size_t)r);
+    }
+    close(fd);
+  }
+  for (int i = 0; i < n; i++) free(names[i]);
+  free(names);
+  return rc;
+}
+
+/* The sha256 of the tree `dir` as hex into out (WK_CODE_STORE_DIGEST_HEX + 1 bytes). */
+static int digest_dir(const char *dir, char *buf, char *out, char *err, size_t err_len) {
+  EVP_MD_CTX *md = EVP_MD_CTX_new();
+  if (!md || EVP_DigestInit_ex(md, EVP_sha256(), NULL) != 1) {
+    EVP_MD_CTX_free(md);
+    wk_errf(err, err_len, "sha256 is not available from libcrypto");
+    return -1;
+  }
+  int rc = digest_tree(md, dir, "", 0, buf, err, err_len);
+  unsigned char d[EVP_MAX_MD_SIZE];
+  unsigned int dn = 0;
+  if (rc == 0 && EVP_DigestFinal_ex(md, d, &dn) != 1) rc = -1;
+  EVP_MD_CTX_free(md);
+  if (rc != 0) return -1;
+  WK_ASSERT(dn * 2 == WK_CODE_STORE_DIGEST_HEX);
+  for (unsigned i = 0; i < dn; i++) snprintf(out + 2 * i, 3, "%02x", d[i]);
+  return 0;
+}
+
+static bool digest_path(const char *fn_dir, uint64_t epoch, char *out, size_t len) {
+  int n = snprintf(out, len, "%s/%" PRIu64 CS_DIGEST_SUFFIX, fn_dir, epoch);
+  return n >= 0 && (size_t)n < len;
+}
+
+static int read_digest(const char *fn_dir, uint64_t epoch, char *hex) {
+  char p[CS_PATH_MAX];
+  if (!digest_path(fn_dir, epoch, p, sizeof p)) return -1;
+  FILE *f = fopen(p, "re");
+  if (!f) return -1;
+  char line[WK_CODE_STORE_DIGEST_HEX + 4];
+  bool ok = fgets(line, sizeof line, f) != NULL && strlen(line) >= WK_CODE_STORE_DIGEST_HEX;
+  fclose(f);
+  if (!ok) return -1;
+  for (unsigned i = 0; i < WK_CODE_STORE_DIGEST_HEX; i++) {
+    char c = line[i];
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return -1;
+  }
+  memcpy(hex, line, WK_CODE_STORE_DIGEST_HEX);
+  hex[WK_CODE_STORE_DIGEST_HEX] = '\0';
+  return 0;
+}
+
+static int write_digest(const char *fn_dir, uint64_t epoch, const char *hex, char *err,
+                        size_t err_len) {
+  char p[CS_PATH_MAX], tmp[CS_PATH_MAX + 32];
+  if (!digest_path(fn_dir, epoch, p, sizeof p)) {
+    wk_errf(err, err_len, "code root path too long: %s", fn_dir);
+    return -1;
+  }
+  snprintf(tmp, sizeof tmp, "%s.tmp-%ld", p, (long)getpid());
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0444);
+  char line[WK_CODE_STORE_DIGEST_HEX + 2];
+  int n = snprintf(line, sizeof line, "%s\n", hex);
+  bool ok = fd >= 0 && write_all(fd, line, (size_t)n) == 0 && fsync(fd) == 0;
+  int e = errno;
+  if (fd >= 0 && close(fd) != 0) ok = false;
+  if (ok && rename(tmp, p) != 0) {
+    e = errno;
+    ok = false;
+  }
+  if (!ok) {
+    (void)unlink(tmp);
+    wk_errf(err, err_len, "cannot write %s: %s", p, strerror(e));
+    return -1;
+  }
+  return 0;
+}
+
+int wk_code_store_digest(const char *root, const char *function, uint64_t epoch, char *hex) {
+  char fn_dir[CS_PATH_MAX];
+  hex[0] = '\0';
+  if (function_dir(root, function, fn_dir, sizeof fn_dir, NULL, 0) != 0) return -1;
+  return read_digest(fn_dir, epoch, hex);
+}
+
+/* The published epoch whose recorded digest is `hex`, or 0. */
+static uint64_t epoch_with_digest(const char *fn_dir, const char *hex) {
+  uint64_t highest = 0, *all = NULL, found = 0;
+  size_t n = 0;
+  char ignored[8];
+  if (scan_epochs(fn_dir, &highest, &all, &n, ignored, sizeof ignored) != 0) return 0;
+  for (size_t i = n; i-- > 0 && !found;) {
+    char d[WK_CODE_STORE_DIGEST_HEX + 1];
+    if (read_digest(fn_dir, all[i], d) == 0 && strcmp(d, hex) == 0) found = all[i];
+  }
+  free(all);
+  return found;
+}
+
+/* ---- deploy ----------------------------------------------------------------------- */
+
+/* Checks src_dir before anything is created; its real path into src_real. */
+static int check_source(const char *src_dir, char *src_real, char *err, size_t err_len) {
   if (!src_dir || !*src_dir) {
     wk_errf(err, err_len, "no source directory given");
     return -1;
   }
-  /* Check the source first: a deploy of a missing directory changes nothing at all. */
   struct stat st;
   if (stat(src_dir, &st) != 0) {
     wk_errf(err, err_len, "source directory %s: %s", src_dir, strerror(errno));
@@ -636,7 +830,6 @@ int wk_code_store_deploy(const char *root, const char *function, const char *src
     wk_errf(err, err_len, "source %s is not a directory", src_dir);
     return -1;
   }
-  char src_real[PATH_MAX];
   if (!realpath(src_dir, src_real)) {
     wk_errf(err, err_len, "source directory %s: %s", src_dir, strerror(errno));
     return -1;
@@ -645,10 +838,30 @@ int wk_code_store_deploy(const char *root, const char *function, const char *src
     wk_errf(err, err_len, "source directory %s is not readable: %s", src_dir, strerror(errno));
     return -1;
   }
+  return 0;
+}
 
+int wk_code_store_deploy(const char *root, const char *function, const char *src_dir,
+                         uint64_t *epoch, char *err, size_t err_len) {
+  WK_ASSERT(epoch);
+  wk_code_deploy_result r;
+  if (wk_code_store_deploy_opts(root, function, src_dir, NULL, &r, err, err_len) != 0) return -1;
+  *epoch = r.epoch;
+  return 0;
+}
+
+int wk_code_store_deploy_opts(const char *root, const char *function, const char *src_dir,
+                              const wk_code_deploy_opts *opts, wk_code_deploy_result *out,
+                              char *err, size_t err_len) {
+  WK_ASSERT(out);
+  WK_ASSERT(err || err_len == 0);
+  memset(out, 0, sizeof *out);
   char fn_dir[CS_PATH_MAX], lock_path[CS_PATH_MAX];
-  if (!join(fn_dir, sizeof fn_dir, root, function) ||
-      !join(lock_path, sizeof lock_path, fn_dir, CS_LOCK)) {
+  if (function_dir(root, function, fn_dir, sizeof fn_dir, err, err_len) != 0) return -1;
+  /* Check the source first: a deploy of a missing directory changes nothing at all. */
+  char src_real[PATH_MAX];
+  if (check_source(src_dir, src_real, err, err_len) != 0) return -1;
+  if (!join(lock_path, sizeof lock_path, fn_dir, CS_LOCK)) {
     wk_errf(err, err_len, "code root path too long: %s", root);
     return -1;
   }
@@ -681,25 +894,16 @@ int wk_code_store_deploy(const char *root, const char *function, const char *src
             src_dir, fn_dir);
     goto out;
   }
-  lock_fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (lock_fd < 0) {
-    wk_errf(err, err_len, "cannot open %s: %s", lock_path, strerror(errno));
-    goto out;
-  }
-  while (flock(lock_fd, LOCK_EX) != 0) {
-    if (errno != EINTR) {
-      wk_errf(err, err_len, "cannot lock %s: %s", lock_path, strerror(errno));
-      goto out;
-    }
-  }
+  lock_fd = lock_function(fn_dir, err, err_len);
+  if (lock_fd < 0) goto out;
 
   /* Under the lock: the next epoch is above every published one and above CURRENT. */
   uint64_t highest = 0, cur = 0;
   size_t n = 0;
   if (scan_epochs(fn_dir, &highest, NULL, &n, err, err_len) != 0) goto out;
   char ignored[8];
-  if (read_current(fn_dir, function, &cur, ignored, sizeof ignored) == CUR_OK && cur > highest)
-    highest = cur;
+  bool have_current = read_current(fn_dir, function, &cur, ignored, sizeof ignored) == CUR_OK;
+  if (have_current && cur > highest) highest = cur;
   if (highest >= CS_EPOCH_MAX) {
     wk_errf(err, err_len, "function '%s' has run out of epochs", function);
     goto out;
@@ -727,12 +931,25 @@ int wk_code_store_deploy(const char *root, const char *function, const char *src
                  .err = err,
                  .err_len = err_len};
   if (copy_tree(&cx, src_real, staging, 0) != 0) goto out;
+  if (digest_dir(staging, buf, out->digest, err, err_len) != 0) goto out;
+  if (opts && opts->check && opts->check(opts->check_ud, staging, err, err_len) != 0) goto out;
+  uint64_t same = epoch_with_digest(fn_dir, out->digest);
+  if (same) { /* this content is published already: make that epoch CURRENT */
+    created_fn = false;
+    if ((!have_current || cur != same) && switch_current(fn_dir, function, same, err, err_len) != 0)
+      goto out;
+    out->epoch = same;
+    out->reused = true;
+    rc = 0;
+    goto out;
+  }
   if (publish(staging, fn_dir, function, &e, err, err_len) != 0) goto out;
   staging[0] = '\0'; /* it is the epoch now */
   WK_ASSERT(e > highest);
   created_fn = false; /* the function holds a published epoch: never remove it */
+  if (write_digest(fn_dir, e, out->digest, err, err_len) != 0) goto out;
   if (switch_current(fn_dir, function, e, err, err_len) != 0) goto out;
-  *epoch = e;
+  out->epoch = e;
   rc = 0;
 out:
   free(buf);
@@ -742,5 +959,186 @@ out:
     (void)rmdir(fn_dir);
   }
   if (lock_fd >= 0) close(lock_fd); /* releases the flock */
+  return rc;
+}
+
+/* ---- rollback ---------------------------------------------------------------------- */
+
+int wk_code_store_set_current(const char *root, const char *function, uint64_t epoch, uint64_t *now,
+                              char *err, size_t err_len) {
+  WK_ASSERT(now);
+  *now = 0;
+  char fn_dir[CS_PATH_MAX];
+  if (function_dir(root, function, fn_dir, sizeof fn_dir, err, err_len) != 0) return -1;
+  if (!is_dir(fn_dir)) {
+    wk_errf(err, err_len, "function '%s' is not deployed (no directory %s)", function, fn_dir);
+    return -1;
+  }
+  int lock_fd = lock_function(fn_dir, err, err_len);
+  if (lock_fd < 0) return -1;
+  int rc = -1;
+  uint64_t highest = 0, *all = NULL, cur = 0;
+  size_t n = 0;
+  if (scan_epochs(fn_dir, &highest, &all, &n, err, err_len) != 0) goto out;
+  char cur_err[256];
+  bool have_current = read_current(fn_dir, function, &cur, cur_err, sizeof cur_err) == CUR_OK;
+  if (epoch == 0) {
+    if (!have_current) {
+      wk_errf(err, err_len, "%s; name the epoch to make CURRENT", cur_err);
+      goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+      if (all[i] < cur) epoch = all[i]; /* sorted: the last one below CURRENT */
+    }
+    if (epoch == 0) {
+      wk_errf(err, err_len,
+              "function '%s' has no published epoch below CURRENT (%" PRIu64 ") to roll back to",
+              function, cur);
+      goto out;
+    }
+  }
+  bool published = false;
+  for (size_t i = 0; i < n; i++) published = published || all[i] == epoch;
+  if (!published) {
+    wk_errf(err, err_len,
+            "epoch %" PRIu64 " of '%s' is not published (epochs: %zu, highest %" PRIu64 ")", epoch,
+            function, n, highest);
+    goto out;
+  }
+  if ((!have_current || cur != epoch) && switch_current(fn_dir, function, epoch, err, err_len) != 0)
+    goto out;
+  *now = epoch;
+  rc = 0;
+out:
+  free(all);
+  close(lock_fd);
+  return rc;
+}
+
+/* ---- pins ------------------------------------------------------------------------- */
+
+typedef struct pin_entry {
+  char function[WK_CODE_STORE_NAME_MAX + 1];
+  uint64_t epoch; /* 0: the holds of the function */
+  uint32_t count;
+} pin_entry;
+
+struct wk_code_pins {
+  pthread_mutex_t mu;
+  pin_entry *items;
+  size_t n, cap;
+};
+
+wk_code_pins *wk_code_pins_create(void) {
+  wk_code_pins *p = wk_xcalloc(1, sizeof *p);
+  pthread_mutex_init(&p->mu, NULL);
+  return p;
+}
+
+void wk_code_pins_destroy(wk_code_pins *p) {
+  if (!p) return;
+  pthread_mutex_destroy(&p->mu);
+  free(p->items);
+  free(p);
+}
+
+/* The entry of (function, epoch); with create, made when missing. Under p->mu. */
+static pin_entry *pin_find(wk_code_pins *p, const char *function, uint64_t epoch, bool create) {
+  for (size_t i = 0; i < p->n; i++) {
+    if (p->items[i].epoch == epoch && strcmp(p->items[i].function, function) == 0)
+      return &p->items[i];
+  }
+  if (!create) return NULL;
+  if (p->n == p->cap) {
+    p->cap = p->cap ? p->cap * 2 : 16;
+    p->items = wk_xrealloc(p->items, p->cap * sizeof *p->items);
+  }
+  pin_entry *e = &p->items[p->n++];
+  snprintf(e->function, sizeof e->function, "%s", function);
+  e->epoch = epoch;
+  e->count = 0;
+  return e;
+}
+
+static void pin_add(wk_code_pins *p, const char *function, uint64_t epoch, int delta) {
+  pthread_mutex_lock(&p->mu);
+  pin_entry *e = pin_find(p, function, epoch, delta > 0);
+  WK_ASSERT(e || delta < 0);
+  if (e) {
+    WK_ASSERT(delta > 0 || e->count > 0); /* as many unpins as pins */
+    e->count = (uint32_t)((int64_t)e->count + delta);
+    if (e->count == 0) *e = p->items[--p->n]; /* unordered: the last one fills the gap */
+  }
+  pthread_mutex_unlock(&p->mu);
+}
+
+void wk_code_pins_hold(wk_code_pins *p, const char *function) { pin_add(p, function, 0, 1); }
+void wk_code_pins_release(wk_code_pins *p, const char *function) { pin_add(p, function, 0, -1); }
+
+void wk_code_pins_pin(wk_code_pins *p, const char *function, uint64_t epoch) {
+  WK_ASSERT(epoch > 0);
+  pin_add(p, function, epoch, 1);
+}
+
+void wk_code_pins_unpin(wk_code_pins *p, const char *function, uint64_t epoch) {
+  WK_ASSERT(epoch > 0);
+  pin_add(p, function, epoch, -1);
+}
+
+uint32_t wk_code_pins_count(wk_code_pins *p, const char *function, uint64_t epoch) {
+  pthread_mutex_lock(&p->mu);
+  const pin_entry *e = pin_find(p, function, epoch, false);
+  uint32_t n = e ? e->count : 0;
+  pthread_mutex_unlock(&p->mu);
+  return n;
+}
+
+/* ---- removal of old epochs ---------------------------------------------------------- */
+
+/* Renames fn_dir/<epoch> to `gone` unless pins hold the function or pin the epoch:
+ * decided and done under the pins' mutex. */
+static bool take_epoch(wk_code_pins *pins, const char *fn_dir, const char *function, uint64_t epoch,
+                       const char *gone) {
+  char dir[CS_PATH_MAX];
+  if (snprintf(dir, sizeof dir, "%s/%" PRIu64, fn_dir, epoch) >= (int)sizeof dir) return false;
+  if (pins) pthread_mutex_lock(&pins->mu);
+  bool busy =
+      pins && (pin_find(pins, function, 0, false) || pin_find(pins, function, epoch, false));
+  bool taken = !busy && rename(dir, gone) == 0;
+  if (pins) pthread_mutex_unlock(&pins->mu);
+  return taken;
+}
+
+int wk_code_store_prune(const char *root, const char *function, uint32_t keep, wk_code_pins *pins,
+                        uint64_t *removed, size_t cap, size_t *n_removed, char *err,
+                        size_t err_len) {
+  WK_ASSERT(n_removed && (removed || cap == 0));
+  *n_removed = 0;
+  char fn_dir[CS_PATH_MAX];
+  if (function_dir(root, function, fn_dir, sizeof fn_dir, err, err_len) != 0) return -1;
+  if (keep == 0 || !is_dir(fn_dir)) return 0;
+  int lock_fd = lock_function(fn_dir, err, err_len);
+  if (lock_fd < 0) return -1;
+  uint64_t highest = 0, *all = NULL, cur = 0;
+  size_t n = 0;
+  int rc = scan_epochs(fn_dir, &highest, &all, &n, err, err_len);
+  char ignored[8];
+  /* without a readable CURRENT nothing is removed: which epoch is live is unknown */
+  if (rc == 0 && read_current(fn_dir, function, &cur, ignored, sizeof ignored) == CUR_OK) {
+    for (size_t i = 0; n > keep && i < n - keep; i++) {
+      if (all[i] == cur) continue;
+      char gone[CS_PATH_MAX], digest[CS_PATH_MAX];
+      int w = snprintf(gone, sizeof gone, "%s/.removing-%" PRIu64 "-%ld", fn_dir, all[i],
+                       (long)getpid());
+      if (w < 0 || (size_t)w >= sizeof gone) break;
+      if (!take_epoch(pins, fn_dir, function, all[i], gone)) continue;
+      rm_tree(gone);
+      if (digest_path(fn_dir, all[i], digest, sizeof digest)) (void)unlink(digest);
+      if (*n_removed < cap) removed[*n_removed] = all[i];
+      (*n_removed)++;
+    }
+  }
+  free(all);
+  close(lock_fd);
   return rc;
 }

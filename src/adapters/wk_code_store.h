@@ -4,8 +4,10 @@
  *
  *   code_root/<function>/<epoch>/      one published epoch (epoch = 1, 2, ...)
  *   code_root/<function>/CURRENT       the current epoch as decimal + "\n"
+ *   code_root/<function>/<epoch>.sha256  the epoch's content digest, hex + "\n"
  *   code_root/<function>/.deploy.lock  serialises deploys of one function (flock)
  *   code_root/<function>/.staging-*    a deploy in progress (never resolved)
+ *   code_root/<function>/.removing-*   an epoch being removed (never resolved)
  *
  * An epoch directory is published by one rename() of a fully written and fsynced
  * staging directory, and never modified afterwards (its files are made read-only), so
@@ -29,6 +31,7 @@
 #define WK_CODE_STORE_MAX_DEPTH 32u      /* directory levels copied by a deploy */
 #define WK_CODE_STORE_MAX_FILES 100000u  /* files and directories copied by a deploy */
 #define WK_CODE_STORE_DEPLOY_RETRIES 16u /* epochs tried when another deploy takes ours */
+#define WK_CODE_STORE_DIGEST_HEX 64u     /* hex characters of a sha256 digest */
 
 /** True when `name` is a usable function name: 1..128 bytes of [A-Za-z0-9_.-], not
  * starting with '.'. Such a name is one path component that cannot escape the root
@@ -64,5 +67,77 @@ int wk_code_store_deploy(const char *root, const char *function, const char *src
  * function name; I/O error reading the directory. */
 int wk_code_store_list(const char *root, const char *function, uint64_t *epochs, size_t cap,
                        size_t *count, uint64_t *current, char *err, size_t err_len);
+
+/* ---- digests, checked deploys, rollback ----------------------------------------- */
+
+/** Checks a staged copy of the code before it is published (e.g. that it compiles and
+ * its entry point imports). Returns 0 to go on, or -1 with the reason in err. */
+typedef int (*wk_code_check_fn)(void *ud, const char *staged_dir, char *err, size_t err_len);
+
+typedef struct wk_code_deploy_opts {
+  wk_code_check_fn check; /* NULL: no check */
+  void *check_ud;
+} wk_code_deploy_opts;
+
+typedef struct wk_code_deploy_result {
+  uint64_t epoch;                            /* the epoch now CURRENT */
+  char digest[WK_CODE_STORE_DIGEST_HEX + 1]; /* its sha256, hex */
+  bool reused;                               /* the content was already that epoch's */
+} wk_code_deploy_result;
+
+/** wk_code_store_deploy with a check and the content digest. The source is copied to
+ * a staging directory, digested (sha256 over the sorted relative paths, the executable
+ * bits and the contents: the same tree gives the same digest wherever it comes from),
+ * then checked with opts->check (may be NULL); a check failure leaves everything as it
+ * was. When an existing epoch has the same digest, no epoch is added: CURRENT moves to
+ * that epoch and out->reused is true. Otherwise the next epoch is published with its
+ * digest file. Errors as wk_code_store_deploy, plus the check's. */
+int wk_code_store_deploy_opts(const char *root, const char *function, const char *src_dir,
+                              const wk_code_deploy_opts *opts, wk_code_deploy_result *out,
+                              char *err, size_t err_len);
+
+/** The recorded digest of an epoch into hex (WK_CODE_STORE_DIGEST_HEX + 1 bytes): 0,
+ * or -1 when none is recorded (an epoch deployed before digests existed) or on error. */
+int wk_code_store_digest(const char *root, const char *function, uint64_t epoch, char *hex);
+
+/** Moves CURRENT of `function` to `epoch` (rollback, or forward again), under the deploy
+ * lock. epoch 0 means the highest published epoch below CURRENT. Writes the epoch now
+ * CURRENT to *now. Errors (-1): invalid name; not deployed; the epoch is not published;
+ * epoch 0 with no epoch below CURRENT; I/O error. */
+int wk_code_store_set_current(const char *root, const char *function, uint64_t epoch, uint64_t *now,
+                              char *err, size_t err_len);
+
+/* ---- pins and removal of old epochs -------------------------------------------- */
+
+/** What a process pins: epochs of functions that tasks run, and functions being
+ * resolved right now (a hold: none of their epochs may go). Thread-safe (a mutex). */
+typedef struct wk_code_pins wk_code_pins;
+
+/** Creates an empty pin table (never NULL: aborts on OOM); destroy frees it. */
+wk_code_pins *wk_code_pins_create(void);
+void wk_code_pins_destroy(wk_code_pins *p);
+
+/** Holds / releases every epoch of `function` (while resolving which one to pin). */
+void wk_code_pins_hold(wk_code_pins *p, const char *function);
+void wk_code_pins_release(wk_code_pins *p, const char *function);
+
+/** Pins / unpins one epoch (reference counted: as many unpins as pins). */
+void wk_code_pins_pin(wk_code_pins *p, const char *function, uint64_t epoch);
+void wk_code_pins_unpin(wk_code_pins *p, const char *function, uint64_t epoch);
+
+/** Pins of `function` at `epoch` now (0 = the holds of the function). */
+uint32_t wk_code_pins_count(wk_code_pins *p, const char *function, uint64_t epoch);
+
+/** Removes old epochs of `function`: every published epoch except the `keep` highest,
+ * CURRENT, and those `pins` pins or holds (pins may be NULL), under the deploy lock.
+ * keep 0 removes nothing. Each epoch leaves by one rename (decided under the pins'
+ * mutex, so a pin taken before it is honoured and one taken after finds the epoch
+ * gone), then its tree and digest are deleted. Writes the epochs removed (up to `cap`)
+ * to removed and their number to *n_removed. Errors (-1): invalid name; I/O error
+ * (epochs removed before it stay removed). A function that is not deployed is not an
+ * error. */
+int wk_code_store_prune(const char *root, const char *function, uint32_t keep, wk_code_pins *pins,
+                        uint64_t *removed, size_t cap, size_t *n_removed, char *err,
+                        size_t err_len);
 
 #endif

@@ -467,6 +467,7 @@ static void build_orch_config(const wk_app *app, wk_orch_config *ocfg) {
   const wk_app_config *cfg = app->cfg;
   *ocfg = (wk_orch_config){
       .code_root = app->code_root,
+      .code_epochs_kept = cfg->code_epochs_kept,
       .scratch_root = app->scratch_root,
       .tick_ms = cfg->tick_ms,
       /* every result the worker sends fits in max_message_bytes, framing included */

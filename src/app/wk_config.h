@@ -81,8 +81,10 @@ typedef struct wk_app_config {
   char tls_client_ca_file[WK_CONFIG_PATH_MAX]; /* set = mutual TLS required */
   char auth_token[512];     /* set = every RPC needs "authorization: Bearer <token>" */
   uint64_t io_scope_max_mb; /* a task's scratch directory at most (0 = unbounded) */
-  char audit_allow[1024];   /* functions allowed (comma-separated, '*' suffix); "" = all */
-  char audit_deny[1024];    /* functions refused, checked first */
+  uint32_t
+      code_epochs_kept;   /* newest epochs kept per function besides CURRENT and pins (0 = all) */
+  char audit_allow[1024]; /* functions allowed (comma-separated, '*' suffix); "" = all */
+  char audit_deny[1024];  /* functions refused, checked first */
   char
       usage_log[WK_CONFIG_PATH_MAX]; /* usage records appended here as JSON lines ("" = log only) */
   char output_dir[WK_CONFIG_PATH_MAX]; /* file writer: where <task_id>.jsonl files go ("" = off) */

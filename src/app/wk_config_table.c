@@ -28,6 +28,9 @@ static const wk_config_item table[] = {
     {FIELD(code_root), .type = WK_CONFIG_STRING, .def = "./code", .min = 1,
      .max = STRMAX(code_root), .meta = "DIR",
      .help = "function code store (an existing directory)"},
+    {FIELD(code_epochs_kept), .type = WK_CONFIG_UINT, .def = "5", .min = 0, .max = 1000000,
+     .help = "code epochs kept per function: the newest N, CURRENT and every epoch a task pins; "
+             "older ones are removed once no task pins them (0 = keep all)"},
     {FIELD(scratch_root), .type = WK_CONFIG_STRING, .def = "", .min = 0,
      .max = STRMAX(scratch_root), .meta = "DIR",
      .help = "parent of per-task scratch dirs (empty = a fresh directory under $TMPDIR)"},

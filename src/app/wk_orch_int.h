@@ -41,6 +41,18 @@ typedef struct wk_orch__step {
   wk_task_rt *rt;
 } wk_orch__step;
 
+/* ---- wk_code_prune.c ------------------------------------------------------------------ */
+
+/** Removes old epochs of `function` beyond code_epochs_kept that nothing pins, on the
+ * threadpool (one job at a time; requests for a function already waiting are merged). */
+void wk_orch__prune_code(wk_orch *o, const char *function);
+
+/** wk_orch__prune_code as a wk_task_code_unpin callback (ud = the orchestrator). */
+void wk_orch__prune_code_cb(void *o, const char *function);
+
+/** Frees the prune requests not started (at close). */
+void wk_orch__prune_free(wk_orch *o);
+
 /* ---- wk_phase_sem.c ------------------------------------------------------------------ */
 
 /* A phase semaphore: at most `limit` tasks in the phase at once; the others wait
@@ -93,6 +105,9 @@ struct wk_orch {
   int handles_open;
   uint32_t jobs;      /* wk_orch__jobs on the threadpool: the orchestrator outlives them */
   wk_task_rt *scopes; /* runtimes in their calls phase, for the IO scope bound */
+  wk_code_pins *pins; /* the code epochs tasks run (wk_task_code.c), shared with prune jobs */
+  struct wk_orch__prune *prune_pending; /* functions to prune next (wk_code_prune.c) */
+  bool prune_running;                   /* a prune job is on the threadpool */
 };
 
 /** Reads the loop's clock once for this turn into o->now_ms and returns it. */

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "adapters/wk_code_store.h"
 #include "app/wk_calls.h"
 #include "app/wk_orch_int.h"
 #include "app/wk_subscriptions.h"
@@ -153,6 +154,8 @@ void wk_orch__exec_cmds(wk_orch *o, const wk_cmds *cmds) {
         WK_ASSERT(wk_task_state_terminal(r->state));
         WK_DEBUG_ASSERT(wk_orch__converged(o, rt)); /* the core let go of rt (I4) */
         wk_calls_stop(o->calls, rt, o->now_ms);
+        /* terminal: its epochs may go now (those beyond code_epochs_kept) */
+        wk_task_code_unpin(rt, &o->cfg.calls.code, wk_orch__prune_code_cb, o);
         wk_orch__scope_untrack(o, rt);
         wk_orch__release_all_sems(o, rt);
         wk_orch__log_task_finished(o, rt, r);
@@ -317,9 +320,12 @@ wk_orch *wk_orch_create(uv_loop_t *loop, const wk_orch_config *cfg, char *err, s
   o->cfg.calls.code = (wk_task_code_env){
       .code_root = cfg->code_root, .audit_allow = cfg->audit_allow, .audit_deny = cfg->audit_deny};
   o->cfg.calls.max_inline_output_bytes = o->cfg.max_inline_output_bytes; /* one setting */
+  o->pins = wk_code_pins_create();
+  o->cfg.calls.code.pins = o->pins;
   o->calls = wk_calls_create(&o->cfg.calls, &o->exec, wk_orch__calls_done, o, err, err_len);
   if (!o->calls) {
     wk_core_destroy(o->core);
+    wk_code_pins_destroy(o->pins);
     free(o);
     return NULL;
   }
@@ -406,6 +412,8 @@ void wk_orch__maybe_free(wk_orch *o) {
   wk_orch__health_free_all(o);
   wk_calls_destroy(o->calls);
   wk_core_destroy(o->core);
+  wk_orch__prune_free(o);
+  wk_code_pins_destroy(o->pins);
   pthread_mutex_destroy(&o->mu);
   free(o->events);
   free(o->draining_events);

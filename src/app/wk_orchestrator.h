@@ -50,6 +50,7 @@ typedef struct wk_orch wk_orch;
 typedef struct wk_orch_config {
   wk_core_config core;
   const char *code_root;
+  uint32_t code_epochs_kept;      /* epochs kept per function besides CURRENT and pins (0 = all) */
   const char *scratch_root;       /* parent of the tasks' scratch directories */
   int64_t tick_ms;                /* timer tick (500) */
   size_t max_inline_output_bytes; /* outputs kept in the TaskResult without a writer */

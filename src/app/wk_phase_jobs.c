@@ -311,10 +311,12 @@ static void on_activation_done(uv_work_t *w, int status) {
   if (!o) return;
   wk_orch__loop_now(o);
   WK_ASSERT(slot_id != 0); /* PREPARE_ACTIVATION names the task's slot */
-  if (!wk_orch__converged(o, rt)) {
+  bool converged = wk_orch__converged(o, rt);
+  if (!converged && status == 0 && rt->act.rc == 0) wk_task_code_adopt(rt, &o->cfg.calls.code);
+  wk_code_pins_release(o->pins, rt->req.function); /* pinned now, or not needed */
+  if (!converged) {
     wk_transition_result tr;
     if (status == 0 && rt->act.rc == 0) {
-      wk_task_code_adopt(rt);
       wk_core_handle_activation_prepared(o->core, rt->req.task_id, strlen(rt->req.task_id), slot_id,
                                          rt->act.epoch, o->now_ms, &tr);
     } else {
@@ -330,5 +332,8 @@ static void on_activation_done(uv_work_t *w, int status) {
 }
 
 void wk_orch__start_activation(wk_orch *o, wk_task_rt *rt, uint64_t slot_id) {
+  /* held before any file is read: no epoch of the function is removed until activation
+   * has pinned the one it resolved (on_activation_done) */
+  wk_code_pins_hold(o->pins, rt->req.function);
   wk_orch__queue_job(o, rt, slot_id, on_activation_work, on_activation_done);
 }

@@ -28,11 +28,24 @@ static uint32_t add_target(wk_rt_code *code, const char *function, size_t len, u
   return code->count++;
 }
 
-void wk_task_code_adopt(wk_task_rt *rt) {
+void wk_task_code_adopt(wk_task_rt *rt, const wk_task_code_env *env) {
   WK_ASSERT(rt->code.count == 0);
+  WK_ASSERT(!rt->code.unpinned);
   WK_ASSERT(rt->act.rc == 0 && rt->act.epoch > 0);
   (void)add_target(&rt->code, rt->req.function, strlen(rt->req.function), rt->act.epoch,
                    rt->act.code_dir);
+  if (env->pins) wk_code_pins_pin(env->pins, rt->req.function, rt->act.epoch);
+}
+
+void wk_task_code_unpin(wk_task_rt *rt, const wk_task_code_env *env,
+                        void (*on_function)(void *ud, const char *function), void *ud) {
+  if (rt->code.unpinned) return;
+  rt->code.unpinned = true;
+  for (uint32_t i = 0; i < rt->code.count; i++) {
+    const wk_rt_target *t = &rt->code.items[i];
+    if (env->pins) wk_code_pins_unpin(env->pins, t->function, t->epoch);
+    if (on_function) on_function(ud, t->function);
+  }
 }
 
 int wk_task_code_target(wk_task_rt *rt, const wk_task_code_env *env, const char *function,
@@ -66,18 +79,28 @@ int wk_task_code_target(wk_task_rt *rt, const wk_task_code_env *env, const char 
     *type = WK_TASK_CODE_DENIED;
     return -1;
   }
+  if (code->unpinned) {
+    *type = WK_TASK_CODE_REFUSED;
+    wk_errf(err, err_len, "the task is over: no subcall to '%s' starts", name);
+    return -1;
+  }
   if (code->count >= WK_TASK_CODE_TARGETS_MAX) {
     *type = WK_TASK_CODE_REFUSED;
     wk_errf(err, err_len, "a task's calls may run at most %u distinct functions; '%s' is one more",
             WK_TASK_CODE_TARGETS_MAX, name);
     return -1;
   }
+  /* held while resolving: no epoch of it goes before the one resolved is pinned */
+  if (env->pins) wk_code_pins_hold(env->pins, name);
   uint64_t epoch = 0;
   char dir[PATH_MAX];
-  if (wk_code_store_resolve(env->code_root, name, 0, &epoch, dir, sizeof dir, err, err_len) != 0)
-    return -1;
-  *index = add_target(code, name, len, epoch, dir);
-  return 0;
+  int rc = wk_code_store_resolve(env->code_root, name, 0, &epoch, dir, sizeof dir, err, err_len);
+  if (rc == 0) {
+    *index = add_target(code, name, len, epoch, dir);
+    if (env->pins) wk_code_pins_pin(env->pins, name, epoch);
+  }
+  if (env->pins) wk_code_pins_release(env->pins, name);
+  return rc;
 }
 
 void wk_task_code_free(wk_task_rt *rt) {

@@ -24,14 +24,23 @@
 
 /* Where targets are resolved and which functions may run. Strings are borrowed and
  * outlive every task. */
+typedef struct wk_code_pins wk_code_pins;
 typedef struct wk_task_code_env {
   const char *code_root;
+  wk_code_pins *pins; /* every target is pinned here until wk_task_code_unpin (may be NULL) */
   const char *audit_allow, *audit_deny;
 } wk_task_code_env;
 
-/** Makes the activation's epoch and code directory (rt->act) target 0. Call once,
- * on the loop thread, when activation succeeded. */
-void wk_task_code_adopt(wk_task_rt *rt);
+/** Makes the activation's epoch and code directory (rt->act) target 0 and pins it in
+ * env->pins. Call once, on the loop thread, when activation succeeded (the function
+ * was held since before activation resolved it: wk_code_pins_hold). */
+void wk_task_code_adopt(wk_task_rt *rt, const wk_task_code_env *env);
+
+/** Unpins every target of the task (it is terminal); no target is added afterwards.
+ * Calls on_function(ud, name) once per target, e.g. to remove epochs no longer
+ * pinned (may be NULL). Idempotent. */
+void wk_task_code_unpin(wk_task_rt *rt, const wk_task_code_env *env,
+                        void (*on_function)(void *ud, const char *function), void *ud);
 
 /** The target index of `function` (`len` bytes, not NUL-terminated) for a subcall of
  * `rt`: an existing target, else a new one resolved at CURRENT of the code store.

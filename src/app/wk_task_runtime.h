@@ -106,6 +106,7 @@ typedef struct wk_rt_target {
 typedef struct wk_rt_code {
   wk_rt_target *items;
   uint32_t count, cap;
+  bool unpinned; /* the task is terminal: its pins are gone, no target is added */
 } wk_rt_code;
 
 /* What the builder made, and whether the calls phase was reported. */

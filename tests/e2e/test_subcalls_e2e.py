@@ -71,7 +71,7 @@ def test_call_and_map_run_the_target_function(worker):
 
 
 def test_nested_a_b_c_each_runs_its_own_code_and_empty_name_is_the_caller(worker):
-    worker.deploy("chain_c", CHAIN_C)
+    worker.deploy("chain_c", CHAIN_C + "# first\n")
     worker.deploy("chain_c", CHAIN_C)  # epoch 2: C's CURRENT, not A's epoch, is used
     worker.deploy("chain_a", CHAIN_A)
     worker.deploy("chain_b", CHAIN_B)

@@ -108,8 +108,10 @@ typedef struct fx {
   wk_calls *calls;
   wk_task_rt *rt;
   char code_root[64]; /* a real code store: child_fn deployed, epochs 1 and 2 */
-  int done;           /* on_done calls */
-  bool ok;            /* rt->calls.ok when it came */
+  wk_code_pins *pins;
+  wk_task_code_env env;
+  int done; /* on_done calls */
+  bool ok;  /* rt->calls.ok when it came */
 } fx;
 
 static void on_done(void *ud, wk_task_rt *rt) {
@@ -127,7 +129,8 @@ static uint64_t deploy(fx *f, const char *name) {
   snprintf(file, sizeof file, "%s/main.py", src);
   FILE *fp = fopen(file, "w");
   assert_non_null(fp);
-  fputs("def handler(args, ctx):\n    return args\n", fp);
+  static int version; /* new content each time: a new epoch */
+  fprintf(fp, "def handler(args, ctx):\n    return args  # %d\n", ++version);
   fclose(fp);
   uint64_t epoch = 0;
   int rc = wk_code_store_deploy(f->code_root, name, src, &epoch, err, sizeof err);
@@ -149,6 +152,9 @@ static int setup_limit(void **state, size_t max_inline_output_bytes) {
                          .stream_batch = 3,
                          .code = {.code_root = f->code_root, .audit_deny = "secret*"},
                          .max_inline_output_bytes = max_inline_output_bytes};
+  f->pins = wk_code_pins_create();
+  cfg.code.pins = f->pins;
+  f->env = cfg.code;
   wk_disp_config_default(&cfg.disp);
   char err[128];
   f->calls = wk_calls_create(&cfg, &f->adapter, on_done, f, err, sizeof err);
@@ -165,7 +171,7 @@ static int setup_limit(void **state, size_t max_inline_output_bytes) {
   /* what activation made: the task's own function at epoch 3 */
   f->rt->act.epoch = 3;
   snprintf(f->rt->act.code_dir, sizeof f->rt->act.code_dir, "%s/fn/3", f->code_root);
-  wk_task_code_adopt(f->rt);
+  wk_task_code_adopt(f->rt, &f->env);
   deploy(f, "child_fn");
   *state = f;
   return 0;
@@ -180,9 +186,11 @@ static int setup_small(void **state) { return setup_limit(state, 40); }
 static int teardown(void **state) {
   fx *f = *state;
   wk_calls_stop(f->calls, f->rt, 0);
+  wk_task_code_unpin(f->rt, &f->env, NULL, NULL);
   wk_task_rt_unref(f->rt);
   wk_calls_destroy(f->calls);
   wk_fs_remove_tree(f->code_root);
+  wk_code_pins_destroy(f->pins);
   free(f);
   return 0;
 }
@@ -461,6 +469,13 @@ static void test_a_subcall_target_keeps_its_first_epoch(void **state) {
   assert_string_equal(f->exec.calls[5].function, "fn");
   assert_int_equal(f->exec.calls[5].epoch, 3);
   assert_int_equal(f->rt->code.count, 2);
+  /* pinned once each, for the task, whatever the number of subcalls */
+  assert_int_equal(wk_code_pins_count(f->pins, "fn", 3), 1);
+  assert_int_equal(wk_code_pins_count(f->pins, "child_fn", 1), 1);
+  assert_int_equal(wk_code_pins_count(f->pins, "child_fn", 0), 0); /* no hold left */
+  wk_task_code_unpin(f->rt, &f->env, NULL, NULL);
+  assert_int_equal(wk_code_pins_count(f->pins, "child_fn", 1), 0);
+  assert_int_equal(wk_code_pins_count(f->pins, "fn", 3), 0);
 }
 
 static void test_a_target_that_cannot_run_fails_its_subcalls_and_runs_nothing(void **state) {

@@ -271,6 +271,7 @@ static void test_missing_epoch(void **state) {
   uint64_t epoch = 42;
   put(f->src, "main.py", "x = 1\n");
   deploy_ok(f, "fn");
+  put(f->src, "main.py", "x = 2\n"); /* new content: a new epoch */
   deploy_ok(f, "fn");
   assert_int_equal(
       wk_code_store_resolve(f->root, "fn", 7, &epoch, path, sizeof path, err, sizeof err), -1);
@@ -311,6 +312,7 @@ static void test_corrupted_current(void **state) {
 
   /* a malformed CURRENT does not stop the next deploy, which repairs it */
   put(dir, "CURRENT", "garbage");
+  put(f->src, "main.py", "x = 2\n");
   assert_int_equal(deploy_ok(f, "fn"), 2);
   assert_int_equal(
       wk_code_store_resolve(f->root, "fn", 0, &epoch, path, sizeof path, err, sizeof err), 0);
@@ -494,10 +496,14 @@ static void test_concurrent_deploys_take_distinct_epochs(void **state) {
     pids[i] = fork();
     assert_true(pids[i] >= 0);
     if (pids[i] == 0) {
+      char src[400], text[64];
+      snprintf(src, sizeof src, "%s-%d", f->src, i);
       for (int k = 0; k < EACH; k++) {
         uint64_t e = 0;
         char err[256];
-        if (wk_code_store_deploy(f->root, "race", f->src, &e, err, sizeof err) != 0) _exit(1);
+        snprintf(text, sizeof text, "x = %d\n", i * EACH + k); /* new content each time */
+        put(src, "main.py", text);
+        if (wk_code_store_deploy(f->root, "race", src, &e, err, sizeof err) != 0) _exit(1);
       }
       _exit(0);
     }
@@ -517,6 +523,169 @@ static void test_concurrent_deploys_take_distinct_epochs(void **state) {
   assert_int_equal(cur, PROCS * EACH);
 }
 
+/* ---- digests, checked deploys, rollback, pins and removal ----------------------------- */
+
+static uint64_t deploy_r(fx *f, const char *fn, const wk_code_deploy_opts *o,
+                         wk_code_deploy_result *r) {
+  char err[512];
+  if (wk_code_store_deploy_opts(f->root, fn, f->src, o, r, err, sizeof err) != 0)
+    fail_msg("deploy failed: %s", err);
+  return r->epoch;
+}
+
+static void test_identical_content_is_the_same_epoch_with_one_digest(void **state) {
+  fx *f = *state;
+  wk_code_deploy_result a, b, c, d;
+  put(f->src, "main.py", "x = 1\n");
+  put(f->src, "lib/util.py", "y = 1\n");
+  assert_int_equal(deploy_r(f, "fn", NULL, &a), 1);
+  assert_false(a.reused);
+  assert_int_equal(strlen(a.digest), WK_CODE_STORE_DIGEST_HEX);
+  put(f->src, "main.py", "x = 2\n");
+  assert_int_equal(deploy_r(f, "fn", NULL, &b), 2);
+  assert_string_not_equal(a.digest, b.digest);
+  /* the first content again: epoch 1 is CURRENT again, no epoch 3 */
+  put(f->src, "main.py", "x = 1\n");
+  assert_int_equal(deploy_r(f, "fn", NULL, &c), 1);
+  assert_true(c.reused);
+  assert_string_equal(c.digest, a.digest);
+  uint64_t list[8], cur = 0;
+  size_t n = 0;
+  char err[256], hex[WK_CODE_STORE_DIGEST_HEX + 1];
+  assert_int_equal(wk_code_store_list(f->root, "fn", list, 8, &n, &cur, err, sizeof err), 0);
+  assert_int_equal(n, 2);
+  assert_int_equal(cur, 1);
+  assert_int_equal(wk_code_store_digest(f->root, "fn", 2, hex), 0);
+  assert_string_equal(hex, b.digest);
+  /* the digest covers names and the executable bit, not only the bytes */
+  char p[700];
+  snprintf(p, sizeof p, "%s/main.py", f->src);
+  assert_int_equal(chmod(p, 0755), 0);
+  assert_int_equal(deploy_r(f, "fn", NULL, &d), 3);
+  assert_string_not_equal(d.digest, a.digest);
+}
+
+static int refuse(void *ud, const char *staged, char *err, size_t err_len) {
+  int *calls = ud;
+  (*calls)++;
+  char p[700];
+  snprintf(p, sizeof p, "%s/main.py", staged);
+  assert_int_equal(access(p, R_OK), 0); /* the check sees the staged copy */
+  snprintf(err, err_len, "main.py does not compile");
+  return -1;
+}
+
+static void test_a_failed_check_changes_nothing(void **state) {
+  fx *f = *state;
+  wk_code_deploy_result r;
+  put(f->src, "main.py", "x = 1\n");
+  assert_int_equal(deploy_r(f, "fn", NULL, &r), 1);
+  put(f->src, "main.py", "def broken(:\n");
+  int calls = 0;
+  wk_code_deploy_opts o = {.check = refuse, .check_ud = &calls};
+  char err[256];
+  assert_int_equal(wk_code_store_deploy_opts(f->root, "fn", f->src, &o, &r, err, sizeof err), -1);
+  assert_int_equal(calls, 1);
+  assert_string_equal(err, "main.py does not compile");
+  uint64_t list[8], cur = 0;
+  size_t n = 0;
+  assert_int_equal(wk_code_store_list(f->root, "fn", list, 8, &n, &cur, err, sizeof err), 0);
+  assert_int_equal(n, 1);
+  assert_int_equal(cur, 1);
+  char dir[600];
+  snprintf(dir, sizeof dir, "%s/fn", f->root);
+  assert_false(exists(dir, ".staging-2-0") || exists(dir, "2"));
+}
+
+static void test_rollback_moves_current(void **state) {
+  fx *f = *state;
+  char err[256], text[32];
+  for (int i = 1; i <= 3; i++) {
+    snprintf(text, sizeof text, "x = %d\n", i);
+    put(f->src, "main.py", text);
+    deploy_ok(f, "fn");
+  }
+  uint64_t now = 0;
+  assert_int_equal(wk_code_store_set_current(f->root, "fn", 0, &now, err, sizeof err), 0);
+  assert_int_equal(now, 2);
+  assert_int_equal(wk_code_store_set_current(f->root, "fn", 0, &now, err, sizeof err), 0);
+  assert_int_equal(now, 1);
+  assert_int_equal(wk_code_store_set_current(f->root, "fn", 0, &now, err, sizeof err), -1);
+  assert_non_null(strstr(err, "no published epoch below CURRENT (1)"));
+  assert_int_equal(wk_code_store_set_current(f->root, "fn", 9, &now, err, sizeof err), -1);
+  assert_non_null(strstr(err, "epoch 9 of 'fn' is not published"));
+  assert_int_equal(wk_code_store_set_current(f->root, "fn", 3, &now, err, sizeof err), 0);
+  assert_int_equal(now, 3);
+  uint64_t epoch = 0;
+  char path[512];
+  assert_int_equal(
+      wk_code_store_resolve(f->root, "fn", 0, &epoch, path, sizeof path, err, sizeof err), 0);
+  assert_int_equal(epoch, 3);
+  assert_int_equal(wk_code_store_set_current(f->root, "nope", 1, &now, err, sizeof err), -1);
+  assert_non_null(strstr(err, "not deployed"));
+}
+
+static void test_prune_keeps_the_newest_current_and_pinned(void **state) {
+  fx *f = *state;
+  char err[256], text[32];
+  for (int i = 1; i <= 8; i++) {
+    snprintf(text, sizeof text, "x = %d\n", i);
+    put(f->src, "main.py", text);
+    deploy_ok(f, "fn");
+  }
+  uint64_t now = 0;
+  assert_int_equal(wk_code_store_set_current(f->root, "fn", 2, &now, err, sizeof err), 0);
+  wk_code_pins *pins = wk_code_pins_create();
+  wk_code_pins_pin(pins, "fn", 4);
+  wk_code_pins_pin(pins, "fn", 4);
+  wk_code_pins_unpin(pins, "fn", 4);
+  assert_int_equal(wk_code_pins_count(pins, "fn", 4), 1);
+  wk_code_pins_pin(pins, "other", 1); /* another function's pin protects nothing here */
+  uint64_t removed[16];
+  size_t n = 0;
+  assert_int_equal(wk_code_store_prune(f->root, "fn", 3, pins, removed, 16, &n, err, sizeof err),
+                   0);
+  /* kept: 6 7 8 (newest 3), 2 (CURRENT), 4 (pinned); removed: 1 3 5 */
+  assert_int_equal(n, 3);
+  assert_int_equal(removed[0], 1);
+  assert_int_equal(removed[1], 3);
+  assert_int_equal(removed[2], 5);
+  uint64_t list[16], cur = 0;
+  size_t count = 0;
+  assert_int_equal(wk_code_store_list(f->root, "fn", list, 16, &count, &cur, err, sizeof err), 0);
+  assert_int_equal(count, 5);
+  const uint64_t want[] = {2, 4, 6, 7, 8};
+  for (size_t i = 0; i < 5; i++) assert_int_equal(list[i], want[i]);
+  char dir[600], hex[WK_CODE_STORE_DIGEST_HEX + 1];
+  snprintf(dir, sizeof dir, "%s/fn", f->root);
+  assert_false(exists(dir, "1.sha256"));
+  assert_int_equal(wk_code_store_digest(f->root, "fn", 4, hex), 0);
+  /* a hold keeps every epoch of the function; once released and unpinned, 4 goes */
+  wk_code_pins_hold(pins, "fn");
+  assert_int_equal(wk_code_store_set_current(f->root, "fn", 8, &now, err, sizeof err), 0);
+  assert_int_equal(wk_code_store_prune(f->root, "fn", 3, pins, removed, 16, &n, err, sizeof err),
+                   0);
+  assert_int_equal(n, 0);
+  wk_code_pins_release(pins, "fn");
+  wk_code_pins_unpin(pins, "fn", 4);
+  assert_int_equal(wk_code_store_prune(f->root, "fn", 3, pins, removed, 16, &n, err, sizeof err),
+                   0);
+  assert_int_equal(n, 2); /* 2 and 4 */
+  assert_int_equal(wk_code_store_list(f->root, "fn", list, 16, &count, &cur, err, sizeof err), 0);
+  assert_int_equal(count, 3);
+  assert_int_equal(list[0], 6);
+  /* the next deploy still takes a new number */
+  put(f->src, "main.py", "x = 9\n");
+  assert_int_equal(deploy_ok(f, "fn"), 9);
+  /* keep 0 removes nothing; an undeployed function is no error */
+  assert_int_equal(wk_code_store_prune(f->root, "fn", 0, pins, removed, 16, &n, err, sizeof err),
+                   0);
+  assert_int_equal(n, 0);
+  assert_int_equal(wk_code_store_prune(f->root, "ghost", 1, pins, removed, 16, &n, err, sizeof err),
+                   0);
+  wk_code_pins_destroy(pins);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_valid_function_names),
@@ -532,6 +701,12 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_deploy_refuses_source_containing_root, setup, teardown),
       cmocka_unit_test_setup_teardown(test_resolve_small_buffer, setup, teardown),
       cmocka_unit_test_setup_teardown(test_concurrent_deploys_take_distinct_epochs, setup,
+                                      teardown),
+      cmocka_unit_test_setup_teardown(test_identical_content_is_the_same_epoch_with_one_digest,
+                                      setup, teardown),
+      cmocka_unit_test_setup_teardown(test_a_failed_check_changes_nothing, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_rollback_moves_current, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_prune_keeps_the_newest_current_and_pinned, setup,
                                       teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
