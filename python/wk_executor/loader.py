@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import importlib.machinery
 import importlib.util
+import inspect
 import os
 import re
 import sys
@@ -16,7 +18,8 @@ _DOTTED = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
 
 
 class FunctionLoadError(Exception):
-    """The entry point is malformed, its code_dir is missing, or it is not callable."""
+    """The entry point is malformed, its code_dir is missing, it is not callable, or it
+    is not defined in the function's own code."""
 
 
 class Loader:
@@ -56,8 +59,46 @@ class Loader:
                                         f"{attr!r}") from None
         if not callable(obj):
             raise FunctionLoadError(f"{entrypoint} in {code_dir} is not callable")
+        where = defined_in(obj)
+        if where is None or not _inside(where, code_dir):
+            raise FunctionLoadError(
+                f"entrypoint {entrypoint} is not defined in the function's own code "
+                f"({'it comes from ' + where if where else 'it is not Python code'}): only "
+                "callables defined in the code directory may be entry points")
         self._entries[key] = obj
         return obj
+
+
+def defined_in(obj) -> str | None:
+    """The file where the callable `obj` is defined: a function's (or method's, or a
+    decorated function's, through __wrapped__) code file; a class's module file, else
+    the file of a function defined in its body; a callable instance's class's. None for
+    what is not Python source (builtins, functools.partial, C types)."""
+    if isinstance(obj, functools.partial):
+        return None  # its arguments are bound by whoever made it: never an entry point
+    if inspect.ismethod(obj):
+        obj = obj.__func__
+    try:
+        obj = inspect.unwrap(obj)
+    except ValueError:  # a __wrapped__ cycle
+        return None
+    if inspect.isfunction(obj):
+        return obj.__code__.co_filename
+    cls = obj if inspect.isclass(obj) else type(obj)
+    mod = sys.modules.get(cls.__module__)
+    f = getattr(mod, "__file__", None)
+    if f:
+        return f
+    for v in vars(cls).values():  # a sibling module removed from sys.modules after import
+        v = getattr(v, "__func__", v)
+        if inspect.isfunction(v):
+            return v.__code__.co_filename
+    return None
+
+
+def _inside(path: str, code_dir: str) -> bool:
+    root = os.path.join(os.path.realpath(code_dir), "")
+    return os.path.realpath(path).startswith(root)
 
 
 def package_name(code_dir: str) -> str:

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "app/wk_output_spool.h"
+#include "app/wk_audit.h"
 #include "lib/wk_alloc.h"
 #include "lib/wk_assert.h"
 #include "lib/wk_err.h"
@@ -588,9 +589,6 @@ static bool subcall_code(wk_calls *c, const wk_attempt *parent, const wk_frame_s
   bool same =
       fl == 0 || (fl == strlen(own->function) && memcmp(req->function.ptr, own->function, fl) == 0);
   *target = mine;
-  if (!same && wk_task_code_target(rt, &c->cfg.code, (const char *)req->function.ptr, fl, target,
-                                   type, why, why_len) != 0)
-    return false;
   if (req->entrypoint.len > WK_ENTRYPOINT_MAX) {
     *type = WK_TASK_CODE_REFUSED;
     snprintf(why, why_len, "entrypoint of %u bytes (at most %u)", req->entrypoint.len,
@@ -601,10 +599,22 @@ static bool subcall_code(wk_calls *c, const wk_attempt *parent, const wk_frame_s
     snprintf(entrypoint, ep_len, "%.*s", (int)req->entrypoint.len,
              (const char *)req->entrypoint.ptr);
   } else {
-    snprintf(entrypoint, ep_len, "%s",
-             *target == mine ? my_entry : WK_TASK_CODE_DEFAULT_ENTRYPOINT);
+    snprintf(entrypoint, ep_len, "%s", same ? my_entry : WK_TASK_CODE_DEFAULT_ENTRYPOINT);
   }
-  return true;
+  /* the AuditGate on every request: the function and the entry point it runs */
+  char name[WK_FUNCTION_NAME_MAX + 1] = ""; /* "" for a name too long: the lookup refuses it */
+  if (same) {
+    snprintf(name, sizeof name, "%s", own->function);
+  } else if (fl <= WK_FUNCTION_NAME_MAX) {
+    snprintf(name, sizeof name, "%.*s", (int)fl, (const char *)req->function.ptr);
+  }
+  if (name[0] && !wk_audit_permits(c->cfg.code.audit_allow, c->cfg.code.audit_deny, name,
+                                   entrypoint, why, why_len)) {
+    *type = WK_TASK_CODE_DENIED;
+    return false;
+  }
+  return same || wk_task_code_target(rt, &c->cfg.code, (const char *)req->function.ptr, fl, target,
+                                     type, why, why_len) == 0;
 }
 
 wk_task_rt *wk_calls_on_subcalls(wk_calls *c, void *call_ctx, const wk_frame_subcalls *req,

@@ -254,7 +254,8 @@ static void activate(wk_task_rt *rt, uint64_t slot_id, const char *code_root,
                      const char *scratch_root, const char *audit_allow, const char *audit_deny) {
   wk_rt_activation *a = &rt->act;
   a->rc = -1;
-  if (!wk_audit_permits(audit_allow, audit_deny, rt->req.function, a->error, sizeof a->error)) {
+  if (!wk_audit_permits(audit_allow, audit_deny, rt->req.function, rt->req.entrypoint, a->error,
+                        sizeof a->error)) {
     a->code = WK_FAIL_ACTIVATION_FAILED;
     return;
   }

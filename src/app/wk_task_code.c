@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "adapters/wk_code_store.h"
-#include "app/wk_audit.h"
 #include "lib/wk_alloc.h"
 #include "lib/wk_assert.h"
 #include "lib/wk_err.h"
@@ -73,10 +72,6 @@ int wk_task_code_target(wk_task_rt *rt, const wk_task_code_env *env, const char 
             "invalid function name '%s': use 1..%u characters of [A-Za-z0-9_.-], not starting "
             "with '.'",
             name, WK_FUNCTION_NAME_MAX);
-    return -1;
-  }
-  if (!wk_audit_permits(env->audit_allow, env->audit_deny, name, err, err_len)) {
-    *type = WK_TASK_CODE_DENIED;
     return -1;
   }
   if (code->unpinned) {

@@ -2,8 +2,9 @@
  *
  * Target 0 is the task's own function at the epoch activation resolved. Every other
  * function a call of the task reaches by subcall (ctx.call / ctx.map) is resolved in
- * the code store at the first subcall that names it, checked against the AuditGate
- * (audit_allow / audit_deny), and kept as a target: every later subcall of the task to
+ * the code store at the first subcall that names it (every subcall passes the AuditGate,
+ * audit_allow / audit_deny, with its entry point, in the calls driver), and kept as a
+ * target: every later subcall of the task to
  * that function runs the same epoch, whatever is deployed meanwhile. A function that
  * cannot be resolved or is refused is not kept (the next subcall tries again).
  * Runs on the loop thread; the `code` part of wk_task_rt is written here only. */
@@ -46,7 +47,7 @@ void wk_task_code_unpin(wk_task_rt *rt, const wk_task_code_env *env,
  * `rt`: an existing target, else a new one resolved at CURRENT of the code store.
  * Returns 0 with *index set; or -1 with *type one of the WK_TASK_CODE_* names and a
  * reason in err: the name is invalid or not deployed, its CURRENT names no published
- * epoch, the AuditGate refuses it, or the task holds WK_TASK_CODE_TARGETS_MAX targets. */
+ * epoch, the task is over, or it holds WK_TASK_CODE_TARGETS_MAX targets. */
 int wk_task_code_target(wk_task_rt *rt, const wk_task_code_env *env, const char *function,
                         size_t len, uint32_t *index, const char **type, char *err, size_t err_len);
 

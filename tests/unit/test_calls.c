@@ -150,7 +150,7 @@ static int setup_limit(void **state, size_t max_inline_output_bytes) {
   wk_calls_config cfg = {.escalation_budget_ms = 20,
                          .stream_low_water = 2,
                          .stream_batch = 3,
-                         .code = {.code_root = f->code_root, .audit_deny = "secret*"},
+                         .code = {.code_root = f->code_root, .audit_deny = "secret*, fn:main:d*"},
                          .max_inline_output_bytes = max_inline_output_bytes};
   f->pins = wk_code_pins_create();
   cfg.code.pins = f->pins;
@@ -484,14 +484,20 @@ static void test_a_target_that_cannot_run_fails_its_subcalls_and_runs_nothing(vo
   start_list(f, args, 1, view(100000, WK_CALL_FAIL_FAST, 1), 0);
   deploy(f, "secret_fn");
   const struct {
-    const char *fn, *want;
+    const char *fn, *entrypoint, *want;
   } cases[] = {
-      {"nosuch", "FunctionNotFound: function 'nosuch' is not deployed"},
-      {"../fn", "FunctionNotFound: invalid function name '../fn'"},
-      {"secret_fn", "FunctionDenied: function 'secret_fn' is denied by this worker's audit_deny"},
+      {"nosuch", "", "FunctionNotFound: function 'nosuch' is not deployed"},
+      {"../fn", "", "FunctionNotFound: invalid function name '../fn'"},
+      {"secret_fn", "",
+       "FunctionDenied: function 'secret_fn' (entry point main:handler) is denied by this "
+       "worker's audit_deny (secret*)"},
+      /* the task's own function, at an entry point the deny list names */
+      {"", "main:danger",
+       "FunctionDenied: function 'fn' (entry point main:danger) is denied by this worker's "
+       "audit_deny (fn:main:d*)"},
   };
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    subcall(f, 0, cases[i].fn, "", (int64_t)i + 1);
+    subcall(f, 0, cases[i].fn, cases[i].entrypoint, (int64_t)i + 1);
     assert_int_equal(f->exec.submitted, 1); /* no child was sent anywhere */
     assert_int_equal(f->exec.subcall_answers, (int)i + 1);
     assert_int_equal(f->exec.calls[0].child_status[0], WK_FRAME_STATUS_ERROR);

@@ -256,6 +256,37 @@ class LoaderTest(unittest.TestCase):
             with self.subTest(ep=ep, code_dir=code_dir), self.assertRaises(FunctionLoadError):
                 loader.load(code_dir, ep)
 
+    def test_only_callables_of_the_code_itself_are_entry_points(self):
+        d = self.epoch(1, {
+            "helper.py": "def helped(a, c):\n    return 'helped'\n",
+            "main.py": ("import functools, os, shutil\n"
+                        "from os import getenv\n"
+                        "from helper import helped\n"
+                        "def handler(a, c):\n    return 'own'\n"
+                        "def deco(f):\n"
+                        "    @functools.wraps(f)\n"
+                        "    def w(*a):\n        return f(*a)\n"
+                        "    return w\n"
+                        "decorated = deco(handler)\n"
+                        "class K:\n    def __call__(self, a, c):\n        return 'k'\n"
+                        "k = K()\n"
+                        "lam = lambda a, c: 'lam'\n"
+                        "rm = functools.partial(shutil.rmtree, '/')\n"
+                        "wrapped_rm = deco(shutil.rmtree)\n"
+                        "dumps = __import__('json').dumps\n")})
+        loader = Loader()
+        for ep in ("main:handler", "main:helped", "main:decorated", "main:K", "main:k",
+                   "main:lam", "helper:helped"):
+            with self.subTest(ep=ep):
+                self.assertTrue(callable(loader.load(d, ep)))
+        for ep in ("main:shutil.rmtree", "main:os.getenv", "main:getenv", "main:os.remove",
+                   "main:os.system", "main:rm", "main:wrapped_rm", "main:dumps", "main:os.path.join",
+                   "main:functools.partial", "main:os.PathLike"):
+            with self.subTest(ep=ep):
+                with self.assertRaises(FunctionLoadError) as e:
+                    loader.load(d, ep)
+                self.assertIn("not defined in the function's own code", str(e.exception))
+
     def test_import_error_propagates(self):
         d = self.epoch(1, {"main.py": "import no_such_module_wk\n"})
         with self.assertRaises(ImportError):
