@@ -623,6 +623,14 @@ static void test_update_coalescing(void **state) {
   assert_int_equal(stats(f->pub).puts_ok, s1.puts_ok);
 }
 
+/* Stops the fixture's publisher and forgets it first, so that a failed assertion on
+ * the result never has the teardown stop it a second time. */
+static int stop_pub(fixture *f, bool deregister) {
+  wk_etcd_publisher *p = f->pub;
+  f->pub = NULL;
+  return wk_etcd_publisher_stop(p, deregister);
+}
+
 static void test_stop_deregister(void **state) {
   fixture *f = *state;
   wk_etcd_publisher_config cfg = base_config(f);
@@ -634,8 +642,7 @@ static void test_stop_deregister(void **state) {
   assert_true(lease != 0);
 
   int64_t t0 = mono_ms();
-  assert_int_equal(wk_etcd_publisher_stop(f->pub, true), 0);
-  f->pub = NULL;
+  assert_int_equal(stop_pub(f, true), 0);
   int64_t took = mono_ms() - t0;
   fprintf(stderr, "  stop(deregister) took %" PRId64 " ms\n", took);
   assert_true(took < 2000);
@@ -657,8 +664,7 @@ static void test_expires_without_deregister(void **state) {
   assert_true(key_exists(f));
   assert_true(stats(f->pub).keepalives_ok >= 1);
   int64_t t0 = mono_ms();
-  assert_int_equal(wk_etcd_publisher_stop(f->pub, false), 0);
-  f->pub = NULL;
+  assert_int_equal(stop_pub(f, false), 0);
   int64_t gone = WAIT_FOR(key_absent(f), 4000);
   int64_t stop_to_gone = mono_ms() - t0;
   fprintf(stderr, "  TTL 1 s, stop(no deregister): key gone after %" PRId64 " ms\n", stop_to_gone);
@@ -857,8 +863,7 @@ static void test_etcd_hung(void **state) {
   /* Deregistering against a hung etcd is bounded (and reports failure). */
   etcd_signal(&f->etcd, SIGSTOP);
   t0 = mono_ms();
-  assert_int_equal(wk_etcd_publisher_stop(f->pub, true), -1);
-  f->pub = NULL;
+  assert_int_equal(stop_pub(f, true), -1);
   int64_t stop_ms = mono_ms() - t0;
   fprintf(stderr, "  stop(deregister) against a hung etcd took %" PRId64 " ms\n", stop_ms);
   assert_true(stop_ms <= WK_ETCD_PUB_DEREGISTER_BUDGET_MS + 1000); /* + a loaded machine */
