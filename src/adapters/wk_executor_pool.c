@@ -103,6 +103,7 @@ struct wk_executor {
   char started_path[96];
   uint64_t sent_seq;     /* calls sent on this connection */
   uint64_t started_seen; /* the last value read from `started` */
+  uint64_t running_id;   /* the call it runs now: the last started, or a parent resumed since */
   uint64_t progress_ns;  /* when `started` was last seen to change, or a parent resumed */
 };
 
@@ -179,15 +180,19 @@ static void measure_service(wk_executor *e, uint64_t n, uint64_t mark_ns) {
   if (n > 0 || !e->inflight) e->busy_mark_ns = e->inflight ? now : 0;
 }
 
-/* The sent call the executor is running now (the last one it started, still without
- * a RESULT), or NULL. */
-static wk_pool_call *running_call(const wk_executor *e) {
-  if (!e->started_seen) return NULL;
+/* The sent call named `call_id` (0: none) still without a RESULT, or NULL. */
+static wk_pool_call *inflight_call(const wk_executor *e, uint64_t call_id) {
+  if (!call_id) return NULL;
   for (wk_pool_call *c = e->head; c; c = c->next) {
-    if (c->call_id == e->started_seen) return c;
+    if (c->call_id == call_id) return c;
   }
   return NULL;
 }
+
+/* The sent call the executor is running now, or NULL: the last one it started, or a
+ * parent whose subcalls were answered since (it runs on once the nested calls under it
+ * have returned; the started file names only the last call that began). */
+static wk_pool_call *running_call(const wk_executor *e) { return inflight_call(e, e->running_id); }
 
 /* Reads what the executor last started. When it changed, its start is dated: when
  * that call became next in line (sent to an executor running nothing, or the RESULT
@@ -197,6 +202,7 @@ static void observe(wk_executor *e, uint64_t now_ns) {
   uint64_t id = __atomic_load_n(e->started, __ATOMIC_ACQUIRE);
   if (id == e->started_seen) return;
   e->started_seen = id;
+  e->running_id = id;
   const wk_pool_call *r = running_call(e);
   e->progress_ns = (r && r->next_ns && r->next_ns <= now_ns) ? r->next_ns : now_ns;
 }
@@ -536,7 +542,7 @@ static void drain(wk_conn *c) {
  * a task they fail cancels its own calls before they are sent again. */
 static void settle_calls(wk_pool *pool, wk_executor *e, const char *why) {
   if (e->started) e->started_seen = __atomic_load_n(e->started, __ATOMIC_ACQUIRE);
-  const wk_pool_call *r = running_call(e);
+  const wk_pool_call *r = inflight_call(e, e->started_seen); /* the last one started */
   bool before = r != NULL; /* still at or before the running call in send order */
   for (wk_pool_call *c = e->head; c; c = c->next) {
     c->lost = before || c->waiting || c->resumed || !e->started;
@@ -725,16 +731,9 @@ static void spawn_if_needed(wk_pool *pool) {
 
 /* ---- reading ---------------------------------------------------------------------- */
 
-static wk_pool_call *find_inflight(wk_executor *e, uint64_t call_id) {
-  for (wk_pool_call *c = e->head; c; c = c->next) {
-    if (c->call_id == call_id) return c;
-  }
-  return NULL;
-}
-
 static void handle_result(wk_executor *e, const wk_frame_result *r) {
   wk_pool *pool = e->pool;
-  wk_pool_call *c = find_inflight(e, r->call_id);
+  wk_pool_call *c = inflight_call(e, r->call_id);
   if (!c || (r->status == WK_FRAME_STATUS_NOT_STARTED && !c->recalling)) {
     pool->stats.killed_protocol++;
     kill_executor(
@@ -830,7 +829,7 @@ static void handle_frame(wk_conn *conn, const wk_frame *f) {
     }
     case WK_FRAME_PONG: e->last_pong_ms = now_ms(pool); break;
     case WK_FRAME_SUBCALLS: {
-      wk_pool_call *parent = find_inflight(e, f->subcalls.parent_call_id);
+      wk_pool_call *parent = inflight_call(e, f->subcalls.parent_call_id);
       if (!parent) {
         pool->stats.killed_protocol++;
         kill_executor(e, "SUBCALLS for a call it was not running");
@@ -845,7 +844,7 @@ static void handle_frame(wk_conn *conn, const wk_frame *f) {
       break;
     }
     case WK_FRAME_STACK: {
-      wk_pool_call *c = find_inflight(e, f->stack.call_id);
+      wk_pool_call *c = inflight_call(e, f->stack.call_id);
       if (c && c->stack_requested && !c->stack) {
         c->stack = wk_xmalloc(f->stack.stack.len + 1);
         memcpy(c->stack, f->stack.stack.ptr, f->stack.stack.len);
@@ -1113,7 +1112,10 @@ void wk_pool_answer_subcalls(wk_pool *pool, wk_pool_call *parent, uint64_t reque
     e->waiting--;
     parent->resumed = true; /* it resumes on top of whatever ran nested meanwhile */
     e->resumed++;
-    e->progress_ns = uv_hrtime(); /* it runs again from now */
+    uint64_t now_ns = uv_hrtime();
+    observe(e, now_ns);              /* what started before (the nested calls) is past now */
+    e->running_id = parent->call_id; /* its executor is busy with it again */
+    e->progress_ns = now_ns;         /* from now */
   }
   wk_frame f = {.type = WK_FRAME_SUBCALLS_RESULT};
   f.subcalls_result =

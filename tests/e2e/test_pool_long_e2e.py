@@ -81,3 +81,41 @@ def test_short_calls_beside_long_ones_across_tasks(worker_factory):
     assert state(w, "long-1") == pb.TASK_STATE_RUNNING
     for tid in ("long-0", "long-1"):
         assert wait_state(w, tid, DONE, 30) == pb.TASK_STATE_SUCCEEDED
+
+
+RESUMING = ("import os, time\n"
+            "def handler(args, ctx):\n"
+            "    if args.get('child'):\n"
+            "        return 'child'\n"
+            "    ctx.call('', {'child': True})\n"
+            "    open(args['resumed'], 'w').close()\n"
+            "    deadline = time.time() + 60\n"
+            "    while not os.path.exists(args['gate']) and time.time() < deadline:\n"
+            "        time.sleep(0.01)\n"
+            "    return 'parent'\n")
+
+
+def test_no_call_waits_behind_a_parent_resumed_after_its_subcalls(worker_factory):
+    """A call that made a subcall and then runs on (a long time) is its executor's
+    running call: nothing is queued behind it while other executors are idle."""
+    w = worker_factory("--executors-max", "4", "--pipeline-depth", "64", executors=4)
+    w.wait_serving()
+    w.deploy("resuming", RESUMING)
+    w.deploy("sleep", SLEEP)
+    resumed = w.tmp + "/resumed"
+    gate = w.tmp + "/gate"
+    w.submit("parent", "resuming", {"resumed": resumed, "gate": gate})
+    deadline = time.time() + 30
+    while not __import__("os").path.exists(resumed):
+        assert time.time() < deadline, "the parent never resumed after its subcall"
+        time.sleep(0.01)
+    time.sleep(0.1)  # the parent now runs on, past the pipeline's time budget
+    try:
+        for i in range(8):
+            w.submit("short-%d" % i, "sleep", 0.01)
+        for i in range(8):
+            assert wait_state(w, "short-%d" % i, DONE, 30) == pb.TASK_STATE_SUCCEEDED
+        assert state(w, "parent") == pb.TASK_STATE_RUNNING, "a short call waited for the parent"
+    finally:
+        open(gate, "w").close()
+    assert wait_state(w, "parent", DONE, 30) == pb.TASK_STATE_SUCCEEDED
