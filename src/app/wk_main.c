@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include "app/wk_app.h"
@@ -27,6 +28,14 @@ int wk_main(const wk_profile *profile, int argc, char **argv) {
   static wk_app_config cfg;
   /* the program's name (argv[0] without its directory, as wk_app's messages use it) */
   const char *program = program_invocation_short_name;
+
+  /* Non-dumpable before anything reads a secret: a function running as this user cannot
+   * read /proc/<worker>/environ, mem or maps, nor ptrace the worker. Executors are
+   * exec'd, so they get their own (dumpable) state back. */
+  if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) {
+    fprintf(stderr, "%s: cannot make the worker non-dumpable: %s\n", program, strerror(errno));
+    return 1;
+  }
 
   if (wk_profile_validate(profile, err, sizeof err) > 0) {
     print_lines(program, err);

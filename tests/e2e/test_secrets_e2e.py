@@ -1,0 +1,98 @@
+"""End-to-end: the worker's secrets stay with the worker (issue 11, part 2).
+
+A function runs as the same user as the worker (the tests drop to `nobody` when they
+run as root, since root may read any process's /proc files) and tries to read the
+worker's environment and memory through /proc/<worker pid>/."""
+
+import json
+import os
+import shutil
+import tempfile
+import time
+
+import pytest
+
+from conftest import Worker, health_pb2, pb
+
+TOKEN = "tok-" + "7f3a9c" * 6
+
+SNOOP = (
+    "import os\n"
+    "def handler(args, ctx):\n"
+    "    pid = os.getppid()\n"
+    "    out = {'uid': os.getuid(), 'worker_uid': os.stat('/proc/%d' % pid).st_uid}\n"
+    "    for name in ('environ', 'mem'):\n"
+    "        try:\n"
+    "            with open('/proc/%d/%s' % (pid, name), 'rb') as f:\n"
+    "                out[name] = f.read(1 << 20).decode('latin-1') if name == 'environ' else 'opened'\n"
+    "        except OSError as e:\n"
+    "            out[name] = 'denied: %s' % type(e).__name__\n"
+    "    return out\n")
+
+
+def same_user_wrapper():
+    """Runs the worker as `nobody` when the tests run as root (root's CAP_SYS_PTRACE reads
+    any process's environ, so only an unprivileged user shows what the worker guards)."""
+    if os.geteuid() != 0:
+        return ()
+    if not shutil.which("setpriv"):
+        pytest.skip("running as root without setpriv to drop to nobody")
+    return ("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups")
+
+
+@pytest.fixture
+def shared_tmp():
+    d = tempfile.mkdtemp(prefix="wk-secrets-")
+    os.chmod(d, 0o777)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def authed_worker(tmp, env_extra, extra_args=()):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WORKER_")}
+    env.update(env_extra)
+    w = Worker(tmp, extra_args=extra_args, env=env, wrapper=same_user_wrapper())
+    os.chmod(w.code_root, 0o777)
+    return w
+
+
+def run_call(w, function, md, task_id="t1"):
+    deadline = time.time() + 20
+    while True:
+        try:
+            if w.health.Check(health_pb2.HealthCheckRequest(), timeout=2, metadata=md).status == \
+                    health_pb2.HealthCheckResponse.SERVING:
+                break
+        except Exception:
+            if time.time() > deadline:
+                raise
+        time.sleep(0.05)
+    fn = pb.FunctionCallConfig(name=function, args=b"{}")
+    w.stub.SubmitTask(pb.SubmitTaskRequest(task_id=task_id, function=fn), timeout=10, metadata=md)
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        r = w.stub.GetTaskResult(pb.GetTaskResultRequest(task_id=task_id), timeout=5, metadata=md)
+        if r.state in (pb.TASK_STATE_SUCCEEDED, pb.TASK_STATE_FAILED, pb.TASK_STATE_CANCELLED):
+            return r
+        time.sleep(0.02)
+    raise AssertionError("task %s did not finish" % task_id)
+
+
+def test_function_cannot_read_worker_environ_or_memory(shared_tmp):
+    w = authed_worker(os.path.join(shared_tmp, "w"), {"WORKER_AUTH_TOKEN": TOKEN})
+    try:
+        w.deploy("snoop", SNOOP)
+        md = [("authorization", "Bearer " + TOKEN)]
+        r = run_call(w, "snoop", md)
+        assert r.state == pb.TASK_STATE_SUCCEEDED, r
+        out = json.loads(r.outputs[0].value)
+        # the attack is meaningful: the function runs as the worker's own user
+        assert out["uid"] == out["worker_uid"], out
+        assert TOKEN not in out["environ"], "the function read the worker's token"
+        assert out["environ"] in ("", "denied: PermissionError"), out
+        assert out["mem"] == "denied: PermissionError", out
+        # executors still start and serve calls after the worker turned non-dumpable
+        r2 = run_call(w, "snoop", md, task_id="t2")
+        assert r2.state == pb.TASK_STATE_SUCCEEDED, r2
+    finally:
+        assert w.stop() == 0, w.logs[-20:]
