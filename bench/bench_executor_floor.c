@@ -126,7 +126,6 @@ static bool wk_floor_run(const char *python, const char *script, unsigned n_call
   r->depth = depth;
   if (n_calls == 0 || depth == 0) return floor_fail(r, "calls and depth must be positive");
   bool ok = false;
-  int lfd = -1;
   int fd = -1;
   pid_t pid = -1;
   size_t *offs = NULL;
@@ -135,9 +134,8 @@ static bool wk_floor_run(const char *python, const char *script, unsigned n_call
   wk_frame_buf_init(&rbuf, NULL);
 
   char dir[64] = "/tmp/wk-floor-XXXXXX";
-  char sock_path[128], code_dir[128], main_py[160];
+  char code_dir[128], main_py[160];
   if (!mkdtemp(dir)) return floor_fail(r, "mkdtemp: %s", strerror(errno));
-  snprintf(sock_path, sizeof sock_path, "%s/exec.sock", dir);
   snprintf(code_dir, sizeof code_dir, "%s/noop", dir);
   snprintf(main_py, sizeof main_py, "%s/main.py", code_dir);
   if (mkdir(code_dir, 0700) != 0) {
@@ -152,27 +150,24 @@ static bool wk_floor_run(const char *python, const char *script, unsigned n_call
   fputs("def handler(args, ctx):\n    return None\n", f);
   fclose(f);
 
-  lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  struct sockaddr_un addr;
-  memset(&addr, 0, sizeof addr);
-  addr.sun_family = AF_UNIX;
-  memcpy(addr.sun_path, sock_path, strlen(sock_path) + 1);
-  if (lfd < 0 || bind(lfd, (const struct sockaddr *)&addr, sizeof addr) != 0 ||
-      listen(lfd, 1) != 0) {
-    floor_fail(r, "listen on %s: %s", sock_path, strerror(errno));
+  /* the executor's channel, as the pool makes it: a socket pair, its end at fd 3 */
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+    floor_fail(r, "socketpair: %s", strerror(errno));
     goto out;
   }
+  fd = sv[0];
   char *argv[] = {(char *)(uintptr_t)python, (char *)(uintptr_t)script,
-                  (char *)(uintptr_t) "--socket", sock_path, NULL};
-  int err = posix_spawn(&pid, python, NULL, NULL, argv, environ);
+                  (char *)(uintptr_t) "--channel-fd", (char *)(uintptr_t) "3", NULL};
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, sv[1], 3);
+  int err = posix_spawn(&pid, python, &fa, NULL, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  close(sv[1]);
   if (err != 0) {
     pid = -1;
     floor_fail(r, "posix_spawn %s: %s", python, strerror(err));
-    goto out;
-  }
-  struct pollfd lp = {lfd, POLLIN, 0};
-  if (poll(&lp, 1, FLOOR_IO_TIMEOUT_MS) != 1 || (fd = accept(lfd, NULL, NULL)) < 0) {
-    floor_fail(r, "the executor did not connect");
     goto out;
   }
 
@@ -314,7 +309,6 @@ out:
     }
   }
   if (fd >= 0) close(fd);
-  if (lfd >= 0) close(lfd);
   (void)nftw(dir, floor_rm_entry, 16, FTW_DEPTH | FTW_PHYS);
   free(offs);
   wk_frame_buf_free(&calls);

@@ -2,7 +2,7 @@
 """worker_executor.py: starts the Python executor of the Worker (the package wk_executor
 beside this file; see its __init__.py and docs/specs/executor-protocol.md).
 
-    python3 worker_executor.py --socket PATH [--max-frame BYTES] [--capture-max BYTES]
+    python3 worker_executor.py --channel-fd FD [--max-frame BYTES] [--capture-max BYTES]
                                [--pycache-prefix DIR] [--max-nesting N]
                                [--rlimit-as-mb N] [--rlimit-nofile N] [--rlimit-cpu-s N]
     python3 worker_executor.py --check-code DIR [--entrypoint MOD:ATTR]   (deploy check)

@@ -2,7 +2,8 @@
 python/worker_executor.py; the wire format is in docs/specs/executor-protocol.md, the C side
 in src/adapters/wk_frame.c).
 
-It connects to the Worker's Unix-domain socket, sends HELLO, then runs the CALL frames
+Its channel is the socket inherited at --channel-fd (its end of a socket pair the Worker
+made for it alone); it sends HELLO on it, then runs the CALL frames
 it receives, one at a time and in order, answering each with exactly one RESULT frame.
 
 Threads: the main thread runs calls (user code sees an ordinary main thread) and, between

@@ -1,4 +1,4 @@
-"""The executor's start: command line, resource limits, connecting and HELLO, the two
+"""The executor's start: command line, resource limits, the inherited channel and HELLO, the two
 threads (docs/specs/executor-protocol.md §1, §7)."""
 
 from __future__ import annotations
@@ -40,8 +40,9 @@ def main(argv: list[str] | None = None) -> int:
     exit status: 0 after SHUTDOWN or EOF, 1 when it cannot start (limits, connect,
     HELLO). A protocol error exits the process with status 2 from where it is found."""
     ap = argparse.ArgumentParser(description="Python executor of the Worker")
-    ap.add_argument("--socket", help="the Worker's Unix-domain socket path (required unless "
-                    "--check-code)")
+    ap.add_argument("--channel-fd", type=int, default=None,
+                    help="the inherited file descriptor of this executor's end of the socket "
+                         "pair the Worker created for it (required unless --check-code)")
     ap.add_argument("--check-code", metavar="DIR",
                     help="do not run: check that every *.py file under DIR compiles and that "
                          "--entrypoint loads, exit 1 with the reason on stderr if not "
@@ -72,8 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     if opts.check_code:
         from . import check  # only the check needs it
         return check.main(opts.check_code, opts.entrypoint)
-    if not opts.socket:
-        ap.error("--socket is required")
+    if opts.channel_fd is None or opts.channel_fd < 3:
+        ap.error("--channel-fd is required (3 or above)")
     if opts.pycache_prefix:
         sys.pycache_prefix = opts.pycache_prefix
     else:
@@ -94,11 +95,16 @@ def main(argv: list[str] | None = None) -> int:
     # aimed at the Worker must not kill calls under it.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    # The channel is the socket pair the Worker made for this executor alone: no path,
+    # nothing to connect to. Not inherited further: processes the user's code starts
+    # do not get it.
     try:
-        sock.connect(opts.socket)
+        sock = socket.socket(fileno=opts.channel_fd)
+        if sock.family != socket.AF_UNIX or sock.type != socket.SOCK_STREAM:
+            raise OSError(f"not a Unix stream socket (family {sock.family}, type {sock.type})")
+        os.set_inheritable(sock.fileno(), False)
     except OSError as e:
-        log(f"cannot connect to {opts.socket}: {e}")
+        log(f"cannot use --channel-fd {opts.channel_fd}: {e}")
         return 1
     ex = Executor(sock, opts.max_frame, opts.capture_max, opts.max_nesting)
     if opts.started_file:

@@ -22,6 +22,8 @@
 #include "lib/wk_log.h"
 
 #define READ_CHUNK 65536u
+#define CHANNEL_FD 3       /* the executor's end of its socket pair, in the executor */
+#define CHANNEL_FD_STR "3" /* the same, for its command line */
 #define RESPAWN_DELAY_MIN_MS 50u
 #define RESPAWN_DELAY_MAX_MS 5000u
 #define MAINTENANCE_MS 50u
@@ -61,7 +63,8 @@ struct wk_pool_call {
 struct wk_conn {
   uv_pipe_t pipe;
   wk_pool *pool;
-  wk_executor *exec; /* NULL until HELLO */
+  wk_executor *owner; /* the executor spawned with the other end of this socket pair */
+  wk_executor *exec;  /* `owner` once its HELLO came; NULL until then */
   wk_frame_buf rbuf;
   bool closing;
 };
@@ -77,7 +80,8 @@ struct wk_executor {
   bool failed_start; /* exited before HELLO */
   int64_t exit_status;
   int term_signal;
-  wk_conn *conn;
+  wk_conn *conn;    /* its channel once it said HELLO */
+  wk_conn *pending; /* its channel before HELLO */
   int pid;
   bool running;  /* process alive */
   bool hello;    /* connected and identified */
@@ -113,8 +117,6 @@ struct wk_pool {
   char *python, *script, *python_path;
   wk_exec_callbacks cb;
   char dir[64];
-  char sock_path[128];
-  uv_pipe_t listener;
   uv_timer_t maintenance;
   uv_idle_t flusher; /* writes the frames queued during this loop turn, once */
   uint32_t respawn_delay_ms;
@@ -435,6 +437,8 @@ static void on_conn_closed(uv_handle_t *h) {
 static void conn_close(wk_conn *c) {
   if (c->closing) return;
   c->closing = true;
+  if (c->owner && c->owner->pending == c) c->owner->pending = NULL;
+  c->owner = NULL;
   wk_executor *e = c->exec;
   if (e) {
     if (!e->retiring) c->pool->n_ready--;
@@ -519,6 +523,8 @@ static void on_err_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
 }
 
 static void read_frames(wk_conn *c);
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
 
 /* Reads what the socket still holds (the peer is gone: no waiting) and handles it. */
 static void drain(wk_conn *c) {
@@ -582,6 +588,7 @@ static void on_process_exit(uv_process_t *proc, int64_t exit_status, int term_si
    * finished count, whatever killed it */
   if (e->conn) drain(e->conn);
   if (e->conn) conn_close(e->conn);
+  if (e->pending) conn_close(e->pending);
   if (!pool->stopping && !e->shutdown_sent) {
     wk_log_json(WK_LOG_WARN, "executor_exited",
                 json_pack("{s:i,s:I,s:i}", "pid", e->pid, "exit_status", (json_int_t)exit_status,
@@ -648,12 +655,20 @@ static int spawn_one(wk_pool *pool, char *err, size_t err_len) {
   snprintf(nofile, sizeof nofile, "%llu", (unsigned long long)pool->cfg.rlimit_nofile);
   snprintf(cpu, sizeof cpu, "%llu", (unsigned long long)pool->cfg.rlimit_cpu_s);
   snprintf(max_frame, sizeof max_frame, "%u", pool->cfg.max_frame);
-  static char f_socket[] = "--socket", f_as[] = "--rlimit-as-mb", f_nofile[] = "--rlimit-nofile",
-              f_cpu[] = "--rlimit-cpu-s", f_frame[] = "--max-frame", f_started[] = "--started-file";
+  static char f_channel[] = "--channel-fd", channel_fd[] = CHANNEL_FD_STR,
+              f_as[] = "--rlimit-as-mb", f_nofile[] = "--rlimit-nofile", f_cpu[] = "--rlimit-cpu-s",
+              f_frame[] = "--max-frame", f_started[] = "--started-file";
+  /* its channel: a connected pair, one end for each; nothing another process can reach */
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+    wk_errf(err, err_len, "cannot create an executor's socket pair: %s", strerror(errno));
+    wk_frame_buf_free(&e->wbuf);
+    free(e);
+    return -1;
+  }
   open_started_file(pool, e);
-  char *args[] = {pool->python, pool->script, f_socket, pool->sock_path, f_as,      as,   f_nofile,
-                  nofile,       f_cpu,        cpu,      f_frame,         max_frame, NULL, NULL,
-                  NULL};
+  char *args[] = {pool->python, pool->script, f_channel, channel_fd, f_as, as,   f_nofile, nofile,
+                  f_cpu,        cpu,          f_frame,   max_frame,  NULL, NULL, NULL};
   if (e->started) {
     args[12] = f_started;
     args[13] = e->started_path;
@@ -661,22 +676,25 @@ static int spawn_one(wk_pool *pool, char *err, size_t err_len) {
   uv_pipe_init(pool->loop, &e->err_pipe, 0);
   e->err_pipe.data = e;
   e->handles = 2;
-  uv_stdio_container_t stdio[3] = {
+  uv_stdio_container_t stdio[CHANNEL_FD + 1] = {
       {.flags = UV_IGNORE},
       {.flags = UV_INHERIT_FD, .data.fd = STDERR_FILENO},
       {.flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE, .data.stream = (uv_stream_t *)&e->err_pipe},
+      [CHANNEL_FD] = {.flags = UV_INHERIT_FD, .data.fd = sv[1]},
   };
   uv_process_options_t opt = {
       .exit_cb = on_process_exit,
       .file = pool->python,
       .args = args,
       .env = env,
-      .stdio_count = 3,
+      .stdio_count = CHANNEL_FD + 1,
       .stdio = stdio,
   };
   e->proc.data = e;
   int rc = uv_spawn(pool->loop, &e->proc, &opt);
+  close(sv[1]); /* the child's end is the child's alone */
   if (rc != 0) {
+    close(sv[0]);
     wk_errf(err, err_len, "cannot start executor %s %s: %s", pool->python, pool->script,
             uv_strerror(rc));
     pool->handles_open += 2;
@@ -691,6 +709,20 @@ static int spawn_one(wk_pool *pool, char *err, size_t err_len) {
   if (uv_read_start((uv_stream_t *)&e->err_pipe, on_err_alloc, on_err_read) != 0)
     uv_close((uv_handle_t *)&e->err_pipe, on_exec_handle_closed);
   e->pid = e->proc.pid;
+  wk_conn *c = wk_xcalloc(1, sizeof *c);
+  c->pool = pool;
+  c->owner = e;
+  wk_frame_buf_init(&c->rbuf, NULL);
+  uv_pipe_init(pool->loop, &c->pipe, 0);
+  c->pipe.data = c;
+  pool->handles_open++;
+  e->pending = c;
+  if (uv_pipe_open(&c->pipe, sv[0]) != 0 ||
+      uv_read_start((uv_stream_t *)&c->pipe, on_alloc, on_read) != 0) {
+    /* without its channel it never says HELLO: it counts as a failed start */
+    conn_close(c);
+    uv_process_kill(&e->proc, SIGKILL);
+  }
   e->running = true;
   e->idle_since_ms = e->last_pong_ms = now_ms(pool);
   e->next = pool->executors;
@@ -803,21 +835,26 @@ static void handle_frame(wk_conn *conn, const wk_frame *f) {
       conn_close(conn);
       return;
     }
-    for (wk_executor *x = pool->executors; x; x = x->next) {
-      if (x->running && x->pid == (int)f->hello.pid && !x->conn) {
-        conn->exec = x;
-        x->conn = conn;
-        x->hello = true;
-        x->last_pong_ms = now_ms(pool);
-        pool->n_ready++;
-        if (pool->n_starting) pool->n_starting--;
-        pool->respawn_delay_ms = 0;
-        pool->start_failures = 0;
-        return;
-      }
+    /* the channel says who is on it (the executor spawned with its other end); the
+     * HELLO's pid is only checked against it */
+    wk_executor *x = conn->owner;
+    if (!x || !x->running || x->conn || x->pid != (int)f->hello.pid) {
+      wk_log(WK_LOG_WARN, "executor_protocol", "HELLO with pid %u from executor pid %d",
+             f->hello.pid, x ? x->pid : -1);
+      if (x && x->running) kill_executor(x, "its HELLO named another pid");
+      conn_close(conn);
+      return;
     }
-    wk_log(WK_LOG_WARN, "executor_protocol", "HELLO from unknown pid %u", f->hello.pid);
-    conn_close(conn);
+    x->pending = NULL;
+    conn->owner = NULL;
+    conn->exec = x;
+    x->conn = conn;
+    x->hello = true;
+    x->last_pong_ms = now_ms(pool);
+    pool->n_ready++;
+    if (pool->n_starting) pool->n_starting--;
+    pool->respawn_delay_ms = 0;
+    pool->start_failures = 0;
     return;
   }
   switch (f->type) {
@@ -924,23 +961,6 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
      * executors' pipelines refill without waiting for another loop turn */
     flush_all(pool);
   }
-}
-
-static void on_connection(uv_stream_t *server, int status) {
-  wk_pool *pool = server->data;
-  if (status < 0) return;
-  wk_conn *c = wk_xcalloc(1, sizeof *c);
-  c->pool = pool;
-  wk_frame_buf_init(&c->rbuf, NULL);
-  uv_pipe_init(pool->loop, &c->pipe, 0);
-  c->pipe.data = c;
-  pool->handles_open++;
-  if (uv_accept(server, (uv_stream_t *)&c->pipe) != 0) {
-    c->closing = true;
-    uv_close((uv_handle_t *)&c->pipe, on_conn_closed);
-    return;
-  }
-  uv_read_start((uv_stream_t *)&c->pipe, on_alloc, on_read);
 }
 
 /* ---- dispatch ----------------------------------------------------------------------- */
@@ -1275,7 +1295,7 @@ wk_pool *wk_pool_start(uv_loop_t *loop, const wk_pool_config *cfg, wk_exec_callb
   snprintf(pool->dir, sizeof pool->dir, "%s/wk-exec-XXXXXX",
            (tmp && strlen(tmp) < 40) ? tmp : "/tmp");
   if (!mkdtemp(pool->dir)) { /* mkdtemp makes it 0700 */
-    wk_errf(err, err_len, "cannot create the executor socket directory %s: %s", pool->dir,
+    wk_errf(err, err_len, "cannot create the executor directory %s: %s", pool->dir,
             strerror(errno));
     free(pool->python);
     free(pool->script);
@@ -1283,21 +1303,11 @@ wk_pool *wk_pool_start(uv_loop_t *loop, const wk_pool_config *cfg, wk_exec_callb
     free(pool);
     return NULL;
   }
-  snprintf(pool->sock_path, sizeof pool->sock_path, "%s/exec.sock", pool->dir);
-  uv_pipe_init(loop, &pool->listener, 0);
-  pool->listener.data = pool;
   uv_timer_init(loop, &pool->maintenance);
   pool->maintenance.data = pool;
   uv_idle_init(loop, &pool->flusher);
   pool->flusher.data = pool;
-  pool->handles_open = 3;
-  int rc = uv_pipe_bind(&pool->listener, pool->sock_path);
-  if (rc == 0) rc = uv_listen((uv_stream_t *)&pool->listener, 128, on_connection);
-  if (rc != 0) {
-    wk_errf(err, err_len, "cannot listen on %s: %s", pool->sock_path, uv_strerror(rc));
-    wk_pool_stop(pool, NULL, NULL);
-    return NULL;
-  }
+  pool->handles_open = 2;
   for (uint32_t i = 0; i < pool->cfg.executors_min; i++) {
     if (spawn_one(pool, err, err_len) != 0) {
       wk_pool_stop(pool, NULL, NULL);
@@ -1311,7 +1321,6 @@ wk_pool *wk_pool_start(uv_loop_t *loop, const wk_pool_config *cfg, wk_exec_callb
 static void on_pool_handle_closed(uv_handle_t *h) {
   wk_pool *pool = h->data;
   if (--pool->handles_open > 0) return;
-  unlink(pool->sock_path);
   rmdir(pool->dir);
   wk_frame_buf_free(&pool->scratch);
   while (pool->spare_writes) {
@@ -1330,19 +1339,11 @@ static void on_pool_handle_closed(uv_handle_t *h) {
 }
 
 static void maybe_finish_stop(wk_pool *pool) {
-  /* the listener, the timer and the flusher are the last three handles */
-  if (!pool->stopping || pool->n_structs > 0 || pool->handles_open != 3) return;
-  if (uv_is_closing((uv_handle_t *)&pool->listener)) return;
-  uv_close((uv_handle_t *)&pool->listener, on_pool_handle_closed);
+  /* the timer and the flusher are the last two handles */
+  if (!pool->stopping || pool->n_structs > 0 || pool->handles_open != 2) return;
+  if (uv_is_closing((uv_handle_t *)&pool->maintenance)) return;
   uv_close((uv_handle_t *)&pool->maintenance, on_pool_handle_closed);
   uv_close((uv_handle_t *)&pool->flusher, on_pool_handle_closed);
-}
-
-static void close_unmatched(uv_handle_t *h, void *arg) {
-  wk_pool *pool = arg;
-  if (h->type != UV_NAMED_PIPE || h == (uv_handle_t *)&pool->listener || uv_is_closing(h)) return;
-  wk_conn *c = h->data;
-  if (c && c->pool == pool && !c->exec) conn_close(c);
 }
 
 void wk_pool_stop(wk_pool *pool, void (*done)(void *arg), void *arg) {
@@ -1356,7 +1357,6 @@ void wk_pool_stop(wk_pool *pool, void (*done)(void *arg), void *arg) {
     free_call(c);
   }
   pool->queued = 0;
-  uv_walk(pool->loop, close_unmatched, pool);
   wk_frame bye = {.type = WK_FRAME_SHUTDOWN};
   for (wk_executor *e = pool->executors; e; e = e->next) {
     for (wk_pool_call *c = e->head; c; c = c->next) c->cancelled = true;
@@ -1365,6 +1365,7 @@ void wk_pool_stop(wk_pool *pool, void (*done)(void *arg), void *arg) {
       queue_frame(e, &bye);
       flush(e);
     } else {
+      if (e->pending) conn_close(e->pending);
       kill_executor(e, "shutdown before it connected");
     }
   }

@@ -1,8 +1,9 @@
 /* wk_executor_pool.h: the pool of Python executor processes.
  *
- * The pool listens on a Unix-domain socket in a private 0700 directory and spawns
- * executors (python3 worker_executor.py --socket PATH) with a scrubbed environment and
- * resource limits. Each executor runs the calls sent to it one at a time, but up to
+ * The pool spawns executors (python3 worker_executor.py --channel-fd 3) with a scrubbed
+ * environment and resource limits. Each executor's channel is one end of a socket pair
+ * the pool created for it alone and handed over at spawn: the pool listens on no socket,
+ * so no other process can claim an executor's place (HELLO's pid is only checked). Each executor runs the calls sent to it one at a time, but up to
  * `pipeline_depth` calls are in flight on its connection, and frames are written in
  * batches, so a no-op call costs microseconds. The depth adapts to the executor's
  * measured time per call: about 2 ms of work ahead, so slow calls go one at a time and
@@ -73,7 +74,7 @@ typedef struct wk_pool_stats {
   uint64_t recalled; /* RECALLs sent: calls taken back from behind a long call */
 } wk_pool_stats;
 
-/** Creates the socket directory, listens, and spawns executors_min executors.
+/** Creates the pool's private directory (started files) and spawns executors_min executors.
  * Returns NULL with a reason in `err` (e.g. the interpreter does not exist). */
 wk_pool *wk_pool_start(uv_loop_t *loop, const wk_pool_config *cfg, wk_exec_callbacks cb, char *err,
                        size_t err_len);
@@ -113,8 +114,8 @@ uint32_t wk_pool_capacity(const wk_pool *pool);
 /** Counters since start. */
 wk_pool_stats wk_pool_get_stats(const wk_pool *pool);
 
-/** Stops every executor (SHUTDOWN, SIGKILL after the grace), closes the socket and
- * removes its directory; `done` runs on the loop when everything is closed, after
+/** Stops every executor (SHUTDOWN, SIGKILL after the grace), closes their channels
+ * and removes the pool's directory; `done` runs on the loop when everything is closed, after
  * which the pool is freed. Queued calls are dropped without callbacks. */
 void wk_pool_stop(wk_pool *pool, void (*done)(void *arg), void *arg);
 

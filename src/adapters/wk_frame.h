@@ -33,7 +33,7 @@
 
 /* ---- constants ---------------------------------------------------------------- */
 
-#define WK_FRAME_VERSION 3u              /* protocol version carried in HELLO */
+#define WK_FRAME_VERSION 4u              /* protocol version carried in HELLO */
 #define WK_FRAME_PREFIX_SIZE 4u          /* the u32 length prefix */
 #define WK_FRAME_MAX_DEFAULT (16u << 20) /* a sensible max_frame: 16 MiB */
 #define WK_FRAME_CAPTURE_MAX 65536u      /* executor cap on each of stdout/stderr per call */

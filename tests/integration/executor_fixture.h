@@ -41,12 +41,10 @@ extern char **environ;
 #define MAX_BLOCKS 1024 /* copies a test keeps (mini worker) */
 
 typedef struct fixture {
-  char dir[64];        /* mkdtemp, 0700 */
-  char sock_path[128]; /* dir/exec.sock */
-  char fn_root[128];   /* dir/fn: function code, fn_root/<name>/<epoch>/main.py */
-  char scratch[128];   /* dir/scratch */
-  int listen_fd;
-  int fd; /* the executor's connection */
+  char dir[64];      /* mkdtemp, 0700 */
+  char fn_root[128]; /* dir/fn: function code, fn_root/<name>/<epoch>/main.py */
+  char scratch[128]; /* dir/scratch */
+  int fd;            /* the executor's connection */
   pid_t pid;
   bool reaped;
   int exit_status; /* waitpid status once reaped */
@@ -209,7 +207,7 @@ static inline bool expect_eof(fixture *fx, int timeout_ms) {
 static inline int setup_with(void **state, const char *const *extra) {
   fixture *fx = calloc(1, sizeof *fx);
   assert_non_null(fx);
-  fx->fd = fx->listen_fd = -1;
+  fx->fd = -1;
   fx->next_call_id = 1;
   wk_frame_buf_init(&fx->rbuf, NULL);
   wk_frame_buf_init(&fx->wbuf, NULL);
@@ -219,40 +217,33 @@ static inline int setup_with(void **state, const char *const *extra) {
   struct stat st;
   assert_int_equal(stat(fx->dir, &st), 0);
   assert_int_equal(st.st_mode & 0777, 0700);
-  snprintf(fx->sock_path, sizeof fx->sock_path, "%s/exec.sock", fx->dir);
   snprintf(fx->fn_root, sizeof fx->fn_root, "%s/fn", fx->dir);
   snprintf(fx->scratch, sizeof fx->scratch, "%s/scratch", fx->dir);
   mkdir_p(fx->fn_root);
   mkdir_p(fx->scratch);
 
-  fx->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  assert_true(fx->listen_fd >= 0);
-  struct sockaddr_un addr;
-  memset(&addr, 0, sizeof addr);
-  addr.sun_family = AF_UNIX;
-  assert_true(strlen(fx->sock_path) < sizeof addr.sun_path);
-  memcpy(addr.sun_path, fx->sock_path, strlen(fx->sock_path) + 1);
-  assert_int_equal(bind(fx->listen_fd, (const struct sockaddr *)&addr, sizeof addr), 0);
-  assert_int_equal(listen(fx->listen_fd, 4), 0);
+  /* the executor's channel, as the pool makes it: a socket pair, its end at fd 3 */
+  int sv[2];
+  assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
 
   char script[256];
   snprintf(script, sizeof script, "%s/python/worker_executor.py", WK_SOURCE_DIR);
-  char *argv[32] = {(char *)(uintptr_t)python_path(), script, (char *)(uintptr_t) "--socket",
-                    fx->sock_path, NULL};
+  char *argv[32] = {(char *)(uintptr_t)python_path(), script, (char *)(uintptr_t) "--channel-fd",
+                    (char *)(uintptr_t) "3", NULL};
   size_t argc = 4;
   for (size_t i = 0; extra && extra[i]; i++) {
     assert_true(argc + 1 < sizeof argv / sizeof argv[0]);
     argv[argc++] = (char *)(uintptr_t)extra[i];
   }
   argv[argc] = NULL;
-  int err = posix_spawn(&fx->pid, argv[0], NULL, NULL, argv, environ);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, sv[1], 3);
+  int err = posix_spawn(&fx->pid, argv[0], &fa, NULL, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  close(sv[1]);
   if (err != 0) fail_msg("posix_spawn %s: %s", argv[0], strerror(err));
-
-  struct pollfd pfd = {fx->listen_fd, POLLIN, 0};
-  if (poll(&pfd, 1, IO_TIMEOUT_MS) != 1)
-    fail_msg("executor did not connect within %d ms", IO_TIMEOUT_MS);
-  fx->fd = accept(fx->listen_fd, NULL, NULL);
-  assert_true(fx->fd >= 0);
+  fx->fd = sv[0];
 
   wk_frame f;
   recv_frame(fx, &f);
@@ -277,7 +268,6 @@ static inline int teardown(void **state) {
     }
   }
   if (fx->fd >= 0) close(fx->fd);
-  if (fx->listen_fd >= 0) close(fx->listen_fd);
   (void)nftw(fx->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
   wk_frame_buf_free(&fx->rbuf);
   wk_frame_buf_free(&fx->wbuf);

@@ -307,7 +307,7 @@ static void test_known_bytes(void **state) {
   f.hello.version = WK_FRAME_VERSION;
   f.hello.pid = 0x01020304;
   assert_int_equal(wk_frame_encode(&b, &f, MAX_FRAME), WK_FRAME_OK);
-  const uint8_t hello[] = {9, 0, 0, 0, 1, 3, 0, 0, 0, 4, 3, 2, 1};
+  const uint8_t hello[] = {9, 0, 0, 0, 1, 4, 0, 0, 0, 4, 3, 2, 1};
   assert_int_equal(wk_frame_buf_size(&b), sizeof hello);
   assert_memory_equal(wk_frame_buf_bytes(&b), hello, sizeof hello);
 

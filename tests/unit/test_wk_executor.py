@@ -54,7 +54,7 @@ class Encode(unittest.TestCase):
 
     def test_hello(self):
         self.assertEqual(p.encode_hello(0x01020304).hex(" "),
-                         "09 00 00 00 01 03 00 00 00 04 03 02 01")
+                         "09 00 00 00 01 04 00 00 00 04 03 02 01")
 
     def test_pong(self):
         self.assertEqual(p.encode_u64_frame(p.PONG, 0x0807060504030201),
@@ -320,10 +320,16 @@ class Shim(unittest.TestCase):
                            timeout=60)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("--rlimit-cpu-s", r.stdout)
-        r = subprocess.run([sys.executable, script, "--socket", os.path.join(PYTHON_DIR, "no.sock")],
+        # an fd that is not open, then one that is not a socket: it says so and exits 1
+        r = subprocess.run([sys.executable, script, "--channel-fd", "97"],
                            capture_output=True, text=True, timeout=60)
         self.assertEqual(r.returncode, 1)
-        self.assertRegex(r.stderr, r"^worker_executor\[\d+\]: cannot connect to ")
+        self.assertRegex(r.stderr, r"^worker_executor\[\d+\]: cannot use --channel-fd 97")
+        with open(script, "rb") as f:
+            r = subprocess.run([sys.executable, script, "--channel-fd", str(f.fileno())],
+                               capture_output=True, text=True, timeout=60, pass_fds=(f.fileno(),))
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("cannot use --channel-fd", r.stderr)
 
 
 if __name__ == "__main__":
