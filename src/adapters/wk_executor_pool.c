@@ -717,8 +717,9 @@ static int spawn_one(wk_pool *pool, char *err, size_t err_len) {
   c->pipe.data = c;
   pool->handles_open++;
   e->pending = c;
-  if (uv_pipe_open(&c->pipe, sv[0]) != 0 ||
-      uv_read_start((uv_stream_t *)&c->pipe, on_alloc, on_read) != 0) {
+  bool opened = uv_pipe_open(&c->pipe, sv[0]) == 0;
+  if (!opened) close(sv[0]);
+  if (!opened || uv_read_start((uv_stream_t *)&c->pipe, on_alloc, on_read) != 0) {
     /* without its channel it never says HELLO: it counts as a failed start */
     conn_close(c);
     uv_process_kill(&e->proc, SIGKILL);

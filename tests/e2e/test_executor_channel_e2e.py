@@ -171,3 +171,23 @@ def test_attacker_claims_no_other_executors_channel(worker_factory):
         v = w.wait_terminal(tid, timeout=60)
         assert v.state == pb.TASK_STATE_SUCCEEDED, (tid, v)
         assert output_json(v) == {"n": 1000 + i}, (tid, v)
+
+
+def test_hello_naming_another_pid_is_refused(worker_factory, tmp_path):
+    """HELLO's pid is checked against the process spawned with the channel: an executor
+    that names another pid is killed and never gets a call."""
+    py = tmp_path / "lying-python"
+    py.write_text("#!/usr/bin/python3\n"
+                  "import os, struct, time\n"
+                  "os.write(3, struct.pack('<IBII', 9, 1, 4, os.getppid()))\n"  # HELLO v4
+                  "time.sleep(30)\n")
+    py.chmod(0o755)
+    w = worker_factory(executors=1, python=str(py))
+    deadline = time.time() + 20
+    while time.time() < deadline and not w.events("executors_unavailable"):
+        time.sleep(0.05)
+    killed = [e for e in w.events("executor_killed")
+              if e.get("reason") == "its HELLO named another pid"]
+    assert killed, w.logs[-20:]
+    assert w.events("executors_unavailable")
+    assert not w.events("executors_available")
