@@ -79,8 +79,9 @@ typedef struct wk_app_config {
   char tls_cert_file[WK_CONFIG_PATH_MAX]; /* "" = plaintext gRPC */
   char tls_key_file[WK_CONFIG_PATH_MAX];
   char tls_client_ca_file[WK_CONFIG_PATH_MAX]; /* set = mutual TLS required */
-  char auth_token[512];     /* set = every RPC needs "authorization: Bearer <token>" */
-  uint64_t io_scope_max_mb; /* a task's scratch directory at most (0 = unbounded) */
+  char auth_token[512]; /* set = every RPC needs "authorization: Bearer <token>" */
+  char auth_token_file[WK_CONFIG_PATH_MAX]; /* auth_token read from this file ("" = none) */
+  uint64_t io_scope_max_mb;                 /* a task's scratch directory at most (0 = unbounded) */
   uint32_t
       code_epochs_kept;   /* newest epochs kept per function besides CURRENT and pins (0 = all) */
   char audit_allow[1024]; /* functions allowed (comma-separated, '*' suffix); "" = all */
@@ -114,6 +115,13 @@ typedef enum wk_config_type {
   WK_CONFIG_ENUM,   /* char[N] holding one of `choices` */
 } wk_config_type;
 
+/** Whether a setting's value is a secret, and how much of it may be shown. */
+typedef enum wk_config_secret {
+  WK_CONFIG_PUBLIC = 0,   /* shown as it is */
+  WK_CONFIG_SECRET,       /* never shown (printed as "***") */
+  WK_CONFIG_SECRET_CREDS, /* a connection string or URL: shown with its password masked */
+} wk_config_secret;
+
 /** One setting. */
 typedef struct wk_config_item {
   const char *name; /* snake_case: the struct field, the YAML key, WORKER_<NAME> */
@@ -127,6 +135,7 @@ typedef struct wk_config_item {
   const char *meta;        /* placeholder in --help ("HOST:PORT"), or NULL for the type's */
   const char *doc_default; /* the default as documented when `def` is machine-specific */
   const char *help;        /* one line */
+  wk_config_secret secret; /* secret: masked when shown, WORKER_<NAME> scrubbed after reading */
 } wk_config_item;
 
 typedef enum wk_config_origin {
@@ -266,6 +275,12 @@ int wk_config_installed_python_dir(const char *exe_path, char *out, size_t len);
 int wk_config_load_tuned(wk_app_config *cfg, wk_config_sources *sources, const wk_config_cli *cli,
                          char *const envp[], void (*tune)(const void *tune_ud, wk_app_config *cfg),
                          const void *tune_ud, char *err, size_t len);
+
+/** Removes the WORKER_<NAME> variable of every secret setting from this process's
+ * environment, overwriting "NAME=VALUE" in place first, so neither children nor
+ * /proc/<pid>/environ see it. Call after wk_config_load and before any thread starts
+ * (the environment is not thread-safe). Returns how many variables it removed. */
+int wk_config_scrub_secret_env(void);
 
 /* ---- checking and showing ------------------------------------------------------- */
 

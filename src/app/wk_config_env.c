@@ -2,7 +2,9 @@
 #include "app/wk_config.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "app/wk_config_int.h"
 
@@ -62,4 +64,27 @@ int wk_config_apply_env(wk_app_config *cfg, char *const envp[], wk_config_source
                         char *err, size_t len) {
   wk_config__errs e = wk_config__errs_init(err, len);
   return wk_config__apply_env(cfg, envp, sources, &e);
+}
+
+int wk_config_scrub_secret_env(void) {
+  int removed = 0;
+  for (size_t i = 0; i < wk_config_count(); i++) {
+    const wk_config_item *it = wk_config_item_at(i);
+    if (it->secret == WK_CONFIG_PUBLIC) continue;
+    char name[160];
+    wk_config__env_name(it->name, name, sizeof name);
+    size_t n = strlen(name);
+    /* each "NAME=VALUE" string (in the initial environment block /proc/<pid>/environ
+     * shows, when it came from there): remember them, drop the entries, then wipe */
+    char *found[16];
+    size_t k = 0;
+    for (char **e = environ; e && *e && k < sizeof found / sizeof found[0]; e++) {
+      if (strncmp(*e, name, n) == 0 && (*e)[n] == '=') found[k++] = *e;
+    }
+    if (k == 0) continue;
+    unsetenv(name);
+    for (size_t j = 0; j < k; j++) memset(found[j], 0, strlen(found[j]));
+    removed++;
+  }
+  return removed;
 }

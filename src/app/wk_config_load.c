@@ -2,6 +2,7 @@
  * the environment, the flags) and where each value came from. See wk_config.h. */
 #include "app/wk_config.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -93,6 +94,54 @@ static void apply_installed_python(wk_app_config *cfg, wk_config_sources *source
                         "installed");
 }
 
+/* auth_token_file: the token is the file's content less one trailing newline ("\n" or
+ * "\r\n"); empty, too long or holding a control byte is a problem naming the setting
+ * and the file, never the content. Not with auth_token (which would win silently). */
+static void read_auth_token_file(wk_app_config *cfg, wk_config_sources *sources,
+                                 wk_config__errs *e) {
+  const char *path = cfg->auth_token_file;
+  if (!path[0]) return;
+  size_t fi = wk_config__index_of("auth_token_file");
+  size_t ti = wk_config__index_of("auth_token");
+  if (cfg->auth_token[0]) {
+    char a[300], b[300];
+    wk_config__source_text(&sources->item[ti], a, sizeof a);
+    wk_config__source_text(&sources->item[fi], b, sizeof b);
+    wk_config__fail(e, "auth_token (%s) and auth_token_file (%s) are both set; set one", a, b);
+    return;
+  }
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    wk_config__fail(e, "auth_token_file '%.200s': %s", path, strerror(errno));
+    return;
+  }
+  char buf[sizeof cfg->auth_token + 2];
+  size_t n = fread(buf, 1, sizeof buf, f);
+  int failed = ferror(f);
+  fclose(f);
+  const char *why = NULL;
+  if (failed) {
+    why = "cannot be read";
+  } else {
+    if (n > 0 && buf[n - 1] == '\n') n--;
+    if (n > 0 && buf[n - 1] == '\r') n--;
+    if (n == 0) why = "is empty";
+    if (n >= sizeof cfg->auth_token) why = "holds more than 511 bytes";
+    for (size_t i = 0; i < n && !why; i++) {
+      if ((unsigned char)buf[i] < 0x20 || buf[i] == 0x7f) why = "holds a control byte or newline";
+    }
+  }
+  if (why) {
+    wk_config__fail(e, "auth_token_file '%.200s' %s", path, why);
+  } else {
+    memcpy(cfg->auth_token, buf, n);
+    cfg->auth_token[n] = '\0';
+    wk_config__set_source(sources, ti, sources->item[fi].origin, "%.100s, read from %.140s",
+                          sources->item[fi].where, path);
+  }
+  memset(buf, 0, sizeof buf);
+}
+
 int wk_config_load(wk_app_config *cfg, wk_config_sources *sources, const wk_config_cli *cli,
                    char *const envp[], char *err, size_t len) {
   return wk_config_load_tuned(cfg, sources, cli, envp, NULL, NULL, err, len);
@@ -123,6 +172,7 @@ int wk_config_load_tuned(wk_app_config *cfg, wk_config_sources *sources, const w
   if (path && path[0]) wk_config__load_file(cfg, path, sources, &e);
   wk_config__apply_env(cfg, envp, sources, &e);
   if (cli) wk_config__apply_flags(cfg, cli, sources, &e);
+  read_auth_token_file(cfg, sources, &e);
   /* a derived default: executors_max left at its default follows a larger executors
    * (`--executors 8` alone must not be an error); set explicitly, the rule holds */
   size_t xi = wk_config__index_of("executors_max");

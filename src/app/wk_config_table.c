@@ -131,10 +131,13 @@ static const wk_config_item table[] = {
     {FIELD(output_dir), .type = WK_CONFIG_STRING, .def = "", .min = 0, .max = STRMAX(output_dir),
      .meta = "DIR", .help = "file writer: directory for <task_id>.jsonl outputs (empty = off)"},
     {FIELD(redis_addr), .type = WK_CONFIG_STRING, .def = "", .min = 0, .max = STRMAX(redis_addr),
-     .meta = "HOST:PORT", .help = "redis writer: server outputs are XADDed to (empty = off)"},
+     .meta = "HOST:PORT", .help = "redis writer: server outputs are XADDed to (empty = off)",
+     .secret = WK_CONFIG_SECRET_CREDS},
     {FIELD(postgres_dsn), .type = WK_CONFIG_STRING, .def = "", .min = 0,
      .max = STRMAX(postgres_dsn), .meta = "DSN",
-     .help = "postgres writer: libpq connection string outputs are COPYed through (empty = off)"},
+     .help = "postgres writer: libpq connection string outputs are COPYed through (empty = off; "
+             "a password belongs in passfile=FILE)",
+     .secret = WK_CONFIG_SECRET_CREDS},
     /* transport security */
     {FIELD(tls_cert_file), .type = WK_CONFIG_STRING, .def = "", .min = 0,
      .max = STRMAX(tls_cert_file), .meta = "PEM",
@@ -146,7 +149,11 @@ static const wk_config_item table[] = {
      .help = "CA for client certificates: set = mutual TLS required"},
     {FIELD(auth_token), .type = WK_CONFIG_STRING, .def = "", .min = 0, .max = STRMAX(auth_token),
      .meta = "TOKEN",
-     .help = "set = every RPC (health included) needs 'authorization: Bearer TOKEN'"},
+     .help = "set = every RPC (health included) needs 'authorization: Bearer TOKEN'",
+     .secret = WK_CONFIG_SECRET},
+    {FIELD(auth_token_file), .type = WK_CONFIG_STRING, .def = "", .min = 0,
+     .max = STRMAX(auth_token_file), .meta = "FILE",
+     .help = "auth_token read from this file (one trailing newline stripped; not with auth_token)"},
     /* registration and shadow traffic */
     {FIELD(etcd_endpoints), .type = WK_CONFIG_STRING, .def = "", .min = 0,
      .max = STRMAX(etcd_endpoints), .meta = "URLS",

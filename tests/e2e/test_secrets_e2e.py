@@ -7,12 +7,14 @@ worker's environment and memory through /proc/<worker pid>/."""
 import json
 import os
 import shutil
+import subprocess
 import tempfile
 import time
 
+import grpc
 import pytest
 
-from conftest import Worker, health_pb2, pb
+from conftest import WORKER, Worker, health_pb2, pb
 
 TOKEN = "tok-" + "7f3a9c" * 6
 
@@ -94,5 +96,68 @@ def test_function_cannot_read_worker_environ_or_memory(shared_tmp):
         # executors still start and serve calls after the worker turned non-dumpable
         r2 = run_call(w, "snoop", md, task_id="t2")
         assert r2.state == pb.TASK_STATE_SUCCEEDED, r2
+    finally:
+        assert w.stop() == 0, w.logs[-20:]
+
+
+ECHO = "def handler(args, ctx):\n    return {'ok': True}\n"
+
+
+def clean_env(**extra):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WORKER_")}
+    env.update(extra)
+    return env
+
+
+def test_auth_token_file(tmp_path):
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    token_file.chmod(0o600)
+    w = Worker(str(tmp_path / "w"), extra_args=("--auth-token-file", str(token_file)),
+               env=clean_env())
+    try:
+        w.deploy("echo", ECHO)
+        # the file's token, without its newline, is the bearer token
+        r = run_call(w, "echo", [("authorization", "Bearer " + TOKEN)])
+        assert r.state == pb.TASK_STATE_SUCCEEDED, r
+        with pytest.raises(grpc.RpcError) as e:
+            w.stub.GetTaskResult(pb.GetTaskResultRequest(task_id="t1"), timeout=5,
+                                 metadata=[("authorization", "Bearer " + TOKEN + "x")])
+        assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    finally:
+        assert w.stop() == 0, w.logs[-20:]
+
+
+def test_auth_token_and_auth_token_file_exclude_each_other(tmp_path):
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    out = subprocess.run([WORKER, "--print-config", "--code-root", str(tmp_path),
+                          "--auth-token-file", str(token_file)],
+                         capture_output=True, text=True, timeout=30,
+                         env=clean_env(WORKER_AUTH_TOKEN="other"))
+    assert out.returncode == 2, out
+    assert "auth_token (env WORKER_AUTH_TOKEN) and auth_token_file (flag --auth-token-file)" \
+        in out.stderr, out.stderr
+    assert TOKEN not in out.stdout + out.stderr and "other" not in out.stdout + out.stderr
+
+
+def test_secrets_leave_the_worker_environment(tmp_path):
+    """The worker drops WORKER_AUTH_TOKEN from its environment once read: its
+    /proc/<pid>/environ (readable by root only, the worker being non-dumpable) and its
+    executors' environment no longer hold it."""
+    if os.geteuid() != 0:
+        pytest.skip("only root may read a non-dumpable worker's /proc/<pid>/environ")
+    w = Worker(str(tmp_path / "w"), env=clean_env(WORKER_AUTH_TOKEN=TOKEN))
+    try:
+        w.deploy("env", "import os\ndef handler(args, ctx):\n    return dict(os.environ)\n")
+        r = run_call(w, "env", [("authorization", "Bearer " + TOKEN)])
+        assert r.state == pb.TASK_STATE_SUCCEEDED, r
+        executor_env = json.loads(r.outputs[0].value)
+        assert not any(TOKEN in v or k.startswith("WORKER_") for k, v in executor_env.items()), \
+            executor_env
+        with open("/proc/%d/environ" % w.proc.pid, "rb") as f:
+            environ = f.read()
+        assert TOKEN.encode() not in environ and b"WORKER_AUTH_TOKEN" not in environ
+        assert b"PATH=" in environ  # the rest of the environment is untouched
     finally:
         assert w.stop() == 0, w.logs[-20:]

@@ -846,6 +846,69 @@ static void test_print_text_json_markdown_help(void **state) {
 
 /* ---- setup ------------------------------------------------------------------------------- */
 
+/* ---- secrets ------------------------------------------------------------------------------- */
+
+/* Loads with the environment `envp` only; returns the problems (err holds them). */
+static int load_env(wk_app_config *c, wk_config_sources *s, char **envp) {
+  return wk_config_load(c, s, NULL, envp, err, sizeof err);
+}
+
+static void test_auth_token_file(void **state) {
+  (void)state;
+  wk_app_config c;
+  wk_config_sources s;
+  char var[600];
+  /* one trailing newline (or CRLF) stripped, the rest kept */
+  snprintf(var, sizeof var, "WORKER_AUTH_TOKEN_FILE=%s", write_file("tok1", "abc.DEF-123\n"));
+  assert_int_equal(load_env(&c, &s, list(var, NULL)), 0);
+  assert_string_equal(c.auth_token, "abc.DEF-123");
+  assert_int_equal(source_of(&s, "auth_token")->origin, WK_CONFIG_FROM_ENV);
+  assert_has(source_of(&s, "auth_token")->where, "read from");
+  snprintf(var, sizeof var, "WORKER_AUTH_TOKEN_FILE=%s", write_file("tok2", "xyz\r\n"));
+  assert_int_equal(load_env(&c, &s, list(var, NULL)), 0);
+  assert_string_equal(c.auth_token, "xyz");
+  snprintf(var, sizeof var, "WORKER_AUTH_TOKEN_FILE=%s", write_file("tok3", "no-newline"));
+  assert_int_equal(load_env(&c, &s, list(var, NULL)), 0);
+  assert_string_equal(c.auth_token, "no-newline");
+  /* with auth_token: one problem naming both, whatever the sources */
+  snprintf(var, sizeof var, "WORKER_AUTH_TOKEN_FILE=%s", write_file("tok4", "a\n"));
+  assert_int_equal(load_env(&c, &s, list(var, "WORKER_AUTH_TOKEN=b", NULL)), 1);
+  assert_has(err, "auth_token (env WORKER_AUTH_TOKEN) and auth_token_file");
+  /* missing, empty, two lines, too long: a problem naming the file, never the content */
+  assert_int_equal(load_env(&c, &s, list("WORKER_AUTH_TOKEN_FILE=/nonexistent/tok", NULL)), 1);
+  assert_has(err, "auth_token_file '/nonexistent/tok': No such file");
+  snprintf(var, sizeof var, "WORKER_AUTH_TOKEN_FILE=%s", write_file("tok5", "\n"));
+  assert_int_equal(load_env(&c, &s, list(var, NULL)), 1);
+  assert_has(err, "is empty");
+  snprintf(var, sizeof var, "WORKER_AUTH_TOKEN_FILE=%s", write_file("tok6", "sekrit\nmore\n"));
+  assert_int_equal(load_env(&c, &s, list(var, NULL)), 1);
+  assert_has(err, "control byte");
+  assert_null(strstr(err, "sekrit"));
+  char big[600];
+  memset(big, 'x', 520);
+  big[520] = '\0';
+  snprintf(var, sizeof var, "WORKER_AUTH_TOKEN_FILE=%s", write_file("tok7", big));
+  assert_int_equal(load_env(&c, &s, list(var, NULL)), 1);
+  assert_has(err, "more than 511 bytes");
+}
+
+static void test_scrub_secret_env(void **state) {
+  (void)state;
+  assert_int_equal(setenv("WORKER_AUTH_TOKEN", "tok-scrub-me", 1), 0);
+  assert_int_equal(setenv("WORKER_POSTGRES_DSN", "password=pw-scrub-me", 1), 0);
+  assert_int_equal(setenv("WORKER_TASK_SLOTS", "7", 1), 0);
+  char *tok = getenv("WORKER_AUTH_TOKEN") - strlen("WORKER_AUTH_TOKEN=");
+  size_t tok_len = strlen(tok);
+  assert_int_equal(wk_config_scrub_secret_env(), 2);
+  assert_null(getenv("WORKER_AUTH_TOKEN"));
+  assert_null(getenv("WORKER_POSTGRES_DSN"));
+  assert_string_equal(getenv("WORKER_TASK_SLOTS"), "7");            /* not a secret: left alone */
+  for (size_t i = 0; i < tok_len; i++) assert_int_equal(tok[i], 0); /* wiped in place */
+  for (char **e = environ; *e; e++) assert_null(strstr(*e, "scrub-me"));
+  assert_int_equal(wk_config_scrub_secret_env(), 0);
+  unsetenv("WORKER_TASK_SLOTS");
+}
+
 static int setup(void **state) {
   (void)state;
   snprintf(tmp_dir, sizeof tmp_dir, "%s/wk-config-XXXXXX",
@@ -889,6 +952,8 @@ int main(void) {
       cmocka_unit_test(test_installed_python_dir),
       cmocka_unit_test(test_validate_reports_all_problems_with_sources),
       cmocka_unit_test(test_print_text_json_markdown_help),
+      cmocka_unit_test(test_auth_token_file),
+      cmocka_unit_test(test_scrub_secret_env),
   };
   return cmocka_run_group_tests_name("config", tests, setup, teardown);
 }
