@@ -303,8 +303,14 @@ int wk_config_validate_sources(const wk_app_config *cfg, const wk_config_sources
 const char *wk_config_format_value(const wk_app_config *cfg, const wk_config_item *item, char *buf,
                                    size_t len);
 
+/** wk_config_format_value as shown to people: a secret setting (item->secret) shows
+ * "***", a connection string its password masked (wk_mask_credentials), an unset one
+ * "". Every place that prints a setting's value uses this. Returns buf. */
+const char *wk_config_format_shown(const wk_app_config *cfg, const wk_config_item *item, char *buf,
+                                   size_t len);
+
 /** Prints the effective configuration with each value's source (sources may be NULL:
- * all "default"). */
+ * all "default"); secret values masked (wk_config_format_shown). */
 void wk_config_print(FILE *out, const wk_app_config *cfg, const wk_config_sources *sources,
                      wk_config_format format);
 

@@ -18,21 +18,26 @@ void wk_config_print(FILE *out, const wk_app_config *cfg, const wk_config_source
       const wk_config_item *it = wk_config_item_at(i);
       const void *f = wk_config__cfield(cfg, it);
       json_t *val = NULL;
-      switch (it->type) {
-        case WK_CONFIG_STRING:
-        case WK_CONFIG_ENUM: val = json_stringn(f, strnlen(f, it->size)); break;
-        case WK_CONFIG_UINT:
-        case WK_CONFIG_BYTES: {
-          uint64_t x = wk_config__get_uint(f, it->size);
-          val = x <= (uint64_t)INT64_MAX ? json_integer((json_int_t)x) : NULL;
-          break;
+      char shown[1100];
+      if (it->secret != WK_CONFIG_PUBLIC) {
+        val = json_string(wk_config_format_shown(cfg, it, shown, sizeof shown));
+      } else {
+        switch (it->type) {
+          case WK_CONFIG_STRING:
+          case WK_CONFIG_ENUM: val = json_stringn(f, strnlen(f, it->size)); break;
+          case WK_CONFIG_UINT:
+          case WK_CONFIG_BYTES: {
+            uint64_t x = wk_config__get_uint(f, it->size);
+            val = x <= (uint64_t)INT64_MAX ? json_integer((json_int_t)x) : NULL;
+            break;
+          }
+          case WK_CONFIG_MS: val = json_integer((json_int_t)wk_config__get_i64(f)); break;
+          case WK_CONFIG_BOOL: val = json_boolean(wk_config__get_bool(f)); break;
         }
-        case WK_CONFIG_MS: val = json_integer((json_int_t)wk_config__get_i64(f)); break;
-        case WK_CONFIG_BOOL: val = json_boolean(wk_config__get_bool(f)); break;
       }
       if (!val) {
         char buf[64];
-        val = json_string(wk_config_format_value(cfg, it, buf, sizeof buf));
+        val = json_string(wk_config_format_shown(cfg, it, buf, sizeof buf));
       }
       static const char *const origins[] = {"default", "file", "env", "flag"};
       const wk_config_source *s = sources ? &sources->item[i] : NULL;
@@ -55,7 +60,7 @@ void wk_config_print(FILE *out, const wk_app_config *cfg, const wk_config_source
     const wk_config_item *it = wk_config_item_at(i);
     int n = (int)strlen(it->name);
     if (n > name_w) name_w = n;
-    wk_config_format_value(cfg, it, buf, sizeof buf);
+    wk_config_format_shown(cfg, it, buf, sizeof buf);
     n = buf[0] ? (int)strlen(buf) : 2;
     if (n > val_w) val_w = n;
   }
@@ -65,7 +70,7 @@ void wk_config_print(FILE *out, const wk_app_config *cfg, const wk_config_source
     char src[300] = "default";
     if (sources) wk_config__source_text(&sources->item[i], src, sizeof src);
     const wk_config_item *it = wk_config_item_at(i);
-    wk_config_format_value(cfg, it, buf, sizeof buf);
+    wk_config_format_shown(cfg, it, buf, sizeof buf);
     fprintf(out, "%-*s  %-*s  %s\n", name_w, it->name, val_w, buf[0] ? buf : "\"\"", src);
   }
 }
@@ -142,7 +147,7 @@ void wk_config_print_help(FILE *out, const char *program, const wk_app_config *d
     const char *def = it->doc_default ? it->doc_default : it->def;
     if (defaults &&
         memcmp(wk_config__cfield(defaults, it), wk_config__cfield(table, it), it->size) != 0) {
-      def = wk_config_format_value(defaults, it, value, sizeof value);
+      def = wk_config_format_shown(defaults, it, value, sizeof value);
     }
     if (strlen(left) > 29) {
       fprintf(out, "  %s\n  %-29s", left, "");

@@ -11,6 +11,7 @@
 #include <strings.h>
 
 #include "app/wk_config_int.h"
+#include "lib/wk_mask.h"
 
 void *wk_config__field(wk_app_config *cfg, const wk_config_item *it) {
   WK_ASSERT(it->offset < sizeof *cfg);
@@ -283,5 +284,21 @@ const char *wk_config_format_value(const wk_app_config *cfg, const wk_config_ite
     case WK_CONFIG_BYTES: snprintf(buf, len, "%" PRIu64, wk_config__get_uint(f, it->size)); break;
     case WK_CONFIG_BOOL: snprintf(buf, len, "%s", wk_config__get_bool(f) ? "true" : "false"); break;
   }
+  return buf;
+}
+
+const char *wk_config_format_shown(const wk_app_config *cfg, const wk_config_item *it, char *buf,
+                                   size_t len) {
+  if (it->secret == WK_CONFIG_PUBLIC) return wk_config_format_value(cfg, it, buf, len);
+  char value[2048];
+  wk_config_format_value(cfg, it, value, sizeof value);
+  if (!value[0]) {
+    snprintf(buf, len, "%s", ""); /* unset: nothing to hide, and it says so */
+  } else if (it->secret == WK_CONFIG_SECRET_CREDS) {
+    wk_mask_credentials(value, buf, len);
+  } else {
+    snprintf(buf, len, "%s", WK_MASK);
+  }
+  memset(value, 0, sizeof value);
   return buf;
 }

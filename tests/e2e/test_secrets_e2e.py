@@ -161,3 +161,39 @@ def test_secrets_leave_the_worker_environment(tmp_path):
         assert b"PATH=" in environ  # the rest of the environment is untouched
     finally:
         assert w.stop() == 0, w.logs[-20:]
+
+
+def test_print_config_masks_every_secret(tmp_path):
+    """--print-config (text and JSON) never shows the token, the DSN's password or Redis
+    credentials, whether they come from flags, the environment or the token file."""
+    dsn_pw, redis_pw = "pg-Pa55-" + "9" * 8, "rd-Pa55-" + "8" * 8
+    dsn = "host=127.0.0.1 user=w password=%s dbname=out" % dsn_pw
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    cases = [
+        (["--auth-token", TOKEN, "--postgres-dsn", dsn,
+          "--redis-addr", "redis://default:%s@127.0.0.1:6379" % redis_pw], {}),
+        (["--auth-token-file", str(token_file)],
+         {"WORKER_POSTGRES_DSN": "postgresql://w:%s@127.0.0.1/out" % dsn_pw}),
+    ]
+    for args, env in cases:
+        for fmt in ([], ["--json"]):
+            out = subprocess.run([WORKER, "--print-config", "--code-root", str(tmp_path)] + fmt +
+                                 args, capture_output=True, text=True, timeout=30,
+                                 env=clean_env(**env))
+            shown = out.stdout + out.stderr
+            assert out.stdout, out
+            for secret in (TOKEN, dsn_pw, redis_pw):
+                assert secret not in shown, (args, fmt, shown)
+            if fmt:
+                doc = json.loads(out.stdout)
+                assert doc["auth_token"]["value"] == "***", doc["auth_token"]
+                assert "password=***" in doc["postgres_dsn"]["value"] or \
+                    "w:***@" in doc["postgres_dsn"]["value"], doc["postgres_dsn"]
+            else:
+                line = [l for l in out.stdout.splitlines() if l.startswith("auth_token ")][0]
+                assert " *** " in line, line
+    # unset secrets show as unset, not as "***"
+    out = subprocess.run([WORKER, "--print-config", "--json", "--code-root", str(tmp_path)],
+                         capture_output=True, text=True, timeout=30, env=clean_env())
+    assert json.loads(out.stdout)["auth_token"]["value"] == ""
