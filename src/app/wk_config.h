@@ -282,6 +282,13 @@ int wk_config_load_tuned(wk_app_config *cfg, wk_config_sources *sources, const w
  * (the environment is not thread-safe). Returns how many variables it removed. */
 int wk_config_scrub_secret_env(void);
 
+/** Overwrites with '*' the value of every secret setting's flag in the command line
+ * `cli` was parsed from (its values point into main's argv), so /proc/<pid>/cmdline,
+ * which every local user may read, no longer shows it. Call after wk_config_load (the
+ * values are copied by then); cli's values of secret flags are '*'s afterwards.
+ * Returns how many values it overwrote. */
+int wk_config_scrub_secret_args(const wk_config_cli *cli);
+
 /* ---- checking and showing ------------------------------------------------------- */
 
 /** Checks every value against the table's ranges, lengths and choices, then the

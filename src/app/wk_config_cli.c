@@ -3,6 +3,7 @@
 #include "app/wk_config.h"
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -130,4 +131,17 @@ int wk_config_apply_flags(wk_app_config *cfg, const wk_config_cli *cli, wk_confi
                           char *err, size_t len) {
   wk_config__errs e = wk_config__errs_init(err, len);
   return wk_config__apply_flags(cfg, cli, sources, &e);
+}
+
+int wk_config_scrub_secret_args(const wk_config_cli *cli) {
+  int scrubbed = 0;
+  for (size_t k = 0; k < cli->n_flags; k++) {
+    const wk_config_item *it = wk_config_item_at(cli->flags[k].index);
+    if (!it || it->secret == WK_CONFIG_PUBLIC) continue;
+    /* the value lies in main's argv, writable memory /proc/<pid>/cmdline shows */
+    char *value = (char *)(uintptr_t)cli->flags[k].value;
+    memset(value, '*', strlen(value));
+    scrubbed++;
+  }
+  return scrubbed;
 }

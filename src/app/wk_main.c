@@ -58,7 +58,8 @@ int wk_main(const wk_profile *profile, int argc, char **argv) {
   int problems = wk_config_load_tuned(&cfg, &sources, &cli, environ, wk_profile_tune, profile, err,
                                       sizeof err);
   wk_config_scrub_secret_env(); /* read once: neither children nor /proc see them again */
-  print_lines(program, err);    /* errors, or warnings only */
+  wk_config_scrub_secret_args(&cli);
+  print_lines(program, err); /* errors, or warnings only */
   if (problems > 0) return 2;
 
   problems = wk_config_validate_sources(&cfg, &sources, err, sizeof err);

@@ -197,3 +197,19 @@ def test_print_config_masks_every_secret(tmp_path):
     out = subprocess.run([WORKER, "--print-config", "--json", "--code-root", str(tmp_path)],
                          capture_output=True, text=True, timeout=30, env=clean_env())
     assert json.loads(out.stdout)["auth_token"]["value"] == ""
+
+
+def test_secret_flags_leave_the_command_line(tmp_path):
+    """/proc/<pid>/cmdline is world-readable whatever the dumpable flag: the values of
+    secret flags are overwritten once read; the worker still uses the token."""
+    w = Worker(str(tmp_path / "w"), env=clean_env(), extra_args=("--auth-token", TOKEN))
+    try:
+        with open("/proc/%d/cmdline" % w.proc.pid, "rb") as f:
+            cmdline = f.read()
+        assert TOKEN.encode() not in cmdline, cmdline
+        assert b"--auth-token\0" + b"*" * len(TOKEN) + b"\0" in cmdline, cmdline
+        w.deploy("echo", ECHO)
+        r = run_call(w, "echo", [("authorization", "Bearer " + TOKEN)])
+        assert r.state == pb.TASK_STATE_SUCCEEDED, r
+    finally:
+        assert w.stop() == 0, w.logs[-20:]
