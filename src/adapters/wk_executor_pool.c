@@ -115,6 +115,8 @@ struct wk_pool {
   uv_loop_t *loop;
   wk_pool_config cfg;
   char *python, *script, *python_path;
+  char **env;   /* the configured NAME=VALUE entries (wk_pool_config.env), NULL-terminated */
+  size_t env_n; /* how many */
   wk_exec_callbacks cb;
   char dir[64];
   uv_timer_t maintenance;
@@ -636,6 +638,15 @@ static void open_started_file(wk_pool *pool, wk_executor *e) {
   e->started = m;
 }
 
+/* Frees the strings the pool copied from its configuration. */
+static void free_strings(wk_pool *pool) {
+  free(pool->python);
+  free(pool->script);
+  free(pool->python_path);
+  for (size_t i = 0; i < pool->env_n; i++) free(pool->env[i]);
+  free(pool->env);
+}
+
 static int spawn_one(wk_pool *pool, char *err, size_t err_len) {
   wk_executor *e = wk_xcalloc(1, sizeof *e);
   e->pool = pool;
@@ -648,8 +659,23 @@ static int spawn_one(wk_pool *pool, char *err, size_t err_len) {
   static char lang_var[] = "LANG=C.UTF-8";
   static char nobytecode_var[] = "PYTHONDONTWRITEBYTECODE=1";
   static char unbuffered_var[] = "PYTHONUNBUFFERED=1";
-  /* a scrubbed environment: nothing of the worker's leaks into user code */
-  char *env[] = {path_var, pythonpath, home, lang_var, nobytecode_var, unbuffered_var, NULL};
+  /* a scrubbed environment: nothing of the worker's leaks into user code but what the
+   * operator configured (executor_env), which may replace PATH and LANG */
+  enum { BASE_ENV = 6 };
+  char **env = wk_xcalloc(BASE_ENV + pool->env_n + 1, sizeof *env);
+  char *base[BASE_ENV] = {path_var, lang_var, pythonpath, home, nobytecode_var, unbuffered_var};
+  memcpy(env, base, sizeof base);
+  size_t env_n = BASE_ENV;
+  for (size_t i = 0; i < pool->env_n; i++) {
+    char *v = pool->env[i];
+    if (strncmp(v, "PATH=", 5) == 0) {
+      env[0] = v;
+    } else if (strncmp(v, "LANG=", 5) == 0) {
+      env[1] = v;
+    } else {
+      env[env_n++] = v;
+    }
+  }
   char as[32], nofile[32], cpu[32], max_frame[32];
   snprintf(as, sizeof as, "%llu", (unsigned long long)pool->cfg.rlimit_as_mb);
   snprintf(nofile, sizeof nofile, "%llu", (unsigned long long)pool->cfg.rlimit_nofile);
@@ -664,6 +690,7 @@ static int spawn_one(wk_pool *pool, char *err, size_t err_len) {
     wk_errf(err, err_len, "cannot create an executor's socket pair: %s", strerror(errno));
     wk_frame_buf_free(&e->wbuf);
     free(e);
+    free(env);
     return -1;
   }
   open_started_file(pool, e);
@@ -692,6 +719,7 @@ static int spawn_one(wk_pool *pool, char *err, size_t err_len) {
   };
   e->proc.data = e;
   int rc = uv_spawn(pool->loop, &e->proc, &opt);
+  free(env);    /* the array; its strings are the pool's */
   close(sv[1]); /* the child's end is the child's alone */
   if (rc != 0) {
     close(sv[0]);
@@ -1291,6 +1319,13 @@ wk_pool *wk_pool_start(uv_loop_t *loop, const wk_pool_config *cfg, wk_exec_callb
   pool->python = wk_xstrdup(cfg->python);
   pool->script = wk_xstrdup(cfg->executor_script);
   pool->python_path = wk_xstrdup(cfg->python_path ? cfg->python_path : "");
+  pool->env = wk_xcalloc(1, sizeof *pool->env);
+  for (const char *const *v = cfg->env; v && *v; v++) {
+    pool->env = wk_xrealloc(pool->env, (pool->env_n + 2) * sizeof *pool->env);
+    pool->env[pool->env_n++] = wk_xstrdup(*v);
+    pool->env[pool->env_n] = NULL;
+  }
+  pool->cfg.env = NULL; /* the copy above is the pool's */
   pool->cb = cb;
   const char *tmp = getenv("TMPDIR");
   snprintf(pool->dir, sizeof pool->dir, "%s/wk-exec-XXXXXX",
@@ -1298,9 +1333,7 @@ wk_pool *wk_pool_start(uv_loop_t *loop, const wk_pool_config *cfg, wk_exec_callb
   if (!mkdtemp(pool->dir)) { /* mkdtemp makes it 0700 */
     wk_errf(err, err_len, "cannot create the executor directory %s: %s", pool->dir,
             strerror(errno));
-    free(pool->python);
-    free(pool->script);
-    free(pool->python_path);
+    free_strings(pool);
     free(pool);
     return NULL;
   }
@@ -1332,9 +1365,7 @@ static void on_pool_handle_closed(uv_handle_t *h) {
   }
   void (*done)(void *) = pool->stop_done;
   void *arg = pool->stop_arg;
-  free(pool->python);
-  free(pool->script);
-  free(pool->python_path);
+  free_strings(pool);
   free(pool);
   if (done) done(arg);
 }

@@ -63,6 +63,9 @@ typedef struct wk_pool_config {
   uint64_t rlimit_as_mb;     /* executor address-space limit (0 = none) */
   uint64_t rlimit_nofile;    /* executor open-files limit (0 = none) */
   uint64_t rlimit_cpu_s;     /* executor CPU-seconds limit (0 = none) */
+  /* NAME=VALUE entries added to the executors' scrubbed environment (one for PATH or
+   * LANG replaces the pool's), NULL-terminated; NULL = none. Copied by wk_pool_start. */
+  const char *const *env;
 } wk_pool_config;
 
 /* Counters for logs and metrics. */

@@ -22,6 +22,7 @@
 #include "adapters/wk_executor_pool.h"
 #include "adapters/wk_grpc_server.h"
 #include "app/wk_config.h"
+#include "app/wk_executor_env.h"
 #include "app/wk_fs.h"
 #include "lib/wk_log.h"
 #include "app/wk_app_metrics.h"
@@ -532,6 +533,7 @@ static void build_pool_config(const wk_app_config *cfg, wk_pool_config *pcfg) {
       .rlimit_as_mb = cfg->executor_rlimit_as_mb,
       .rlimit_nofile = cfg->executor_rlimit_nofile,
       .rlimit_cpu_s = cfg->executor_rlimit_cpu_s,
+      .env = NULL, /* start_pool adds executor_env */
   };
 }
 
@@ -539,9 +541,17 @@ static void build_pool_config(const wk_app_config *cfg, wk_pool_config *pcfg) {
 static int start_pool(wk_app *app, char *err, size_t len) {
   wk_pool_config pcfg;
   build_pool_config(app->cfg, &pcfg);
+  /* pass-through names are read now, after the secrets left the environment */
+  char **env = wk_executor_env_build(app->cfg->executor_env, err, len);
+  if (!env) { /* validated already: only a change since could get here */
+    fprintf(stderr, "%s: %s\n", program_invocation_short_name, err);
+    return 2;
+  }
+  pcfg.env = (const char *const *)env;
   wk_exec_callbacks ecb = {
       .on_result = wk_orch_on_call_result, .on_subcalls = wk_orch_on_subcalls, .ud = app->orch};
   app->pool = wk_pool_start(&app->loop, &pcfg, ecb, err, len);
+  wk_executor_env_free(env); /* the pool keeps its own copy */
   if (!app->pool) {
     fprintf(stderr, "%s: %s\n", program_invocation_short_name, err);
     return 1;

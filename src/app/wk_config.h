@@ -50,6 +50,7 @@ typedef struct wk_app_config {
   uint64_t executor_rlimit_as_mb; /* 0 = unlimited */
   uint64_t executor_rlimit_nofile;
   uint64_t executor_rlimit_cpu_s; /* 0 = unlimited */
+  char executor_env[1024];        /* NAME (passed through) or NAME=VALUE, by commas */
   char python[WK_CONFIG_PATH_MAX];
   char executor_script[WK_CONFIG_PATH_MAX];
   char python_path[WK_CONFIG_PATH_MAX];

@@ -59,6 +59,11 @@ static const wk_config_item table[] = {
      .help = "executor open-files limit (0 = unchanged)"},
     {FIELD(executor_rlimit_cpu_s), .type = WK_CONFIG_UINT, .def = "0", .min = 0, .max = 31536000,
      .help = "executor CPU-seconds limit (0 = unchanged)"},
+    {FIELD(executor_env), .type = WK_CONFIG_STRING, .def = "", .min = 0,
+     .max = STRMAX(executor_env), .meta = "LIST",
+     .help = "what functions get of the environment beyond PATH and LANG: comma-separated NAME "
+             "(passed through from the worker's) or NAME=VALUE (set); nothing else of the "
+             "worker's"},
     {FIELD(python), .type = WK_CONFIG_STRING, .def = "/usr/bin/python3", .min = 1,
      .max = STRMAX(python), .meta = "PATH", .help = "interpreter for executors (an executable)"},
     {FIELD(executor_script), .type = WK_CONFIG_STRING, .def = WK_PYTHON_DIR "/worker_executor.py",

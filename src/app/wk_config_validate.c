@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "app/wk_config_int.h"
+#include "app/wk_executor_env.h"
 
 typedef struct vctx {
   const wk_app_config *cfg;
@@ -196,6 +197,10 @@ static int validate(const wk_app_config *c, const wk_config_sources *sources, wk
       vfail(&v, wk_config__index_of("listen_addr"), NO_ITEM,
             "listen_addr must be host:port or unix:PATH, got '%.200s' (%s)", c->listen_addr, why);
     }
+  }
+  char env_why[300];
+  if (wk_executor_env_check(c->executor_env, env_why, sizeof env_why) != 0) {
+    vfail(&v, wk_config__index_of("executor_env"), NO_ITEM, "%s", env_why);
   }
   check_dir(&v, "code_root");
   check_dir(&v, "scratch_root");
