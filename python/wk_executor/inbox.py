@@ -76,8 +76,14 @@ class Inbox(State):
         return off
 
     def enqueue(self, calls: list[Call], replies: list[bytes]) -> None:
-        """Queues received CALLs (after SHUTDOWN: answers them ShuttingDown)."""
+        """Queues received CALLs (after SHUTDOWN: answers them ShuttingDown). Raises
+        ProtocolError for a CALL whose id is queued or running already: two RESULTs with
+        one id would answer the Worker's single call twice."""
         with self.cv:
+            ids = {c.call_id for c in calls}
+            if (len(ids) != len(calls) or not ids.isdisjoint(self.pending)
+                    or any(r.call_id in ids for r in self.running)):
+                raise ProtocolError("a CALL whose id is queued or running already")
             if self.shutdown_seen:
                 for c in calls:
                     replies.append(encode_error_result(c.call_id, "ShuttingDown",
