@@ -44,6 +44,7 @@ add_library(wk_app STATIC
   src/app/wk_app_metrics.c
   src/app/wk_audit.c
   src/app/wk_executor_env.c
+  src/app/wk_executor_user.c
   src/app/wk_profile.c
   src/app/wk_main.c)
 wk_headers(wk_app PUBLIC app/*.h)

@@ -11,6 +11,7 @@ cmake --build build/release -j "$(nproc)" --target worker workerctl
 
 bin="$root/build/release"
 work=$(mktemp -d)
+chmod 755 "$work" # run as root, the worker starts its executors as nobody: they read the code here
 trap 'kill -TERM $worker_pid 2>/dev/null || true; wait $worker_pid 2>/dev/null || true; rm -rf "$work"' EXIT
 mkdir -p "$work/code"
 port=${WORKER_PORT:-7070}

@@ -627,7 +627,8 @@ static void open_started_file(wk_pool *pool, wk_executor *e) {
     return;
   }
   void *m = MAP_FAILED;
-  if (ftruncate(fd, (off_t)sizeof(uint64_t)) == 0)
+  bool owned = pool->cfg.uid == 0 || fchown(fd, (uid_t)pool->cfg.uid, (gid_t)pool->cfg.gid) == 0;
+  if (owned && ftruncate(fd, (off_t)sizeof(uint64_t)) == 0)
     m = mmap(NULL, sizeof(uint64_t), PROT_READ, MAP_SHARED, fd, 0);
   close(fd);
   if (m == MAP_FAILED) {
@@ -717,6 +718,11 @@ static int spawn_one(wk_pool *pool, char *err, size_t err_len) {
       .stdio_count = CHANNEL_FD + 1,
       .stdio = stdio,
   };
+  if (pool->cfg.uid != 0) { /* executor_user: libuv also drops supplementary groups */
+    opt.flags |= UV_PROCESS_SETUID | UV_PROCESS_SETGID;
+    opt.uid = (uv_uid_t)pool->cfg.uid;
+    opt.gid = (uv_gid_t)pool->cfg.gid;
+  }
   e->proc.data = e;
   int rc = uv_spawn(pool->loop, &e->proc, &opt);
   free(env);    /* the array; its strings are the pool's */
@@ -1285,6 +1291,10 @@ bool wk_pool_unavailable(const wk_pool *pool, char *why, size_t why_len) {
   return down;
 }
 uint32_t wk_pool_running_executors(const wk_pool *pool) { return pool->n_running; }
+void wk_pool_executor_ids(const wk_pool *pool, uint32_t *uid, uint32_t *gid) {
+  *uid = pool->cfg.uid;
+  *gid = pool->cfg.gid;
+}
 uint32_t wk_pool_capacity(const wk_pool *pool) {
   uint32_t calls = 0;
   for (const wk_executor *e = pool->executors; e; e = e->next) {
@@ -1333,6 +1343,15 @@ wk_pool *wk_pool_start(uv_loop_t *loop, const wk_pool_config *cfg, wk_exec_callb
   if (!mkdtemp(pool->dir)) { /* mkdtemp makes it 0700 */
     wk_errf(err, err_len, "cannot create the executor directory %s: %s", pool->dir,
             strerror(errno));
+    free_strings(pool);
+    free(pool);
+    return NULL;
+  }
+  /* the executors' HOME and their started files: theirs under executor_user */
+  if (pool->cfg.uid != 0 && chown(pool->dir, (uid_t)pool->cfg.uid, (gid_t)pool->cfg.gid) != 0) {
+    wk_errf(err, err_len, "cannot give the executor directory %s to uid %u: %s", pool->dir,
+            pool->cfg.uid, strerror(errno));
+    rmdir(pool->dir);
     free_strings(pool);
     free(pool);
     return NULL;

@@ -63,6 +63,11 @@ typedef struct wk_pool_config {
   uint64_t rlimit_as_mb;     /* executor address-space limit (0 = none) */
   uint64_t rlimit_nofile;    /* executor open-files limit (0 = none) */
   uint64_t rlimit_cpu_s;     /* executor CPU-seconds limit (0 = none) */
+  /* The executors' user and group (executor_user, resolved by the app): spawned with
+   * setuid/setgid, supplementary groups dropped; the pool's directory and started files
+   * are given to them. uid 0 = the worker's own (never a switch to root; a zeroed
+   * config changes nothing). Read back with wk_pool_executor_ids. */
+  uint32_t uid, gid;
   /* NAME=VALUE entries added to the executors' scrubbed environment (one for PATH or
    * LANG replaces the pool's), NULL-terminated; NULL = none. Copied by wk_pool_start. */
   const char *const *env;
@@ -109,6 +114,10 @@ uint32_t wk_pool_ready_executors(const wk_pool *pool);
  * it is true, queued calls fail at once (EXECUTOR_LOST, ExecutorsUnavailable, the
  * reason as message) and starts go on with backoff; one HELLO ends it. */
 bool wk_pool_unavailable(const wk_pool *pool, char *why, size_t why_len);
+
+/** The user and group executors run as (wk_pool_config.uid/gid): uid 0 = the worker's own.
+ * For whatever else executors must be able to use (e.g. scratch directories). */
+void wk_pool_executor_ids(const wk_pool *pool, uint32_t *uid, uint32_t *gid);
 
 /** Executors running (started, not yet exited). */
 uint32_t wk_pool_running_executors(const wk_pool *pool);

@@ -23,6 +23,7 @@
 #include "adapters/wk_grpc_server.h"
 #include "app/wk_config.h"
 #include "app/wk_executor_env.h"
+#include "app/wk_executor_user.h"
 #include "app/wk_fs.h"
 #include "lib/wk_log.h"
 #include "app/wk_app_metrics.h"
@@ -548,6 +549,13 @@ static int start_pool(wk_app *app, char *err, size_t len) {
     return 2;
   }
   pcfg.env = (const char *const *)env;
+  /* executor_user: validated already; resolved again now, for the ids */
+  if (wk_executor_user_resolve(app->cfg->executor_user, geteuid(), &pcfg.uid, &pcfg.gid, err,
+                               len) != 0) {
+    fprintf(stderr, "%s: %s\n", program_invocation_short_name, err);
+    wk_executor_env_free(env);
+    return 2;
+  }
   wk_exec_callbacks ecb = {
       .on_result = wk_orch_on_call_result, .on_subcalls = wk_orch_on_subcalls, .ud = app->orch};
   app->pool = wk_pool_start(&app->loop, &pcfg, ecb, err, len);

@@ -51,6 +51,7 @@ typedef struct wk_app_config {
   uint64_t executor_rlimit_nofile;
   uint64_t executor_rlimit_cpu_s; /* 0 = unlimited */
   char executor_env[1024];        /* NAME (passed through) or NAME=VALUE, by commas */
+  char executor_user[64];         /* account executors run as under a root worker ("" = nobody) */
   char python[WK_CONFIG_PATH_MAX];
   char executor_script[WK_CONFIG_PATH_MAX];
   char python_path[WK_CONFIG_PATH_MAX];

@@ -64,6 +64,11 @@ static const wk_config_item table[] = {
      .help = "what functions get of the environment beyond PATH and LANG: comma-separated NAME "
              "(passed through from the worker's) or NAME=VALUE (set); nothing else of the "
              "worker's"},
+    {FIELD(executor_user), .type = WK_CONFIG_STRING, .def = "", .min = 0,
+     .max = STRMAX(executor_user), .meta = "USER",
+     .help = "account executors run as when the worker runs as root: a name or uid (empty = "
+             "nobody; root keeps them root); a worker not run as root must leave it empty or "
+             "name its own user"},
     {FIELD(python), .type = WK_CONFIG_STRING, .def = "/usr/bin/python3", .min = 1,
      .max = STRMAX(python), .meta = "PATH", .help = "interpreter for executors (an executable)"},
     {FIELD(executor_script), .type = WK_CONFIG_STRING, .def = WK_PYTHON_DIR "/worker_executor.py",

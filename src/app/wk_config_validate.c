@@ -14,6 +14,7 @@
 
 #include "app/wk_config_int.h"
 #include "app/wk_executor_env.h"
+#include "app/wk_executor_user.h"
 
 typedef struct vctx {
   const wk_app_config *cfg;
@@ -201,6 +202,11 @@ static int validate(const wk_app_config *c, const wk_config_sources *sources, wk
   char env_why[300];
   if (wk_executor_env_check(c->executor_env, env_why, sizeof env_why) != 0) {
     vfail(&v, wk_config__index_of("executor_env"), NO_ITEM, "%s", env_why);
+  }
+  uint32_t exec_uid, exec_gid;
+  if (wk_executor_user_resolve(c->executor_user, geteuid(), &exec_uid, &exec_gid, env_why,
+                               sizeof env_why) != 0) {
+    vfail(&v, wk_config__index_of("executor_user"), NO_ITEM, "%s", env_why);
   }
   check_dir(&v, "code_root");
   check_dir(&v, "scratch_root");

@@ -94,8 +94,15 @@ class Worker(object):
         os.makedirs(self.code_root, exist_ok=True)
         self.logs = []
         self.lock = threading.Lock()
+        extra_args = list(extra_args)
+        if os.geteuid() == 0 and not wrapper and not any(
+                a.startswith("--executor-user") for a in extra_args):
+            # Run as root, the worker would start executors as `nobody`, which cannot
+            # reach pytest's 0700 directories (code, files the functions write): executors
+            # stay root here. test_security_procs_e2e.py tests the default account.
+            extra_args += ["--executor-user", "root"]
         args = list(wrapper) + [binary, "--listen", "127.0.0.1:0", "--code-root", self.code_root,
-                "--executors", str(executors), "--python", python] + list(extra_args)
+                "--executors", str(executors), "--python", python] + extra_args
         self.proc = subprocess.Popen(args, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                      env=env, cwd=cwd)
         self.port = None

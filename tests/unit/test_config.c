@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "app/wk_config.h"
+#include "app/wk_executor_user.h"
 
 static char tmp_dir[256];
 static char code_dir[300];
@@ -926,6 +927,30 @@ static int teardown(void **state) {
   return system(cmd) == 0 ? 0 : -1;
 }
 
+/* executor_user: nobody by default under root, root kept only by name, an unprivileged
+ * worker keeps its own user and refuses another. */
+static void test_executor_user_resolve(void **state) {
+  (void)state;
+  uint32_t uid = 7, gid = 7;
+  assert_int_equal(wk_executor_user_resolve("", 0, &uid, &gid, err, sizeof err), 0);
+  assert_int_equal(uid, 65534); /* nobody on Debian */
+  assert_int_equal(gid, 65534);
+  assert_int_equal(wk_executor_user_resolve("root", 0, &uid, &gid, err, sizeof err), 0);
+  assert_int_equal(uid, 0); /* "no switch" */
+  assert_int_equal(wk_executor_user_resolve("4242", 0, &uid, &gid, err, sizeof err), 0);
+  assert_int_equal(uid, 4242); /* a uid without an account: its own number as group */
+  assert_int_equal(gid, 4242);
+  assert_int_equal(wk_executor_user_resolve("no-such-user-x", 0, &uid, &gid, err, sizeof err), -1);
+  assert_non_null(strstr(err, "no account named 'no-such-user-x'"));
+  /* not root: only the worker's own user */
+  assert_int_equal(wk_executor_user_resolve("", 1000, &uid, &gid, err, sizeof err), 0);
+  assert_int_equal(uid, 0);
+  assert_int_equal(wk_executor_user_resolve("1000", 1000, &uid, &gid, err, sizeof err), 0);
+  assert_int_equal(uid, 0);
+  assert_int_equal(wk_executor_user_resolve("nobody", 1000, &uid, &gid, err, sizeof err), -1);
+  assert_non_null(strstr(err, "not root"));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_table_covers_every_field),
@@ -954,6 +979,7 @@ int main(void) {
       cmocka_unit_test(test_print_text_json_markdown_help),
       cmocka_unit_test(test_auth_token_file),
       cmocka_unit_test(test_scrub_secret_env),
+      cmocka_unit_test(test_executor_user_resolve),
   };
   return cmocka_run_group_tests_name("config", tests, setup, teardown);
 }
