@@ -95,8 +95,8 @@ class Worker(object):
         self.logs = []
         self.lock = threading.Lock()
         extra_args = list(extra_args)
-        if os.geteuid() == 0 and not wrapper and not any(
-                a.startswith("--executor-user") for a in extra_args):
+        as_root = os.geteuid() == 0 and not any(a.startswith("--reuid") for a in wrapper)
+        if as_root and not any(a.startswith("--executor-user") for a in extra_args):
             # Run as root, the worker would start executors as `nobody`, which cannot
             # reach pytest's 0700 directories (code, files the functions write): executors
             # stay root here. test_security_procs_e2e.py tests the default account.
