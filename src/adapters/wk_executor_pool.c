@@ -6,6 +6,8 @@
  * delivered, or when cancelled and no executor holds them any more). */
 #include "adapters/wk_executor_pool.h"
 
+#include "adapters/wk_executor_output.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -30,7 +32,6 @@
 #define SPARE_WRITES_MAX 8u            /* write buffers kept for reuse */
 #define SPARE_WRITE_CAP_MAX (1u << 20) /* a larger one is freed, not kept */
 #define START_FAILURES_MAX 3u          /* executors in a row dead before HELLO: unavailable */
-#define STDERR_TAIL_MAX 512u           /* the end of an executor's stderr kept for errors */
 
 typedef struct wk_executor wk_executor;
 typedef struct wk_conn wk_conn;
@@ -40,6 +41,8 @@ struct wk_pool_call {
   wk_pool_call *prev, *next; /* in the pool's queue, or in its executor's in-flight list */
   void *ctx;
   uint64_t call_id;
+  char *task_id; /* for attributing the executor's output (wk_executor_output.h) */
+  uint32_t call_index;
   uint64_t seq;     /* its place in its executor's send order (while sent) */
   uint64_t next_ns; /* when it became next to start: sent to an executor with nothing
                        running, or the RESULT of the call before it came (0 = not yet) */
@@ -73,11 +76,10 @@ struct wk_executor {
   wk_executor *next; /* in the pool's list */
   wk_pool *pool;
   uv_process_t proc;
-  uv_pipe_t err_pipe; /* its stderr: copied to ours, the end kept in err_tail */
-  int handles;        /* proc and err_pipe not yet closed: freed at 0 */
-  char err_tail[STDERR_TAIL_MAX];
-  uint32_t err_len;
-  bool failed_start; /* exited before HELLO */
+  wk_exec_output *out; /* its stdout and stderr, logged; the end of stderr kept */
+  uint64_t id;         /* the executor id in its output records */
+  int handles;         /* proc and out not yet closed: freed at 0 */
+  bool failed_start;   /* exited before HELLO */
   int64_t exit_status;
   int term_signal;
   wk_conn *conn;    /* its channel once it said HELLO */
@@ -131,7 +133,6 @@ struct wk_pool {
   uint32_t start_failures;                   /* executors in a row that exited before HELLO */
   char start_error[WK_POOL_UNAVAILABLE_MAX]; /* the last of them, described */
   bool failing;                              /* fail_queued is running */
-  char err_buf[4096];                        /* read buffer of the executors' stderr pipes */
   uint64_t next_call_id;
   uint64_t ping_nonce;
   wk_pool_call *queue_head, *queue_tail;
@@ -277,6 +278,7 @@ static void list_remove(wk_pool_call **head, wk_pool_call **tail, wk_pool_call *
 
 static void free_call(wk_pool_call *c) {
   free(c->frame);
+  free(c->task_id);
   free(c->stack);
   free(c);
 }
@@ -476,52 +478,36 @@ static void on_exec_handle_closed(uv_handle_t *h) {
   if (--e->handles == 0) executor_free(e);
 }
 
-/* `e` exited before HELLO: pool->start_error says how, with the end of its stderr
- * (called again as more of it arrives). */
+/* `e` exited before HELLO: pool->start_error says how, with the end of its stderr. */
 static void describe_start_failure(wk_pool *pool, const wk_executor *e) {
-  uint32_t from = 0, len = e->err_len;
-  while (len > 0 && (e->err_tail[len - 1] == '\n' || e->err_tail[len - 1] == ' ')) len--;
+  uint32_t from = 0, len;
+  const char *tail = wk_exec_output_tail(e->out, &len);
+  while (len > 0 && (tail[len - 1] == '\n' || tail[len - 1] == ' ')) len--;
   if (len > 160) from = len - 160; /* the message must fit a call's failure text */
   snprintf(pool->start_error, sizeof pool->start_error,
            "executors cannot start: %s exited with status %lld (signal %d) before it "
            "connected, %u starts in a row; %s%.*s (executor script %s)",
            pool->python, (long long)e->exit_status, e->term_signal, pool->start_failures,
-           len ? "the end of its stderr: " : "its stderr was empty", (int)(len - from),
-           e->err_tail + from, pool->script);
+           len ? "the end of its stderr: " : "its stderr was empty", (int)(len - from), tail + from,
+           pool->script);
 }
 
-static void on_err_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
-  (void)suggested;
-  wk_executor *e = h->data;
-  buf->base = e->pool->err_buf;
-  buf->len = sizeof e->pool->err_buf;
+/* Output hooks (wk_executor_output.h): the call `e` runs, for its output's records. */
+static bool output_running(void *arg, wk_exec_output_call *call) {
+  wk_executor *e = arg;
+  observe(e, uv_hrtime());
+  const wk_pool_call *r = running_call(e);
+  if (!r) return false;
+  *call = (wk_exec_output_call){
+      .task_id = r->task_id, .call_index = r->call_index, .call_id = r->call_id};
+  return true;
 }
 
-/* The executor's stderr: copied to the worker's (as when it was inherited), its end
- * kept for the start-failure message. */
-static void on_err_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
-  wk_executor *e = s->data;
-  if (nread < 0) {
-    uv_close((uv_handle_t *)s, on_exec_handle_closed);
-    return;
-  }
-  size_t n = (size_t)nread;
-  if (n == 0) return;
-  ssize_t w = write(STDERR_FILENO, buf->base, n);
-  (void)w; /* the worker's own stderr is gone: nothing better to do */
-  const char *src = buf->base;
-  if (n >= STDERR_TAIL_MAX) {
-    src += n - STDERR_TAIL_MAX;
-    n = STDERR_TAIL_MAX;
-    e->err_len = 0;
-  } else if (e->err_len + n > STDERR_TAIL_MAX) {
-    uint32_t drop = (uint32_t)(e->err_len + n - STDERR_TAIL_MAX);
-    memmove(e->err_tail, e->err_tail + drop, e->err_len - drop);
-    e->err_len -= drop;
-  }
-  memcpy(e->err_tail + e->err_len, src, n);
-  e->err_len += (uint32_t)n;
-  if (e->failed_start && !e->pool->stopping) describe_start_failure(e->pool, e);
+/* Its output pipes are closed: one handle of `e` fewer. */
+static void output_closed(void *arg) {
+  wk_executor *e = arg;
+  e->pool->handles_open--;
+  if (--e->handles == 0) executor_free(e);
 }
 
 static void read_frames(wk_conn *c);
@@ -578,6 +564,7 @@ static void on_process_exit(uv_process_t *proc, int64_t exit_status, int term_si
   pool->stats.exited++;
   e->exit_status = exit_status;
   e->term_signal = term_signal;
+  wk_exec_output_finish(e->out); /* what it wrote before it died, and its stderr's end */
   if (!e->hello) {
     pool->n_starting--; /* died before it said HELLO */
     if (!pool->stopping) {
@@ -593,8 +580,8 @@ static void on_process_exit(uv_process_t *proc, int64_t exit_status, int term_si
   if (e->pending) conn_close(e->pending);
   if (!pool->stopping && !e->shutdown_sent) {
     wk_log_json(WK_LOG_WARN, "executor_exited",
-                json_pack("{s:i,s:I,s:i}", "pid", e->pid, "exit_status", (json_int_t)exit_status,
-                          "signal", term_signal));
+                json_pack("{s:I,s:i,s:I,s:i}", "executor", (json_int_t)e->id, "pid", e->pid,
+                          "exit_status", (json_int_t)exit_status, "signal", term_signal));
   }
   char why[80];
   snprintf(why, sizeof why, "exit status %lld, signal %d", (long long)exit_status, term_signal);
@@ -701,13 +688,13 @@ static int spawn_one(wk_pool *pool, char *err, size_t err_len) {
     args[12] = f_started;
     args[13] = e->started_path;
   }
-  uv_pipe_init(pool->loop, &e->err_pipe, 0);
-  e->err_pipe.data = e;
+  e->out = wk_exec_output_new(pool->loop, &pool->cfg.output, &pool->stats.output,
+                              (wk_exec_output_hooks){e, output_running, output_closed});
   e->handles = 2;
   uv_stdio_container_t stdio[CHANNEL_FD + 1] = {
       {.flags = UV_IGNORE},
-      {.flags = UV_INHERIT_FD, .data.fd = STDERR_FILENO},
-      {.flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE, .data.stream = (uv_stream_t *)&e->err_pipe},
+      {.flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE, .data.stream = wk_exec_output_pipe(e->out, 1)},
+      {.flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE, .data.stream = wk_exec_output_pipe(e->out, 2)},
       [CHANNEL_FD] = {.flags = UV_INHERIT_FD, .data.fd = sv[1]},
   };
   uv_process_options_t opt = {
@@ -736,13 +723,12 @@ static int spawn_one(wk_pool *pool, char *err, size_t err_len) {
     e->next = pool->executors;
     pool->executors = e;
     uv_close((uv_handle_t *)&e->proc, on_exec_handle_closed);
-    uv_close((uv_handle_t *)&e->err_pipe, on_exec_handle_closed);
+    wk_exec_output_finish(e->out);
     return -1;
   }
   pool->handles_open += 2;
-  if (uv_read_start((uv_stream_t *)&e->err_pipe, on_err_alloc, on_err_read) != 0)
-    uv_close((uv_handle_t *)&e->err_pipe, on_exec_handle_closed);
   e->pid = e->proc.pid;
+  e->id = wk_exec_output_start(e->out, e->pid);
   wk_conn *c = wk_xcalloc(1, sizeof *c);
   c->pool = pool;
   c->owner = e;
@@ -1081,6 +1067,8 @@ wk_pool_call *wk_pool_submit(wk_pool *pool, const wk_call_spec *spec, void *call
   wk_pool_call *c = wk_xcalloc(1, sizeof *c);
   c->ctx = call_ctx;
   c->call_id = ++pool->next_call_id;
+  c->task_id = wk_xstrdup(spec->task_id ? spec->task_id : "");
+  c->call_index = spec->call_index;
   c->deadline_ms = spec->deadline_ms ? now_ms(pool) + spec->deadline_ms : 0;
   wk_frame f = {.type = WK_FRAME_CALL};
   f.call = (wk_frame_call){
@@ -1110,7 +1098,7 @@ wk_pool_call *wk_pool_submit(wk_pool *pool, const wk_call_spec *spec, void *call
         .error_message =
             wk_frame_bytes_cstr("the call's arguments exceed the executor frame limit"),
     };
-    free(c);
+    free_call(c);
     pool->cb.on_result(pool->cb.ud, call_ctx, &o);
     return NULL;
   }

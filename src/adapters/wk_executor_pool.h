@@ -38,6 +38,7 @@
 #include <uv.h>
 
 #include "adapters/wk_exec_adapter.h"
+#include "adapters/wk_executor_output.h"
 #include "adapters/wk_frame.h"
 
 typedef struct wk_pool wk_pool;
@@ -71,6 +72,9 @@ typedef struct wk_pool_config {
   /* NAME=VALUE entries added to the executors' scrubbed environment (one for PATH or
    * LANG replaces the pool's), NULL-terminated; NULL = none. Copied by wk_pool_start. */
   const char *const *env;
+  /* bounds on the executors' stdout and stderr in the log (wk_executor_output.h; 0 =
+   * the default of each) */
+  wk_exec_output_limits output;
 } wk_pool_config;
 
 /* Counters for logs and metrics. */
@@ -79,7 +83,8 @@ typedef struct wk_pool_stats {
   uint64_t killed_heartbeat, killed_wedged, killed_protocol;
   uint64_t recycled_calls, recycled_rss, stopped_idle;
   uint64_t calls_sent, results;
-  uint64_t recalled; /* RECALLs sent: calls taken back from behind a long call */
+  uint64_t recalled;           /* RECALLs sent: calls taken back from behind a long call */
+  wk_exec_output_stats output; /* the executors' stdout and stderr */
 } wk_pool_stats;
 
 /** Creates the pool's private directory (started files) and spawns executors_min executors.

@@ -37,8 +37,10 @@ struct wk_app_metrics {
   wk_metric *executor_exits;
   wk_metric *executor_recycles; /* {reason} */
   wk_metric *executor_idle_stops;
-  wk_metric *etcd_puts;       /* {outcome} */
-  wk_metric *etcd_keepalives; /* {outcome} */
+  wk_metric *executor_output_lines;   /* logged lines of executors' stdout/stderr */
+  wk_metric *executor_output_dropped; /* {reason}: bytes not logged */
+  wk_metric *etcd_puts;               /* {outcome} */
+  wk_metric *etcd_keepalives;         /* {outcome} */
   wk_metric *etcd_leases_lost;
   wk_metric *shadow_requests; /* {outcome} */
   /* histograms */
@@ -128,6 +130,15 @@ wk_app_metrics *wk_app_metrics_new(const wk_app_metrics_info *info) {
   m->executor_idle_stops =
       wk_metrics_counter(r, "worker_executor_idle_stops_total",
                          "Executors above the minimum stopped when idle.", 0, NULL);
+  m->executor_output_lines =
+      wk_metrics_counter(r, "worker_executor_output_lines_total",
+                         "Lines of the executors' stdout and stderr logged.", 0, NULL);
+  m->executor_output_dropped = wk_metrics_counter(
+      r, "worker_executor_output_dropped_bytes_total",
+      "Bytes of the executors' stdout and stderr not logged, by reason (rate: over "
+      "executor_output_bytes_per_s or executor_output_lines_per_s; truncated: cut off lines "
+      "longer than executor_output_line_max).",
+      1, reason);
   m->etcd_registered = wk_metrics_gauge(r, "worker_etcd_registered",
                                         "1 when the last registration put succeeded.", 0, NULL);
   m->etcd_puts = wk_metrics_counter(r, "worker_etcd_puts_total",
@@ -146,8 +157,9 @@ wk_app_metrics *wk_app_metrics_new(const wk_app_metrics_info *info) {
       !m->open_streams || !m->executors_ready || !m->rpcs || !m->tasks_finished ||
       !m->phase_duration || !m->calls || !m->call_retries || !m->call_cpu || !m->executor_starts ||
       !m->executor_exits || !m->executor_kills || !m->executor_recycles ||
-      !m->executor_idle_stops || !m->etcd_registered || !m->etcd_puts || !m->etcd_keepalives ||
-      !m->etcd_leases_lost || !m->shadow_requests || !m->shadow_queued) {
+      !m->executor_idle_stops || !m->executor_output_lines || !m->executor_output_dropped ||
+      !m->etcd_registered || !m->etcd_puts || !m->etcd_keepalives || !m->etcd_leases_lost ||
+      !m->shadow_requests || !m->shadow_queued) {
     wk_app_metrics_free(m);
     return NULL;
   }
@@ -211,6 +223,10 @@ static void sample_pool(wk_app_metrics *m, const wk_pool_stats *p) {
   add_delta(m->executor_recycles, "calls", p->recycled_calls, &l->recycled_calls);
   add_delta(m->executor_recycles, "rss", p->recycled_rss, &l->recycled_rss);
   add_delta(m->executor_idle_stops, NULL, p->stopped_idle, &l->stopped_idle);
+  add_delta(m->executor_output_lines, NULL, p->output.lines, &l->output.lines);
+  add_delta(m->executor_output_dropped, "rate", p->output.dropped_bytes, &l->output.dropped_bytes);
+  add_delta(m->executor_output_dropped, "truncated", p->output.truncated_bytes,
+            &l->output.truncated_bytes);
 }
 
 static void sample_etcd(wk_app_metrics *m, const wk_etcd_publisher_stats *e) {
