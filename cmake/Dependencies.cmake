@@ -24,6 +24,8 @@ pkg_check_modules(MICROHTTPD REQUIRED IMPORTED_TARGET libmicrohttpd)
 # the redis and postgres writers
 pkg_check_modules(HIREDIS REQUIRED IMPORTED_TARGET hiredis)
 pkg_check_modules(LIBPQ REQUIRED IMPORTED_TARGET libpq)
+# TLS to Redis (hiredis 0.14 has none: plugins/wk_redis_conn.c)
+pkg_check_modules(LIBSSL REQUIRED IMPORTED_TARGET libssl)
 # the code store's content digests (sha256)
 pkg_check_modules(LIBCRYPTO REQUIRED IMPORTED_TARGET libcrypto)
 

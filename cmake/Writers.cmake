@@ -6,9 +6,12 @@ add_library(wk_writers STATIC
   ${PROJECT_SOURCE_DIR}/src/plugins/wk_writers.c
   ${PROJECT_SOURCE_DIR}/src/plugins/wk_writer_file.c
   ${PROJECT_SOURCE_DIR}/src/plugins/wk_writer_redis.c
+  ${PROJECT_SOURCE_DIR}/src/plugins/wk_redis_conn.c
   ${PROJECT_SOURCE_DIR}/src/plugins/wk_writer_postgres.c)
-wk_headers(wk_writers PUBLIC plugins/wk_writers.h PRIVATE plugins/wk_writers_int.h)
+wk_headers(wk_writers PUBLIC plugins/wk_writers.h PRIVATE plugins/wk_writers_int.h
+  plugins/wk_redis_conn_int.h)
 target_compile_definitions(wk_writers PRIVATE _GNU_SOURCE)
 target_compile_options(wk_writers PRIVATE ${WK_WARNINGS})
 target_link_libraries(wk_writers PUBLIC wk_lib
-  PRIVATE wk_proto PkgConfig::JANSSON PkgConfig::HIREDIS PkgConfig::LIBPQ)
+  PRIVATE wk_proto PkgConfig::JANSSON PkgConfig::HIREDIS PkgConfig::LIBPQ PkgConfig::LIBSSL
+  PkgConfig::LIBCRYPTO)

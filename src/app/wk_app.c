@@ -325,6 +325,9 @@ static int choose_writers(wk_app *app, char *err, size_t len) {
   app->writer_settings = (wk_writer_settings){
       .output_dir = cfg->output_dir,
       .redis_addr = cfg->redis_addr,
+      .redis_tls_ca_file = cfg->redis_tls_ca_file,
+      .redis_tls_cert_file = cfg->redis_tls_cert_file,
+      .redis_tls_key_file = cfg->redis_tls_key_file,
       .postgres_dsn = cfg->postgres_dsn,
   };
   size_t n_writers = 0;
@@ -336,6 +339,7 @@ static int choose_writers(wk_app *app, char *err, size_t len) {
     if (!backend || !backend[0]) continue;
     const wk_writer *w = wk_writer_find(name);
     if (w->validate(&app->writer_settings, err, len) != 0) {
+      wk_writers_mask_secrets(&app->writer_settings, err);
       fprintf(stderr, "%s: writer plugin %s: %s\n", program_invocation_short_name, name, err);
       return 2;
     }
@@ -534,6 +538,9 @@ static void build_pool_config(const wk_app_config *cfg, wk_pool_config *pcfg) {
       .rlimit_as_mb = cfg->executor_rlimit_as_mb,
       .rlimit_nofile = cfg->executor_rlimit_nofile,
       .rlimit_cpu_s = cfg->executor_rlimit_cpu_s,
+      .output = {.line_max = cfg->executor_output_line_max,
+                 .bytes_per_s = cfg->executor_output_bytes_per_s,
+                 .lines_per_s = cfg->executor_output_lines_per_s},
       .env = NULL, /* start_pool adds executor_env */
   };
 }

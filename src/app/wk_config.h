@@ -49,9 +49,12 @@ typedef struct wk_app_config {
   int64_t executor_heartbeat_timeout_ms;
   uint64_t executor_rlimit_as_mb; /* 0 = unlimited */
   uint64_t executor_rlimit_nofile;
-  uint64_t executor_rlimit_cpu_s; /* 0 = unlimited */
-  char executor_env[1024];        /* NAME (passed through) or NAME=VALUE, by commas */
-  char executor_user[64];         /* account executors run as under a root worker ("" = nobody) */
+  uint64_t executor_rlimit_cpu_s;       /* 0 = unlimited */
+  uint32_t executor_output_line_max;    /* bytes of an executor's output line logged */
+  uint32_t executor_output_bytes_per_s; /* executor output logged per second, bytes */
+  uint32_t executor_output_lines_per_s; /* and lines */
+  char executor_env[1024];              /* NAME (passed through) or NAME=VALUE, by commas */
+  char executor_user[64]; /* account executors run as under a root worker ("" = nobody) */
   char python[WK_CONFIG_PATH_MAX];
   char executor_script[WK_CONFIG_PATH_MAX];
   char python_path[WK_CONFIG_PATH_MAX];
@@ -91,8 +94,11 @@ typedef struct wk_app_config {
   char
       usage_log[WK_CONFIG_PATH_MAX]; /* usage records appended here as JSON lines ("" = log only) */
   char output_dir[WK_CONFIG_PATH_MAX]; /* file writer: where <task_id>.jsonl files go ("" = off) */
-  char redis_addr[WK_CONFIG_ADDR_MAX]; /* redis writer: host:port ("" = off) */
-  char postgres_dsn[1024];             /* postgres writer: libpq connection string ("" = off) */
+  char redis_addr[1024];               /* redis writer: host:port or a redis(s):// URL ("" = off) */
+  char redis_tls_ca_file[WK_CONFIG_PATH_MAX];   /* rediss: CA of the server ("" = system's) */
+  char redis_tls_cert_file[WK_CONFIG_PATH_MAX]; /* rediss: client certificate ("" = none) */
+  char redis_tls_key_file[WK_CONFIG_PATH_MAX];  /* and its key */
+  char postgres_dsn[1024]; /* postgres writer: libpq connection string ("" = off) */
   char shadow_target_addr[WK_CONFIG_ADDR_MAX]; /* "" = no shadow forwarding */
   char metrics_addr[WK_CONFIG_ADDR_MAX];       /* "" = no Prometheus endpoint */
   uint32_t shadow_sample_percent;

@@ -59,6 +59,18 @@ static const wk_config_item table[] = {
      .help = "executor open-files limit (0 = unchanged)"},
     {FIELD(executor_rlimit_cpu_s), .type = WK_CONFIG_UINT, .def = "0", .min = 0, .max = 31536000,
      .help = "executor CPU-seconds limit (0 = unchanged)"},
+    {FIELD(executor_output_line_max), .type = WK_CONFIG_UINT, .def = "16384", .min = 80,
+     .max = 1048576,
+     .help = "bytes of one line of an executor's stdout or stderr logged; the rest of a longer "
+             "line is cut, with a marker"},
+    {FIELD(executor_output_bytes_per_s), .type = WK_CONFIG_UINT, .def = "65536", .min = 1024,
+     .max = 1073741824,
+     .help = "bytes of stdout and stderr logged per second per executor; the excess is dropped "
+             "and counted"},
+    {FIELD(executor_output_lines_per_s), .type = WK_CONFIG_UINT, .def = "200", .min = 1,
+     .max = 1000000,
+     .help = "lines of stdout and stderr logged per second per executor; the excess is dropped "
+             "and counted"},
     {FIELD(executor_env), .type = WK_CONFIG_STRING, .def = "", .min = 0,
      .max = STRMAX(executor_env), .meta = "LIST",
      .help = "what functions get of the environment beyond PATH and LANG: comma-separated NAME "
@@ -141,8 +153,21 @@ static const wk_config_item table[] = {
     {FIELD(output_dir), .type = WK_CONFIG_STRING, .def = "", .min = 0, .max = STRMAX(output_dir),
      .meta = "DIR", .help = "file writer: directory for <task_id>.jsonl outputs (empty = off)"},
     {FIELD(redis_addr), .type = WK_CONFIG_STRING, .def = "", .min = 0, .max = STRMAX(redis_addr),
-     .meta = "HOST:PORT", .help = "redis writer: server outputs are XADDed to (empty = off)",
+     .meta = "URL",
+     .help = "redis writer: server outputs are XADDed to: host:port or "
+             "redis://[[user]:password@]host[:port][/db] (rediss:// = TLS) (empty = off)",
      .secret = WK_CONFIG_SECRET_CREDS},
+    {FIELD(redis_tls_ca_file), .type = WK_CONFIG_STRING, .def = "", .min = 0,
+     .max = STRMAX(redis_tls_ca_file), .meta = "PEM",
+     .help = "rediss://: CA certificates the Redis server's certificate is verified against "
+             "(empty = the system's)"},
+    {FIELD(redis_tls_cert_file), .type = WK_CONFIG_STRING, .def = "", .min = 0,
+     .max = STRMAX(redis_tls_cert_file), .meta = "PEM",
+     .help = "rediss://: client certificate chain for a server that asks for one (with "
+             "redis_tls_key_file)"},
+    {FIELD(redis_tls_key_file), .type = WK_CONFIG_STRING, .def = "", .min = 0,
+     .max = STRMAX(redis_tls_key_file), .meta = "PEM",
+     .help = "rediss://: the client certificate's private key (PEM, unencrypted)"},
     {FIELD(postgres_dsn), .type = WK_CONFIG_STRING, .def = "", .min = 0,
      .max = STRMAX(postgres_dsn), .meta = "DSN",
      .help = "postgres writer: libpq connection string outputs are COPYed through (empty = off; "

@@ -199,6 +199,7 @@ static void on_writer_work(uv_work_t *w) {
       .source = rt->act.spool ? &source : NULL,
   };
   wr->rc = wr->impl->write(wr->impl, &t, &wr->results, wr->error, sizeof wr->error);
+  if (wr->rc != 0) wk_writers_mask_secrets(t.settings, wr->error);
 }
 
 static void on_writer_done(uv_work_t *w, int status) {

@@ -104,3 +104,20 @@ void wk_mask_credentials(const char *in, char *out, size_t len) {
     mask_keyvalue(in, out, len);
   }
 }
+
+void wk_mask_value(char *text, const char *secret) {
+  size_t n = secret ? strlen(secret) : 0;
+  if (!text || n < WK_MASK_VALUE_MIN) return;
+  const size_t m = strlen(WK_MASK); /* n >= 4 > m: the text only shrinks */
+  char *w = text;
+  for (const char *r = text; *r;) {
+    if (strncmp(r, secret, n) == 0) {
+      memcpy(w, WK_MASK, m);
+      w += m;
+      r += n;
+    } else {
+      *w++ = *r++;
+    }
+  }
+  *w = '\0';
+}

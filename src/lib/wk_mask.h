@@ -17,4 +17,12 @@
  * Text with no password is copied as it is. Never fails; allocates nothing. */
 void wk_mask_credentials(const char *in, char *out, size_t len);
 
+/** Replaces, in place, every occurrence of `secret` in the NUL-terminated `text` with
+ * WK_MASK: the last line of defence for a message built by code that may quote a
+ * secret (a library's error text). A NULL or shorter than WK_MASK_VALUE_MIN bytes
+ * secret is left alone (masking "ab" everywhere would garble the message and hide
+ * nothing). Never fails; allocates nothing. */
+void wk_mask_value(char *text, const char *secret);
+#define WK_MASK_VALUE_MIN 4
+
 #endif

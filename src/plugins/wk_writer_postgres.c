@@ -1,12 +1,14 @@
 /* wk_writer_postgres.c: the "postgres" writer. A task's records are copied into a
  * table with COPY ... FROM STDIN inside one transaction: all of them or none. A
  * connection per write (libpq connections are not shared between threads). */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <libpq-fe.h>
 
+#include "lib/wk_mask.h"
 #include "plugins/wk_writers_int.h"
 
 #define DEFAULT_TABLE "worker_outputs"
@@ -30,6 +32,45 @@ static int result_err(PGconn *c, const PGresult *r, const char *what, char *err,
  * rather than printed on the worker's stderr by libpq's default processor. */
 static void ignore_notice(void *arg, const char *message) { (void)arg, (void)message; }
 
+/* libpq's text for a DSN it cannot parse quotes the offending token ("invalid
+ * percent-encoded token: \"pw%zz\"", "missing \"=\" after \"pw\""), which may be the
+ * password: every quoted token that is not a connection keyword is masked. Returns 0
+ * when the DSN parses, else -1 with the message in err. */
+static int dsn_parse_error(const char *dsn, char *err, size_t len) {
+  char *msg = NULL;
+  PQconninfoOption *opts = PQconninfoParse(dsn, &msg);
+  if (opts) {
+    PQconninfoFree(opts);
+    return 0;
+  }
+  if (!msg) return wk_werr(err, len, "postgres: postgres_dsn cannot be parsed");
+  PQconninfoOption *known = PQconndefaults();
+  char out[512];
+  size_t o = 0;
+  for (const char *p = msg; *p && o + 8 < sizeof out;) {
+    const char *close = *p == '"' ? strchr(p + 1, '"') : NULL;
+    if (!close) {
+      out[o++] = *p++;
+      continue;
+    }
+    size_t n = (size_t)(close - p - 1);
+    bool keyword = n == 1 && p[1] == '='; /* missing "=" after ... */
+    for (PQconninfoOption *k = known; k && k->keyword && !keyword; k++) {
+      keyword = strlen(k->keyword) == n && strncmp(k->keyword, p + 1, n) == 0;
+    }
+    const char *shown = keyword ? p : "\"" WK_MASK "\"";
+    size_t sn = keyword ? n + 2 : strlen(WK_MASK) + 2;
+    if (o + sn >= sizeof out) break;
+    memcpy(out + o, shown, sn);
+    o += sn;
+    p = close + 1;
+  }
+  out[o] = '\0';
+  if (known) PQconninfoFree(known);
+  PQfreemem(msg);
+  return wk_werr(err, len, "postgres: postgres_dsn: %s", out);
+}
+
 /* Connects. libpq's connect_timeout is in whole seconds (at least 2); the I/O bound is
  * the server's statement_timeout plus tcp_user_timeout (unacknowledged data) on our
  * side. The DSN's own settings win over these defaults (keywords later in the list
@@ -41,6 +82,7 @@ static PGconn *connect_pg(const char *dsn, uint32_t timeout_ms, uint32_t io_ms, 
     wk_werr(err, len, "postgres: postgres_dsn is not set");
     return NULL;
   }
+  if (dsn_parse_error(dsn, err, len) != 0) return NULL;
   char ct[16], opts[64], tcp[16];
   uint32_t s = (timeout_ms + 999) / 1000;
   snprintf(ct, sizeof ct, "%u", s < 2 ? 2u : s);
@@ -256,6 +298,16 @@ static int pg_write(const wk_writer *w, const wk_writer_task *t, wk_buf *plugin_
 out:
   PQfinish(c); /* an open transaction is rolled back by the server */
   return rc;
+}
+
+void wk_postgres_mask_secrets(const wk_writer_settings *s, char *text) {
+  const char *dsn = dsn_of(s);
+  if (!dsn[0]) return;
+  PQconninfoOption *opts = PQconninfoParse(dsn, NULL);
+  for (PQconninfoOption *o = opts; o && o->keyword; o++) {
+    if (o->val && strcmp(o->keyword, "password") == 0) wk_mask_value(text, o->val);
+  }
+  if (opts) PQconninfoFree(opts);
 }
 
 const wk_writer wk_writer_postgres = {

@@ -22,6 +22,12 @@ const wk_writer *wk_writer_find(const char *name) {
   return NULL;
 }
 
+void wk_writers_mask_secrets(const wk_writer_settings *s, char *text) {
+  if (!s || !text) return;
+  wk_redis_mask_secrets(s, text);
+  wk_postgres_mask_secrets(s, text);
+}
+
 const char *wk_writer_names(void) { return "file, redis, postgres"; }
 
 const char *wk_writer_task_option(const wk_writer_task *t, const char *key) {

@@ -44,11 +44,15 @@
  * borrowed: they must outlive every validate and write call that is given them. NULL
  * and "" mean unset. */
 typedef struct wk_writer_settings {
-  const char *output_dir;      /* file: an existing, writable directory */
-  const char *redis_addr;      /* redis: "host:port" or "[v6addr]:port" */
-  const char *postgres_dsn;    /* postgres: a libpq connection string or URI */
-  uint32_t connect_timeout_ms; /* redis, postgres; 0 = WK_WRITER_CONNECT_TIMEOUT_MS */
-  uint32_t io_timeout_ms;      /* redis: each socket read/write; postgres: statement_timeout
+  const char *output_dir;          /* file: an existing, writable directory */
+  const char *redis_addr;          /* redis: "host:port", "[v6addr]:port" or a redis:// or
+                                  rediss:// URL (plugins/wk_redis_conn_int.h) */
+  const char *redis_tls_ca_file;   /* rediss: the CA of the server's certificate */
+  const char *redis_tls_cert_file; /* rediss: a client certificate, for servers asking one */
+  const char *redis_tls_key_file;  /* and its key */
+  const char *postgres_dsn;        /* postgres: a libpq connection string or URI */
+  uint32_t connect_timeout_ms;     /* redis, postgres; 0 = WK_WRITER_CONNECT_TIMEOUT_MS */
+  uint32_t io_timeout_ms;          /* redis: each socket read/write; postgres: statement_timeout
                                    and tcp_user_timeout (a DSN's own settings win);
                                    0 = WK_WRITER_IO_TIMEOUT_MS */
 } wk_writer_settings;
@@ -141,6 +145,11 @@ struct wk_writer {
 /** The writer named `name` ("file", "redis", "postgres"), or NULL. The result is a
  * static object: never freed, shareable between threads. */
 const wk_writer *wk_writer_find(const char *name);
+
+/** Masks (in place, wk_mask_value) every password of `s` (redis_addr's, postgres_dsn's)
+ * wherever it appears in the NUL-terminated `text`: applied to every writer error
+ * before it is shown, whatever a backend library put in it. */
+void wk_writers_mask_secrets(const wk_writer_settings *s, char *text);
 
 /** The names of all writers, comma-separated, for messages ("file, redis, postgres"). */
 const char *wk_writer_names(void);

@@ -22,6 +22,10 @@ extern const wk_writer wk_writer_postgres;
  * spaces dropped. Returns -1, so callers can `return wk_werr(...)`. */
 int wk_werr(char *err, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+/** Each writer's part of wk_writers_mask_secrets: masks its setting's password. */
+void wk_redis_mask_secrets(const wk_writer_settings *s, char *text);
+void wk_postgres_mask_secrets(const wk_writer_settings *s, char *text);
+
 /* ---- the outputs ------------------------------------------------------------------ */
 
 /* Walks a task's outputs blob (wk_writer_task.outputs), one CallOutput at a time. */

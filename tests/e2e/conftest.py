@@ -220,3 +220,23 @@ def output_json(result, i=0):
     out = result.outputs[i]
     assert out.WhichOneof("outcome") == "value", out
     return json.loads(out.value)
+
+
+def port_open(port, host="127.0.0.1"):
+    """True when something accepts TCP connections on host:port."""
+    try:
+        socket.create_connection((host, port), timeout=0.2).close()
+        return True
+    except OSError:
+        return False
+
+
+def start_error(tmp_path, *args):
+    """Starts the worker with `args`, expects the start to fail with exit status 2 (a
+    bad configuration) and returns its stderr."""
+    code = tmp_path / "code"
+    code.mkdir(exist_ok=True)
+    p = subprocess.run([WORKER, "--listen", "127.0.0.1:0", "--code-root", str(code)] + list(args),
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    return p.stderr

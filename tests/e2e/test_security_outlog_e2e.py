@@ -1,7 +1,8 @@
 """Attacks of issue 11 §4 (docs/security.md, "Executors cannot write into the worker's
 log"): a function writes straight to file descriptors 1 and 2 — a forged log record,
 lines of 50 MB, prints without end — and the worker's log keeps its shape, its memory
-stays bounded and other tasks are served."""
+stays bounded and other tasks are served. And §2's masking beyond --print-config:
+connection errors never show a password."""
 
 import json
 import os
@@ -9,7 +10,8 @@ import re
 import time
 import urllib.request
 
-from conftest import output_json, pb
+from conftest import output_json, pb, start_error
+from etcd_fixture import free_port
 
 FORGED = {"ts": "2026-12-03T10:00:00.000Z", "level": "info", "event": "task_finished",
           "task_id": "forged-victim", "state": "SUCCEEDED"}
@@ -148,3 +150,26 @@ def test_output_after_the_executor_died_does_not_hold_the_worker(worker_factory)
     t = time.time()
     assert w.stop() == 0
     assert time.time() - t < 15
+
+
+# ---- issue 11 §2: secrets masked in errors and logs, not only in --print-config ----
+
+def test_connection_errors_never_show_a_password(tmp_path):
+    """Writer connection strings with a password the backend cannot use: the start-up
+    error names the backend and why, never the password (libpq quotes the token it
+    cannot parse; the redis writer used to quote the whole address)."""
+    dead = free_port()
+    cases = [
+        ("--redis-addr", "redis://:Hunter2-redis@127.0.0.1:%d/0" % dead, "Hunter2-redis"),
+        ("--redis-addr", "redis://Hunter2-bare@127.0.0.1:%d" % dead, "Hunter2-bare"),
+        ("--redis-addr", "rediss://app:Hunter2-tls@127.0.0.1:%d" % dead, "Hunter2-tls"),
+        ("--redis-addr", "redis://:Hunter2-port@127.0.0.1:bad", "Hunter2-port"),
+        ("--postgres-dsn", "postgresql://app:Hunter2%%zzpg@127.0.0.1:%d/db" % dead, "Hunter2"),
+        ("--postgres-dsn", "host=127.0.0.1 port=%d Hunter2-kv password=x" % dead, "Hunter2-kv"),
+        ("--postgres-dsn", "postgresql://app:Hunter2-q@127.0.0.1:%d/db?Hunter2-q=1" % dead,
+         "Hunter2-q"),
+    ]
+    for flag, value, secret in cases:
+        err = start_error(tmp_path, flag, value)
+        assert "writer plugin" in err, (value, err)
+        assert secret not in err, (value, err)

@@ -1,4 +1,5 @@
-/* test_mask.c: wk_mask_credentials hides every password form libpq and Redis accept. */
+/* test_mask.c: wk_mask_credentials hides every password form libpq and Redis accept;
+ * wk_mask_value hides a known secret wherever a message quotes it. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -50,11 +51,27 @@ static void test_truncates_safely(void **state) {
   assert_int_equal(one[0], '\0');
 }
 
+static void test_mask_value(void **state) {
+  (void)state;
+  char t[] = "auth failed for s3cret: s3cret is wrong; s3cre stays";
+  wk_mask_value(t, "s3cret");
+  assert_string_equal(t, "auth failed for ***: *** is wrong; s3cre stays");
+  char short_secret[] = "a b c";
+  wk_mask_value(short_secret, "b"); /* too short to mask by value */
+  assert_string_equal(short_secret, "a b c");
+  wk_mask_value(short_secret, NULL);
+  assert_string_equal(short_secret, "a b c");
+  char whole[] = "abcd";
+  wk_mask_value(whole, "abcd");
+  assert_string_equal(whole, "***");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_keyvalue),
       cmocka_unit_test(test_urls),
       cmocka_unit_test(test_truncates_safely),
+      cmocka_unit_test(test_mask_value),
   };
   return cmocka_run_group_tests_name("mask", tests, NULL, NULL);
 }
