@@ -29,8 +29,17 @@
  * checked on the CQ thread as a call is accepted, before its request is decoded: a call
  * without it is answered UNAUTHENTICATED like an invalid one, and never reaches the sink.
  *
+ * Unsent bytes (wk_send_budget.h). Every message queued on a stream is charged to the
+ * server's budget until gRPC has taken it (its send batch completed) or it is dropped:
+ * per stream (max_stream_bytes) and in all (max_total_stream_bytes, shared bodies
+ * once). A message over either bound is refused (wk_rpc_send_parts says which); the
+ * sink then ends the stream with wk_rpc_abort, which cancels the call at once, the
+ * message in flight included (a client that never reads never completes it). A
+ * message's shared body goes to gRPC as a slice over the wk_shared, never copied.
+ *
  * Locks: rpc->mu guards one rpc's send state; the gate is atomic (its mutex only
- * wakes stop); server->list_mu guards the live list and is never held with rpc->mu. */
+ * wakes stop); server->list_mu guards the live list and is never held with rpc->mu;
+ * server->budget_mu is taken inside rpc->mu, and nothing inside it. */
 #define _GNU_SOURCE /* pthread_setname_np */
 #include "lib/wk_assert.h"
 #include "lib/wk_err.h"
@@ -56,6 +65,8 @@
 #include "adapters/wk_pem.h"
 #include "adapters/wk_validate.h"
 #include "lib/wk_alloc.h"
+#include "lib/wk_send_budget.h"
+#include "lib/wk_shared.h"
 
 /* ---- constants ---------------------------------------------------------------- */
 
@@ -130,6 +141,8 @@ typedef struct unimplemented_call {
 typedef struct msg_node {
   struct msg_node *next;
   grpc_byte_buffer *bb;
+  bool charged;          /* a stream message counted in the server's budget */
+  wk_send_charge charge; /* its bytes, when charged (charge.body: a reference) */
 } msg_node;
 
 struct wk_rpc {
@@ -160,12 +173,13 @@ struct wk_rpc {
   bool send_in_flight;   /* a send batch is started and not completed */
   bool finish_requested; /* reply / fail / finish was called */
   bool status_sent;      /* the batch with the status has started */
-  grpc_byte_buffer *inflight_msg;
+  msg_node *inflight;    /* the message of the send batch in flight, if it has one */
   grpc_slice inflight_details;
   bool inflight_has_details;
   msg_node *q_head;
   msg_node *q_tail;
   uint32_t q_len;
+  wk_send_stream budget; /* this stream's unsent bytes (under server->budget_mu too) */
   grpc_status_code finish_code;
   char *finish_message;
 };
@@ -197,6 +211,10 @@ struct wk_grpc_server {
   pthread_mutex_t list_mu; /* the live list */
   pthread_cond_t list_cv;
   wk_rpc *live;
+
+  /* Streams' unsent bytes: taken inside an rpc's mu, never the other way round. */
+  pthread_mutex_t budget_mu;
+  wk_send_budget budget;
 };
 
 /* ---- small helpers ------------------------------------------------------------ */
@@ -225,6 +243,22 @@ static grpc_byte_buffer *make_message(const uint8_t *msg, size_t len) {
   grpc_slice s = grpc_slice_from_copied_buffer(len > 0 ? (const char *)msg : "", len);
   grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&s, 1);
   grpc_slice_unref(s);
+  return bb;
+}
+
+static void unref_shared(void *p) { wk_shared_unref(p); }
+
+/* A message of `head` (copied) followed by `body`'s bytes (not copied: the slice holds
+ * a reference to body). */
+static grpc_byte_buffer *make_message_parts(const uint8_t *head, size_t head_len, wk_shared *body) {
+  if (body == NULL || body->len == 0) return make_message(head, head_len);
+  grpc_slice parts[2];
+  parts[0] = grpc_slice_from_copied_buffer(head_len > 0 ? (const char *)head : "", head_len);
+  parts[1] =
+      grpc_slice_new_with_user_data(body->data, body->len, unref_shared, wk_shared_ref(body));
+  grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(parts, 2);
+  grpc_slice_unref(parts[0]);
+  grpc_slice_unref(parts[1]);
   return bb;
 }
 
@@ -279,6 +313,8 @@ static void server_free(wk_grpc_server *s) {
   pthread_cond_destroy(&s->cv);
   pthread_mutex_destroy(&s->list_mu);
   pthread_cond_destroy(&s->list_cv);
+  WK_ASSERT(s->budget.total == 0);
+  pthread_mutex_destroy(&s->budget_mu);
   free(s->listen_addr);
   wk_pem_free(s->auth_token);
   free(s);
@@ -290,17 +326,36 @@ static void server_unref(wk_grpc_server *s) {
   if (before == 1) server_free(s);
 }
 
+/* Gives back a message's bytes to the budget (it was the stream's oldest unsent one;
+ * `next` follows it) and frees the node. Caller holds r->mu (or the only reference). */
+static void release_node_locked(wk_rpc *r, msg_node *node, msg_node *next) {
+  if (node->charged) {
+    wk_grpc_server *s = r->server;
+    lock(&s->budget_mu);
+    wk_send_budget_release(&s->budget, &r->budget, &node->charge,
+                           next != NULL && next->charged ? &next->charge : NULL);
+    if (r->budget.unsent == 0) r->budget.last_body = NULL;
+    unlock(&s->budget_mu);
+    wk_shared_unref(node->charge.body);
+  }
+  if (node->bb != NULL) grpc_byte_buffer_destroy(node->bb);
+  free(node);
+}
+
+/* Drops the queued messages (not the one in flight: gRPC still has it). */
 static void drop_queue_locked(wk_rpc *r) {
   msg_node *n = r->q_head;
-  while (n != NULL) {
-    msg_node *next = n->next;
-    grpc_byte_buffer_destroy(n->bb);
-    free(n);
-    n = next;
-  }
   r->q_head = NULL;
   r->q_tail = NULL;
   r->q_len = 0;
+  while (n != NULL) {
+    msg_node *next = n->next;
+    release_node_locked(r, n, next);
+    n = next;
+  }
+  /* the newest unsent message is now the one in flight, if any */
+  r->budget.last_body =
+      r->inflight != NULL && r->inflight->charged ? r->inflight->charge.body : NULL;
 }
 
 static void rpc_free(wk_rpc *r) {
@@ -413,16 +468,15 @@ static void start_send_locked(wk_rpc *r) {
     ops[n].op = GRPC_OP_SEND_INITIAL_METADATA;
     n++;
   }
-  grpc_byte_buffer *bb = NULL;
+  msg_node *node = NULL;
   if (want_msg) {
-    msg_node *node = r->q_head;
+    node = r->q_head;
     r->q_head = node->next;
     if (r->q_head == NULL) r->q_tail = NULL;
     r->q_len--;
-    bb = node->bb;
-    free(node);
+    node->next = NULL;
     ops[n].op = GRPC_OP_SEND_MESSAGE;
-    ops[n].data.send_message.send_message = bb;
+    ops[n].data.send_message.send_message = node->bb;
     n++;
   }
   grpc_slice details = grpc_empty_slice();
@@ -444,7 +498,7 @@ static void start_send_locked(wk_rpc *r) {
   if (e != GRPC_CALL_OK) {
     log_error("%s: send batch refused: %s", k_methods[r->method].name,
               grpc_call_error_to_string(e));
-    if (bb != NULL) grpc_byte_buffer_destroy(bb);
+    if (node != NULL) release_node_locked(r, node, r->q_head);
     if (has_details) grpc_slice_unref(details);
     r->closed = true;
     drop_queue_locked(r);
@@ -458,7 +512,7 @@ static void start_send_locked(wk_rpc *r) {
   }
   r->send_in_flight = true;
   r->initial_md_sent = true;
-  r->inflight_msg = bb;
+  r->inflight = node;
   r->inflight_details = details;
   r->inflight_has_details = has_details;
   if (want_status) r->status_sent = true;
@@ -469,9 +523,10 @@ static void on_send_done(wk_rpc *r, bool ok) {
   lock(&r->mu);
   WK_ASSERT(r->send_in_flight);
   r->send_in_flight = false;
-  if (r->inflight_msg != NULL) {
-    grpc_byte_buffer_destroy(r->inflight_msg);
-    r->inflight_msg = NULL;
+  if (r->inflight != NULL) {
+    msg_node *done = r->inflight;
+    r->inflight = NULL;
+    release_node_locked(r, done, r->q_head);
   }
   if (r->inflight_has_details) {
     grpc_slice_unref(r->inflight_details);
@@ -809,12 +864,19 @@ int wk_grpc_server_start(const wk_grpc_server_config *cfg, wk_grpc_server_sink s
   if (s->cfg.max_timeout_ms == 0) s->cfg.max_timeout_ms = WK_GRPC_DEFAULT_MAX_TIMEOUT_MS;
   if (s->cfg.max_watch_tasks == 0) s->cfg.max_watch_tasks = WK_GRPC_DEFAULT_MAX_WATCH_TASKS;
   if (s->cfg.max_stream_queue == 0) s->cfg.max_stream_queue = WK_GRPC_DEFAULT_MAX_STREAM_QUEUE;
+  if (s->cfg.max_stream_bytes == 0) s->cfg.max_stream_bytes = WK_GRPC_DEFAULT_MAX_STREAM_BYTES;
+  if (s->cfg.max_total_stream_bytes == 0) {
+    s->cfg.max_total_stream_bytes = WK_GRPC_DEFAULT_MAX_TOTAL_STREAM_BYTES;
+  }
+  s->budget.stream_max = s->cfg.max_stream_bytes;
+  s->budget.total_max = s->cfg.max_total_stream_bytes;
   s->limits.max_timeout_ms = s->cfg.max_timeout_ms;
   s->limits.max_watch_tasks = s->cfg.max_watch_tasks;
   s->sink = sink;
   s->shutdown_tag.kind = TAG_SHUTDOWN;
   if (pthread_mutex_init(&s->mu, NULL) != 0 || pthread_cond_init(&s->cv, NULL) != 0 ||
-      pthread_mutex_init(&s->list_mu, NULL) != 0 || pthread_cond_init(&s->list_cv, NULL) != 0) {
+      pthread_mutex_init(&s->list_mu, NULL) != 0 || pthread_cond_init(&s->list_cv, NULL) != 0 ||
+      pthread_mutex_init(&s->budget_mu, NULL) != 0) {
     abort();
   }
 
@@ -1026,29 +1088,74 @@ void wk_rpc_fail(wk_rpc *rpc, grpc_status_code code, const char *message) {
   finish_with(rpc, code, wk_xstrndup(message != NULL ? message : "", STATUS_MESSAGE_MAX), true);
 }
 
-bool wk_rpc_send(wk_rpc *rpc, const uint8_t *msg, size_t len) {
+wk_rpc_send_status wk_rpc_send_parts(wk_rpc *rpc, const uint8_t *head, size_t head_len,
+                                     wk_shared *body) {
   WK_ASSERT(rpc != NULL);
-  if (!rpc->streaming) return false;
+  if (!rpc->streaming) return WK_RPC_SEND_ENDED;
+  wk_grpc_server *s = rpc->server;
   msg_node *node = wk_xcalloc(1, sizeof *node);
-  node->bb = make_message(msg, len);
-  bool ok = false;
+  node->charged = true;
+  node->charge.own = head_len;
+  node->charge.body = body != NULL ? wk_shared_ref(body) : NULL;
+  wk_rpc_send_status st = WK_RPC_SEND_ENDED;
   lock(&rpc->mu);
-  if (!rpc->closed && !rpc->finish_requested &&
-      (!rpc->send_in_flight || rpc->q_len < rpc->server->cfg.max_stream_queue)) {
+  if (rpc->closed || rpc->finish_requested) {
+    st = WK_RPC_SEND_ENDED;
+  } else if (rpc->send_in_flight && rpc->q_len >= s->cfg.max_stream_queue) {
+    st = WK_RPC_SEND_QUEUE_FULL;
+  } else {
+    lock(&s->budget_mu);
+    wk_send_verdict v = wk_send_budget_add(&s->budget, &rpc->budget, &node->charge);
+    unlock(&s->budget_mu);
+    st = v == WK_SEND_FITS          ? WK_RPC_SEND_OK
+         : v == WK_SEND_OVER_STREAM ? WK_RPC_SEND_OVER_STREAM_BYTES
+                                    : WK_RPC_SEND_OVER_TOTAL_BYTES;
+  }
+  if (st == WK_RPC_SEND_OK) {
+    node->bb = make_message_parts(head, head_len, body);
     if (rpc->q_tail != NULL) rpc->q_tail->next = node;
     else rpc->q_head = node;
     rpc->q_tail = node;
     rpc->q_len++;
     node = NULL;
     if (!rpc->send_in_flight) start_send_locked(rpc);
-    ok = !rpc->closed;
+    if (rpc->closed) st = WK_RPC_SEND_ENDED;
   }
   unlock(&rpc->mu);
   if (node != NULL) {
-    grpc_byte_buffer_destroy(node->bb);
+    wk_shared_unref(node->charge.body);
     free(node);
   }
-  return ok;
+  return st;
+}
+
+bool wk_rpc_send(wk_rpc *rpc, const uint8_t *msg, size_t len) {
+  return wk_rpc_send_parts(rpc, msg, len, NULL) == WK_RPC_SEND_OK;
+}
+
+void wk_rpc_abort(wk_rpc *rpc, grpc_status_code code, const char *message) {
+  WK_ASSERT(rpc != NULL);
+  wk_grpc_server *s = rpc->server;
+  bool counted = false;
+  lock(&rpc->mu);
+  if (!rpc->closed && !rpc->status_sent) {
+    /* the status goes out with the cancellation, ahead of anything unsent */
+    rpc->finish_requested = true;
+    rpc->status_sent = true;
+    rpc->closed = true;
+    drop_queue_locked(rpc);
+    grpc_call_error e =
+        grpc_call_cancel_with_status(rpc->call, code, message != NULL ? message : "", NULL);
+    if (e != GRPC_CALL_OK) {
+      log_error("%s: cancel refused: %s", k_methods[rpc->method].name,
+                grpc_call_error_to_string(e));
+    }
+    counted = true;
+  }
+  unlock(&rpc->mu);
+  if (counted && s->cfg.on_status) {
+    s->cfg.on_status(s->cfg.on_status_ud, k_methods[rpc->method].name, (int)code);
+  }
 }
 
 void wk_rpc_finish(wk_rpc *rpc, grpc_status_code code, const char *message) {

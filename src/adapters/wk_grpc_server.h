@@ -39,6 +39,7 @@
 #include <grpc/status.h>
 
 #include "adapters/wk_rpc_method.h"
+#include "lib/wk_shared.h"
 
 typedef struct wk_grpc_server wk_grpc_server;
 typedef struct wk_rpc wk_rpc;
@@ -72,6 +73,12 @@ typedef struct wk_grpc_server_config {
   uint64_t max_timeout_ms;   /* timeout_ms above this: INVALID_ARGUMENT */
   uint32_t max_watch_tasks;  /* task_ids per WatchTasks request */
   uint32_t max_stream_queue; /* queued messages per stream before wk_rpc_send fails */
+  /* Unsent bytes (queued, and the message gRPC has not yet taken) per stream, and over
+   * all streams with a shared body counted once (lib/wk_send_budget.h): a message over
+   * either is refused (wk_rpc_send_parts). A stream with nothing unsent always takes
+   * one message. */
+  size_t max_stream_bytes;
+  size_t max_total_stream_bytes;
   /* Transport security; NULL or "" leaves a setting off. Paths are read at start only
    * (the strings need not outlive wk_grpc_server_start). */
   const char *tls_cert_file;      /* PEM certificate chain, server certificate first:
@@ -96,6 +103,8 @@ typedef struct wk_grpc_server_config {
 #define WK_GRPC_DEFAULT_MAX_TIMEOUT_MS ((uint64_t)24 * 3600 * 1000)
 #define WK_GRPC_DEFAULT_MAX_WATCH_TASKS 1024u
 #define WK_GRPC_DEFAULT_MAX_STREAM_QUEUE 256u
+#define WK_GRPC_DEFAULT_MAX_STREAM_BYTES ((size_t)8 << 20)
+#define WK_GRPC_DEFAULT_MAX_TOTAL_STREAM_BYTES ((size_t)256 << 20)
 
 #define WK_GRPC_AUTH_TOKEN_MAX 4096u
 /* The status message of a call refused for its token (UNAUTHENTICATED). */
@@ -137,8 +146,32 @@ void wk_rpc_reply(wk_rpc *rpc, const uint8_t *msg, size_t len);
 void wk_rpc_fail(wk_rpc *rpc, grpc_status_code code, const char *message);
 /** Stream: queues one encoded message (copied); messages go out in order, one
  * SEND_MESSAGE in flight at a time. Returns false (and queues nothing) when the queue
- * is full or the stream is finished or cancelled, and on a unary rpc. Thread-safe. */
+ * is full, a byte bound is reached, or the stream is finished or cancelled, and on a
+ * unary rpc. Thread-safe. */
 bool wk_rpc_send(wk_rpc *rpc, const uint8_t *msg, size_t len);
+
+typedef enum wk_rpc_send_status {
+  WK_RPC_SEND_OK = 0,
+  WK_RPC_SEND_ENDED,             /* finished, cancelled or closed, or not a stream */
+  WK_RPC_SEND_QUEUE_FULL,        /* max_stream_queue messages wait already */
+  WK_RPC_SEND_OVER_STREAM_BYTES, /* this stream would hold over max_stream_bytes unsent */
+  WK_RPC_SEND_OVER_TOTAL_BYTES,  /* all streams would hold over max_total_stream_bytes */
+} wk_rpc_send_status;
+
+/** Stream: queues one message made of `head` (copied) followed by the bytes of `body`
+ * (NULL: none). The body is not copied: the rpc takes its own reference until gRPC is
+ * done with it, so one encoded body may go to many streams. The message counts toward
+ * the byte bounds (see wk_grpc_server_config) until gRPC has taken it. Returns
+ * WK_RPC_SEND_OK, or why nothing was queued. The caller keeps its reference to body.
+ * Thread-safe. */
+wk_rpc_send_status wk_rpc_send_parts(wk_rpc *rpc, const uint8_t *head, size_t head_len,
+                                     wk_shared *body);
+/** Stream or unary: ends the call now with `code`/`message` (copied), dropping every
+ * message not yet sent, the one gRPC holds included (unlike wk_rpc_fail, which waits
+ * for it: a client that never reads would never let it go). The client sees the
+ * status if it reads on; the stream's on_closed follows with cancelled true. Later
+ * sends fail. No-op once a status is out or the call is closed. Thread-safe. */
+void wk_rpc_abort(wk_rpc *rpc, grpc_status_code code, const char *message);
 /** Stream: ends it with `code`/`message` after every queued message is sent.
  * Thread-safe; later sends fail. */
 void wk_rpc_finish(wk_rpc *rpc, grpc_status_code code, const char *message);
