@@ -603,6 +603,8 @@ static void build_server_config(const wk_app *app, wk_grpc_server_config *scfg) 
       .max_timeout_ms = (uint64_t)cfg->max_task_timeout_ms,
       .max_watch_tasks = MAX_WATCH_TASKS,
       .max_stream_queue = MAX_STREAM_QUEUE,
+      .max_stream_bytes = (size_t)cfg->watch_stream_max_bytes,
+      .max_total_stream_bytes = (size_t)cfg->watch_total_max_bytes,
       .tls_cert_file = cfg->tls_cert_file,
       .tls_key_file = cfg->tls_key_file,
       .tls_client_ca_file = cfg->tls_client_ca_file,

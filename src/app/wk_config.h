@@ -62,6 +62,8 @@ typedef struct wk_app_config {
   uint32_t max_retained_results;
   uint64_t max_retained_bytes;
   int64_t watch_disconnect_grace_ms;
+  uint64_t watch_stream_max_bytes; /* unsent event bytes per WatchTasks stream */
+  uint64_t watch_total_max_bytes;  /* ... over all streams, shared results once */
   int64_t default_slot_ttl_ms;
   int64_t max_slot_ttl_ms;
   int64_t default_task_timeout_ms;

@@ -102,6 +102,16 @@ static const wk_config_item table[] = {
     {FIELD(watch_disconnect_grace_ms), .type = WK_CONFIG_MS, .def = "10000", .min = 0,
      .max = 3600000, .alias = "watch-grace-ms",
      .help = "fail a task OWNER_LOST this long after its last watcher broke"},
+    {FIELD(watch_stream_max_bytes), .type = WK_CONFIG_BYTES, .def = "8MiB", .min = 65536,
+     .max = 68719476736,
+     .help = "unsent event bytes one WatchTasks stream may hold (an event always goes to a "
+             "stream with nothing unsent); over it the stream ends RESOURCE_EXHAUSTED and "
+             "counts as a disconnected watcher"},
+    {FIELD(watch_total_max_bytes), .type = WK_CONFIG_BYTES, .def = "256MiB", .min = 65536,
+     .max = 1099511627776,
+     .help = "unsent event bytes all WatchTasks streams together may hold, a result shared "
+             "by many streams counted once; a stream whose event would pass it ends "
+             "RESOURCE_EXHAUSTED"},
     /* slots and tasks */
     {FIELD(default_slot_ttl_ms), .type = WK_CONFIG_MS, .def = "30000", .min = 1, .max = 3600000,
      .alias = "slot-ttl-ms", .help = "slot lease when a request gives none"},

@@ -278,6 +278,7 @@ static void tick(wk_orch *o) {
   }
   wk_core_purge_expired_results(o->core, o->now_ms);
   wk_calls_tick(o->calls, o->now_ms);
+  wk_subs_tick(o->subs);
   wk_orch__scope_check_all(o);
   wk_orch__run_steps(o);
   reschedule_deadline(o);

@@ -6,10 +6,14 @@
 
 #include "app/wk_wire.h"
 #include "lib/wk_hash.h"
+#include "lib/wk_log.h"
+#include "lib/wk_shared.h"
 #include "worker/v1/worker.pb-c.h"
 #include "lib/wk_alloc.h"
 
 #define BUCKETS 4096u
+/* Encoded terminal results kept for streams that attach later (see wk_subs_tick). */
+#define BODY_CACHE 64u
 
 typedef struct wk_sub wk_sub;
 
@@ -26,13 +30,22 @@ struct wk_sub {
   wk_rpc *rpc;
   uint32_t remaining; /* tasks without their terminal event yet */
   bool finished;      /* status sent */
+  bool overflowed;    /* ended for a bound: a disconnected watcher when it closes */
 };
+
+/* A terminal task's encoded TaskResult, shared by every stream that sends it. */
+typedef struct cached_body {
+  uint64_t hash;
+  char task_id[WK_TASK_ID_MAX + 1];
+  wk_shared *body; /* NULL: a free entry */
+} cached_body;
 
 struct wk_subs {
   wk_core *core;
   wk_sub *streams;
   uint32_t n_streams;
   wk_watch_entry *buckets[BUCKETS];
+  cached_body cache[BODY_CACHE];
 };
 
 wk_subs *wk_subs_create(wk_core *core) {
@@ -51,18 +64,75 @@ static uint32_t watchers_of(const wk_subs *s, const char *id, uint64_t h) {
   return n;
 }
 
-static void encode_event(wk_buf *out, const char *task_id, Worker__V1__TaskEvent__Kind kind,
-                         const wk_task_result *r, int64_t wall_offset_ms) {
+/* An event is a head (task_id, kind, and the tag and length of field 3) followed by
+ * the encoded TaskResult (the body, shared by every stream that gets it). */
+static void encode_head(wk_buf *out, const char *task_id, Worker__V1__TaskEvent__Kind kind,
+                        const wk_shared *body) {
+  wk_buf_clear(out);
   Worker__V1__TaskEvent ev = WORKER__V1__TASK_EVENT__INIT;
   ev.task_id = (char *)(uintptr_t)task_id;
   ev.kind = kind;
   size_t n = worker__v1__task_event__get_packed_size(&ev);
   worker__v1__task_event__pack(&ev, wk_buf_reserve(out, n));
   out->len += n;
+  wk_buf_append_varint(out, (3u << 3) | 2u);
+  wk_buf_append_varint(out, body->len);
+}
+
+static wk_shared *encode_body(const wk_task_result *r, int64_t wall_offset_ms) {
   wk_buf result = {0};
   wk_wire_append_task_result(&result, r, wall_offset_ms);
-  wk_wire_append_bytes_field(out, 3, result.data, result.len);
-  wk_buf_free(&result);
+  return wk_shared_take(&result);
+}
+
+/* ---- the cache of terminal bodies -------------------------------------------------- */
+
+/* Forgets the bodies no stream holds any more: only the cache's reference is left, and
+ * only this (the actor) thread takes new ones, so that count cannot grow behind us. */
+static void sweep_cache(wk_subs *s) {
+  for (uint32_t i = 0; i < BODY_CACHE; i++) {
+    cached_body *c = &s->cache[i];
+    if (c->body != NULL && wk_shared_refs(c->body) == 1) {
+      wk_shared_unref(c->body);
+      c->body = NULL;
+    }
+  }
+}
+
+static cached_body *cache_find(wk_subs *s, const char *id, uint64_t h) {
+  for (uint32_t i = 0; i < BODY_CACHE; i++) {
+    cached_body *c = &s->cache[i];
+    if (c->body != NULL && c->hash == h && strcmp(c->task_id, id) == 0) return c;
+  }
+  return NULL;
+}
+
+/* The encoded terminal result of `r` (a new reference): the cached one while a stream
+ * still holds it, else a new encoding, cached when there is room. */
+static wk_shared *terminal_body(wk_subs *s, const char *id, uint64_t h, const wk_task_result *r,
+                                int64_t wall_offset_ms) {
+  cached_body *c = cache_find(s, id, h);
+  if (c != NULL) return wk_shared_ref(c->body);
+  wk_shared *body = encode_body(r, wall_offset_ms);
+  sweep_cache(s);
+  for (uint32_t i = 0; i < BODY_CACHE; i++) {
+    c = &s->cache[i];
+    if (c->body == NULL) {
+      c->hash = h;
+      snprintf(c->task_id, sizeof c->task_id, "%s", id);
+      c->body = wk_shared_ref(body);
+      break;
+    }
+  }
+  return body;
+}
+
+void wk_subs_tick(wk_subs *s) { sweep_cache(s); }
+
+uint32_t wk_subs_cached_bodies(const wk_subs *s) {
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < BODY_CACHE; i++) n += s->cache[i].body != NULL;
+  return n;
 }
 
 static void unlink_sub(wk_subs *s, wk_sub *sub) {
@@ -111,6 +181,41 @@ static void finish(wk_sub *sub, grpc_status_code code, const char *msg) {
   }
 }
 
+/* Sends one event to sub; a stream that cannot take it (over a bound) is ended at once
+ * with RESOURCE_EXHAUSTED naming the bound, and counts as a disconnected watcher when
+ * it closes. Returns false when the event was not queued. */
+static bool send_event(wk_sub *sub, const wk_buf *head, wk_shared *body) {
+  if (sub->finished) return false;
+  wk_rpc_send_status st = wk_rpc_send_parts(sub->rpc, head->data, head->len, body);
+  if (st == WK_RPC_SEND_OK) return true;
+  if (st == WK_RPC_SEND_ENDED) return false; /* closing: on_closed follows */
+  const char *setting, *msg;
+  if (st == WK_RPC_SEND_OVER_STREAM_BYTES) {
+    setting = "watch_stream_max_bytes";
+    msg =
+        "this stream's unsent events would exceed watch_stream_max_bytes: the watcher "
+        "does not read them fast enough (or watches too many tasks with large results "
+        "on one stream); the stream was ended";
+  } else if (st == WK_RPC_SEND_OVER_TOTAL_BYTES) {
+    setting = "watch_total_max_bytes";
+    msg =
+        "the unsent events of all watch streams would exceed watch_total_max_bytes: "
+        "this stream was ended; watch again later";
+  } else {
+    setting = "events_queued";
+    msg =
+        "too many events queued for this stream: the watcher does not read them fast "
+        "enough; the stream was ended";
+  }
+  sub->finished = true;
+  sub->overflowed = true;
+  wk_rpc_abort(sub->rpc, GRPC_STATUS_RESOURCE_EXHAUSTED, msg);
+  wk_log_json(WK_LOG_WARN, "watch_stream_ended",
+              json_pack("{s:s, s:s, s:I}", "setting", setting, "peer", wk_rpc_peer(sub->rpc),
+                        "event_bytes", (json_int_t)(head->len + (body ? body->len : 0))));
+  return false;
+}
+
 void wk_subs_watch(wk_subs *s, wk_rpc *rpc, int64_t now_ms, int64_t wall_offset_ms) {
   const Worker__V1__WatchTasksRequest *req = wk_rpc_request(rpc);
   for (size_t i = 0; i < req->n_task_ids; i++) {
@@ -133,20 +238,23 @@ void wk_subs_watch(wk_subs *s, wk_rpc *rpc, int64_t now_ms, int64_t wall_offset_
   wk_buf msg = {0};
   for (size_t i = 0; i < req->n_task_ids; i++) {
     const char *id = req->task_ids[i];
+    uint64_t h = id_hash(id);
     const wk_task_result *r;
     wk_core_get_result(s->core, id, strlen(id), &r);
     bool terminal = wk_task_state_terminal(r->state);
-    wk_buf_clear(&msg);
-    encode_event(&msg, id, WORKER__V1__TASK_EVENT__KIND__KIND_SNAPSHOT, r, wall_offset_ms);
-    bool ok = wk_rpc_send(rpc, msg.data, msg.len);
+    /* a finished task's SNAPSHOT and TERMINAL carry the same result: one body */
+    wk_shared *body =
+        terminal ? terminal_body(s, id, h, r, wall_offset_ms) : encode_body(r, wall_offset_ms);
+    encode_head(&msg, id, WORKER__V1__TASK_EVENT__KIND__KIND_SNAPSHOT, body);
+    bool ok = send_event(sub, &msg, body);
     if (ok && terminal) {
-      wk_buf_clear(&msg);
-      encode_event(&msg, id, WORKER__V1__TASK_EVENT__KIND__KIND_TERMINAL, r, wall_offset_ms);
-      ok = wk_rpc_send(rpc, msg.data, msg.len);
+      encode_head(&msg, id, WORKER__V1__TASK_EVENT__KIND__KIND_TERMINAL, body);
+      ok = send_event(sub, &msg, body);
     }
+    wk_shared_unref(body);
     if (!ok) {
-      finish(sub, GRPC_STATUS_RESOURCE_EXHAUSTED,
-             "too many events queued for this stream; watch fewer tasks per stream");
+      /* ended for a bound (or closing): what it attached so far is a broken watch */
+      sub->finished = true;
       drop_entries(s, sub, true, now_ms);
       wk_buf_free(&msg);
       return;
@@ -154,7 +262,7 @@ void wk_subs_watch(wk_subs *s, wk_rpc *rpc, int64_t now_ms, int64_t wall_offset_
     if (terminal) continue;
     wk_watch_entry *e = wk_xcalloc(1, sizeof *e);
     e->sub = sub;
-    e->hash = id_hash(id);
+    e->hash = h;
     snprintf(e->task_id, sizeof e->task_id, "%s", id);
     bool first = watchers_of(s, id, e->hash) == 0;
     e->next = s->buckets[e->hash % BUCKETS];
@@ -173,6 +281,7 @@ static void notify(wk_subs *s, const wk_task_result *r, Worker__V1__TaskEvent__K
   id[r->task_id_len] = '\0';
   uint64_t h = id_hash(id);
   wk_buf msg = {0};
+  wk_shared *body = NULL; /* encoded once, for every watcher */
   bool terminal = kind == WORKER__V1__TASK_EVENT__KIND__KIND_TERMINAL;
   wk_watch_entry **pp = &s->buckets[h % BUCKETS];
   while (*pp) {
@@ -181,13 +290,12 @@ static void notify(wk_subs *s, const wk_task_result *r, Worker__V1__TaskEvent__K
       pp = &e->next;
       continue;
     }
-    if (!msg.len) encode_event(&msg, id, kind, r, wall_offset_ms);
-    wk_sub *sub = e->sub;
-    bool ok = !sub->finished && wk_rpc_send(sub->rpc, msg.data, msg.len);
-    if (!ok && !sub->finished) {
-      finish(sub, GRPC_STATUS_RESOURCE_EXHAUSTED,
-             "the watcher is not reading its events fast enough; the stream was ended");
+    if (body == NULL) {
+      body = terminal ? terminal_body(s, id, h, r, wall_offset_ms) : encode_body(r, wall_offset_ms);
+      encode_head(&msg, id, kind, body);
     }
+    wk_sub *sub = e->sub;
+    (void)send_event(sub, &msg, body);
     if (terminal) {
       *pp = e->next;
       free(e);
@@ -197,6 +305,7 @@ static void notify(wk_subs *s, const wk_task_result *r, Worker__V1__TaskEvent__K
       pp = &e->next;
     }
   }
+  wk_shared_unref(body);
   wk_buf_free(&msg);
 }
 
@@ -222,7 +331,9 @@ uint32_t wk_subs_streams(const wk_subs *s) { return s->n_streams; }
 void wk_subs_on_closed(wk_subs *s, wk_rpc *rpc, bool cancelled, int64_t now_ms) {
   wk_sub *sub = find_sub(s, rpc);
   if (!sub) return;
-  drop_entries(s, sub, cancelled || !sub->finished, now_ms);
+  /* broken: the client went away, or it closed before we ended it, or we ended it for a
+   * bound (a watcher that cannot keep up has left, as one that disconnects) */
+  drop_entries(s, sub, cancelled || !sub->finished || sub->overflowed, now_ms);
   unlink_sub(s, sub);
   wk_rpc_release(sub->rpc);
   free(sub);
@@ -237,5 +348,6 @@ void wk_subs_destroy(wk_subs *s) {
     wk_rpc_release(sub->rpc);
     free(sub);
   }
+  for (uint32_t i = 0; i < BODY_CACHE; i++) wk_shared_unref(s->cache[i].body);
   free(s);
 }

@@ -3,6 +3,14 @@
  * first attach, the last detach and a broken stream into the core's watch events,
  * sends a SNAPSHOT per task first, then PHASE_CHANGED events, then the TERMINAL
  * event, and ends the stream OK once every watched task's terminal event is sent.
+ *
+ * Each event is encoded once: its TaskResult into a wk_shared body that every stream
+ * sending it references (the gRPC server never copies it), behind a small per-kind
+ * head. A stream the server refuses an event for (over watch_stream_max_bytes or
+ * watch_total_max_bytes, or too many queued events) is ended at once with
+ * RESOURCE_EXHAUSTED naming the bound (a "watch_stream_ended" log line says which),
+ * and when it closes it counts as a disconnected watcher: the tasks it alone watched
+ * start their grace (OWNER_LOST), as when a client goes away.
  * Runs on the actor thread. */
 #ifndef WK_SUBSCRIPTIONS_H
 #define WK_SUBSCRIPTIONS_H
@@ -33,5 +41,11 @@ void wk_subs_on_closed(wk_subs *subs, wk_rpc *rpc, bool cancelled, int64_t now_m
 bool wk_subs_owns(const wk_subs *subs, const wk_rpc *rpc);
 /** Number of open streams. */
 uint32_t wk_subs_streams(const wk_subs *subs);
+/** Timer: forgets cached encodings of terminal results that no stream holds any more
+ * (a finished task's result is encoded once for every stream that attaches while an
+ * earlier one still holds it unsent). */
+void wk_subs_tick(wk_subs *subs);
+/** Number of cached terminal-result encodings (at most 64). */
+uint32_t wk_subs_cached_bodies(const wk_subs *subs);
 
 #endif

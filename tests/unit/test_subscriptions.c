@@ -28,6 +28,7 @@ typedef struct event {
   Worker__V1__TaskEvent__Kind kind;
   char task_id[WK_TASK_ID_MAX + 1];
   Worker__V1__TaskState state;
+  wk_shared *body; /* the shared TaskResult bytes, held (unsent) until drain() */
 } event;
 
 struct wk_rpc {
@@ -36,19 +37,34 @@ struct wk_rpc {
   char id_buf[MAX_IDS][WK_TASK_ID_MAX + 1];
   event events[MAX_EVENTS];
   size_t n_events;
-  bool refuse_sends; /* wk_rpc_send fails, as when the stream's queue is full */
-  bool ended;        /* a status was sent */
+  wk_rpc_send_status refuse; /* not OK: sends fail so, as when a bound is reached */
+  bool ended;                /* a status was sent (or the call aborted) */
+  bool aborted;              /* ended by wk_rpc_abort */
   grpc_status_code code;
   bool released;
 };
 
 const void *wk_rpc_request(const wk_rpc *rpc) { return &rpc->req; }
 
-bool wk_rpc_send(wk_rpc *rpc, const uint8_t *msg, size_t len) {
+const char *wk_rpc_peer(const wk_rpc *rpc) {
+  (void)rpc;
+  return "fake";
+}
+
+/* Decodes head + body as the client would (the bytes must be one TaskEvent) and keeps
+ * a reference to the body, as the server does until the message is sent. */
+wk_rpc_send_status wk_rpc_send_parts(wk_rpc *rpc, const uint8_t *head, size_t head_len,
+                                     wk_shared *body) {
   assert_false(rpc->ended);
   assert_false(rpc->released);
-  if (rpc->refuse_sends) return false;
+  if (rpc->refuse != WK_RPC_SEND_OK) return rpc->refuse;
+  size_t len = head_len + (body ? body->len : 0);
+  uint8_t *msg = malloc(len + 1);
+  assert_non_null(msg);
+  memcpy(msg, head, head_len);
+  if (body) memcpy(msg + head_len, body->data, body->len);
   Worker__V1__TaskEvent *ev = worker__v1__task_event__unpack(NULL, len, msg);
+  free(msg);
   assert_non_null(ev);
   assert_non_null(ev->result);
   assert_string_equal(ev->result->task_id, ev->task_id);
@@ -57,8 +73,17 @@ bool wk_rpc_send(wk_rpc *rpc, const uint8_t *msg, size_t len) {
   e->kind = ev->kind;
   snprintf(e->task_id, sizeof e->task_id, "%s", ev->task_id);
   e->state = ev->result->state;
+  e->body = body ? wk_shared_ref(body) : NULL;
   worker__v1__task_event__free_unpacked(ev, NULL);
-  return true;
+  return WK_RPC_SEND_OK;
+}
+
+/* The client read every event: the stream lets go of their bodies. */
+static void drain(wk_rpc *rpc) {
+  for (size_t i = 0; i < rpc->n_events; i++) {
+    wk_shared_unref(rpc->events[i].body);
+    rpc->events[i].body = NULL;
+  }
 }
 
 static void end_rpc(wk_rpc *rpc, grpc_status_code code) {
@@ -77,6 +102,14 @@ void wk_rpc_fail(wk_rpc *rpc, grpc_status_code code, const char *message) {
 void wk_rpc_finish(wk_rpc *rpc, grpc_status_code code, const char *message) {
   assert_non_null(message);
   end_rpc(rpc, code);
+}
+
+void wk_rpc_abort(wk_rpc *rpc, grpc_status_code code, const char *message) {
+  assert_int_not_equal(code, GRPC_STATUS_OK);
+  assert_non_null(message);
+  end_rpc(rpc, code);
+  rpc->aborted = true;
+  drain(rpc); /* the unsent events are dropped */
 }
 
 void wk_rpc_release(wk_rpc *rpc) {
@@ -201,6 +234,7 @@ static void close_stream(fixture *f, wk_rpc *rpc, bool cancelled, int64_t now_ms
   wk_subs_on_closed(f->subs, rpc, cancelled, now_ms);
   assert_false(wk_subs_owns(f->subs, rpc));
   assert_true(rpc->released);
+  drain(rpc);
   free(rpc);
 }
 
@@ -273,19 +307,21 @@ static void test_last_detach(void **state) {
   assert_int_equal(grace_over(f, 2100 + FX_GRACE), 1);
   assert_string_equal(g_ids[0].bytes, "t1");
 
-  /* c cannot keep up: the manager ends it (RESOURCE_EXHAUSTED); when the server then
-   * closes it normally, t2 is detached cleanly and gets no grace. */
+  /* c cannot keep up: the manager ends it at once (RESOURCE_EXHAUSTED); a watcher that
+   * cannot keep up has left, as one that disconnects (issue 11 §6): when it closes, t2
+   * lost its only watcher and its grace starts, whatever the cancelled flag says. */
   const wk_task_result *r = FX_GET(f->core, ID("t2"));
-  c->refuse_sends = true;
+  c->refuse = WK_RPC_SEND_OVER_STREAM_BYTES;
   wk_subs_on_phase(f->subs, r, 0);
-  assert_true(c->ended);
+  assert_true(c->ended && c->aborted);
   assert_int_equal(c->code, GRPC_STATUS_RESOURCE_EXHAUSTED);
   EXPECT_CORE_EVENTS(2, 0, 1);
   close_stream(f, c, false, 2200);
-  EXPECT_CORE_EVENTS(2, 1, 1);
+  EXPECT_CORE_EVENTS(2, 0, 2);
   assert_string_equal(g_core_events.last_id, "t2");
-  assert_int_equal(grace_over(f, 99999), 1); /* still only t1 */
+  assert_int_equal(grace_over(f, 2200 + FX_GRACE - 1), 1); /* t1 only, so far */
   assert_string_equal(g_ids[0].bytes, "t1");
+  assert_int_equal(grace_over(f, 2200 + FX_GRACE), 2);
   assert_int_equal(wk_subs_streams(f->subs), 0);
   FX_INV(f->core);
 }
@@ -321,6 +357,10 @@ static void test_several_streams_on_one_task(void **state) {
   assert_int_equal(c->n_events, 4);
   EXPECT_EVENT(c, 3, TERMINAL, "t1", SUCCEEDED);
   assert_false(c->ended); /* t2 still to come */
+  /* one encoding of the result for every watcher, shared, not copied */
+  assert_non_null(a->events[2].body);
+  assert_ptr_equal(a->events[2].body, b->events[2].body);
+  assert_ptr_equal(a->events[2].body, c->events[3].body);
   close_stream(f, a, false, 1900);
   close_stream(f, b, false, 1900);
   EXPECT_CORE_EVENTS(2, 0, 0);
@@ -336,6 +376,51 @@ static void test_several_streams_on_one_task(void **state) {
   close_stream(f, c, false, 2100);
   EXPECT_CORE_EVENTS(2, 0, 0);
   assert_int_equal(grace_over(f, 99999), 0);
+  FX_INV(f->core);
+}
+
+/* A finished task's SNAPSHOT and TERMINAL carry one encoding of its result, and a stream
+ * that attaches while an earlier one still holds it unsent gets the same bytes; once no
+ * stream holds it, the tick forgets it. */
+static void test_finished_task_encoded_once(void **state) {
+  fixture *f = *state;
+  uint64_t s1 = FX_RUN_TO_BUILDER(f->core, ID("t1"), &ctx_a, 1000);
+  FX_BUILDER_OK(f->core, ID("t1"), s1, &ctx_a, NULL, false, 1100);
+  FX_CALLS_OK(f->core, ID("t1"), s1, &ctx_a, NULL, 0, 1200);
+  FX_WRITER_OK(f->core, ID("t1"), s1, &ctx_a, NULL, 0, 1300);
+  wk_subs_on_terminal(f->subs, FX_GET(f->core, ID("t1")), 0); /* nobody watches yet */
+
+  wk_rpc *a = stream("t1", NULL), *b = stream("t1", NULL);
+  wk_subs_watch(f->subs, a, 1400, 0);
+  assert_int_equal(a->n_events, 2);
+  EXPECT_EVENT(a, 0, SNAPSHOT, "t1", SUCCEEDED);
+  EXPECT_EVENT(a, 1, TERMINAL, "t1", SUCCEEDED);
+  assert_true(a->ended);
+  assert_int_equal(a->code, GRPC_STATUS_OK);
+  assert_non_null(a->events[0].body);
+  assert_ptr_equal(a->events[0].body, a->events[1].body);
+  wk_subs_watch(f->subs, b, 1500, 0); /* a has not sent it yet */
+  assert_int_equal(b->n_events, 2);
+  assert_ptr_equal(b->events[0].body, a->events[0].body);
+  assert_ptr_equal(b->events[1].body, a->events[0].body);
+
+  assert_int_equal(wk_subs_cached_bodies(f->subs), 1);
+  const wk_shared *first = a->events[0].body;
+  close_stream(f, a, false, 1600);
+  wk_subs_tick(f->subs);
+  assert_int_equal(wk_subs_cached_bodies(f->subs), 1); /* b still holds it */
+  assert_ptr_equal(b->events[0].body, first);
+  close_stream(f, b, false, 1600);
+  wk_subs_tick(f->subs);
+  assert_int_equal(wk_subs_cached_bodies(f->subs), 0); /* nobody does: forgotten (freed) */
+
+  wk_rpc *c = stream("t1", NULL); /* a later watcher: a new encoding */
+  wk_subs_watch(f->subs, c, 1700, 0);
+  assert_int_equal(c->n_events, 2);
+  EXPECT_EVENT(c, 1, TERMINAL, "t1", SUCCEEDED);
+  assert_int_equal(wk_subs_cached_bodies(f->subs), 1);
+  close_stream(f, c, false, 1800);
+  EXPECT_CORE_EVENTS(0, 0, 0); /* a finished task is never attached */
   FX_INV(f->core);
 }
 
@@ -417,7 +502,7 @@ static void test_full_stream_and_shutdown(void **state) {
   EXPECT_CORE_EVENTS(2, 0, 0);
 
   wk_rpc *b = stream("t1", NULL);
-  b->refuse_sends = true;
+  b->refuse = WK_RPC_SEND_OVER_TOTAL_BYTES;
   wk_subs_watch(f->subs, b, 1600, 0);
   assert_true(b->ended);
   assert_int_equal(b->code, GRPC_STATUS_RESOURCE_EXHAUSTED);
@@ -441,6 +526,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_first_attach, setup, teardown),
       cmocka_unit_test_setup_teardown(test_last_detach, setup, teardown),
       cmocka_unit_test_setup_teardown(test_several_streams_on_one_task, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_finished_task_encoded_once, setup, teardown),
       cmocka_unit_test_setup_teardown(test_reattach_within_grace, setup, teardown),
       cmocka_unit_test_setup_teardown(test_grace_expiry_owner_lost, setup, teardown),
       cmocka_unit_test_setup_teardown(test_unknown_task_not_found, setup, teardown),
