@@ -517,6 +517,7 @@ static void test_full_stream_and_shutdown(void **state) {
   assert_true(a->released);
   EXPECT_CORE_EVENTS(2, 2, 0);
   assert_int_equal(grace_over(f, 99999), 0);
+  drain(a);
   free(a);
   FX_INV(f->core);
 }
