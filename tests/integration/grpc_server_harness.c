@@ -7,7 +7,11 @@
  *   SubmitTask       echoes task_id and slot_id, state PREPARING; duplicate is true
  *                    when the request carries metadata x-shadow-submit: 1
  *   GetTaskResult    NOT_FOUND "no task"
- *   WatchTasks       SNAPSHOT, PHASE_CHANGED, TERMINAL per task id, then OK
+ *   WatchTasks       SNAPSHOT, PHASE_CHANGED, TERMINAL per task id, then OK; a task
+ *                    id starting "big:" gets its three events with one shared
+ *                    256 KiB result (wk_rpc_send_parts), and a send refused over a
+ *                    byte bound ends the stream with wk_rpc_abort RESOURCE_EXHAUSTED
+ *                    "over stream bytes" / "over total bytes"
  *   CancelTask       TaskResult: the task_id, CANCELLED, failure_message = reason
  *                    ("authorization visible to the sink" if wk_rpc_metadata shows
  *                    that key, which the server must consume)
@@ -26,6 +30,8 @@
  * Environment: WK_HARNESS_MAX_MESSAGE_BYTES (default 1 MiB),
  *              WK_HARNESS_MAX_STREAM_QUEUE (default 256; WatchTasks answers
  *              RESOURCE_EXHAUSTED "stream queue full" when a send is refused),
+ *              WK_HARNESS_MAX_STREAM_BYTES, WK_HARNESS_MAX_TOTAL_STREAM_BYTES (the
+ *              server's byte bounds; default: the server's defaults),
  *              WK_HARNESS_INLINE_HEALTH=1 answers Health.Check on the completion-queue
  *              thread (no hop), to compare latencies.
  * Prints "PORT <n>" once listening; SIGTERM or SIGINT stops the server and exits 0.
@@ -40,6 +46,7 @@
 #include <string.h>
 
 #include "adapters/wk_grpc_server.h"
+#include "lib/wk_shared.h"
 #include "grpc/health/v1/health.pb-c.h"
 #include "worker/v1/worker.pb-c.h"
 
@@ -113,6 +120,53 @@ static void answer_health_check(wk_rpc *rpc) {
   reply_packed(rpc, &resp.base);
 }
 
+#define BIG_RESULT_BYTES (256u * 1024u)
+
+/* A "big:" task's three events: one encoded TaskResult (a 256 KiB failure_message)
+ * shared by all three, behind each event's own head. False when a send was refused
+ * (the stream is then ended). */
+static bool watch_big(wk_rpc *rpc, char *task_id, const Worker__V1__TaskEvent__Kind kinds[3]) {
+  char *text = malloc(BIG_RESULT_BYTES + 1);
+  if (text == NULL) abort();
+  memset(text, 'x', BIG_RESULT_BYTES);
+  text[BIG_RESULT_BYTES] = '\0';
+  Worker__V1__TaskResult result;
+  worker__v1__task_result__init(&result);
+  result.task_id = task_id;
+  result.state = WORKER__V1__TASK_STATE__TASK_STATE_SUCCEEDED;
+  result.failure_message = text;
+  size_t n = worker__v1__task_result__get_packed_size(&result);
+  uint8_t *packed = malloc(n);
+  if (packed == NULL) abort();
+  worker__v1__task_result__pack(&result, packed);
+  free(text);
+  wk_shared *body = wk_shared_copy(packed, n);
+  free(packed);
+  bool ok = true;
+  for (int k = 0; k < 3 && ok; k++) {
+    Worker__V1__TaskEvent ev;
+    worker__v1__task_event__init(&ev);
+    ev.task_id = task_id;
+    ev.kind = kinds[k];
+    uint8_t head[256];
+    size_t h = worker__v1__task_event__pack(&ev, head);
+    head[h++] = (3u << 3) | 2u; /* field 3 (result), length-delimited */
+    for (size_t v = n;; v >>= 7) {
+      head[h++] = (uint8_t)(v >= 0x80 ? (v & 0x7f) | 0x80 : v);
+      if (v < 0x80) break;
+    }
+    wk_rpc_send_status st = wk_rpc_send_parts(rpc, head, h, body);
+    if (st == WK_RPC_SEND_OVER_STREAM_BYTES) {
+      wk_rpc_abort(rpc, GRPC_STATUS_RESOURCE_EXHAUSTED, "over stream bytes");
+    } else if (st == WK_RPC_SEND_OVER_TOTAL_BYTES) {
+      wk_rpc_abort(rpc, GRPC_STATUS_RESOURCE_EXHAUSTED, "over total bytes");
+    }
+    ok = st == WK_RPC_SEND_OK;
+  }
+  wk_shared_unref(body);
+  return ok;
+}
+
 static void watch_tasks(wk_rpc *rpc) {
   const Worker__V1__WatchTasksRequest *req = wk_rpc_request(rpc);
   static const Worker__V1__TaskEvent__Kind kinds[3] = {
@@ -122,6 +176,10 @@ static void watch_tasks(wk_rpc *rpc) {
                                                   WORKER__V1__TASK_STATE__TASK_STATE_RUNNING,
                                                   WORKER__V1__TASK_STATE__TASK_STATE_SUCCEEDED};
   for (size_t i = 0; i < req->n_task_ids; i++) {
+    if (strncmp(req->task_ids[i], "big:", 4) == 0) {
+      if (!watch_big(rpc, req->task_ids[i], kinds)) return;
+      continue;
+    }
     for (int k = 0; k < 3; k++) {
       Worker__V1__TaskResult result;
       worker__v1__task_result__init(&result);
@@ -271,6 +329,11 @@ int main(int argc, char **argv) {
   const char *mq = getenv("WK_HARNESS_MAX_STREAM_QUEUE");
   if (mq != NULL && mq[0] != '\0') max_queue = (uint32_t)strtoul(mq, NULL, 10);
 
+  const char *msb = getenv("WK_HARNESS_MAX_STREAM_BYTES");
+  const char *mtb = getenv("WK_HARNESS_MAX_TOTAL_STREAM_BYTES");
+  size_t max_stream_bytes = msb != NULL ? (size_t)strtoull(msb, NULL, 10) : 0;
+  size_t max_total_bytes = mtb != NULL ? (size_t)strtoull(mtb, NULL, 10) : 0;
+
   const char *listen_addr = "127.0.0.1:0";
   const char *tls_cert = NULL;
   const char *tls_key = NULL;
@@ -307,6 +370,8 @@ int main(int argc, char **argv) {
       .max_timeout_ms = 3600u * 1000u,
       .max_watch_tasks = 64,
       .max_stream_queue = max_queue,
+      .max_stream_bytes = max_stream_bytes,
+      .max_total_stream_bytes = max_total_bytes,
       .tls_cert_file = tls_cert,
       .tls_key_file = tls_key,
       .tls_client_ca_file = tls_client_ca,

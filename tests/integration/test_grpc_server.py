@@ -518,6 +518,65 @@ def test_stream_queue_bound(pb):
         assert_clean_exit(h, h.stop())
 
 
+def test_stream_byte_bounds(pb):
+    """Unsent bytes are bounded per stream and in all (wk_rpc_send_parts, wk_rpc_abort):
+    clients with a small flow-control window that do not read are ended
+    RESOURCE_EXHAUSTED, even with a message gRPC holds for them; a reader is served; the
+    server stops clean (its byte total back to zero)."""
+    h = Harness({"WK_HARNESS_MAX_STREAM_BYTES": str(1 << 20),
+                 "WK_HARNESS_MAX_TOTAL_STREAM_BYTES": str(3 << 20)})
+    opts = [("grpc.http2.bdp_probe", 0), ("grpc.http2.lookahead_bytes", 1024)]
+    channels = []
+    try:
+        def slow(ids):
+            ch = grpc.insecure_channel(h.addr, options=opts)
+            channels.append(ch)
+            return pb.wg.WorkerServiceStub(ch).WatchTasks(
+                pb.w.WatchTasksRequest(task_ids=ids), timeout=30)
+
+        def status_of(stream):
+            got = 0
+            try:
+                for ev in stream:
+                    got += 1
+                    assert len(ev.result.failure_message) == 256 * 1024
+                return grpc.StatusCode.OK, "", got
+            except grpc.RpcError as e:
+                return e.code(), e.details(), got
+
+        def reader_served():
+            ch = grpc.insecure_channel(h.addr)
+            events = list(pb.wg.WorkerServiceStub(ch).WatchTasks(
+                pb.w.WatchTasksRequest(task_ids=["big:r"]), timeout=10))
+            assert [e.kind for e in events] == [1, 2, 3]
+            ch.close()
+
+        # 8 results of 256 KiB on one stream: over 1 MiB unsent, ended at once
+        over_stream = slow(["big:s%d" % i for i in range(8)])
+        time.sleep(1)
+        reader_served()  # the ended stream holds nothing of the total
+        code, details, got = status_of(over_stream)
+        assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and details == "over stream bytes"
+        assert got < 8 * 3
+
+        # 16 streams of one 256 KiB result each (three events sharing it): a stream fits
+        # its bound, 16 of them do not fit 3 MiB together
+        many = [slow(["big:t%d" % i]) for i in range(16)]
+        time.sleep(1)
+        results = [status_of(s) for s in many]
+        over_total = [r for r in results if r[1] == "over total bytes"]
+        served = [r for r in results if r[0] == grpc.StatusCode.OK]
+        assert all(r[0] == grpc.StatusCode.RESOURCE_EXHAUSTED for r in over_total)
+        assert len(over_total) >= 4, results
+        assert len(served) + len(over_total) == 16, results
+        assert all(r[2] == 3 for r in served)
+        reader_served()  # read or ended, they let go of the total
+    finally:
+        for ch in channels:
+            ch.close()
+        assert_clean_exit(h, h.stop())
+
+
 # ---- load -----------------------------------------------------------------------------------
 
 def test_many_calls_in_flight_on_one_channel(pb, stub):
