@@ -10,9 +10,10 @@ target_link_libraries(wk_plugins PRIVATE wk_lib PkgConfig::JANSSON)
 # The executor pool adapter (spawns and talks to the Python executors over libuv).
 add_library(wk_executor_pool STATIC
   src/adapters/wk_executor_pool.c
-  src/adapters/wk_executor_output.c)
+  src/adapters/wk_executor_output.c
+  src/adapters/wk_reaper.c)
 wk_headers(wk_executor_pool PUBLIC adapters/wk_executor_pool.h adapters/wk_exec_adapter.h
-  adapters/wk_executor_output.h)
+  adapters/wk_executor_output.h adapters/wk_reaper.h)
 target_compile_definitions(wk_executor_pool PRIVATE _GNU_SOURCE)
 target_compile_options(wk_executor_pool PRIVATE ${WK_WARNINGS})
 target_link_libraries(wk_executor_pool PUBLIC wk_adapters_frame PkgConfig::LIBUV PRIVATE wk_lib wk_log)

@@ -12,6 +12,7 @@ import socket
 import sys
 import threading
 
+from . import procs
 from .capture import DEFAULT_CAPTURE_MAX
 from .protocol import DEFAULT_MAX_FRAME, encode_hello
 from .runner import Executor
@@ -69,6 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rlimit-cpu-s", type=int, default=0,
                     help="RLIMIT_CPU (CPU seconds over the executor's life); 0 leaves it "
                          "unchanged")
+    ap.add_argument("--rlimit-nproc", type=int, default=0,
+                    help="RLIMIT_NPROC (processes and threads of the executor's user, all "
+                         "together; root is exempt); 0 leaves it unchanged")
     opts = ap.parse_args(argv)
     if opts.check_code:
         from . import check  # only the check needs it
@@ -83,13 +87,17 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--max-frame must be 1024..4294967295 and --capture-max at least 64")
     if not (1 <= opts.max_nesting <= 100):
         ap.error("--max-nesting must be 1..100")
-    if min(opts.rlimit_as_mb, opts.rlimit_nofile, opts.rlimit_cpu_s) < 0:
+    if min(opts.rlimit_as_mb, opts.rlimit_nofile, opts.rlimit_cpu_s, opts.rlimit_nproc) < 0:
         ap.error("--rlimit-* values must be 0 (unchanged) or positive")
     for value, which, unit, flag in ((opts.rlimit_as_mb, resource.RLIMIT_AS, 1 << 20, "--rlimit-as-mb"),
                                      (opts.rlimit_nofile, resource.RLIMIT_NOFILE, 1, "--rlimit-nofile"),
-                                     (opts.rlimit_cpu_s, resource.RLIMIT_CPU, 1, "--rlimit-cpu-s")):
+                                     (opts.rlimit_cpu_s, resource.RLIMIT_CPU, 1, "--rlimit-cpu-s"),
+                                     (opts.rlimit_nproc, resource.RLIMIT_NPROC, 1, "--rlimit-nproc")):
         if value and not _set_rlimit(which, value * unit, flag):
             return 1
+    # before any user code: non-dumpable, a subreaper for what calls start, no core dumps
+    if not procs.harden():
+        return 1
 
     # The Worker owns our lifetime (SHUTDOWN, EOF, SIGTERM/SIGKILL): a terminal Ctrl-C
     # aimed at the Worker must not kill calls under it.
@@ -127,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         threading.stack_size(old_stack)
     rc = ex.run()
+    procs.end_descendants()  # SHUTDOWN or EOF: nothing a call started outlives us
     try:
         sock.shutdown(socket.SHUT_RDWR)
     except OSError:

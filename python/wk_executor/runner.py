@@ -16,6 +16,7 @@ import worker  # python/worker/__init__.py, beside this package
 from .channel import Channel, FLUSH_BYTES
 from .context import Context
 from .inbox import Inbox
+from .procs import end_descendants
 from .protocol import (CONTENT_BYTES, CONTENT_JSON, DEFAULT_ENTRYPOINT, STATUS_ERROR, STATUS_OK,
                        STATUS_RETRYABLE, Call, cap_text, encode_error_result, encode_result,
                        json_encode)
@@ -163,6 +164,9 @@ class Runner(State):
             sys.stdout, sys.stderr = saved
             with self.cv:
                 self.running.pop()
+                outer = not self.running
+            if outer:  # what the call started ends with it (not while a parent waits)
+                end_descendants()
         ru1 = resource.getrusage(_RUSAGE_SELF)
         cpu1 = ru1.ru_utime + ru1.ru_stime
         self.cpu_mark = cpu1  # the next call starts here unless the main thread waits first

@@ -7,6 +7,7 @@
 #include "adapters/wk_executor_pool.h"
 
 #include "adapters/wk_executor_output.h"
+#include "adapters/wk_reaper.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -32,6 +33,7 @@
 #define SPARE_WRITES_MAX 8u            /* write buffers kept for reuse */
 #define SPARE_WRITE_CAP_MAX (1u << 20) /* a larger one is freed, not kept */
 #define START_FAILURES_MAX 3u          /* executors in a row dead before HELLO: unavailable */
+#define SWEEP_EVERY_TICKS 20u          /* orphans looked for every second (MAINTENANCE_MS) */
 
 typedef struct wk_executor wk_executor;
 typedef struct wk_conn wk_conn;
@@ -147,6 +149,8 @@ struct wk_pool {
   void (*stop_done)(void *);
   void *stop_arg;
   int handles_open;
+  uint32_t ticks;  /* maintenance ticks, for the periodic orphan sweep */
+  bool sweep_soon; /* the last sweep signalled orphans: their children come next */
 };
 
 /* Calls an executor is busy with: waiting parents run nested calls, and resumed
@@ -417,7 +421,15 @@ static void kill_executor(wk_executor *e, const char *reason) {
                 json_pack("{s:i,s:s}", "pid", e->pid, "reason", reason));
   }
   uv_process_kill(&e->proc, SIGKILL);
+  /* its session's process group: what its calls started and did not leave it (those
+   * that did come back to the worker when it dies: wk_reaper). Not reaped yet, so the
+   * group id is still its own. */
+  kill(-e->pid, SIGKILL);
 }
+
+/* Ends orphans of executors (wk_reaper.h): one pass now; while a pass signals
+ * something, the next maintenance tick looks again for the children they leave. */
+static void sweep(wk_pool *pool) { pool->sweep_soon = wk_reaper_sweep(false) > 0; }
 
 static void retire(wk_executor *e, const char *reason, uint64_t *counter) {
   if (e->retiring) return;
@@ -559,6 +571,7 @@ static void settle_calls(wk_pool *pool, wk_executor *e, const char *why) {
 static void on_process_exit(uv_process_t *proc, int64_t exit_status, int term_signal) {
   wk_executor *e = proc->data;
   wk_pool *pool = e->pool;
+  wk_reaper_disown(e->pid); /* libuv reaped it */
   e->running = false;
   pool->n_running--;
   pool->stats.exited++;
@@ -586,6 +599,8 @@ static void on_process_exit(uv_process_t *proc, int64_t exit_status, int term_si
   char why[80];
   snprintf(why, sizeof why, "exit status %lld, signal %d", (long long)exit_status, term_signal);
   settle_calls(pool, e, why);
+  kill(-e->pid, SIGKILL); /* its process group, what is left of it */
+  sweep(pool);            /* its children are the worker's now */
   uv_close((uv_handle_t *)proc, on_exec_handle_closed);
   if (!pool->stopping) {
     if (!e->shutdown_sent) {
@@ -664,14 +679,16 @@ static int spawn_one(wk_pool *pool, char *err, size_t err_len) {
       env[env_n++] = v;
     }
   }
-  char as[32], nofile[32], cpu[32], max_frame[32];
+  char as[32], nofile[32], cpu[32], nproc[32], max_frame[32];
   snprintf(as, sizeof as, "%llu", (unsigned long long)pool->cfg.rlimit_as_mb);
   snprintf(nofile, sizeof nofile, "%llu", (unsigned long long)pool->cfg.rlimit_nofile);
   snprintf(cpu, sizeof cpu, "%llu", (unsigned long long)pool->cfg.rlimit_cpu_s);
+  snprintf(nproc, sizeof nproc, "%llu", (unsigned long long)pool->cfg.rlimit_nproc);
   snprintf(max_frame, sizeof max_frame, "%u", pool->cfg.max_frame);
   static char f_channel[] = "--channel-fd", channel_fd[] = CHANNEL_FD_STR,
               f_as[] = "--rlimit-as-mb", f_nofile[] = "--rlimit-nofile", f_cpu[] = "--rlimit-cpu-s",
-              f_frame[] = "--max-frame", f_started[] = "--started-file";
+              f_nproc[] = "--rlimit-nproc", f_frame[] = "--max-frame",
+              f_started[] = "--started-file";
   /* its channel: a connected pair, one end for each; nothing another process can reach */
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
@@ -682,11 +699,12 @@ static int spawn_one(wk_pool *pool, char *err, size_t err_len) {
     return -1;
   }
   open_started_file(pool, e);
-  char *args[] = {pool->python, pool->script, f_channel, channel_fd, f_as, as,   f_nofile, nofile,
-                  f_cpu,        cpu,          f_frame,   max_frame,  NULL, NULL, NULL};
+  char *args[] = {pool->python, pool->script, f_channel, channel_fd, f_as,    as,
+                  f_nofile,     nofile,       f_cpu,     cpu,        f_nproc, nproc,
+                  f_frame,      max_frame,    NULL,      NULL,       NULL};
   if (e->started) {
-    args[12] = f_started;
-    args[13] = e->started_path;
+    args[14] = f_started;
+    args[15] = e->started_path;
   }
   e->out = wk_exec_output_new(pool->loop, &pool->cfg.output, &pool->stats.output,
                               (wk_exec_output_hooks){e, output_running, output_closed});
@@ -698,6 +716,9 @@ static int spawn_one(wk_pool *pool, char *err, size_t err_len) {
       [CHANNEL_FD] = {.flags = UV_INHERIT_FD, .data.fd = sv[1]},
   };
   uv_process_options_t opt = {
+      /* its own session and process group (setsid): killing the group ends what its
+       * calls started, and the worker's terminal signals do not reach it */
+      .flags = UV_PROCESS_DETACHED,
       .exit_cb = on_process_exit,
       .file = pool->python,
       .args = args,
@@ -727,6 +748,7 @@ static int spawn_one(wk_pool *pool, char *err, size_t err_len) {
     return -1;
   }
   pool->handles_open += 2;
+  wk_reaper_own(e->proc.pid); /* libuv waits for it: a sweep must not */
   e->pid = e->proc.pid;
   e->id = wk_exec_output_start(e->out, e->pid);
   wk_conn *c = wk_xcalloc(1, sizeof *c);
@@ -1210,6 +1232,7 @@ static void take_back(wk_pool *pool, wk_executor *e) {
 static void maintenance(uv_timer_t *t) {
   wk_pool *pool = t->data;
   int64_t now = now_ms(pool);
+  if (pool->sweep_soon || ++pool->ticks % SWEEP_EVERY_TICKS == 0) sweep(pool);
   if (pool->stopping) {
     if (now - pool->stop_started_ms >= pool->cfg.shutdown_grace_ms) {
       for (wk_executor *e = pool->executors; e; e = e->next)
@@ -1308,6 +1331,8 @@ wk_pool *wk_pool_start(uv_loop_t *loop, const wk_pool_config *cfg, wk_exec_callb
             strerror(errno));
     return NULL;
   }
+  /* orphans of executors' descendants come back to the worker, which ends them */
+  if (wk_reaper_start(err, err_len) != 0) return NULL;
   wk_pool *pool = wk_xcalloc(1, sizeof *pool);
   pool->loop = loop;
   pool->cfg = *cfg;
@@ -1362,6 +1387,7 @@ wk_pool *wk_pool_start(uv_loop_t *loop, const wk_pool_config *cfg, wk_exec_callb
 static void on_pool_handle_closed(uv_handle_t *h) {
   wk_pool *pool = h->data;
   if (--pool->handles_open > 0) return;
+  wk_reaper_sweep(true); /* every executor has exited: nothing it started outlives the pool */
   rmdir(pool->dir);
   wk_frame_buf_free(&pool->scratch);
   while (pool->spare_writes) {

@@ -29,6 +29,12 @@
  * have run (EXECUTOR_LOST, or TIMEOUT past their deadline); the others are delivered
  * as WK_CALL_NOT_STARTED, which the caller sends again.
  *
+ * Processes: each executor runs in its own session (setsid) and, under a root worker,
+ * as executor_user (uid/gid). What its calls start ends with them: the executor kills
+ * its children after each call; killing an executor kills its process group; and the
+ * worker, a child subreaper (wk_reaper.h), kills and reaps every orphan that comes
+ * back to it (at each executor exit, every second, and waiting at the pool's stop).
+ *
  * Runs on one libuv loop; every function must be called on that loop's thread. */
 #ifndef WK_EXECUTOR_POOL_H
 #define WK_EXECUTOR_POOL_H
@@ -64,6 +70,7 @@ typedef struct wk_pool_config {
   uint64_t rlimit_as_mb;     /* executor address-space limit (0 = none) */
   uint64_t rlimit_nofile;    /* executor open-files limit (0 = none) */
   uint64_t rlimit_cpu_s;     /* executor CPU-seconds limit (0 = none) */
+  uint64_t rlimit_nproc;     /* executor RLIMIT_NPROC: its user's processes (0 = none) */
   /* The executors' user and group (executor_user, resolved by the app): spawned with
    * setuid/setgid, supplementary groups dropped; the pool's directory and started files
    * are given to them. uid 0 = the worker's own (never a switch to root; a zeroed

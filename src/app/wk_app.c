@@ -541,6 +541,7 @@ static void build_pool_config(const wk_app_config *cfg, wk_pool_config *pcfg) {
       .output = {.line_max = cfg->executor_output_line_max,
                  .bytes_per_s = cfg->executor_output_bytes_per_s,
                  .lines_per_s = cfg->executor_output_lines_per_s},
+      .rlimit_nproc = cfg->executor_rlimit_nproc,
       .env = NULL, /* start_pool adds executor_env */
   };
 }

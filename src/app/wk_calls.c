@@ -236,6 +236,34 @@ static void keep_output(wk_calls *c, wk_task_rt *rt, uint32_t index, wk_buf *rec
   stop_early(c, rt);
 }
 
+/* The poison pill: the executor died under call `a` on the last attempt its policy
+ * allows for that (retry_on_executor_lost, max_attempts spent). The call fails for good:
+ * its error, still ExecutorLost, says so and is not retryable, so that neither this
+ * worker nor a client sends it again to kill another executor. */
+static void lost_for_good(wk_task_rt *rt, const wk_disp_action *act, wk_attempt *a) {
+  static const char type[] = "ExecutorLost";
+  const char *last = strstr(a->failure, "ExecutorLost: ");
+  last = last ? last + sizeof type + 1 : a->failure;
+  char msg[sizeof a->failure];
+  int n = snprintf(msg, sizeof msg,
+                   "its executor died under this call on attempt %u of %u (max_attempts, "
+                   "retry_on_executor_lost): it fails for good and is not retried again; "
+                   "the last: ",
+                   (unsigned)act->attempt, (unsigned)rt->req.max_attempts);
+  if (n > 0 && (size_t)n < sizeof msg) {
+    size_t room = sizeof msg - (size_t)n - 1, len = strlen(last);
+    memcpy(msg + n, last, len < room ? len : room);
+    msg[(size_t)n + (len < room ? len : room)] = '\0';
+  }
+  wk_call_outcome o = {
+      .status = WK_CALL_ERROR, /* final: not retryable */
+      .error_type = wk_frame_bytes_cstr(type),
+      .error_message = wk_frame_bytes_cstr(msg),
+  };
+  a->output.len = 0;
+  wk_task_rt_encode_output(act->index, &o, &a->output, a->failure, sizeof a->failure);
+}
+
 static void record_call(wk_calls *c, const wk_disp_action *act) {
   wk_task_rt *rt = rt_of(act->task_key);
   wk_attempt *a = find_attempt(c, rt, act->call_id);
@@ -251,6 +279,9 @@ static void record_call(wk_calls *c, const wk_disp_action *act) {
   }
   WK_ASSERT(rt->calls.done <= rt->build.calls_total);
   wk_buf rec = {0};
+  if (a && a->answered && act->result == WK_DISP_EXECUTOR_LOST && rt->req.retry_on_executor_lost &&
+      act->attempt >= rt->req.max_attempts)
+    lost_for_good(rt, act, a);
   if (a && a->answered) {
     rec = a->output; /* moved */
     a->output = (wk_buf){0};

@@ -50,6 +50,7 @@ typedef struct wk_app_config {
   uint64_t executor_rlimit_as_mb; /* 0 = unlimited */
   uint64_t executor_rlimit_nofile;
   uint64_t executor_rlimit_cpu_s;       /* 0 = unlimited */
+  uint64_t executor_rlimit_nproc;       /* RLIMIT_NPROC of executors (0 = unchanged) */
   uint32_t executor_output_line_max;    /* bytes of an executor's output line logged */
   uint32_t executor_output_bytes_per_s; /* executor output logged per second, bytes */
   uint32_t executor_output_lines_per_s; /* and lines */

@@ -59,6 +59,9 @@ static const wk_config_item table[] = {
      .help = "executor open-files limit (0 = unchanged)"},
     {FIELD(executor_rlimit_cpu_s), .type = WK_CONFIG_UINT, .def = "0", .min = 0, .max = 31536000,
      .help = "executor CPU-seconds limit (0 = unchanged)"},
+    {FIELD(executor_rlimit_nproc), .type = WK_CONFIG_UINT, .def = "4096", .min = 0, .max = 4194304,
+     .help = "executors' RLIMIT_NPROC: processes and threads their user may have, all of them "
+             "together, fork bombs stop there (root is exempt; 0 = unchanged)"},
     {FIELD(executor_output_line_max), .type = WK_CONFIG_UINT, .def = "16384", .min = 80,
      .max = 1048576,
      .help = "bytes of one line of an executor's stdout or stderr logged; the rest of a longer "

@@ -57,8 +57,12 @@ wk_task_rt *wk_task_rt_create(uv_loop_t *loop, const Worker__V1__SubmitTaskReque
   q->args_json = fn->content_type == WORKER__V1__CONTENT_TYPE__CONTENT_TYPE_JSON;
   q->requested_epoch = fn->epoch;
   /* the rest of the retry policy is the core's; this flag only the dispatcher reads */
-  if (req->call_retry_policy)
+  q->max_attempts = 1;
+  if (req->call_retry_policy) {
     q->retry_on_executor_lost = req->call_retry_policy->retry_on_executor_lost;
+    if (req->call_retry_policy->max_attempts > 1)
+      q->max_attempts = req->call_retry_policy->max_attempts;
+  }
   q->call_timeout_ms = (int64_t)req->call_timeout_ms;
   return rt;
 }

@@ -66,6 +66,7 @@ typedef struct wk_rt_request {
   bool args_json;
   uint64_t requested_epoch;
   bool retry_on_executor_lost;
+  uint32_t max_attempts; /* the retry policy's, at least 1 (the core's own copy decides) */
   int64_t call_timeout_ms;
 } wk_rt_request;
 

@@ -1,0 +1,99 @@
+"""What a function starts ends with it (docs/security.md): the executor's own process
+settings, made before any user code runs, and the end of every process a call left
+behind.
+
+- Non-dumpable (prctl PR_SET_DUMPABLE 0): its /proc/<pid>/mem, environ, maps... become
+  root's and ptrace is refused, so a function in a sibling executor (the same user)
+  reads and traces nothing here.
+- A child subreaper (PR_SET_CHILD_SUBREAPER): a process a call starts stays in this
+  executor's tree even when its parent dies (`sleep 300 &` from a shell, double forks,
+  `start_new_session=True`): orphans come back to the executor, not to init or the
+  Worker, so end_descendants() finds every one of them among its own children.
+- RLIMIT_CORE 0: no core dumps (a dump holds the call's arguments and results).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import resource
+import signal
+import time
+
+from .state import log
+
+PR_SET_DUMPABLE = 4
+PR_SET_CHILD_SUBREAPER = 36
+END_TIMEOUT_S = 5.0  # at most this long ending one call's processes
+
+
+def _prctl(option: int, value: int) -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(option, ctypes.c_ulong(value), ctypes.c_ulong(0), ctypes.c_ulong(0),
+                  ctypes.c_ulong(0)) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+def harden() -> bool:
+    """Makes this process non-dumpable and a child subreaper and turns core dumps off.
+    False, after a log line, when one of them fails (the executor must not run then)."""
+    try:
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        _prctl(PR_SET_DUMPABLE, 0)
+        _prctl(PR_SET_CHILD_SUBREAPER, 1)
+    except (OSError, ValueError, AttributeError) as e:
+        log(f"cannot harden the executor process: {e}")
+        return False
+    return True
+
+
+def _children(me: int) -> list[int]:
+    """Live processes whose parent is `me` (from /proc/<pid>/stat)."""
+    out = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue  # gone meanwhile
+        fields = stat[stat.rfind(b")") + 2:].split()  # after "pid (comm) "
+        if len(fields) > 1 and int(fields[1]) == me:
+            out.append(int(name))
+    return out
+
+
+def end_descendants() -> int:
+    """Kills (SIGKILL) and reaps every process this executor has as a child: the
+    processes the call that just ended started, and, since the executor is a subreaper,
+    every descendant whose own parent died. Killing a child hands its children to the
+    executor, so this goes on until none is left. Returns how many were killed. The
+    common case, no child at all, costs one waitpid."""
+    me = os.getpid()
+    killed: set[int] = set()
+    give_up = None
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return len(killed)  # no child (left)
+        except InterruptedError:
+            continue
+        if pid:
+            continue  # reaped one that had ended; look again
+        now = time.monotonic()
+        if give_up is None:
+            give_up = now + END_TIMEOUT_S
+        elif now > give_up:
+            log("gave up ending the processes a call left behind (the Worker ends them with "
+                "this executor)")
+            return len(killed)
+        for child in _children(me):
+            try:
+                os.kill(child, signal.SIGKILL)
+                killed.add(child)
+            except OSError:  # gone, or a setuid program the executor may not signal
+                pass
+        time.sleep(0.001)  # let the killed ones die before the next look
