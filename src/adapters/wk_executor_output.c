@@ -33,6 +33,7 @@ typedef struct stream {
   uint32_t len;
   uint64_t cut; /* bytes cut off the current line */
   line_state state;
+  bool eof; /* read to its end: no longer read, closed by wk_exec_output_finish */
   bool closing;
 } stream;
 
@@ -312,7 +313,11 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   stream *st = s->data;
   if (nread < 0) { /* EOF: every writer closed it (or an error) */
-    close_stream(st);
+    /* not closed here: the output lives until wk_exec_output_finish (its caller still
+     * uses it, e.g. the tail, once the process exit is seen, which may come later) */
+    if (st->state != LINE_START) end_line(st);
+    uv_read_stop(s);
+    st->eof = true;
     return;
   }
   consume(st, buf->base, (size_t)nread);
@@ -334,7 +339,7 @@ void wk_exec_output_finish(wk_exec_output *o) {
     uv_os_fd_t fd;
     size_t budget = FINISH_READ_MAX;
     /* libuv made the pipe non-blocking: this reads what is there and stops */
-    if (uv_fileno((const uv_handle_t *)&st->pipe, &fd) == 0) {
+    if (!st->eof && uv_fileno((const uv_handle_t *)&st->pipe, &fd) == 0) {
       while (budget > 0) {
         ssize_t n = read(fd, o->rbuf, sizeof o->rbuf < budget ? sizeof o->rbuf : budget);
         if (n < 0 && errno == EINTR) continue;
