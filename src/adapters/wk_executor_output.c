@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "lib/wk_alloc.h"
+#include "lib/wk_assert.h"
 #include "lib/wk_log.h"
 
 #define LINE_MAX_DEFAULT 16384u
@@ -288,7 +289,12 @@ static void on_closed(uv_handle_t *h) {
   stream *st = h->data;
   wk_exec_output *o = st->o;
   if (--o->open > 0) return;
-  if (o->hooks.closed) o->hooks.closed(o->hooks.arg);
+  if (o->hooks.closed) o->hooks.closed(o->hooks.arg); /* may free `o`: nothing after it */
+}
+
+void wk_exec_output_free(wk_exec_output *o) {
+  if (!o) return;
+  WK_ASSERT(o->open == 0);
   for (int i = 0; i < 2; i++) free(o->s[i].line);
   free(o->clean);
   free(o);

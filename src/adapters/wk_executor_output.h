@@ -54,7 +54,8 @@ typedef struct wk_exec_output_hooks {
   void *arg;
   /* Fills `call` and returns true when a call runs on the executor now (may be NULL). */
   bool (*running)(void *arg, wk_exec_output_call *call);
-  /* Both pipes are closed: `o` is freed right after this returns. */
+  /* Both pipes are closed (their handles are gone); `o` stays the owner's until
+   * wk_exec_output_free, which this hook may call. */
   void (*closed)(void *arg);
 } wk_exec_output_hooks;
 
@@ -78,7 +79,12 @@ uint64_t wk_exec_output_start(wk_exec_output *o, int pid);
 void wk_exec_output_finish(wk_exec_output *o);
 
 /** The last bytes (up to WK_EXEC_OUTPUT_TAIL_MAX) the executor wrote to stderr, for
- * error messages; valid until `hooks.closed`. */
+ * error messages; valid until wk_exec_output_free. */
 const char *wk_exec_output_tail(const wk_exec_output *o, uint32_t *len);
+
+/** Frees `o`, once `hooks.closed` has run (its pipes' handles must be closed first).
+ * The owner decides when: the pipes may reach EOF, and close, long before the
+ * executor exits (a function may close fds 1 and 2). */
+void wk_exec_output_free(wk_exec_output *o);
 
 #endif

@@ -476,6 +476,7 @@ static void executor_free(wk_executor *e) {
     }
   }
   wk_frame_buf_free(&e->wbuf);
+  wk_exec_output_free(e->out); /* its pipes closed: e->handles counted them */
   if (e->started) munmap((void *)(uintptr_t)e->started, sizeof *e->started);
   if (e->started_path[0]) unlink(e->started_path);
   pool->n_structs--;

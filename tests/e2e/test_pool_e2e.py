@@ -127,3 +127,30 @@ def test_retry_without_backoff_and_given_back_calls_reuse_their_record(worker_fa
         r = w.wait_terminal("flaky-%d" % i, timeout=20)
         assert r.state == pb.TASK_STATE_SUCCEEDED, r.failure_message
     assert w.proc.poll() is None
+
+
+CLOSER = ("import os\n"
+          "def handler(args, ctx):\n"
+          "    os.close(1)\n"
+          "    os.close(2)\n"
+          "    return os.getpid()\n")
+
+
+def test_executor_that_closes_its_output_pipes_is_served_and_stopped(worker_factory):
+    """A function closes fds 1 and 2: the worker's readers see EOF while the executor
+    lives on. Its output object must stay valid until the executor is gone (it was freed
+    at EOF, then used at the executor's exit: a use-after-free that aborted ASan workers
+    and made the worker exit non-zero)."""
+    w = worker_factory("--executors-max", "1", executors=1)
+    w.wait_serving()
+    w.deploy("closer", CLOSER)
+    w.deploy("noop", NOOP)
+    w.submit("close-1", "closer", {})
+    r = w.wait_terminal("close-1")
+    assert r.state == pb.TASK_STATE_SUCCEEDED, r
+    time.sleep(0.2)  # let the loop see both EOFs before the executor goes
+    for i in range(3):
+        w.submit("after-%d" % i, "noop", {})
+        assert w.wait_terminal("after-%d" % i).state == pb.TASK_STATE_SUCCEEDED
+    rc = w.stop()
+    assert rc == 0, "worker exited %s; logs: %s" % (rc, w.logs[-20:])
