@@ -54,6 +54,7 @@ static void test_output_lives_until_finish(void **state) {
   wk_exec_output_finish(o);
   uv_run(&loop, UV_RUN_DEFAULT);
   assert_int_equal(closed_calls, 1);
+  wk_exec_output_free(o); /* the owner's, after hooks.closed */
   assert_int_equal(uv_loop_close(&loop), 0);
 }
 
