@@ -20,6 +20,7 @@ target_link_libraries(wk_executor_pool PUBLIC wk_adapters_frame PkgConfig::LIBUV
 
 add_library(wk_app STATIC
   src/app/wk_fs.c
+  src/app/wk_rundir.c
   src/app/wk_wire.c
   src/app/wk_task_runtime.c
   src/app/wk_task_code.c

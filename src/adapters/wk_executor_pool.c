@@ -108,7 +108,7 @@ struct wk_executor {
    * 8-byte file before running it (executor-protocol.md §7), so the worker knows which
    * sent calls have not started, even after the process died. */
   const volatile uint64_t *started; /* the mapping; NULL when it could not be made */
-  char started_path[96];
+  char started_path[192];
   uint64_t sent_seq;     /* calls sent on this connection */
   uint64_t started_seen; /* the last value read from `started` */
   uint64_t running_id;   /* the call it runs now: the last started, or a parent resumed since */
@@ -122,7 +122,7 @@ struct wk_pool {
   char **env;   /* the configured NAME=VALUE entries (wk_pool_config.env), NULL-terminated */
   size_t env_n; /* how many */
   wk_exec_callbacks cb;
-  char dir[64];
+  char dir[128];
   uv_timer_t maintenance;
   uv_idle_t flusher; /* writes the frames queued during this loop turn, once */
   uint32_t respawn_delay_ms;
@@ -657,7 +657,7 @@ static int spawn_one(wk_pool *pool, char *err, size_t err_len) {
   wk_frame_buf_init(&e->wbuf, NULL);
   char pythonpath[4200];
   snprintf(pythonpath, sizeof pythonpath, "PYTHONPATH=%s", pool->python_path);
-  char home[128];
+  char home[sizeof pool->dir + 8];
   snprintf(home, sizeof home, "HOME=%s", pool->dir);
   static char path_var[] = "PATH=/usr/local/bin:/usr/bin:/bin";
   static char lang_var[] = "LANG=C.UTF-8";
@@ -1349,11 +1349,13 @@ wk_pool *wk_pool_start(uv_loop_t *loop, const wk_pool_config *cfg, wk_exec_callb
     pool->env[pool->env_n++] = wk_xstrdup(*v);
     pool->env[pool->env_n] = NULL;
   }
-  pool->cfg.env = NULL; /* the copy above is the pool's */
+  pool->cfg.env = NULL;        /* the copy above is the pool's */
+  pool->cfg.dir_prefix = NULL; /* used here only */
   pool->cb = cb;
   const char *tmp = getenv("TMPDIR");
-  snprintf(pool->dir, sizeof pool->dir, "%s/wk-exec-XXXXXX",
-           (tmp && strlen(tmp) < 40) ? tmp : "/tmp");
+  const char *prefix = cfg->dir_prefix ? cfg->dir_prefix : "wk-exec";
+  snprintf(pool->dir, sizeof pool->dir, "%s/%.48s.XXXXXX", (tmp && strlen(tmp) < 40) ? tmp : "/tmp",
+           prefix);
   if (!mkdtemp(pool->dir)) { /* mkdtemp makes it 0700 */
     wk_errf(err, err_len, "cannot create the executor directory %s: %s", pool->dir,
             strerror(errno));

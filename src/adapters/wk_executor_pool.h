@@ -82,6 +82,9 @@ typedef struct wk_pool_config {
   /* bounds on the executors' stdout and stderr in the log (wk_executor_output.h; 0 =
    * the default of each) */
   wk_exec_output_limits output;
+  /* The pool's directory is "$TMPDIR/<dir_prefix>.XXXXXX" (mkdtemp); NULL = "wk-exec".
+   * At most 48 bytes are used; read by wk_pool_start only. */
+  const char *dir_prefix;
 } wk_pool_config;
 
 /* Counters for logs and metrics. */

@@ -25,6 +25,7 @@
 #include "app/wk_executor_env.h"
 #include "app/wk_executor_user.h"
 #include "app/wk_fs.h"
+#include "app/wk_rundir.h"
 #include "lib/wk_log.h"
 #include "app/wk_app_metrics.h"
 #include "app/wk_wire.h"
@@ -59,8 +60,9 @@ typedef struct wk_app {
   int64_t phase_started_ms;
   char scratch_root[WK_CONFIG_PATH_MAX];
   bool own_scratch_root;
-  uint32_t capacity;          /* last executor capacity handed to the dispatcher */
-  bool executors_unavailable; /* the pool says executors cannot start (last seen) */
+  char run_tag[WK_RUNDIR_TAG_MAX]; /* prefix of what this worker makes on disk */
+  uint32_t capacity;               /* last executor capacity handed to the dispatcher */
+  bool executors_unavailable;      /* the pool says executors cannot start (last seen) */
   const wk_profile *profile;
   wk_etcd_publisher *publisher; /* NULL when stand-alone */
   wk_shadow *shadow;            /* NULL without shadow_target_addr */
@@ -395,21 +397,54 @@ static void init_loop(wk_app *app) {
   app->loop_open = true;
 }
 
-/* scratch_root, or a fresh directory under $TMPDIR the app owns (and removes). */
+/* Removes what dead workers left in `dir` (wk_rundir.h), and says so. */
+static void sweep_leftovers(const char *dir) {
+  size_t n = wk_rundir_sweep(dir);
+  if (n)
+    wk_log_json(WK_LOG_INFO, "stale_dirs_removed",
+                json_pack("{s:s,s:I}", "dir", dir, "count", (json_int_t)n));
+}
+
+/* The scratch root must not let a task list other tasks' directories (it may enter its
+ * own, whose name it is given): a configured root the worker owns loses its group and
+ * other read and write bits; one it cannot change is reported. */
+static void guard_scratch_root(const char *root) {
+  struct stat st;
+  if (stat(root, &st) != 0 || !(st.st_mode & 066)) return;
+  if (st.st_uid == geteuid() && !(st.st_mode & S_ISVTX) &&
+      chmod(root, (st.st_mode & 07777) & ~(mode_t)066) == 0) {
+    wk_log_json(
+        WK_LOG_INFO, "scratch_root_mode_tightened",
+        json_pack("{s:s,s:i}", "scratch_root", root, "mode", (int)(st.st_mode & 07777 & ~066u)));
+    return;
+  }
+  wk_log_json(WK_LOG_WARN, "scratch_root_listable",
+              json_pack("{s:s,s:i}", "scratch_root", root, "mode", (int)(st.st_mode & 07777)));
+}
+
+/* scratch_root, or a fresh directory under $TMPDIR the app owns (and removes); both
+ * first cleared of what dead workers left there, like $TMPDIR (executor directories). */
 static int make_scratch_root(wk_app *app) {
   const wk_app_config *cfg = app->cfg;
+  wk_rundir_tag(app->run_tag, sizeof app->run_tag);
+  const char *tmp = getenv("TMPDIR");
+  if (!tmp || !*tmp) tmp = "/tmp";
+  sweep_leftovers(tmp);
   if (cfg->scratch_root[0]) {
     snprintf(app->scratch_root, sizeof app->scratch_root, "%s", cfg->scratch_root);
+    sweep_leftovers(app->scratch_root);
+    guard_scratch_root(app->scratch_root);
   } else {
-    const char *tmp = getenv("TMPDIR");
-    snprintf(app->scratch_root, sizeof app->scratch_root, "%s/wk-scratch-XXXXXX",
-             tmp ? tmp : "/tmp");
+    snprintf(app->scratch_root, sizeof app->scratch_root, "%s/%s.scratch.XXXXXX", tmp,
+             app->run_tag);
     if (!mkdtemp(app->scratch_root)) {
       fprintf(stderr, "%s: cannot create a scratch directory: %s\n", program_invocation_short_name,
               strerror(errno));
       return 1;
     }
     app->own_scratch_root = true;
+    /* executors under another user enter their own task's directory, never list it */
+    chmod(app->scratch_root, 0711);
   }
   return 0;
 }
@@ -475,6 +510,7 @@ static void build_orch_config(const wk_app *app, wk_orch_config *ocfg) {
       .code_root = app->code_root,
       .code_epochs_kept = cfg->code_epochs_kept,
       .scratch_root = app->scratch_root,
+      .scratch_tag = app->run_tag,
       .tick_ms = cfg->tick_ms,
       /* every result the worker sends fits in max_message_bytes, framing included */
       .max_inline_output_bytes =
@@ -550,6 +586,9 @@ static void build_pool_config(const wk_app_config *cfg, wk_pool_config *pcfg) {
 static int start_pool(wk_app *app, char *err, size_t len) {
   wk_pool_config pcfg;
   build_pool_config(app->cfg, &pcfg);
+  char pool_prefix[WK_RUNDIR_TAG_MAX + 8];
+  snprintf(pool_prefix, sizeof pool_prefix, "%s.exec", app->run_tag);
+  pcfg.dir_prefix = pool_prefix; /* a dead worker's is removed by the next one's sweep */
   /* pass-through names are read now, after the secrets left the environment */
   char **env = wk_executor_env_build(app->cfg->executor_env, err, len);
   if (!env) { /* validated already: only a change since could get here */

@@ -33,10 +33,12 @@
 #define WK_ORCHESTRATOR_H
 
 #include <stdbool.h>
+#include <sys/types.h>
 #include <uv.h>
 
 #include "adapters/wk_exec_adapter.h"
 #include "app/wk_calls.h"
+
 #include "adapters/wk_grpc_server.h"
 #include "core/wk_core.h"
 #include "plugins/wk_builders.h"
@@ -50,8 +52,13 @@ typedef struct wk_orch wk_orch;
 typedef struct wk_orch_config {
   wk_core_config core;
   const char *code_root;
-  uint32_t code_epochs_kept;      /* epochs kept per function besides CURRENT and pins (0 = all) */
-  const char *scratch_root;       /* parent of the tasks' scratch directories */
+  uint32_t code_epochs_kept; /* epochs kept per function besides CURRENT and pins (0 = all) */
+  const char *scratch_root;  /* parent of the tasks' scratch directories */
+  const char *scratch_tag;   /* their names' prefix (wk_rundir_tag); NULL = "wk" */
+  bool scratch_chown;        /* they are given to scratch_uid:scratch_gid (the executor
+                                     user); false = they stay the worker's */
+  uid_t scratch_uid;
+  gid_t scratch_gid;
   int64_t tick_ms;                /* timer tick (500) */
   size_t max_inline_output_bytes; /* outputs kept in the TaskResult without a writer */
   uint32_t max_calls_per_task;

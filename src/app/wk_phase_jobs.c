@@ -6,6 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "adapters/wk_code_store.h"
 #include "app/wk_audit.h"
@@ -248,45 +251,75 @@ void wk_orch__run_writer(wk_orch *o, wk_task_rt *rt) {
 
 /* ---- activation (threadpool) ------------------------------------------------------ */
 
+/* A task's scratch directory: "<root>/<tag>.<task id>.<slot id>.<24 random hex>", made
+ * 0700 and, with executors under another user, given to that user. The name is unique
+ * beside a leftover of the same task and slot id (slot ids start afresh in each
+ * process) or of another worker sharing scratch_root, and cannot be guessed by another
+ * task: with a root it cannot list, a function finds no other task's directory. Writes
+ * the path into a->scratch_dir; 0, or -1 with a->code and a->error. One mkdir (and one
+ * chown), as before: no more filesystem calls than mkdtemp made. */
+static int make_scratch_dir(wk_rt_activation *a, const char *task_id, uint64_t slot_id,
+                            const wk_orch_config *cfg) {
+  /* the task id is printable ASCII but may hold '/': keep the directory name safe */
+  char safe[WK_TASK_ID_MAX + 1];
+  size_t n = strlen(task_id);
+  for (size_t i = 0; i <= n; i++) safe[i] = task_id[i] == '/' ? '_' : task_id[i];
+  for (int attempt = 0;; attempt++) {
+    unsigned char rnd[12];
+    char hex[2 * sizeof rnd + 1];
+    if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) {
+      a->code = WK_FAIL_IO_SCOPE_FAILED;
+      snprintf(a->error, sizeof a->error, "cannot name the task's scratch directory: %s",
+               strerror(errno));
+      return -1;
+    }
+    for (size_t i = 0; i < sizeof rnd; i++) snprintf(hex + 2 * i, 3, "%02x", rnd[i]);
+    int len = snprintf(a->scratch_dir, sizeof a->scratch_dir, "%s/%s.%s.%llx.%s", cfg->scratch_root,
+                       cfg->scratch_tag ? cfg->scratch_tag : "wk", safe,
+                       (unsigned long long)slot_id, hex);
+    if (len < 0 || (size_t)len >= sizeof a->scratch_dir) {
+      a->code = WK_FAIL_IO_SCOPE_FAILED;
+      snprintf(a->error, sizeof a->error,
+               "cannot create the task's scratch directory under %s: the path is too long",
+               cfg->scratch_root);
+      return -1;
+    }
+    if (mkdir(a->scratch_dir, 0700) == 0) break;
+    if (errno != EEXIST || attempt >= 3) {
+      a->code = WK_FAIL_IO_SCOPE_FAILED;
+      snprintf(a->error, sizeof a->error, "cannot create the task's scratch directory under %s: %s",
+               cfg->scratch_root, strerror(errno));
+      return -1;
+    }
+  }
+  if (cfg->scratch_chown && chown(a->scratch_dir, cfg->scratch_uid, cfg->scratch_gid) != 0) {
+    int e = errno;
+    rmdir(a->scratch_dir);
+    a->code = WK_FAIL_IO_SCOPE_FAILED;
+    snprintf(a->error, sizeof a->error,
+             "cannot give the task's scratch directory to the executor user: %s", strerror(e));
+    return -1;
+  }
+  return 0;
+}
+
 /* Activation, on a threadpool thread: checks the AuditGate (allow/deny lists), resolves
  * and pins the epoch in code_root, creates the scratch directory under scratch_root.
  * Sets rt->act.rc 0, or -1 with its code and error. */
-static void activate(wk_task_rt *rt, uint64_t slot_id, const char *code_root,
-                     const char *scratch_root, const char *audit_allow, const char *audit_deny) {
+static void activate(wk_task_rt *rt, uint64_t slot_id, const wk_orch_config *cfg) {
   wk_rt_activation *a = &rt->act;
   a->rc = -1;
-  if (!wk_audit_permits(audit_allow, audit_deny, rt->req.function, rt->req.entrypoint, a->error,
-                        sizeof a->error)) {
+  if (!wk_audit_permits(cfg->audit_allow, cfg->audit_deny, rt->req.function, rt->req.entrypoint,
+                        a->error, sizeof a->error)) {
     a->code = WK_FAIL_ACTIVATION_FAILED;
     return;
   }
-  if (wk_code_store_resolve(code_root, rt->req.function, rt->req.requested_epoch, &a->epoch,
+  if (wk_code_store_resolve(cfg->code_root, rt->req.function, rt->req.requested_epoch, &a->epoch,
                             a->code_dir, sizeof a->code_dir, a->error, sizeof a->error) != 0) {
     a->code = WK_FAIL_ACTIVATION_FAILED;
     return;
   }
-  /* the task id is printable ASCII but may hold '/': keep the directory name safe */
-  char safe[WK_TASK_ID_MAX + 1];
-  size_t n = strlen(rt->req.task_id);
-  for (size_t i = 0; i <= n; i++) safe[i] = rt->req.task_id[i] == '/' ? '_' : rt->req.task_id[i];
-  /* unique even beside a leftover of the same task and slot id (slot ids start afresh in
-   * each process: a worker killed with -9 leaves its directories behind) or of another
-   * worker sharing scratch_root; mkdtemp makes it 0700 */
-  int len = snprintf(a->scratch_dir, sizeof a->scratch_dir, "%s/%s.%llx.XXXXXX", scratch_root, safe,
-                     (unsigned long long)slot_id);
-  if (len < 0 || (size_t)len >= sizeof a->scratch_dir) {
-    a->code = WK_FAIL_IO_SCOPE_FAILED;
-    snprintf(a->error, sizeof a->error,
-             "cannot create the task's scratch directory under %s: the path is too long",
-             scratch_root);
-    return;
-  }
-  if (!mkdtemp(a->scratch_dir)) {
-    a->code = WK_FAIL_IO_SCOPE_FAILED;
-    snprintf(a->error, sizeof a->error, "cannot create the task's scratch directory under %s: %s",
-             scratch_root, strerror(errno));
-    return;
-  }
+  if (make_scratch_dir(a, rt->req.task_id, slot_id, cfg) != 0) return;
   a->scratch_created = true;
   if (rt->req.result_handler[0]) { /* its outputs go to a file beside the scratch directory */
     char path[PATH_MAX + 16];
@@ -303,7 +336,7 @@ static void activate(wk_task_rt *rt, uint64_t slot_id, const char *code_root,
 static void on_activation_work(uv_work_t *w) {
   const wk_orch__job *j = w->data;
   const wk_orch_config *cfg = &j->o->cfg;
-  activate(j->rt, j->slot_id, cfg->code_root, cfg->scratch_root, cfg->audit_allow, cfg->audit_deny);
+  activate(j->rt, j->slot_id, cfg);
 }
 
 static void on_activation_done(uv_work_t *w, int status) {

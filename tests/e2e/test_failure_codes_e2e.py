@@ -127,7 +127,8 @@ def test_scratch_root_gone_fails_io_scope_failed(worker_factory, tmp_path):
 
 def test_a_crashed_workers_scratch_leftover_is_no_io_scope_failure(worker_factory, tmp_path):
     """kill -9 leaves the task's scratch directory behind; the restarted worker gives the
-    resubmitted task the same slot id, and its scratch directory must not collide."""
+    resubmitted task the same slot id, and its scratch directory must not collide (the
+    restarted worker also removes the leftover at start)."""
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     first = worker_factory("--scratch-root", str(scratch), executors=1)
@@ -144,6 +145,6 @@ def test_a_crashed_workers_scratch_leftover_is_no_io_scope_failure(worker_factor
     second.submit("again-1", "sleepy", {"seconds": 0.1})
     r = second.wait_terminal("again-1")
     assert r.state == pb.TASK_STATE_SUCCEEDED, (r.failure_code, r.failure_message)
-    # its own came and goes (removed after the result, on the threadpool); the leftover stays
-    assert wait_for(lambda: sorted(os.listdir(str(scratch))) == sorted(left), timeout=10), \
-        os.listdir(str(scratch))
+    # the leftover of the dead worker was removed at start (docs/security.md); its own
+    # came and went (removed after the result, on the threadpool)
+    assert wait_for(lambda: os.listdir(str(scratch)) == [], timeout=10), os.listdir(str(scratch))
