@@ -63,6 +63,7 @@ struct wk_pool_call {
   bool resumed;     /* its subcalls were answered: it may sit under nested calls */
   char *stack;
   size_t stack_len;
+  char *function; /* executor_isolation=function: whose call it is (NULL when shared) */
 };
 
 struct wk_conn {
@@ -108,11 +109,15 @@ struct wk_executor {
    * 8-byte file before running it (executor-protocol.md §7), so the worker knows which
    * sent calls have not started, even after the process died. */
   const volatile uint64_t *started; /* the mapping; NULL when it could not be made */
-  char started_path[192];
+  char started_path[320];
   uint64_t sent_seq;     /* calls sent on this connection */
   uint64_t started_seen; /* the last value read from `started` */
   uint64_t running_id;   /* the call it runs now: the last started, or a parent resumed since */
   uint64_t progress_ns;  /* when `started` was last seen to change, or a parent resumed */
+  /* executor_isolation=function: the function it serves, from its first call on (NULL =
+   * none yet: a fresh executor); it runs no other function's call, ever */
+  char *bound;
+  bool isolation_victim; /* retired to make room for a function without executor */
 };
 
 struct wk_pool {
@@ -122,7 +127,7 @@ struct wk_pool {
   char **env;   /* the configured NAME=VALUE entries (wk_pool_config.env), NULL-terminated */
   size_t env_n; /* how many */
   wk_exec_callbacks cb;
-  char dir[128];
+  char dir[256];
   uv_timer_t maintenance;
   uv_idle_t flusher; /* writes the frames queued during this loop turn, once */
   uint32_t respawn_delay_ms;
@@ -250,6 +255,7 @@ static bool blocked(wk_executor *e, uint64_t budget_ns) {
 static void dispatch(wk_pool *pool);
 static void maybe_finish_stop(wk_pool *pool);
 static void spawn_if_needed(wk_pool *pool);
+static uint32_t executors_cap(const wk_pool *pool);
 
 static int64_t now_ms(const wk_pool *pool) { return (int64_t)uv_now(pool->loop); }
 
@@ -281,6 +287,7 @@ static void list_remove(wk_pool_call **head, wk_pool_call **tail, wk_pool_call *
 }
 
 static void free_call(wk_pool_call *c) {
+  free(c->function);
   free(c->frame);
   free(c->task_id);
   free(c->stack);
@@ -477,6 +484,7 @@ static void executor_free(wk_executor *e) {
   }
   wk_frame_buf_free(&e->wbuf);
   wk_exec_output_free(e->out); /* its pipes closed: e->handles counted them */
+  free(e->bound);
   if (e->started) munmap((void *)(uintptr_t)e->started, sizeof *e->started);
   if (e->started_path[0]) unlink(e->started_path);
   pool->n_structs--;
@@ -778,8 +786,9 @@ static int spawn_one(wk_pool *pool, char *err, size_t err_len) {
   return 0;
 }
 
-/* Keeps executors_min running, and grows toward executors_max while every ready
- * executor has work queued behind the call it is running. One start at a time. */
+/* Keeps executors_min running, and grows toward executors_max (executors_cap) while
+ * every ready executor has work queued behind the call it is running. One start at a
+ * time. */
 static void spawn_if_needed(wk_pool *pool) {
   if (pool->stopping || now_ms(pool) < pool->respawn_at_ms) return;
   uint32_t live = 0, ready = 0, backed_up = 0;
@@ -792,7 +801,7 @@ static void spawn_if_needed(wk_pool *pool) {
   }
   uint32_t want = pool->cfg.executors_min;
   bool demand = (ready > 0 && backed_up == ready) || pool->queued > 0;
-  if (demand && pool->n_starting == 0 && live < pool->cfg.executors_max && live + 1 > want)
+  if (demand && pool->n_starting == 0 && live < executors_cap(pool) && live + 1 > want)
     want = live + 1;
   char err[256];
   while (live < want) {
@@ -1044,13 +1053,112 @@ static void on_flush(uv_idle_t *h) {
   flush_all(pool);
 }
 
-/* The executor with room for one more call, least loaded first; NULL when none. */
-static wk_executor *pick_executor(wk_pool *pool) {
-  wk_executor *best = NULL;
-  for (wk_executor *e = pool->executors; e; e = e->next) {
-    if (can_take(pool, e) && (!best || active(e) < active(best))) best = e;
+/* ---- executor_isolation=function ---------------------------------------------------
+ * An executor serves the function of the first call it is sent and no other: a global,
+ * a hook or a thread one function leaves behind never sees another function's calls.
+ * Calls are matched by function name (not epoch: every epoch is the same owner's code,
+ * and a rollout runs two epochs side by side). Queued calls whose function has no
+ * executor ("homeless") get fresh executors first; when none can be started (the pool
+ * is at executors_max), the idle executor unused the longest, else the least busy one,
+ * is recycled (retired: it finishes what it holds, its replacement is fresh). An
+ * executor held by a call waiting for subcalls is never the one recycled, and does not
+ * count toward executors_max while a homeless call waits (its children may be another
+ * function's, which it cannot run nested). In shared mode a call's function is NULL
+ * and every executor serves every call. */
+
+/* May `e` run a call of `fn`? */
+static bool serves(const wk_executor *e, const char *fn) {
+  return !fn || !e->bound || strcmp(e->bound, fn) == 0;
+}
+
+/* True when a live executor (not being replaced) serves `fn` alone: its calls need no
+ * fresh one. Always true in shared mode. */
+static bool has_executor(const wk_pool *pool, const char *fn) {
+  if (!fn) return true;
+  for (const wk_executor *e = pool->executors; e; e = e->next) {
+    if (e->running && !e->retiring && e->bound && strcmp(e->bound, fn) == 0) return true;
   }
-  return best;
+  return false;
+}
+
+/* The oldest queued call whose function has no executor, or NULL. */
+static const wk_pool_call *first_homeless(const wk_pool *pool) {
+  if (!pool->cfg.isolate_functions) return NULL;
+  for (const wk_pool_call *c = pool->queue_head; c; c = c->next) {
+    if (!has_executor(pool, c->function)) return c;
+  }
+  return NULL;
+}
+
+/* The executor with room for one more call of `fn` (NULL: any function), least loaded
+ * first; one already serving `fn` before a fresh one, which is taken only when
+ * `fresh_ok`. NULL when none. */
+static wk_executor *pick_executor(wk_pool *pool, const char *fn, bool fresh_ok) {
+  wk_executor *best = NULL, *fresh = NULL;
+  for (wk_executor *e = pool->executors; e; e = e->next) {
+    if (!serves(e, fn) || !can_take(pool, e)) continue;
+    if (fn && !e->bound) {
+      if (fresh_ok && (!fresh || active(e) < active(fresh))) fresh = e;
+    } else if (!best || active(e) < active(best)) {
+      best = e;
+    }
+  }
+  return best ? best : fresh;
+}
+
+/* Executors held by a call waiting for subcalls (isolation: see above). */
+static uint32_t held_executors(const wk_pool *pool) {
+  uint32_t n = 0;
+  for (const wk_executor *e = pool->executors; e; e = e->next) {
+    if (e->running && !e->retiring && e->waiting) n++;
+  }
+  return n;
+}
+
+/* How many executors the pool may run now: executors_max, plus (isolation) those held
+ * by waiting parents while a homeless call waits. */
+static uint32_t executors_cap(const wk_pool *pool) {
+  uint32_t cap = pool->cfg.executors_max;
+  if (first_homeless(pool)) cap += held_executors(pool);
+  return cap;
+}
+
+/* Isolation: a homeless call waits and no fresh executor is coming (none is starting
+ * or idle unbound, the pool is at its cap, nothing is being recycled for it): recycles
+ * one executor of another function. */
+static void make_room(wk_pool *pool) {
+  if (!first_homeless(pool)) return;
+  uint32_t live = 0;
+  for (const wk_executor *e = pool->executors; e; e = e->next) {
+    if (!e->running) continue;
+    if (e->retiring) {
+      if (e->isolation_victim) return; /* its replacement is on its way */
+      continue;
+    }
+    if (!e->bound) return; /* a fresh one (starting, or ready) takes it */
+    live++;
+  }
+  if (live < executors_cap(pool)) return; /* spawn_if_needed starts a fresh one */
+  wk_executor *victim = NULL;
+  for (wk_executor *e = pool->executors; e; e = e->next) {
+    if (!e->running || e->retiring || !e->conn || e->waiting || e->resumed) continue;
+    if (!victim) {
+      victim = e;
+    } else if (e->inflight == 0) {
+      if (victim->inflight > 0 || e->idle_since_ms < victim->idle_since_ms) victim = e;
+    } else if (victim->inflight > 0 && active(e) < active(victim)) {
+      victim = e;
+    }
+  }
+  if (!victim) return;
+  victim->isolation_victim = true;
+  retire(victim, "executor_isolation", &pool->stats.recycled_isolation);
+  if (victim->inflight == 0 && !victim->shutdown_sent) {
+    victim->shutdown_sent = true;
+    wk_frame bye = {.type = WK_FRAME_SHUTDOWN};
+    queue_frame(victim, &bye);
+    flush(victim);
+  }
 }
 
 /* Call `c`, its CALL frame already in e->wbuf, is in flight on `e`. The frames are
@@ -1059,6 +1167,8 @@ static wk_executor *pick_executor(wk_pool *pool) {
 static void sent(wk_pool *pool, wk_executor *e, wk_pool_call *c) {
   WK_ASSERT(c->exec == NULL); /* a call is sent once */
   WK_ASSERT(!c->cancelled);
+  WK_ASSERT(serves(e, c->function));
+  if (c->function && !e->bound) e->bound = wk_xstrdup(c->function);
   c->exec = e;
   c->seq = e->sent_seq++;
   if (active(e) == 0) c->next_ns = uv_hrtime(); /* nothing to wait for: it starts now */
@@ -1069,19 +1179,37 @@ static void sent(wk_pool *pool, wk_executor *e, wk_pool_call *c) {
     uv_idle_start(&pool->flusher, on_flush);
 }
 
-/* Sends queued calls to executors with room, least loaded first. */
+/* Queued call `c` goes to `e`. */
+static void send_queued(wk_pool *pool, wk_executor *e, wk_pool_call *c) {
+  list_remove(&pool->queue_head, &pool->queue_tail, c);
+  pool->queued--;
+  wk_frame_buf_append(&e->wbuf, c->frame, c->frame_len);
+  free(c->frame); /* sent: the bytes are not needed again */
+  c->frame = NULL;
+  sent(pool, e, c);
+}
+
+/* Sends queued calls to executors with room, least loaded first: in order (shared), or
+ * (isolation) each to an executor of its function, in order, fresh executors going
+ * to calls whose function has none first. */
 static void dispatch(wk_pool *pool) {
   if (pool->stopping) return;
-  while (pool->queue_head) {
-    wk_executor *best = pick_executor(pool);
-    if (!best) break;
-    wk_pool_call *c = pool->queue_head;
-    list_remove(&pool->queue_head, &pool->queue_tail, c);
-    pool->queued--;
-    wk_frame_buf_append(&best->wbuf, c->frame, c->frame_len);
-    free(c->frame); /* sent: the bytes are not needed again */
-    c->frame = NULL;
-    sent(pool, best, c);
+  if (!pool->cfg.isolate_functions) {
+    while (pool->queue_head) {
+      wk_executor *best = pick_executor(pool, NULL, true);
+      if (!best) break;
+      send_queued(pool, best, pool->queue_head);
+    }
+  } else {
+    for (int pass = 0; pass < 2; pass++) {
+      for (wk_pool_call *c = pool->queue_head, *next; c; c = next) {
+        next = c->next;
+        bool fresh_ok = pass == 1 || !has_executor(pool, c->function);
+        wk_executor *e = pick_executor(pool, c->function, fresh_ok);
+        if (e) send_queued(pool, e, c);
+      }
+    }
+    make_room(pool);
   }
   spawn_if_needed(pool);
 }
@@ -1109,9 +1237,11 @@ wk_pool_call *wk_pool_submit(wk_pool *pool, const wk_call_spec *spec, void *call
       .args = spec->args,
   };
   c->bytes_in = spec->args.len;
+  if (pool->cfg.isolate_functions) c->function = wk_xstrdup(spec->function ? spec->function : "");
   /* Nothing queued ahead and an executor with room: the frame is encoded straight into
    * its write buffer. Otherwise it waits in the queue, as an exact-size copy. */
-  wk_executor *now = (!pool->stopping && !pool->queue_head) ? pick_executor(pool) : NULL;
+  wk_executor *now =
+      (!pool->stopping && !pool->queue_head) ? pick_executor(pool, c->function, true) : NULL;
   wk_frame_buf *b = now ? &now->wbuf : &pool->scratch;
   if (!now) wk_frame_buf_clear(b);
   if (wk_frame_encode(b, &f, pool->cfg.max_frame) != WK_FRAME_OK) {
@@ -1353,9 +1483,16 @@ wk_pool *wk_pool_start(uv_loop_t *loop, const wk_pool_config *cfg, wk_exec_callb
   pool->cfg.dir_prefix = NULL; /* used here only */
   pool->cb = cb;
   const char *tmp = getenv("TMPDIR");
-  const char *prefix = cfg->dir_prefix ? cfg->dir_prefix : "wk-exec";
-  snprintf(pool->dir, sizeof pool->dir, "%s/%.48s.XXXXXX", (tmp && strlen(tmp) < 40) ? tmp : "/tmp",
-           prefix);
+  int dir_len = cfg->dir_prefix
+                    ? snprintf(pool->dir, sizeof pool->dir, "%s.XXXXXX", cfg->dir_prefix)
+                    : snprintf(pool->dir, sizeof pool->dir, "%s/wk-exec-XXXXXX",
+                               (tmp && strlen(tmp) < 40) ? tmp : "/tmp");
+  if (dir_len < 0 || (size_t)dir_len >= sizeof pool->dir) {
+    wk_errf(err, err_len, "the executor directory %s.XXXXXX is too long", cfg->dir_prefix);
+    free_strings(pool);
+    free(pool);
+    return NULL;
+  }
   if (!mkdtemp(pool->dir)) { /* mkdtemp makes it 0700 */
     wk_errf(err, err_len, "cannot create the executor directory %s: %s", pool->dir,
             strerror(errno));

@@ -21,6 +21,11 @@
  * its executor killed and replaced: the call ends TIMEOUT with the stack as its
  * traceback.
  *
+ * With `isolate_functions` (executor_isolation=function) an executor serves the
+ * function (by name) of the first call it gets and no other; a queued call whose
+ * function has no executor gets a fresh one, and when the pool is at executors_max an
+ * idle (else the least busy) executor of another function is recycled for it.
+ *
  * Calls that never started are never failed. Each executor writes the id of the call
  * it starts into a file the pool maps (executor-protocol.md §7). An executor whose
  * running call is cancelled, overdue or long (past the pipeline's time budget) gets no
@@ -82,9 +87,12 @@ typedef struct wk_pool_config {
   /* bounds on the executors' stdout and stderr in the log (wk_executor_output.h; 0 =
    * the default of each) */
   wk_exec_output_limits output;
-  /* The pool's directory is "$TMPDIR/<dir_prefix>.XXXXXX" (mkdtemp); NULL = "wk-exec".
-   * At most 48 bytes are used; read by wk_pool_start only. */
+  /* The pool's directory is "<dir_prefix>.XXXXXX" (mkdtemp; at most 247 bytes); NULL =
+   * "$TMPDIR/wk-exec-XXXXXX". Read by wk_pool_start only. */
   const char *dir_prefix;
+  /* executor_isolation=function: an executor serves one function (by name) and is
+   * recycled before it serves another; false = any executor serves any call */
+  bool isolate_functions;
 } wk_pool_config;
 
 /* Counters for logs and metrics. */
@@ -92,6 +100,7 @@ typedef struct wk_pool_stats {
   uint64_t spawned, exited;
   uint64_t killed_heartbeat, killed_wedged, killed_protocol;
   uint64_t recycled_calls, recycled_rss, stopped_idle;
+  uint64_t recycled_isolation; /* recycled for a function that had no executor */
   uint64_t calls_sent, results;
   uint64_t recalled;           /* RECALLs sent: calls taken back from behind a long call */
   wk_exec_output_stats output; /* the executors' stdout and stderr */

@@ -61,6 +61,7 @@ typedef struct wk_app {
   char scratch_root[WK_CONFIG_PATH_MAX];
   bool own_scratch_root;
   char run_tag[WK_RUNDIR_TAG_MAX]; /* prefix of what this worker makes on disk */
+  const char *tmp_dir;             /* $TMPDIR, or /tmp */
   uint32_t capacity;               /* last executor capacity handed to the dispatcher */
   bool executors_unavailable;      /* the pool says executors cannot start (last seen) */
   const wk_profile *profile;
@@ -429,6 +430,7 @@ static int make_scratch_root(wk_app *app) {
   wk_rundir_tag(app->run_tag, sizeof app->run_tag);
   const char *tmp = getenv("TMPDIR");
   if (!tmp || !*tmp) tmp = "/tmp";
+  app->tmp_dir = tmp;
   sweep_leftovers(tmp);
   if (cfg->scratch_root[0]) {
     snprintf(app->scratch_root, sizeof app->scratch_root, "%s", cfg->scratch_root);
@@ -579,6 +581,7 @@ static void build_pool_config(const wk_app_config *cfg, wk_pool_config *pcfg) {
                  .lines_per_s = cfg->executor_output_lines_per_s},
       .rlimit_nproc = cfg->executor_rlimit_nproc,
       .env = NULL, /* start_pool adds executor_env */
+      .isolate_functions = strcmp(cfg->executor_isolation, "function") == 0,
   };
 }
 
@@ -586,8 +589,8 @@ static void build_pool_config(const wk_app_config *cfg, wk_pool_config *pcfg) {
 static int start_pool(wk_app *app, char *err, size_t len) {
   wk_pool_config pcfg;
   build_pool_config(app->cfg, &pcfg);
-  char pool_prefix[WK_RUNDIR_TAG_MAX + 8];
-  snprintf(pool_prefix, sizeof pool_prefix, "%s.exec", app->run_tag);
+  char pool_prefix[PATH_MAX];
+  snprintf(pool_prefix, sizeof pool_prefix, "%s/%s.exec", app->tmp_dir, app->run_tag);
   pcfg.dir_prefix = pool_prefix; /* a dead worker's is removed by the next one's sweep */
   /* pass-through names are read now, after the secrets left the environment */
   char **env = wk_executor_env_build(app->cfg->executor_env, err, len);

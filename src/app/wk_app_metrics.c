@@ -125,7 +125,8 @@ wk_app_metrics *wk_app_metrics_new(const wk_app_metrics_info *info) {
       1, reason);
   m->executor_recycles = wk_metrics_counter(
       r, "worker_executor_recycles_total",
-      "Executors retired and replaced, by reason (calls: max_calls_per_executor; rss: max_executor_rss_mb).",
+      "Executors retired and replaced, by reason (calls: max_calls_per_executor; rss: max_executor_rss_mb; "
+      "isolation: executor_isolation=function made room for another function).",
       1, reason);
   m->executor_idle_stops =
       wk_metrics_counter(r, "worker_executor_idle_stops_total",
@@ -222,6 +223,7 @@ static void sample_pool(wk_app_metrics *m, const wk_pool_stats *p) {
   add_delta(m->executor_kills, "protocol", p->killed_protocol, &l->killed_protocol);
   add_delta(m->executor_recycles, "calls", p->recycled_calls, &l->recycled_calls);
   add_delta(m->executor_recycles, "rss", p->recycled_rss, &l->recycled_rss);
+  add_delta(m->executor_recycles, "isolation", p->recycled_isolation, &l->recycled_isolation);
   add_delta(m->executor_idle_stops, NULL, p->stopped_idle, &l->stopped_idle);
   add_delta(m->executor_output_lines, NULL, p->output.lines, &l->output.lines);
   add_delta(m->executor_output_dropped, "rate", p->output.dropped_bytes, &l->output.dropped_bytes);

@@ -47,6 +47,11 @@ static const wk_config_item table[] = {
      .max = 86400000, .help = "stop idle executors above the minimum after this long"},
     {FIELD(max_calls_per_executor), .type = WK_CONFIG_UINT, .def = "0", .min = 0,
      .max = 1000000000000, .help = "recycle an executor after this many calls (0 = never)"},
+    {FIELD(executor_isolation), .type = WK_CONFIG_ENUM, .def = "function", .min = 1,
+     .max = STRMAX(executor_isolation), .choices = "function|shared", .meta = "MODE",
+     .help = "function: an executor serves one function and is recycled before it serves "
+             "another (a function's globals and hooks never see another function's calls); "
+             "shared: any executor serves any function"},
     {FIELD(max_executor_rss_mb), .type = WK_CONFIG_UINT, .def = "0", .min = 0, .max = 1048576,
      .help = "recycle an executor above this peak RSS in MiB (0 = never)"},
     {FIELD(executor_heartbeat_interval_ms), .type = WK_CONFIG_MS, .def = "2000", .min = 100,
