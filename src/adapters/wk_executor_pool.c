@@ -1060,7 +1060,9 @@ static void on_flush(uv_idle_t *h) {
  * and a rollout runs two epochs side by side). Queued calls whose function has no
  * executor ("homeless") get fresh executors first; when none can be started (the pool
  * is at executors_max), the idle executor unused the longest, else the least busy one,
- * is recycled (retired: it finishes what it holds, its replacement is fresh). An
+ * is recycled (retired: it finishes what it holds, its replacement is fresh). Each
+ * switch costs an executor start (0.1-0.3 s): with more functions busy at once than
+ * executors, calls wait for starts (bench/bench_isolation.py, docs/security.md). An
  * executor held by a call waiting for subcalls is never the one recycled, and does not
  * count toward executors_max while a homeless call waits (its children may be another
  * function's, which it cannot run nested). In shared mode a call's function is NULL
