@@ -150,6 +150,9 @@ struct wk_pool {
   bool in_read; /* inside on_read, which writes every executor's frames at its end */
   wk_pool_stats stats;
   bool stopping;
+  int64_t switch_window_ms; /* isolation: when the current count of switches began */
+  uint32_t switches;        /* executors recycled for isolation since switch_window_ms */
+  int64_t switch_warned_ms; /* the last executor_isolation_switching warning */
   int64_t stop_started_ms;
   void (*stop_done)(void *);
   void *stop_arg;
@@ -1125,6 +1128,30 @@ static uint32_t executors_cap(const wk_pool *pool) {
   return cap;
 }
 
+/* Counts a switch; SWITCH_WARN_COUNT of them within SWITCH_WARN_WINDOW_MS say that
+ * more functions are busy at once than executors: warned once a minute at most. */
+#define SWITCH_WARN_COUNT 10u
+#define SWITCH_WARN_WINDOW_MS 10000
+static void note_switch(wk_pool *pool) {
+  int64_t now = now_ms(pool);
+  if (now - pool->switch_window_ms > SWITCH_WARN_WINDOW_MS) {
+    pool->switch_window_ms = now;
+    pool->switches = 0;
+  }
+  if (++pool->switches < SWITCH_WARN_COUNT) return;
+  pool->switches = 0;
+  pool->switch_window_ms = now;
+  if (pool->switch_warned_ms && now - pool->switch_warned_ms < 60000) return;
+  pool->switch_warned_ms = now;
+  wk_log_json(
+      WK_LOG_WARN, "executor_isolation_switching",
+      json_pack("{s:i,s:i,s:i,s:s}", "recycles", (int)SWITCH_WARN_COUNT, "within_ms",
+                (int)SWITCH_WARN_WINDOW_MS, "executors_max", (int)pool->cfg.executors_max, "hint",
+                "more functions are busy at once than executors: each switch starts an "
+                "executor; raise executors_max, or set executor_isolation shared if every "
+                "function is one owner's code"));
+}
+
 /* Isolation: a homeless call waits and no fresh executor is coming (none is starting
  * or idle unbound, the pool is at its cap, nothing is being recycled for it): recycles
  * one executor of another function. */
@@ -1155,6 +1182,7 @@ static void make_room(wk_pool *pool) {
   if (!victim) return;
   victim->isolation_victim = true;
   retire(victim, "executor_isolation", &pool->stats.recycled_isolation);
+  note_switch(pool);
   if (victim->inflight == 0 && !victim->shutdown_sent) {
     victim->shutdown_sent = true;
     wk_frame bye = {.type = WK_FRAME_SHUTDOWN};

@@ -62,6 +62,7 @@ typedef struct wk_app {
   bool own_scratch_root;
   char run_tag[WK_RUNDIR_TAG_MAX]; /* prefix of what this worker makes on disk */
   const char *tmp_dir;             /* $TMPDIR, or /tmp */
+  uint32_t exec_uid, exec_gid;     /* executor_user's ids; 0 = the worker's own */
   uint32_t capacity;               /* last executor capacity handed to the dispatcher */
   bool executors_unavailable;      /* the pool says executors cannot start (last seen) */
   const wk_profile *profile;
@@ -399,8 +400,8 @@ static void init_loop(wk_app *app) {
 }
 
 /* Removes what dead workers left in `dir` (wk_rundir.h), and says so. */
-static void sweep_leftovers(const char *dir) {
-  size_t n = wk_rundir_sweep(dir);
+static void sweep_leftovers(const wk_app *app, const char *dir) {
+  size_t n = wk_rundir_sweep(dir, app->exec_uid ? (uid_t)app->exec_uid : geteuid());
   if (n)
     wk_log_json(WK_LOG_INFO, "stale_dirs_removed",
                 json_pack("{s:s,s:I}", "dir", dir, "count", (json_int_t)n));
@@ -431,10 +432,17 @@ static int make_scratch_root(wk_app *app) {
   const char *tmp = getenv("TMPDIR");
   if (!tmp || !*tmp) tmp = "/tmp";
   app->tmp_dir = tmp;
-  sweep_leftovers(tmp);
+  /* executor_user (validated already): task directories are given to it */
+  char err[256];
+  if (wk_executor_user_resolve(cfg->executor_user, geteuid(), &app->exec_uid, &app->exec_gid, err,
+                               sizeof err) != 0) {
+    fprintf(stderr, "%s: %s\n", program_invocation_short_name, err);
+    return 2;
+  }
+  sweep_leftovers(app, tmp);
   if (cfg->scratch_root[0]) {
     snprintf(app->scratch_root, sizeof app->scratch_root, "%s", cfg->scratch_root);
-    sweep_leftovers(app->scratch_root);
+    sweep_leftovers(app, app->scratch_root);
     guard_scratch_root(app->scratch_root);
   } else {
     snprintf(app->scratch_root, sizeof app->scratch_root, "%s/%s.scratch.XXXXXX", tmp,
@@ -513,6 +521,9 @@ static void build_orch_config(const wk_app *app, wk_orch_config *ocfg) {
       .code_epochs_kept = cfg->code_epochs_kept,
       .scratch_root = app->scratch_root,
       .scratch_tag = app->run_tag,
+      .scratch_chown = app->exec_uid != 0,
+      .scratch_uid = (uid_t)app->exec_uid,
+      .scratch_gid = (gid_t)app->exec_gid,
       .tick_ms = cfg->tick_ms,
       /* every result the worker sends fits in max_message_bytes, framing included */
       .max_inline_output_bytes =

@@ -71,7 +71,7 @@ bool wk_rundir_is_stale(const char *name) {
   return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
 }
 
-size_t wk_rundir_sweep(const char *dir) {
+size_t wk_rundir_sweep(const char *dir, uid_t also) {
   DIR *d = opendir(dir);
   if (!d) return 0;
   size_t removed = 0;
@@ -80,7 +80,8 @@ size_t wk_rundir_sweep(const char *dir) {
   while ((de = readdir(d)) != NULL) {
     if (!wk_rundir_is_stale(de->d_name)) continue;
     struct stat st;
-    if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || st.st_uid != me) continue;
+    if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+    if (st.st_uid != me && st.st_uid != also) continue;
     char path[4096];
     int n = snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
     if (n < 0 || (size_t)n >= sizeof path) continue;

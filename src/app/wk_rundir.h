@@ -14,6 +14,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/types.h>
 
 #define WK_RUNDIR_TAG_MAX 48 /* room for a tag and its NUL */
 
@@ -28,8 +29,9 @@ void wk_rundir_tag(char *out, size_t len);
 bool wk_rundir_is_stale(const char *name);
 
 /** Removes, under `dir`, every stale tagged entry (a file, or a directory tree with no
- * symlink followed) owned by this process's effective user. Returns how many were
- * removed; entries that vanish or resist removal meanwhile are skipped. */
-size_t wk_rundir_sweep(const char *dir);
+ * symlink followed) owned by this process's effective user or by `also` (the executor
+ * user, to whom task directories are given; pass geteuid() when none). Returns how
+ * many were removed; entries that vanish or resist removal meanwhile are skipped. */
+size_t wk_rundir_sweep(const char *dir, uid_t also);
 
 #endif
