@@ -687,10 +687,10 @@ static void test_i4_facts_come_from_the_core(void **state) {
   memcpy(last_scratch_dir, fake.last_scratch_dir, sizeof last_scratch_dir);
   pthread_mutex_unlock(&fake_mu);
   assert_true(last_deadline_ms > 0 && last_deadline_ms <= 300);
-  /* the scratch directory names the core's slot id: ".<slot id in hex>.<6 unique>" */
+  /* the scratch directory names the core's slot id: ".<slot id in hex>.<24 random hex>" */
   char suffix[32];
   snprintf(suffix, sizeof suffix, ".%llx.", (unsigned long long)slot_id);
-  size_t n = strlen(last_scratch_dir), k = strlen(suffix) + 6;
+  size_t n = strlen(last_scratch_dir), k = strlen(suffix) + 24;
   assert_true(n > k);
   assert_memory_equal(last_scratch_dir + n - k, suffix, strlen(suffix));
   worker__v1__task_result__free_unpacked(wait_terminal(h, "i4-hang"), NULL);
