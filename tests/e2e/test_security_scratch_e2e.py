@@ -303,7 +303,8 @@ def test_a_task_cannot_read_files_another_task_keeps_in_its_scratch_dir():
     """Root worker, executors as `nobody` (executor_user's default): the snooper runs as
     the same executor user as the victim, and finds nothing: the scratch root is not
     listable by it, the directory name holds 96 random bits, and executors are
-    non-dumpable, so /proc shows no other executor's open files."""
+    non-dumpable, so /proc shows no other executor's open files (before they were, the
+    victim's open file showed in its /proc/<pid>/fd)."""
     if os.geteuid() != 0:
         pytest.skip("executors run as another user only under a root worker")
     d = open_dir()
@@ -318,14 +319,10 @@ def test_a_task_cannot_read_files_another_task_keeps_in_its_scratch_dir():
             out = snoop_while_held(w, secret)
             assert out["uid"] == 65534, out
             assert out["tried"].get("listdir") == "PermissionError", out
-            # neither listing nor guessing the name reaches the victim's directory
-            assert [f for f in out["found"] if f[0] != "proc"] == [], out
-            if out["dumpable"] == 0:
-                assert out["found"] == [], out  # /proc of a non-dumpable executor is root's
-            else:
-                # documented gap until executors are non-dumpable (issue 11 §5, third
-                # point): a sibling executor's open files show in its /proc/<pid>/fd
-                assert all(f[0] == "proc" for f in out["found"]), out
+            # neither listing nor guessing the name reaches the victim's directory, and
+            # /proc of a non-dumpable executor (its open files) is root's
+            assert out["dumpable"] == 0, out
+            assert out["found"] == [], out
         finally:
             w.stop()
     finally:
