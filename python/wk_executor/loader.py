@@ -46,6 +46,19 @@ class Loader:
         if not sep or not _DOTTED.match(modname) or not _DOTTED.match(attr):
             raise FunctionLoadError(f"entrypoint {entrypoint!r} is not of the form 'module:attr' "
                                     "(dotted Python identifiers, e.g. main:handler)")
+        if os.path.isabs(code_dir) and not os.access(code_dir, os.R_OK | os.X_OK):
+            try:
+                os.stat(code_dir)
+                why = "cannot read it"
+            except PermissionError:
+                why = "cannot reach it (a parent directory is closed to it)"
+            except OSError:
+                why = ""
+            if why:
+                raise FunctionLoadError(
+                    f"code_dir {code_dir!r}: the executor's user (uid {os.getuid()}) {why}; "
+                    "the code root and its parent directories must be readable by the account "
+                    "executors run as (executor_user)")
         if not os.path.isabs(code_dir) or not os.path.isdir(code_dir):
             raise FunctionLoadError(f"code_dir {code_dir!r} is not an absolute path to a directory")
         pkg = package_name(code_dir)

@@ -80,6 +80,25 @@ def test_executors_run_as_nobody_and_cannot_signal_the_worker(open_tmp):
         assert w.stop() == 0, w.logs[-20:]
 
 
+def test_a_code_root_closed_to_the_executor_user_is_named(tmp_path):
+    """pytest's directories are root's, 0700: executors as nobody cannot reach the code
+    there, and the call's error says so (not "not a directory")."""
+    need_root()
+    w = Worker(str(tmp_path / "w"), extra_args=("--executor-user", ""))
+    try:
+        w.deploy("echo")
+        w.wait_serving()
+        r = run(w, "t", "echo")
+        assert r.state == pb.TASK_STATE_FAILED, r
+        err = r.outputs[0].error
+        assert err.type == "FunctionLoadError", err
+        assert "the executor's user (uid %d) cannot reach it" % pwd.getpwnam("nobody").pw_uid \
+            in err.message, err
+        assert "executor_user" in err.message, err
+    finally:
+        assert w.stop() == 0, w.logs[-20:]
+
+
 def test_an_unprivileged_worker_refuses_another_executor_user(tmp_path):
     if os.geteuid() == 0:
         if not shutil.which("setpriv"):
