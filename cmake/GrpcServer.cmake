@@ -1,5 +1,5 @@
 # The gRPC server adapter (src/adapters/wk_grpc_server.c, with its security in
-# wk_grpc_auth.c), its request validation (src/adapters/wk_validate.c, pure: the fuzz
+# wk_grpc_auth.c and its TCP accept loop in wk_grpc_listener.c), its request validation (src/adapters/wk_validate.c, pure: the fuzz
 # targets link it alone through wk_validate), and the PEM checks (src/adapters/wk_pem.c)
 # it shares with the gRPC client (cmake/Workerctl.cmake).
 # Needs wk_proto (cmake/Proto.cmake) and WK_WARNINGS (cmake/Warnings.cmake). wk_validate
@@ -20,9 +20,11 @@ target_compile_options(wk_pem PRIVATE ${WK_WARNINGS})
 
 add_library(wk_grpc_server STATIC
   ${PROJECT_SOURCE_DIR}/src/adapters/wk_grpc_server.c
-  ${PROJECT_SOURCE_DIR}/src/adapters/wk_grpc_auth.c)
-wk_headers(wk_grpc_server PUBLIC adapters/wk_grpc_server.h adapters/wk_grpc_auth.h)
+  ${PROJECT_SOURCE_DIR}/src/adapters/wk_grpc_auth.c
+  ${PROJECT_SOURCE_DIR}/src/adapters/wk_grpc_listener.c)
+wk_headers(wk_grpc_server PUBLIC adapters/wk_grpc_server.h adapters/wk_grpc_auth.h
+  adapters/wk_grpc_listener.h)
 # PUBLIC wk_validate: wk_grpc_server.h names the methods by wk_rpc_method.h
 target_link_libraries(wk_grpc_server PUBLIC PkgConfig::GRPC wk_validate
-  PRIVATE wk_lib wk_pem wk_proto Threads::Threads)
+  PRIVATE wk_lib wk_log wk_pem wk_proto Threads::Threads)
 target_compile_options(wk_grpc_server PRIVATE ${WK_WARNINGS})

@@ -91,8 +91,9 @@ const ctl_command ctl_commands[] = {
      "The worker: --addr, else $WORKERCTL_ADDR, else one picked from the etcd registry\n"
      "(see `workerctl workers`): a ready, not draining worker with free slots, the most\n"
      "free slots first (ties spread at random). A worker that answers RESOURCE_EXHAUSTED\n"
-     "or UNAVAILABLE, or cannot be reached, is skipped for the next (a line on stderr\n"
-     "each); at most " CTL_STR(
+     "(no slot; a request too large for it is not skipped but reported) or UNAVAILABLE,\n"
+     "or cannot be reached, is skipped for the next (a line on stderr each); at\n"
+     "most " CTL_STR(
          CTL_SUBMIT_MAX_TRIES) " are tried. One that does not answer within "
                                "--deadline-ms is\n"
                                "not skipped: it may have taken the task. The chosen worker is printed with the\n"

@@ -429,8 +429,18 @@ static size_t next_untried(const wk_etcd_workers *cands, size_t from) {
   return cands->n;
 }
 
+/* A refusal of the request's size, not of a slot: gRPC's own RESOURCE_EXHAUSTED
+ * "Received message larger than max" / "Sent message larger than max" (an older
+ * worker, or this client's send limit). The worker itself answers INVALID_ARGUMENT
+ * naming max_message_bytes. Another worker would refuse the same bytes. */
+static bool request_too_large(const wk_grpc_status *st) {
+  return strstr(st->message, "larger than max") != NULL ||
+         strstr(st->message, "max_message_bytes") != NULL;
+}
+
 /* Submits req to the workers registered under the prefix in etcd, best first, moving
- * on while a worker answers RESOURCE_EXHAUSTED or UNAVAILABLE (or cannot be reached).
+ * on while a worker answers RESOURCE_EXHAUSTED (but not for the request's size) or
+ * UNAVAILABLE (or cannot be reached).
  * Other answers, DEADLINE_EXCEEDED included (the worker may have taken the task), end
  * the search. Returns 0 with *out the chosen worker's client (a->addr its address,
  * owned by *cands: free it after the last use of a->addr) and *resp the answer, or an
@@ -493,7 +503,8 @@ static int submit_discovered(ctl_args *a, const ProtobufCMessage *req, wk_etcd_w
       return 0;
     }
     wk_grpc_client_close(c);
-    bool skip = st.code == GRPC_STATUS_RESOURCE_EXHAUSTED || st.code == GRPC_STATUS_UNAVAILABLE;
+    bool skip = (st.code == GRPC_STATUS_RESOURCE_EXHAUSTED && !request_too_large(&st)) ||
+                st.code == GRPC_STATUS_UNAVAILABLE;
     size_t next = next_untried(cands, i);
     if (skip && next < cands->n && tries < (size_t)CTL_SUBMIT_MAX_TRIES) {
       const char *code = wk_grpc_status_name(st.code);

@@ -62,6 +62,7 @@
 #include <grpc/support/time.h>
 
 #include "adapters/wk_grpc_auth.h"
+#include "adapters/wk_grpc_listener.h"
 #include "adapters/wk_pem.h"
 #include "adapters/wk_validate.h"
 #include "lib/wk_alloc.h"
@@ -194,6 +195,7 @@ struct wk_grpc_server {
   atomic_uint refs; /* the owner's (until stop) plus one per rpc */
 
   grpc_server *server;
+  wk_grpc_listener *listener; /* the TCP accept loop; NULL for unix: addresses */
   grpc_completion_queue *cq;
   void *registered[WK_RPC_METHOD_COUNT];
   request_slot slots[WK_RPC_METHOD_COUNT][SLOTS_PER_METHOD];
@@ -609,6 +611,15 @@ static void dispatch_request(wk_grpc_server *s, wk_rpc *r, grpc_byte_buffer *pay
   if (payload == NULL) {
     wk_errf(err, sizeof err, "request message is missing: %s expects one %s",
             k_methods[r->method].name, wk_validate_descriptor(r->method)->name);
+  } else if (grpc_byte_buffer_length(payload) > s->cfg.max_message_bytes) {
+    /* gRPC's own limit is off (see wk_grpc_server_start): this is the size check */
+    wk_errf(err, sizeof err,
+            "request message is %zu bytes, above max_message_bytes (%zu bytes): send a "
+            "smaller %s (e.g. large arguments through storage), or raise max_message_bytes "
+            "on the worker",
+            grpc_byte_buffer_length(payload), s->cfg.max_message_bytes,
+            wk_validate_descriptor(r->method)->name);
+    grpc_byte_buffer_destroy(payload);
   } else {
     grpc_byte_buffer_reader rd;
     if (!grpc_byte_buffer_reader_init(&rd, payload)) {
@@ -815,6 +826,8 @@ static void abandon_server(wk_grpc_server *s) {
     }
     grpc_server_destroy(s->server);
   }
+  wk_grpc_listener_close(s->listener);
+  s->listener = NULL;
   if (s->cq != NULL) {
     grpc_completion_queue_shutdown(s->cq);
     for (;;) {
@@ -880,15 +893,35 @@ int wk_grpc_server_start(const wk_grpc_server_config *cfg, wk_grpc_server_sink s
     abort();
   }
 
-  grpc_arg args[2];
+  /* TCP: the worker binds and accepts itself (wk_grpc_listener.h: gRPC's listener
+   * never accepts again after EMFILE) and hands each connection to gRPC */
+  int listener_port = 0;
+  if (wk_grpc_listener_handles(s->listen_addr)) {
+    char lerr[512];
+    s->listener = wk_grpc_listener_open(s->listen_addr, &listener_port, lerr, sizeof lerr);
+    if (s->listener == NULL) {
+      wk_errf(err, err_len, "grpc server: %s", lerr);
+      abandon_server(s);
+      return -1;
+    }
+  }
+
+  grpc_arg args[3];
   memset(args, 0, sizeof args);
+  /* No receive limit in gRPC: 1.51 holds a whole message before it checks the limit
+   * anyway (measured: a 200 MB request to a 4 MiB limit raised the worker's peak RSS by
+   * 199 MB, as with no limit), and its refusal is a bare RESOURCE_EXHAUSTED "Received
+   * message larger than max". dispatch_request checks max_message_bytes instead and
+   * answers what the proto documents (INVALID_ARGUMENT naming the setting). */
   args[0].type = GRPC_ARG_INTEGER;
   args[0].key = (char *)(uintptr_t)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
-  args[0].value.integer = (int)s->cfg.max_message_bytes;
+  args[0].value.integer = -1;
   args[1].type = GRPC_ARG_INTEGER;
   args[1].key = (char *)(uintptr_t)GRPC_ARG_ALLOW_REUSEPORT; /* so "in use" is an error */
   args[1].value.integer = 0;
-  grpc_channel_args chargs = {.num_args = 2, .args = args};
+  size_t nargs = 2;
+  if (s->listener != NULL) args[nargs++] = wk_grpc_listener_channel_arg(s->listener);
+  grpc_channel_args chargs = {.num_args = nargs, .args = args};
 
   s->server = grpc_server_create(&chargs, NULL);
   s->cq = grpc_completion_queue_create_for_next(NULL);
@@ -913,15 +946,19 @@ int wk_grpc_server_start(const wk_grpc_server_config *cfg, wk_grpc_server_sink s
     abandon_server(s);
     return -1;
   }
-  int bound = grpc_server_add_http2_port(s->server, s->listen_addr, creds);
+  const char *port_name =
+      s->listener != NULL ? wk_grpc_listener_port_name(s->listener) : s->listen_addr;
+  int bound = grpc_server_add_http2_port(s->server, port_name, creds);
   grpc_server_credentials_release(creds);
+  if (s->listener != NULL) bound = wk_grpc_listener_attached(s->listener) ? listener_port : 0;
   if (bound <= 0 && with_tls) {
     /* gRPC builds its TLS context here: a key that is not the certificate's, or a
      * certificate OpenSSL cannot load, fails the port as an unusable address does.
      * Binding without TLS tells the two apart (the server is abandoned either way). */
     grpc_server_credentials *plain = grpc_insecure_server_credentials_create();
-    int probe = grpc_server_add_http2_port(s->server, s->listen_addr, plain);
+    int probe = grpc_server_add_http2_port(s->server, port_name, plain);
     grpc_server_credentials_release(plain);
+    if (s->listener != NULL) probe = wk_grpc_listener_attached(s->listener) ? 1 : 0;
     if (probe > 0) {
       wk_errf(err, err_len,
               "grpc server: gRPC (OpenSSL) refused the TLS certificate or key: does "
@@ -941,6 +978,11 @@ int wk_grpc_server_start(const wk_grpc_server_config *cfg, wk_grpc_server_sink s
     return -1;
   }
   grpc_server_start(s->server);
+  if (s->listener != NULL &&
+      wk_grpc_listener_start(s->listener, s->cfg.max_connections, err, err_len) != 0) {
+    abandon_server(s);
+    return -1;
+  }
 
   for (int m = 0; m < (int)WK_RPC_METHOD_COUNT; m++) {
     for (int i = 0; i < SLOTS_PER_METHOD; i++) {
@@ -968,7 +1010,9 @@ int wk_grpc_server_start(const wk_grpc_server_config *cfg, wk_grpc_server_sink s
 
 void wk_grpc_server_stop(wk_grpc_server *s) {
   if (s == NULL) return;
-  /* 1. No new calls; cancel the open ones so every pending batch completes. */
+  /* 1. No new connections (gRPC frees the listener's handler as it shuts down), no
+   * new calls; cancel the open ones so every pending batch completes. */
+  wk_grpc_listener_stop(s->listener);
   atomic_store(&s->shutting_down, true);
   bool entered = gate_enter(s); /* the shutdown notification */
   WK_ASSERT(entered);
@@ -982,6 +1026,8 @@ void wk_grpc_server_stop(wk_grpc_server *s) {
   /* 3. Nothing can post any more: stop the CQ thread. */
   grpc_server_destroy(s->server);
   s->server = NULL;
+  wk_grpc_listener_close(s->listener);
+  s->listener = NULL;
   grpc_completion_queue_shutdown(s->cq);
   if (pthread_join(s->thread, NULL) != 0) abort();
 
@@ -1166,4 +1212,12 @@ void wk_rpc_finish(wk_rpc *rpc, grpc_status_code code, const char *message) {
 void wk_rpc_release(wk_rpc *rpc) {
   if (rpc == NULL) return;
   rpc_unref(rpc);
+}
+
+void wk_grpc_server_conn_stats(const wk_grpc_server *server, wk_grpc_conn_stats *out) {
+  if (server == NULL || server->listener == NULL) {
+    *out = (wk_grpc_conn_stats){0};
+    return;
+  }
+  wk_grpc_listener_stats(server->listener, out);
 }

@@ -38,6 +38,7 @@
 
 #include <grpc/status.h>
 
+#include "adapters/wk_grpc_listener.h"
 #include "adapters/wk_rpc_method.h"
 #include "lib/wk_shared.h"
 
@@ -68,7 +69,9 @@ typedef struct wk_grpc_server_sink {
 
 typedef struct wk_grpc_server_config {
   const char *listen_addr;   /* "host:port"; port 0 picks a free one */
-  size_t max_message_bytes;  /* larger requests: RESOURCE_EXHAUSTED from gRPC */
+  size_t max_message_bytes;  /* larger requests: INVALID_ARGUMENT naming max_message_bytes */
+  uint32_t max_connections;  /* TCP connections open at once; more are closed at once
+                                (wk_grpc_listener.h); 0 = no cap */
   uint64_t max_ttl_ms;       /* ttl_ms above this is capped by the core, above 2^40 invalid */
   uint64_t max_timeout_ms;   /* timeout_ms above this: INVALID_ARGUMENT */
   uint32_t max_watch_tasks;  /* task_ids per WatchTasks request */
@@ -117,6 +120,11 @@ typedef struct wk_grpc_server_config {
  * auth_token with spaces). */
 int wk_grpc_server_start(const wk_grpc_server_config *cfg, wk_grpc_server_sink sink,
                          wk_grpc_server **out, int *port, char *err, size_t err_len);
+
+/** The TCP listener's connection counters and state (wk_grpc_listener.h): connections
+ * open, refused, and whether the worker is out of descriptors and cannot accept. All
+ * zero for a unix: address. Any thread. */
+void wk_grpc_server_conn_stats(const wk_grpc_server *server, wk_grpc_conn_stats *out);
 
 /** Stops accepting calls, cancels calls still open, waits for the completion-queue
  * thread and frees the server. The sink must have released every rpc, or will get

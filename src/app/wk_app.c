@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -65,6 +66,8 @@ typedef struct wk_app {
   uint32_t exec_uid, exec_gid;     /* executor_user's ids; 0 = the worker's own */
   uint32_t capacity;               /* last executor capacity handed to the dispatcher */
   bool executors_unavailable;      /* the pool says executors cannot start (last seen) */
+  bool accept_blocked;             /* the gRPC port is out of descriptors (last seen) */
+  uint64_t nofile;                 /* the soft RLIMIT_NOFILE, after raising it to the hard one */
   const wk_profile *profile;
   wk_etcd_publisher *publisher; /* NULL when stand-alone */
   wk_shadow *shadow;            /* NULL without shadow_target_addr */
@@ -144,7 +147,7 @@ static void publish(wk_app *app) {
       .reserved = hb.reserved,
       .running = hb.running,
       .free = hb.free,
-      .ready = hb.ready && !app->executors_unavailable,
+      .ready = hb.ready && !app->executors_unavailable && !app->accept_blocked,
       .draining = hb.draining,
   };
   wk_etcd_publisher_update(app->publisher, &eh);
@@ -184,6 +187,8 @@ static void sample_metrics(wk_app *app) {
   wk_shadow_stats shadow;
   if (app->publisher) wk_etcd_publisher_stats_get(app->publisher, &etcd);
   if (app->shadow) wk_shadow_stats_get(app->shadow, &shadow);
+  wk_grpc_conn_stats conns;
+  wk_grpc_server_conn_stats(app->server, &conns);
   wk_app_metrics_sample s = {
       .heartbeat = wk_orch_heartbeat(app->orch),
       .live_tasks = wk_orch_live_tasks(app->orch),
@@ -192,6 +197,7 @@ static void sample_metrics(wk_app *app) {
       .executors_ready = wk_pool_ready_executors(app->pool),
       .etcd = app->publisher ? &etcd : NULL,
       .shadow = app->shadow ? &shadow : NULL,
+      .conns = app->server ? &conns : NULL,
   };
   wk_app_metrics_sample_now(app->metrics, &s);
 }
@@ -235,6 +241,18 @@ static void follow_executors(wk_app *app) {
   publish(app);
 }
 
+/* The gRPC port out of file descriptors (it accepts nothing): health NOT_SERVING on
+ * the connections still open and the registration not ready, until it accepts again.
+ * The listener logs each change. */
+static void follow_listener(wk_app *app) {
+  wk_grpc_conn_stats st;
+  wk_grpc_server_conn_stats(app->server, &st);
+  if (st.accept_blocked == app->accept_blocked) return;
+  app->accept_blocked = st.accept_blocked;
+  wk_orch_set_accept_blocked(app->orch, st.accept_blocked);
+  publish(app);
+}
+
 static void on_phase_timer(uv_timer_t *t) {
   wk_app *app = t->data;
   int64_t now = app_now(app);
@@ -263,6 +281,7 @@ static void on_phase_timer(uv_timer_t *t) {
     }
   }
   if (app->orch && app->pool) follow_executors(app);
+  if (app->orch && app->server) follow_listener(app);
   switch (app->phase) {
     case APP_STARTING:
       if (wk_pool_ready_executors(app->pool) >= app->cfg->executors || app->executors_unavailable ||
@@ -648,11 +667,21 @@ static int start_shadow(wk_app *app, char *err, size_t len) {
   return 0;
 }
 
+/* max_connections, or when 0 the open-files limit less a quarter (at least 64 kept for
+ * the worker's own files, executor channels and pipes, and outgoing connections). */
+static uint32_t max_connections(const wk_app *app) {
+  if (app->cfg->max_connections > 0) return app->cfg->max_connections;
+  uint64_t keep = app->nofile / 4 > 64 ? app->nofile / 4 : 64;
+  uint64_t n = app->nofile > keep + 1 ? app->nofile - keep : 1;
+  return n > 1048576 ? 1048576 : (uint32_t)n;
+}
+
 static void build_server_config(const wk_app *app, wk_grpc_server_config *scfg) {
   const wk_app_config *cfg = app->cfg;
   *scfg = (wk_grpc_server_config){
       .listen_addr = cfg->listen_addr,
       .max_message_bytes = cfg->max_message_bytes,
+      .max_connections = max_connections(app),
       .max_ttl_ms = (uint64_t)cfg->max_slot_ttl_ms,
       .max_timeout_ms = (uint64_t)cfg->max_task_timeout_ms,
       .max_watch_tasks = MAX_WATCH_TASKS,
@@ -689,8 +718,9 @@ static int start_server(wk_app *app, char *err, size_t len) {
              port);
   }
   wk_log_json(WK_LOG_INFO, "worker_listening",
-              json_pack("{s:s,s:i,s:s,s:i}", "listen_addr", cfg->listen_addr, "port", port,
-                        "code_root", app->code_root, "executors", (int)cfg->executors));
+              json_pack("{s:s,s:i,s:s,s:i,s:I}", "listen_addr", cfg->listen_addr, "port", port,
+                        "code_root", app->code_root, "executors", (int)cfg->executors,
+                        "max_connections", (json_int_t)scfg.max_connections));
   return 0;
 }
 
@@ -782,6 +812,26 @@ static void app_cleanup(wk_app *app) {
   wk_app_metrics_free(app->metrics);
 }
 
+/* The soft open-files limit raised to the hard one (the usual soft default of 1024 is
+ * met by about a thousand idle clients), logged; app->nofile is the limit in force. */
+static void raise_nofile(wk_app *app) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) {
+    app->nofile = 1024;
+    return;
+  }
+  rlim_t before = rl.rlim_cur;
+  if (rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0) rl.rlim_cur = before;
+  }
+  app->nofile = rl.rlim_cur == RLIM_INFINITY ? UINT64_C(1048576) : (uint64_t)rl.rlim_cur;
+  wk_log_json(
+      WK_LOG_INFO, "nofile_limit",
+      json_pack("{s:I,s:I,s:I}", "soft_before", (json_int_t)before, "soft", (json_int_t)app->nofile,
+                "hard", (json_int_t)(rl.rlim_max == RLIM_INFINITY ? -1 : (json_int_t)rl.rlim_max)));
+}
+
 int wk_app_run(const wk_app_config *cfg, const wk_profile *profile) {
   char err[2048];
   if (wk_config_validate(cfg, err, sizeof err) != 0) {
@@ -790,6 +840,7 @@ int wk_app_run(const wk_app_config *cfg, const wk_profile *profile) {
   }
   wk_log_set_level((wk_log_level)wk_log_parse_level(cfg->log_level));
   wk_app app = {.cfg = cfg, .profile = profile};
+  raise_nofile(&app);
   int rc = app_start(&app);
   if (rc == 0) {
     enter(&app, APP_STARTING);

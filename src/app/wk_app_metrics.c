@@ -11,6 +11,7 @@ typedef struct sampled_counters {
   wk_pool_stats pool;
   wk_etcd_publisher_stats etcd;
   wk_shadow_stats shadow;
+  wk_grpc_conn_stats conns;
 } sampled_counters;
 
 struct wk_app_metrics {
@@ -26,6 +27,8 @@ struct wk_app_metrics {
   wk_metric *executors_ready;
   wk_metric *etcd_registered;
   wk_metric *shadow_queued;
+  wk_metric *connections_open;
+  wk_metric *accept_blocked;
   /* counters */
   wk_metric *rpcs;           /* {method,code} */
   wk_metric *tasks_finished; /* {state,failure_code} */
@@ -43,6 +46,8 @@ struct wk_app_metrics {
   wk_metric *etcd_keepalives;         /* {outcome} */
   wk_metric *etcd_leases_lost;
   wk_metric *shadow_requests; /* {outcome} */
+  wk_metric *connections_accepted;
+  wk_metric *connections_refused; /* {reason} */
   /* histograms */
   wk_metric *phase_duration; /* {phase} */
   sampled_counters last;
@@ -154,6 +159,24 @@ wk_app_metrics *wk_app_metrics_new(const wk_app_metrics_info *info) {
       1, outcome);
   m->shadow_queued = wk_metrics_gauge(r, "worker_shadow_queued",
                                       "Mirrored submissions waiting to be sent.", 0, NULL);
+  m->connections_open =
+      wk_metrics_gauge(r, "worker_connections_open",
+                       "gRPC TCP connections open (handed to gRPC, not yet closed).", 0, NULL);
+  m->accept_blocked = wk_metrics_gauge(
+      r, "worker_accept_blocked",
+      "1 while the worker is out of file descriptors and cannot accept connections.", 0, NULL);
+  m->connections_accepted = wk_metrics_counter(r, "worker_connections_accepted_total",
+                                               "gRPC TCP connections accepted.", 0, NULL);
+  m->connections_refused = wk_metrics_counter(
+      r, "worker_connections_refused_total",
+      "gRPC TCP connections closed at once, by reason (max_connections: the cap was reached; "
+      "fd_limit: the worker was out of file descriptors).",
+      1, reason);
+  if (!m->connections_open || !m->accept_blocked || !m->connections_accepted ||
+      !m->connections_refused) {
+    wk_app_metrics_free(m);
+    return NULL;
+  }
   if (!m->info || !m->slots || !m->task_slots || !m->ready || !m->draining || !m->live_tasks ||
       !m->open_streams || !m->executors_ready || !m->rpcs || !m->tasks_finished ||
       !m->phase_duration || !m->calls || !m->call_retries || !m->call_cpu || !m->executor_starts ||
@@ -250,6 +273,16 @@ static void sample_shadow(wk_app_metrics *m, const wk_shadow_stats *s) {
   wk_metric_set(m->shadow_queued, NULL, s->queued);
 }
 
+static void sample_conns(wk_app_metrics *m, const wk_grpc_conn_stats *c) {
+  wk_grpc_conn_stats *l = &m->last.conns;
+  add_delta(m->connections_accepted, NULL, c->accepted, &l->accepted);
+  add_delta(m->connections_refused, "max_connections", c->refused_max_connections,
+            &l->refused_max_connections);
+  add_delta(m->connections_refused, "fd_limit", c->refused_fd_limit, &l->refused_fd_limit);
+  wk_metric_set(m->connections_open, NULL, c->open);
+  wk_metric_set(m->accept_blocked, NULL, c->accept_blocked ? 1 : 0);
+}
+
 void wk_app_metrics_sample_now(wk_app_metrics *m, const wk_app_metrics_sample *s) {
   const wk_heartbeat *hb = &s->heartbeat;
   wk_metric_set(m->slots, (const char *const[]){"free"}, hb->free);
@@ -264,4 +297,5 @@ void wk_app_metrics_sample_now(wk_app_metrics *m, const wk_app_metrics_sample *s
   if (s->pool) sample_pool(m, s->pool);
   if (s->etcd) sample_etcd(m, s->etcd);
   if (s->shadow) sample_shadow(m, s->shadow);
+  if (s->conns) sample_conns(m, s->conns);
 }

@@ -7,7 +7,8 @@
  *     failure_code}, worker_phase_duration_ms{phase}, calls, retries, CPU (loop thread);
  *   - wk_app_metrics_sample() from the app's timer (loop thread): slot gauges from the
  *     core's heartbeat, and the cumulative counters of the executor pool, the etcd
- *     publisher and the shadow forwarder, added as deltas since the previous sample.
+ *     publisher, the shadow forwarder and the gRPC port's connections, added as deltas
+ *     since the previous sample.
  *
  * Every metric name and label value is bounded (methods, codes, states, reasons are
  * closed sets), so no series can grow without limit. */
@@ -19,6 +20,7 @@
 
 #include "adapters/wk_etcd_publisher.h"
 #include "adapters/wk_executor_pool.h"
+#include "adapters/wk_grpc_listener.h"
 #include "adapters/wk_metrics.h"
 #include "adapters/wk_shadow.h"
 #include "core/wk_core.h"
@@ -34,6 +36,7 @@ typedef struct wk_app_metrics_sample {
   uint32_t executors_ready;            /* executors able to take calls */
   const wk_etcd_publisher_stats *etcd; /* NULL when stand-alone */
   const wk_shadow_stats *shadow;       /* NULL without a shadow target */
+  const wk_grpc_conn_stats *conns;     /* the gRPC port's connections; NULL: not serving */
 } wk_app_metrics_sample;
 
 /* Who the worker is (the Profile's names, as the design says: Deployment an

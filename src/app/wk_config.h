@@ -74,6 +74,7 @@ typedef struct wk_app_config {
   int64_t cancel_grace_ms;
   int64_t tick_ms;
   size_t max_message_bytes;
+  uint32_t max_connections; /* gRPC TCP connections open at once; 0 = from the NOFILE limit */
   size_t max_inline_output_bytes;
   uint32_t max_calls_per_task;
   uint32_t task_window_initial; /* a task's calls in flight at first (the ramp-up's start) */

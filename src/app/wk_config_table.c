@@ -137,7 +137,12 @@ static const wk_config_item table[] = {
     {FIELD(tick_ms), .type = WK_CONFIG_MS, .def = "500", .min = 10, .max = 60000,
      .help = "timer tick: lease expiry, task timeouts, watch grace, result cleanup"},
     {FIELD(max_message_bytes), .type = WK_CONFIG_BYTES, .def = "4MiB", .min = 1024,
-     .max = 1073741824, .help = "largest gRPC message"},
+     .max = 1073741824,
+     .help = "largest gRPC request: larger ones are refused INVALID_ARGUMENT naming this setting"},
+    {FIELD(max_connections), .type = WK_CONFIG_UINT, .def = "0", .min = 0, .max = 1048576,
+     .help = "gRPC TCP connections open at once; more are closed at once and counted "
+             "(worker_connections_refused_total) (0 = the open-files limit less a quarter, "
+             "at least 64 kept for the worker)"},
     {FIELD(max_inline_output_bytes), .type = WK_CONFIG_BYTES, .def = "4MiB", .min = 0,
      .max = 1073741824,
      .help = "largest outputs kept in a task result without a writer, counted as they arrive; at "

@@ -364,6 +364,11 @@ void wk_orch_set_executors_unavailable(wk_orch *o, bool unavailable) {
   wk_orch__health_changed(o);
 }
 
+void wk_orch_set_accept_blocked(wk_orch *o, bool blocked) {
+  o->accept_blocked = blocked;
+  wk_orch__health_changed(o);
+}
+
 void wk_orch_set_draining(wk_orch *o) {
   wk_core_set_draining(o->core, true);
   wk_orch__loop_now(o);

@@ -118,6 +118,10 @@ void wk_orch_set_ready(wk_orch *orch, bool ready);
  * are still admitted: their calls fail fast, the executor pool says why). */
 void wk_orch_set_executors_unavailable(wk_orch *orch, bool unavailable);
 
+/** Says whether the gRPC port can accept connections (out of file descriptors: it
+ * cannot). While it cannot, health is NOT_SERVING on the connections already open. */
+void wk_orch_set_accept_blocked(wk_orch *orch, bool blocked);
+
 /** Starts draining: new slots and submits are UNAVAILABLE, health NOT_SERVING. */
 void wk_orch_set_draining(wk_orch *orch);
 

@@ -420,10 +420,22 @@ def test_unknown_fields_are_ignored(pb, channel):
     assert resp.slot_id == 7
 
 
-def test_oversized_message_is_resource_exhausted(pb, stub):
+def test_oversized_message_is_invalid_argument_naming_the_limit(pb, stub):
+    # the proto's INVALID_ARGUMENT ("oversized message"), not gRPC's bare
+    # RESOURCE_EXHAUSTED "Received message larger than max", which a client reads as
+    # "no slot here, try another worker"
     big = good_submit(pb, function=good_function(pb, args=b"x" * (MAX_MESSAGE_BYTES + 1)))
-    e = rpc_error(lambda: stub.SubmitTask(big, timeout=5))
-    assert e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, (e.code(), e.details())
+    size = big.ByteSize()
+    for compression in (None, grpc.Compression.Gzip):  # the size counted is the decoded one
+        e = rpc_error(lambda: stub.SubmitTask(big, timeout=5, compression=compression))
+        assert e.code() == grpc.StatusCode.INVALID_ARGUMENT, (e.code(), e.details())
+        assert "request message is %d bytes, above max_message_bytes (%d bytes)" % (
+            size, MAX_MESSAGE_BYTES) in e.details(), e.details()
+    e = rpc_error(lambda: stub.SubmitTask(
+        good_submit(pb, function=good_function(pb, args=b"x" * (8 * MAX_MESSAGE_BYTES))),
+        timeout=10))
+    assert e.code() == grpc.StatusCode.INVALID_ARGUMENT, (e.code(), e.details())
+    assert "max_message_bytes (%d bytes)" % MAX_MESSAGE_BYTES in e.details(), e.details()
     under = good_submit(pb, function=good_function(pb, args=b"x" * (MAX_MESSAGE_BYTES - 1024)))
     assert stub.SubmitTask(under, timeout=5).task_id == "task-1"
 
