@@ -32,9 +32,15 @@ static void reply_packed(wk_rpc *rpc, const ProtobufCMessage *m) {
   if (p != stack) free(p);
 }
 
-static void fail_core(wk_rpc *rpc, wk_err err, const char *task_id) {
-  char msg[512];
-  wk_rpc_fail(rpc, wk_wire_status(err), wk_wire_error_message(err, task_id, msg, sizeof msg));
+static void fail_core(wk_orch *o, wk_rpc *rpc, wk_err err, const char *task_id) {
+  char msg[512 + WK_CORE_PAUSE_REASON_MAX];
+  wk_wire_error_message(err, task_id, msg, 512);
+  const char *paused = wk_core_admission_paused(o->core);
+  if (err == WK_ERR_PAUSED && paused) { /* the reason, so the caller knows why */
+    size_t n = strlen(msg);
+    snprintf(msg + n, sizeof msg - n, " (admission paused: %s)", paused);
+  }
+  wk_rpc_fail(rpc, wk_wire_status(err), msg);
 }
 
 static void reply_result(wk_orch *o, wk_rpc *rpc, const wk_task_result *r) {
@@ -52,7 +58,7 @@ static void handle_request_slot(wk_orch *o, wk_rpc *rpc) {
   wk_core_handle_request_slot(o->core, req->task_id, strlen(req->task_id), (int64_t)req->ttl_ms,
                               o->now_ms, &res);
   if (res.err) {
-    fail_core(rpc, res.err, req->task_id);
+    fail_core(o, rpc, res.err, req->task_id);
     return;
   }
   Worker__V1__RequestTaskSlotResponse resp = WORKER__V1__REQUEST_TASK_SLOT_RESPONSE__INIT;
@@ -179,7 +185,7 @@ static void handle_submit(wk_orch *o, wk_rpc *rpc) {
   if (!res.adapter_ctx_taken) wk_task_rt_unref(rt);
   if (res.err) {
     WK_ASSERT(!res.adapter_ctx_taken);
-    fail_core(rpc, res.err, req->task_id);
+    fail_core(o, rpc, res.err, req->task_id);
     return;
   }
   /* a new task hands its runtime to the core; a duplicate never does */
@@ -220,7 +226,7 @@ static void handle_get_result(wk_orch *o, wk_rpc *rpc) {
   const wk_task_result *r;
   wk_err err = wk_core_get_result(o->core, req->task_id, strlen(req->task_id), &r);
   if (err) {
-    fail_core(rpc, err, req->task_id);
+    fail_core(o, rpc, err, req->task_id);
     return;
   }
   reply_result(o, rpc, r);
@@ -235,7 +241,7 @@ static void handle_cancel(wk_orch *o, wk_rpc *rpc) {
   wk_core_handle_abort(o->core, req->task_id, strlen(req->task_id), WK_FAIL_CANCELLED, reason,
                        o->now_ms, &tr);
   if (tr.err) {
-    fail_core(rpc, tr.err, req->task_id);
+    fail_core(o, rpc, tr.err, req->task_id);
     return;
   }
   wk_orch__exec_cmds(o, &tr.cmds);
@@ -243,7 +249,7 @@ static void handle_cancel(wk_orch *o, wk_rpc *rpc) {
   if (wk_core_get_result(o->core, req->task_id, strlen(req->task_id), &r) == WK_OK) {
     reply_result(o, rpc, r);
   } else {
-    fail_core(rpc, WK_ERR_NOT_FOUND, req->task_id);
+    fail_core(o, rpc, WK_ERR_NOT_FOUND, req->task_id);
   }
 }
 

@@ -10,6 +10,7 @@ grpc_status_code wk_wire_status(wk_err err) {
     case WK_OK: return GRPC_STATUS_OK;
     case WK_ERR_INVALID_ARGUMENT: return GRPC_STATUS_INVALID_ARGUMENT;
     case WK_ERR_NO_SLOT: return GRPC_STATUS_RESOURCE_EXHAUSTED;
+    case WK_ERR_PAUSED: return GRPC_STATUS_RESOURCE_EXHAUSTED;
     case WK_ERR_UNAVAILABLE: return GRPC_STATUS_UNAVAILABLE;
     case WK_ERR_INVALID_SLOT: return GRPC_STATUS_FAILED_PRECONDITION;
     case WK_ERR_NOT_FOUND: return GRPC_STATUS_NOT_FOUND;
@@ -62,6 +63,11 @@ const char *wk_wire_error_message(wk_err err, const char *task_id, char *buf, si
                task_id);
       break;
     case WK_ERR_STALE: snprintf(buf, len, "task %s: the event no longer applies", task_id); break;
+    case WK_ERR_PAUSED:
+      snprintf(buf, len,
+               "task %s: this worker is not admitting new tasks for now; pick another worker",
+               task_id);
+      break;
   }
   return buf;
 }

@@ -125,6 +125,17 @@ void wk_core_destroy(wk_core *core) {
 void wk_core_set_ready(wk_core *core, bool ready) { core->ready = ready; }
 void wk_core_set_draining(wk_core *core, bool draining) { core->draining = draining; }
 
+void wk_core_set_admission_paused(wk_core *core, const char *reason) {
+  size_t n = reason ? strlen(reason) : 0;
+  if (n >= sizeof core->paused) n = sizeof core->paused - 1;
+  if (n) memcpy(core->paused, reason, n);
+  core->paused[n] = '\0';
+}
+
+const char *wk_core_admission_paused(const wk_core *core) {
+  return core->paused[0] ? core->paused : NULL;
+}
+
 const char *wk_cmd_kind_name(wk_cmd_kind k) {
   switch (k) {
     case WK_CMD_PREPARE_ACTIVATION: return "PREPARE_ACTIVATION";
@@ -207,6 +218,10 @@ static void free_task(wk_core *core, uint32_t i) {
 static bool can_admit(const wk_core *core, wk_err *err) {
   if (!core->ready || core->draining) {
     *err = WK_ERR_UNAVAILABLE;
+    return false;
+  }
+  if (core->paused[0]) {
+    *err = WK_ERR_PAUSED;
     return false;
   }
   if (core->free_slot_head == WK_NONE) {

@@ -187,6 +187,21 @@ void wk_core_set_ready(wk_core *core, bool ready);
 /** Enters (or leaves) draining: new slots and submits are Unavailable; running tasks go on. */
 void wk_core_set_draining(wk_core *core, bool draining);
 
+/** Longest admission-pause reason kept (longer ones are truncated), NUL included. */
+#define WK_CORE_PAUSE_REASON_MAX 256u
+
+/** Pauses admission with `reason` (e.g. host memory under the configured floor), or
+ * resumes it (NULL or ""). While paused, RequestTaskSlot and SubmitTask of new task ids
+ * are PAUSED (the caller should go to another worker); duplicates still get their
+ * answer, a slot already reserved can still be submitted, and running tasks go on. The
+ * reason is copied. The adapter samples the condition and calls this; the core never
+ * looks at memory itself. */
+void wk_core_set_admission_paused(wk_core *core, const char *reason);
+
+/** Why admission is paused, or NULL while admitting. Valid until the next
+ * wk_core_set_admission_paused. */
+const char *wk_core_admission_paused(const wk_core *core);
+
 /* ---- RequestTaskSlot ---------------------------------------------------- */
 
 typedef struct wk_slot_result {
@@ -202,7 +217,8 @@ typedef struct wk_slot_result {
  * its existing slot / snapshot / terminal result back with duplicate = true (a
  * terminal task: slot_id 0, it holds none; its result keeps the slot it ran on).
  * Errors: INVALID_ARGUMENT (bad id, negative ttl), UNAVAILABLE (not ready or
- * draining, for new ids only), NO_SLOT (no free slot). */
+ * draining, for new ids only), PAUSED (admission paused, new ids only), NO_SLOT (no
+ * free slot). */
 void wk_core_handle_request_slot(wk_core *core, const char *task_id, size_t task_id_len,
                                  int64_t ttl_ms, int64_t now_ms, wk_slot_result *out);
 
@@ -236,7 +252,8 @@ typedef struct wk_submit_result {
  * every command of this task; the core owns it only when adapter_ctx_taken.
  * Duplicates (same id and digest) return the current snapshot or terminal result.
  * Errors: INVALID_ARGUMENT (bad id, timeout or policy), CONFLICT (id reused with a
- * different digest), UNAVAILABLE (new task while not ready or draining), NO_SLOT,
+ * different digest), UNAVAILABLE (new task while not ready or draining), PAUSED (new
+ * task while admission is paused; a reserved slot is still honoured), NO_SLOT,
  * INVALID_SLOT (slot id names no slot, a generation never issued, or another task's
  * current slot), SLOT_UNCERTAIN (the id's generation was issued and its lease lapsed
  * or the slot was reclaimed since). A slot id that is not the task's reservation is

@@ -87,6 +87,7 @@ typedef struct wk_task_index {
 struct wk_core {
   wk_core_config cfg;
   bool ready, draining;
+  char paused[WK_CORE_PAUSE_REASON_MAX]; /* admission paused: why ("" = admitting) */
 
   wk_slot *slots;
   uint32_t free_slot_head;

@@ -11,6 +11,7 @@ const char *wk_err_name(wk_err err) {
     case WK_ERR_SLOT_UNCERTAIN: return "SLOT_UNCERTAIN";
     case WK_ERR_CONFLICT: return "CONFLICT";
     case WK_ERR_STALE: return "STALE";
+    case WK_ERR_PAUSED: return "PAUSED";
   }
   return "UNKNOWN";
 }

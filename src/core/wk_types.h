@@ -22,6 +22,7 @@ typedef enum wk_err {
   WK_ERR_SLOT_UNCERTAIN = -6,   /* the slot's lease lapsed or the slot was reclaimed */
   WK_ERR_CONFLICT = -7,         /* task id reused with a different request */
   WK_ERR_STALE = -8,            /* event for a task no longer in the phase it names: dropped */
+  WK_ERR_PAUSED = -9,           /* admission paused (e.g. memory pressure): new tasks refused */
 } wk_err;
 
 /** Name of an error code ("NO_SLOT"); "UNKNOWN" for values outside the enum. */

@@ -1,5 +1,5 @@
 /* test_core_slots.c: RequestTaskSlot, leases, generations, NO_SLOT, UNAVAILABLE,
- * readiness and draining, the heartbeat and expired_slots. */
+ * readiness, draining and paused admission, the heartbeat and expired_slots. */
 #include "core_fixture.h"
 
 static int ctx_a, ctx_b;
@@ -90,6 +90,61 @@ static void test_request_unavailable_while_draining(void **state) {
   uint64_t s2 = FX_RESERVE(core, ID("t2"), 0, 1300, 1300 + FX_TTL);
   assert_int_not_equal(wk_slot_id_index(s2), wk_slot_id_index(s1));
   FX_HB(core, 1300, FX_SLOTS, 2, 0, true, false);
+}
+
+/* ---- admission paused (memory pressure) ------------------------------------------- */
+
+static void test_admission_paused_refuses_new_ids_only(void **state) {
+  wk_core *core = *state;
+  wk_slot_result out;
+  uint64_t s1 = FX_RESERVE(core, ID("t1"), 3000, 1000, 4000);
+  FX_SUBMIT(core, ID("run"), 0, 0x5eed, &ctx_a, 1000);
+  assert_null(wk_core_admission_paused(core));
+
+  wk_core_set_admission_paused(core, "host memory available 10 MiB, under the floor 1 GiB");
+  assert_string_equal(wk_core_admission_paused(core),
+                      "host memory available 10 MiB, under the floor 1 GiB");
+  /* new ids: RequestTaskSlot and an inline SubmitTask are refused, nothing changes */
+  wk_core_handle_request_slot(core, ID("t2"), 0, 1100, &out);
+  FX_ERR(out.err, WK_ERR_PAUSED);
+  wk_submit_request req = fx_req(ID("t3"), 0, 0x5eed);
+  wk_submit_result sub;
+  wk_core_handle_submit(core, &req, &ctx_b, 1100, &sub);
+  FX_ERR(sub.err, WK_ERR_PAUSED);
+  FX_NOT_FOUND(core, ID("t2"));
+  FX_NOT_FOUND(core, ID("t3"));
+  FX_INV(core);
+  FX_HB(core, 1100, FX_SLOTS, 2, 0, true, false);
+  /* known ids keep their answers; a reserved slot is still honoured */
+  wk_core_handle_request_slot(core, ID("t1"), 0, 1200, &out);
+  FX_ERR(out.err, WK_OK);
+  assert_true(out.duplicate);
+  assert_int_equal(out.slot_id, s1);
+  FX_SUBMIT(core, ID("t1"), s1, 0x5eed, &ctx_b, 1200);
+  FX_INV(core);
+
+  /* draining wins over a pause (UNAVAILABLE says more about this worker) */
+  wk_core_set_draining(core, true);
+  wk_core_handle_request_slot(core, ID("t2"), 0, 1250, &out);
+  FX_ERR(out.err, WK_ERR_UNAVAILABLE);
+  wk_core_set_draining(core, false);
+
+  /* a long reason is truncated, not overrun */
+  char long_reason[WK_CORE_PAUSE_REASON_MAX * 2];
+  memset(long_reason, 'r', sizeof long_reason - 1);
+  long_reason[sizeof long_reason - 1] = '\0';
+  wk_core_set_admission_paused(core, long_reason);
+  assert_int_equal(strlen(wk_core_admission_paused(core)), WK_CORE_PAUSE_REASON_MAX - 1);
+
+  /* resumed: admitted again */
+  wk_core_set_admission_paused(core, NULL);
+  assert_null(wk_core_admission_paused(core));
+  FX_RESERVE(core, ID("t2"), 0, 1300, 1300 + FX_TTL);
+  wk_core_set_admission_paused(core, "x");
+  wk_core_set_admission_paused(core, "");
+  assert_null(wk_core_admission_paused(core));
+  FX_SUBMIT(core, ID("t3"), 0, 0x5eed, &ctx_a, 1400);
+  FX_INV(core);
 }
 
 /* ---- ttl --------------------------------------------------------------------------- */
@@ -478,6 +533,7 @@ int main(void) {
       cmocka_unit_test(test_fresh_core_is_empty_and_not_ready),
       cmocka_unit_test(test_request_unavailable_until_ready),
       FX_TEST(test_request_unavailable_while_draining),
+      FX_TEST(test_admission_paused_refuses_new_ids_only),
       FX_TEST(test_request_ttl_default_explicit_and_capped),
       FX_TEST(test_request_invalid_argument),
       FX_TEST(test_request_no_slot_when_full),
