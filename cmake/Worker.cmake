@@ -11,9 +11,11 @@ target_link_libraries(wk_plugins PRIVATE wk_lib PkgConfig::JANSSON)
 add_library(wk_executor_pool STATIC
   src/adapters/wk_executor_pool.c
   src/adapters/wk_executor_output.c
-  src/adapters/wk_reaper.c)
+  src/adapters/wk_reaper.c
+  src/adapters/wk_cgroup.c
+  src/adapters/wk_meminfo.c)
 wk_headers(wk_executor_pool PUBLIC adapters/wk_executor_pool.h adapters/wk_exec_adapter.h
-  adapters/wk_executor_output.h adapters/wk_reaper.h)
+  adapters/wk_executor_output.h adapters/wk_reaper.h adapters/wk_cgroup.h adapters/wk_meminfo.h)
 target_compile_definitions(wk_executor_pool PRIVATE _GNU_SOURCE)
 target_compile_options(wk_executor_pool PRIVATE ${WK_WARNINGS})
 target_link_libraries(wk_executor_pool PUBLIC wk_adapters_frame PkgConfig::LIBUV PRIVATE wk_lib wk_log)
@@ -49,6 +51,7 @@ add_library(wk_app STATIC
   src/app/wk_audit.c
   src/app/wk_executor_env.c
   src/app/wk_executor_user.c
+  src/app/wk_admission.c
   src/app/wk_profile.c
   src/app/wk_main.c)
 wk_headers(wk_app PUBLIC app/*.h)

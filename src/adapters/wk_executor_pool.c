@@ -79,10 +79,13 @@ struct wk_executor {
   wk_executor *next; /* in the pool's list */
   wk_pool *pool;
   uv_process_t proc;
-  wk_exec_output *out; /* its stdout and stderr, logged; the end of stderr kept */
-  uint64_t id;         /* the executor id in its output records */
-  int handles;         /* proc and out not yet closed: freed at 0 */
-  bool failed_start;   /* exited before HELLO */
+  wk_exec_output *out;     /* its stdout and stderr, logged; the end of stderr kept */
+  uint64_t id;             /* the executor id in its output records */
+  int handles;             /* proc and out not yet closed: freed at 0 */
+  bool failed_start;       /* exited before HELLO */
+  wk_cgroup_group *cgroup; /* its control group (pool->cfg.cgroup), NULL = none */
+  bool oom_killed;         /* the kernel killed it for its group's memory limit ... */
+  uint64_t memory_max;     /* ... which was this many bytes */
   int64_t exit_status;
   int term_signal;
   wk_conn *conn;    /* its channel once it said HELLO */
@@ -411,11 +414,16 @@ static void deliver_lost(wk_pool *pool, wk_pool_call *c, const wk_executor *e, c
     return;
   }
   char msg[200];
-  int n = snprintf(msg, sizeof msg, "the executor (pid %d) running this call was lost: %s", e->pid,
-                   why);
+  int n = e->oom_killed
+              ? snprintf(msg, sizeof msg,
+                         "the executor (pid %d) running this call was killed by the kernel: its "
+                         "memory reached executor_memory_max (%llu bytes)",
+                         e->pid, (unsigned long long)e->memory_max)
+              : snprintf(msg, sizeof msg, "the executor (pid %d) running this call was lost: %s",
+                         e->pid, why);
   wk_call_outcome o = {
       .status = WK_CALL_EXECUTOR_LOST,
-      .error_type = wk_frame_bytes_cstr("ExecutorLost"),
+      .error_type = wk_frame_bytes_cstr(e->oom_killed ? "MemoryLimit" : "ExecutorLost"),
       .error_message = {(const uint8_t *)msg, (uint32_t)(n > 0 ? n : 0)},
       .bytes_in = c->bytes_in,
   };
@@ -490,6 +498,7 @@ static void executor_free(wk_executor *e) {
   free(e->bound);
   if (e->started) munmap((void *)(uintptr_t)e->started, sizeof *e->started);
   if (e->started_path[0]) unlink(e->started_path);
+  if (e->cgroup) wk_cgroup_release(e->cgroup);
   pool->n_structs--;
   free(e);
   maybe_finish_stop(pool);
@@ -608,6 +617,18 @@ static void on_process_exit(uv_process_t *proc, int64_t exit_status, int term_si
                 json_pack("{s:I,s:i,s:I,s:i}", "executor", (json_int_t)e->id, "pid", e->pid,
                           "exit_status", (json_int_t)exit_status, "signal", term_signal));
   }
+  if (e->cgroup) {
+    /* an OOM kill is a SIGKILL the kernel sent because of the group's limit */
+    e->oom_killed = term_signal == SIGKILL && wk_cgroup_oom_kills(e->cgroup) > 0;
+    e->memory_max = wk_cgroup_memory_max(e->cgroup);
+    wk_cgroup_release(e->cgroup); /* what it left running goes with it */
+    e->cgroup = NULL;
+    if (e->oom_killed) {
+      wk_log_json(
+          WK_LOG_WARN, "executor_memory_limit",
+          json_pack("{s:i,s:I}", "pid", e->pid, "executor_memory_max", (json_int_t)e->memory_max));
+    }
+  }
   char why[80];
   snprintf(why, sizeof why, "exit status %lld, signal %d", (long long)exit_status, term_signal);
   settle_calls(pool, e, why);
@@ -701,10 +722,18 @@ static int spawn_one(wk_pool *pool, char *err, size_t err_len) {
               f_as[] = "--rlimit-as-mb", f_nofile[] = "--rlimit-nofile", f_cpu[] = "--rlimit-cpu-s",
               f_nproc[] = "--rlimit-nproc", f_frame[] = "--max-frame",
               f_started[] = "--started-file";
+  /* its control group, made before it exists: no executor runs without its limits */
+  if (pool->cfg.cgroup && !(e->cgroup = wk_cgroup_create(pool->cfg.cgroup, err, err_len))) {
+    wk_frame_buf_free(&e->wbuf);
+    free(e);
+    free(env);
+    return -1;
+  }
   /* its channel: a connected pair, one end for each; nothing another process can reach */
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
     wk_errf(err, err_len, "cannot create an executor's socket pair: %s", strerror(errno));
+    if (e->cgroup) wk_cgroup_release(e->cgroup);
     wk_frame_buf_free(&e->wbuf);
     free(e);
     free(env);
@@ -763,6 +792,12 @@ static int spawn_one(wk_pool *pool, char *err, size_t err_len) {
   wk_reaper_own(e->proc.pid); /* libuv waits for it: a sweep must not */
   e->pid = e->proc.pid;
   e->id = wk_exec_output_start(e->out, e->pid);
+  char cg_err[256];
+  if (e->cgroup && wk_cgroup_attach(e->cgroup, e->pid, cg_err, sizeof cg_err) != 0) {
+    /* into its group before its HELLO, so before any call; else it never runs one */
+    wk_log(WK_LOG_ERROR, "executor_cgroup_failed", "%s", cg_err);
+    uv_process_kill(&e->proc, SIGKILL);
+  }
   wk_conn *c = wk_xcalloc(1, sizeof *c);
   c->pool = pool;
   c->owner = e;
@@ -1394,6 +1429,7 @@ static void maintenance(uv_timer_t *t) {
   wk_pool *pool = t->data;
   int64_t now = now_ms(pool);
   if (pool->sweep_soon || ++pool->ticks % SWEEP_EVERY_TICKS == 0) sweep(pool);
+  if (pool->cfg.cgroup) wk_cgroup_reap(pool->cfg.cgroup); /* groups whose processes were dying */
   if (pool->stopping) {
     if (now - pool->stop_started_ms >= pool->cfg.shutdown_grace_ms) {
       for (wk_executor *e = pool->executors; e; e = e->next)

@@ -48,6 +48,7 @@
 #include <stdint.h>
 #include <uv.h>
 
+#include "adapters/wk_cgroup.h"
 #include "adapters/wk_exec_adapter.h"
 #include "adapters/wk_executor_output.h"
 #include "adapters/wk_frame.h"
@@ -93,6 +94,12 @@ typedef struct wk_pool_config {
   /* executor_isolation=function: an executor serves one function (by name) and is
    * recycled before it serves another; false = any executor serves any call */
   bool isolate_functions;
+  /* Per-executor control groups (wk_cgroup_open), NULL = none. Each executor is moved
+   * into a new group right after spawn, before its HELLO (so before any call); an
+   * executor SIGKILLed while its group recorded an OOM kill fails its running call
+   * EXECUTOR_LOST with error type MemoryLimit. The group is emptied (SIGKILL) and
+   * removed when the executor ends. Borrowed: outlives the pool. */
+  wk_cgroup *cgroup;
 } wk_pool_config;
 
 /* Counters for logs and metrics. */

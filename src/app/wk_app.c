@@ -20,7 +20,10 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "adapters/wk_cgroup.h"
 #include "adapters/wk_executor_pool.h"
+#include "adapters/wk_meminfo.h"
+#include "app/wk_admission.h"
 #include "adapters/wk_grpc_server.h"
 #include "app/wk_config.h"
 #include "app/wk_executor_env.h"
@@ -51,6 +54,10 @@ typedef struct wk_app {
   uv_loop_t loop;
   wk_orch *orch;
   wk_pool *pool;
+  wk_cgroup *cgroup;         /* per-executor control groups; NULL = none */
+  wk_mem_floor memory_floor; /* admission_memory_floor */
+  bool admission_paused;     /* under it (with hysteresis) at the last sample */
+  int64_t memory_sampled_ms;
   wk_grpc_server *server;
   uv_async_t signal_async;
   uv_timer_t phase_timer;
@@ -92,6 +99,7 @@ typedef struct wk_app {
 enum {
   PHASE_TICK_MS = 20,          /* the phase timer: capacity sync, start-up, drain */
   METRICS_SAMPLE_MS = 250,     /* gauges and snapshot counters lag at most this */
+  MEMORY_SAMPLE_MS = 250,      /* available memory against admission_memory_floor */
   SHADOW_STATS_LOG_MS = 30000, /* a shadow_stats log line this often */
   READY_WAIT_MS = 15000,       /* serve once `executors` are ready, or after this anyway */
   FLUSH_WAIT_MS = 2000,        /* after the drain, watchers get their terminal events */
@@ -253,6 +261,31 @@ static void follow_listener(wk_app *app) {
   publish(app);
 }
 
+/* Admission under memory pressure: the memory available to the worker against
+ * admission_memory_floor, with hysteresis (wk_admission.h); the core refuses new slots
+ * while paused. One log line each way. */
+static void follow_memory(wk_app *app) {
+  wk_mem_sample s;
+  if (!app->orch || wk_meminfo_sample(&s) != 0) return;
+  uint64_t floor = wk_mem_floor_bytes(&app->memory_floor, s.total);
+  bool paused = wk_mem_pressure_paused(app->admission_paused, s.available, floor);
+  if (paused == app->admission_paused) return;
+  app->admission_paused = paused;
+  json_t *fields = json_pack("{s:I,s:I,s:s}", "available_bytes", (json_int_t)s.available,
+                             "floor_bytes", (json_int_t)floor, "source", s.source);
+  if (!paused) {
+    wk_orch_set_admission_paused(app->orch, NULL);
+    wk_log_json(WK_LOG_INFO, "admission_resumed", fields);
+    return;
+  }
+  char reason[200];
+  snprintf(reason, sizeof reason,
+           "memory pressure: %llu MiB available (%s), under admission_memory_floor %llu MiB",
+           (unsigned long long)(s.available >> 20), s.source, (unsigned long long)(floor >> 20));
+  wk_orch_set_admission_paused(app->orch, reason);
+  wk_log_json(WK_LOG_WARN, "admission_paused", fields);
+}
+
 static void on_phase_timer(uv_timer_t *t) {
   wk_app *app = t->data;
   int64_t now = app_now(app);
@@ -282,6 +315,11 @@ static void on_phase_timer(uv_timer_t *t) {
   }
   if (app->orch && app->pool) follow_executors(app);
   if (app->orch && app->server) follow_listener(app);
+  if (now - app->memory_sampled_ms >= MEMORY_SAMPLE_MS &&
+      (app->memory_floor.bytes || app->memory_floor.percent)) {
+    app->memory_sampled_ms = now;
+    follow_memory(app);
+  }
   switch (app->phase) {
     case APP_STARTING:
       if (wk_pool_ready_executors(app->pool) >= app->cfg->executors || app->executors_unavailable ||
@@ -615,6 +653,27 @@ static void build_pool_config(const wk_app_config *cfg, wk_pool_config *pcfg) {
   };
 }
 
+/* Per-executor control groups when a limit is set; one log line says what is in use.
+ * A limit the host cannot enforce is a start-up error, not a silent no-limit. */
+static int start_cgroups(wk_app *app, char *err, size_t len) {
+  const wk_app_config *cfg = app->cfg;
+  wk_cgroup_limits limits = {.memory_max = cfg->executor_memory_max,
+                             .pids_max = cfg->executor_pids_max};
+  char mechanism[1024];
+  app->cgroup = wk_cgroup_open(&limits, mechanism, sizeof mechanism, err, len);
+  if (!app->cgroup && err[0]) {
+    fprintf(stderr, "%s: %s\n", program_invocation_short_name, err);
+    return 2;
+  }
+  wk_log_json(WK_LOG_INFO, "executor_cgroups",
+              json_pack("{s:s,s:I,s:I}", "mechanism", mechanism, "executor_memory_max",
+                        (json_int_t)cfg->executor_memory_max, "executor_pids_max",
+                        (json_int_t)cfg->executor_pids_max));
+  /* validated already */
+  (void)wk_mem_floor_parse(cfg->admission_memory_floor, &app->memory_floor, NULL, 0);
+  return 0;
+}
+
 /* The executor pool, feeding the orchestrator. */
 static int start_pool(wk_app *app, char *err, size_t len) {
   wk_pool_config pcfg;
@@ -622,6 +681,7 @@ static int start_pool(wk_app *app, char *err, size_t len) {
   char pool_prefix[PATH_MAX];
   snprintf(pool_prefix, sizeof pool_prefix, "%s/%s.exec", app->tmp_dir, app->run_tag);
   pcfg.dir_prefix = pool_prefix; /* a dead worker's is removed by the next one's sweep */
+  pcfg.cgroup = app->cgroup;
   /* pass-through names are read now, after the secrets left the environment */
   char **env = wk_executor_env_build(app->cfg->executor_env, err, len);
   if (!env) { /* validated already: only a change since could get here */
@@ -765,6 +825,7 @@ static int app_start(wk_app *app) {
   if ((rc = make_scratch_root(app)) != 0) return rc;
   if ((rc = resolve_paths(app)) != 0) return rc;
   if ((rc = start_orchestrator(app, err, sizeof err)) != 0) return rc;
+  if ((rc = start_cgroups(app, err, sizeof err)) != 0) return rc;
   if ((rc = start_pool(app, err, sizeof err)) != 0) return rc;
   grpc_init();
   app->grpc_started = true;
@@ -807,6 +868,7 @@ static void app_cleanup(wk_app *app) {
     pthread_mutex_destroy(&app->mu);
   }
   if (app->grpc_started) grpc_shutdown();
+  wk_cgroup_close(app->cgroup); /* after the pool: its executors have ended */
   if (app->own_scratch_root) wk_fs_remove_tree(app->scratch_root);
   wk_metrics_server_stop(app->metrics_server); /* served until the very end */
   wk_app_metrics_free(app->metrics);

@@ -89,6 +89,18 @@ static const wk_config_item table[] = {
      .help = "account executors run as when the worker runs as root: a name or uid (empty = "
              "nobody; root keeps them root); a worker not run as root must leave it empty or "
              "name its own user"},
+    {FIELD(executor_memory_max), .type = WK_CONFIG_BYTES, .def = "0", .min = 0,
+     .max = 1099511627776,
+     .help = "memory limit of each executor's control group, its children included; an OOM "
+             "kill fails the running call with MemoryLimit (0 = no limit; needs cgroups)"},
+    {FIELD(executor_pids_max), .type = WK_CONFIG_UINT, .def = "0", .min = 0, .max = 4194304,
+     .help = "processes and threads in each executor's control group: a fork beyond it fails "
+             "with EAGAIN (0 = no limit; needs cgroups)"},
+    {FIELD(admission_memory_floor), .type = WK_CONFIG_STRING, .def = "0", .min = 0,
+     .max = STRMAX(admission_memory_floor), .meta = "BYTES|N%",
+     .help = "refuse new slots (RESOURCE_EXHAUSTED) while the memory available to the worker "
+             "(host MemAvailable, or its cgroup's room) is under this, resuming 1/8 above it "
+             "(0 = off)"},
     {FIELD(python), .type = WK_CONFIG_STRING, .def = "/usr/bin/python3", .min = 1,
      .max = STRMAX(python), .meta = "PATH", .help = "interpreter for executors (an executable)"},
     {FIELD(executor_script), .type = WK_CONFIG_STRING, .def = WK_PYTHON_DIR "/worker_executor.py",

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "app/wk_config_int.h"
+#include "app/wk_admission.h"
 #include "app/wk_executor_env.h"
 #include "app/wk_executor_user.h"
 
@@ -200,6 +201,12 @@ static int validate(const wk_app_config *c, const wk_config_sources *sources, wk
     }
   }
   char env_why[300];
+  wk_mem_floor floor;
+  char floor_why[300];
+  if (wk_mem_floor_parse(c->admission_memory_floor, &floor, floor_why, sizeof floor_why) != 0) {
+    vfail(&v, wk_config__index_of("admission_memory_floor"), NO_ITEM, "admission_memory_floor: %s",
+          floor_why);
+  }
   if (wk_executor_env_check(c->executor_env, env_why, sizeof env_why) != 0) {
     vfail(&v, wk_config__index_of("executor_env"), NO_ITEM, "%s", env_why);
   }

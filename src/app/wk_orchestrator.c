@@ -375,6 +375,10 @@ void wk_orch_set_draining(wk_orch *o) {
   wk_orch__health_changed(o);
 }
 
+void wk_orch_set_admission_paused(wk_orch *o, const char *reason) {
+  wk_core_set_admission_paused(o->core, reason);
+}
+
 uint32_t wk_orch_live_tasks(const wk_orch *o) { return wk_core_live_tasks(o->core); }
 
 uv_loop_t *wk_orch_loop(wk_orch *o) { return o->loop; }

@@ -125,6 +125,10 @@ void wk_orch_set_accept_blocked(wk_orch *orch, bool blocked);
 /** Starts draining: new slots and submits are UNAVAILABLE, health NOT_SERVING. */
 void wk_orch_set_draining(wk_orch *orch);
 
+/** Pauses admission of new tasks with `reason` (memory pressure), or resumes it (NULL):
+ * WorkerCore then refuses new slots RESOURCE_EXHAUSTED naming the reason. */
+void wk_orch_set_admission_paused(wk_orch *orch, const char *reason);
+
 /** The capacity view derived from the core's slot table (DeriveHeartbeat). */
 wk_heartbeat wk_orch_heartbeat(wk_orch *orch);
 
