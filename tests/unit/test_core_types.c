@@ -15,7 +15,8 @@ static void test_err_names(void **state) {
   assert_string_equal(wk_err_name(WK_ERR_SLOT_UNCERTAIN), "SLOT_UNCERTAIN");
   assert_string_equal(wk_err_name(WK_ERR_CONFLICT), "CONFLICT");
   assert_string_equal(wk_err_name(WK_ERR_STALE), "STALE");
-  assert_string_equal(wk_err_name((wk_err)-9), "UNKNOWN");
+  assert_string_equal(wk_err_name(WK_ERR_PAUSED), "PAUSED");
+  assert_string_equal(wk_err_name((wk_err)-10), "UNKNOWN");
   assert_string_equal(wk_err_name((wk_err)1), "UNKNOWN");
   assert_string_equal(wk_err_name((wk_err)-1000), "UNKNOWN");
 }
