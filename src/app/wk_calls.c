@@ -241,9 +241,17 @@ static void keep_output(wk_calls *c, wk_task_rt *rt, uint32_t index, wk_buf *rec
  * its error, still ExecutorLost, says so and is not retryable, so that neither this
  * worker nor a client sends it again to kill another executor. */
 static void lost_for_good(wk_task_rt *rt, const wk_disp_action *act, wk_attempt *a) {
-  static const char type[] = "ExecutorLost";
-  const char *last = strstr(a->failure, "ExecutorLost: ");
-  last = last ? last + sizeof type + 1 : a->failure;
+  /* the last attempt's error type stays ("call N failed: TYPE: message"): an executor
+   * the kernel killed at executor_memory_max is still MemoryLimit, others ExecutorLost */
+  char type[64] = "ExecutorLost";
+  const char *last = a->failure;
+  const char *p = strstr(a->failure, "failed: ");
+  const char *colon = p ? strstr(p + 8, ": ") : NULL;
+  if (colon && (size_t)(colon - (p + 8)) < sizeof type) {
+    memcpy(type, p + 8, (size_t)(colon - (p + 8)));
+    type[colon - (p + 8)] = '\0';
+    last = colon + 2;
+  }
   char msg[sizeof a->failure];
   int n = snprintf(msg, sizeof msg,
                    "its executor died under this call on attempt %u of %u (max_attempts, "
