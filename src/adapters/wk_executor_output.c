@@ -177,10 +177,18 @@ static void report_drops(wk_exec_output *o) {
   o->drop_reported_ms = (int64_t)uv_now(o->loop);
 }
 
+/* Reports the drops when the last report is a second old (so a steady flood costs one
+ * record a second, not one per admitted line). */
+static void maybe_report_drops(wk_exec_output *o) {
+  if ((o->drop_bytes || o->drop_lines) &&
+      (int64_t)uv_now(o->loop) - o->drop_reported_ms >= DROP_REPORT_MS)
+    report_drops(o);
+}
+
 /* Logs the current line of `st` (its kept bytes, a trailing '\r' dropped). */
 static void emit(stream *st, bool truncated) {
   wk_exec_output *o = st->o;
-  if (o->drop_bytes || o->drop_lines) report_drops(o);
+  maybe_report_drops(o); /* before the line: the records stay in the order of the output */
   uint32_t len = st->len;
   if (!truncated && len > 0 && st->line[len - 1] == '\r') len--;
   size_t n = utf8_clean((const unsigned char *)st->line, len, o->clean);
@@ -279,8 +287,7 @@ static void consume(stream *st, const char *p, size_t n) {
     p += used;
     n -= used;
   }
-  if (o->drop_bytes && (int64_t)uv_now(o->loop) - o->drop_reported_ms >= DROP_REPORT_MS)
-    report_drops(o);
+  maybe_report_drops(o);
 }
 
 /* ---- reading ------------------------------------------------------------------- */
