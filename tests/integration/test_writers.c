@@ -42,6 +42,7 @@
 #include <libpq-fe.h>
 
 #include "plugins/wk_writers.h"
+#include "plugins/wk_redis_conn_int.h"
 #include "plugins/wk_writers_int.h"
 #include "worker/v1/worker.pb-c.h"
 
@@ -1322,6 +1323,62 @@ static void test_pg_down_and_validate(void **state) {
   wk_buf_free(&pr);
 }
 
+/* redis_addr's forms (wk_redis_parse): what each connects to, and errors that never
+ * show the password. */
+static void test_redis_addr_forms(void **state) {
+  (void)state;
+  wk_redis_target t;
+  char err[512];
+  assert_int_equal(wk_redis_parse("127.0.0.1:6380", &t, err, sizeof err), 0);
+  assert_string_equal(t.host, "127.0.0.1");
+  assert_int_equal(t.port, 6380);
+  assert_false(t.tls || t.has_password);
+  assert_int_equal(t.db, -1);
+  assert_int_equal(wk_redis_parse("[::1]:7000", &t, err, sizeof err), 0);
+  assert_string_equal(t.host, "::1");
+  assert_int_equal(wk_redis_parse("redis://cache", &t, err, sizeof err), 0);
+  assert_string_equal(t.host, "cache");
+  assert_int_equal(t.port, 6379);
+  assert_int_equal(wk_redis_parse("rediss://app:p%40ss%3Aw@[::1]:6380/12", &t, err, sizeof err), 0);
+  assert_true(t.tls && t.has_password);
+  assert_string_equal(t.user, "app");
+  assert_string_equal(t.password, "p@ss:w");
+  assert_string_equal(t.host, "::1");
+  assert_int_equal(t.port, 6380);
+  assert_int_equal(t.db, 12);
+  assert_string_equal(t.shown, "rediss://app:***@[::1]:6380/12");
+  assert_int_equal(wk_redis_parse("redis://:pw0rd@h:1/", &t, err, sizeof err), 0);
+  assert_string_equal(t.user, "");
+  assert_string_equal(t.password, "pw0rd");
+  assert_int_equal(t.db, -1);
+  assert_int_equal(wk_redis_parse("redis://bare-pw@h:1", &t, err, sizeof err), 0);
+  assert_string_equal(t.password, "bare-pw"); /* userinfo without ':' is a password */
+  const char *bad[] = {"redis://:pw0rd@h:0",     "redis://:pw0rd@h:x",   "redis://:pw0rd@:1",
+                       "redis://:pw%zz0rd@h:1",  "redis://:pw0rd@h:1/x", "redis://:pw0rd@h:1?db=1",
+                       "http://:pw0rd@h:1",      "redis://app:@h:1",     "h",
+                       "redis://:pw0rd@::1:6379"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    err[0] = '\0';
+    if (wk_redis_parse(bad[i], &t, err, sizeof err) != -1) fail_msg("accepted %s", bad[i]);
+    if (!err[0] || strstr(err, "pw0rd") || strstr(err, "pw%zz"))
+      fail_msg("%s: message '%s'", bad[i], err);
+  }
+}
+
+/* wk_writers_mask_secrets: the configured passwords, wherever a message has them. */
+static void test_writer_errors_masked(void **state) {
+  (void)state;
+  wk_writer_settings s = {.redis_addr = "redis://app:r3dis-pw@h:1",
+                          .postgres_dsn = "host=db password='pg pw 1' user=w"};
+  char text[] = "AUTH r3dis-pw failed; libpq: pg pw 1 is wrong";
+  wk_writers_mask_secrets(&s, text);
+  assert_string_equal(text, "AUTH *** failed; libpq: *** is wrong");
+  wk_writer_settings none = {0};
+  char same[] = "nothing to hide";
+  wk_writers_mask_secrets(&none, same);
+  assert_string_equal(same, "nothing to hide");
+}
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN); /* as the worker does */
   const struct CMUnitTest tests[] = {
@@ -1337,6 +1394,8 @@ int main(void) {
       cmocka_unit_test(test_redis_parallel_tasks_land_together),
       cmocka_unit_test(test_redis_backend_errors),
       cmocka_unit_test(test_redis_validate),
+      cmocka_unit_test(test_redis_addr_forms),
+      cmocka_unit_test(test_writer_errors_masked),
       cmocka_unit_test(test_pg_writes_rows),
       cmocka_unit_test(test_pg_parallel_tasks),
       cmocka_unit_test(test_pg_failure_midway_leaves_nothing),
