@@ -15,6 +15,7 @@ behind.
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import resource
 import signal
@@ -65,12 +66,34 @@ def _children(me: int) -> list[int]:
     return out
 
 
+# waitpid through ctypes.PyDLL keeps the GIL: os.waitpid lets it go, and a GIL released
+# at the end of every call handed it to the watchdog (which waits for it while a call
+# spins) exactly when the call had ended, every time, so the watchdog never read while a
+# call ran and PINGs behind a queue of short calls waited for the whole queue
+# (tests/integration/test_executor_features.c, test_input_while_queue_of_calls)
+_waitpid = ctypes.PyDLL(None, use_errno=True).waitpid
+_waitpid.argtypes = (ctypes.c_int, ctypes.c_void_p, ctypes.c_int)
+_waitpid.restype = ctypes.c_int
+
+
+def _no_child() -> bool:
+    """True when this process has no child at all (ECHILD), without letting the GIL go.
+    A child that ended is reaped here too; False when any child is left."""
+    while True:
+        pid = _waitpid(-1, None, os.WNOHANG)
+        if pid > 0:
+            continue
+        return pid < 0 and ctypes.get_errno() == errno.ECHILD
+
+
 def end_descendants() -> int:
     """Kills (SIGKILL) and reaps every process this executor has as a child: the
     processes the call that just ended started, and, since the executor is a subreaper,
     every descendant whose own parent died. Killing a child hands its children to the
     executor, so this goes on until none is left. Returns how many were killed. The
     common case, no child at all, costs one waitpid."""
+    if _no_child():
+        return 0
     me = os.getpid()
     killed: set[int] = set()
     give_up = None

@@ -674,7 +674,7 @@ static void test_input_while_queue_of_calls(void **state) {
   queue_u64_frame(fx, WK_FRAME_PING, 77);
   queue_u64_frame(fx, WK_FRAME_CANCEL, ids[N - 1]);
   flush(fx);
-  unsigned results = 0;
+  unsigned results = 0, results_at_pong = 0;
   bool pong = false, cancelled = false;
   int64_t pong_ms = -1;
   while (results < N) {
@@ -684,6 +684,7 @@ static void test_input_while_queue_of_calls(void **state) {
       assert_true(f.ping.nonce == 77);
       pong = true;
       pong_ms = now_ms() - t0;
+      results_at_pong = results;
       continue;
     }
     assert_int_equal(f.type, WK_FRAME_RESULT);
@@ -695,12 +696,13 @@ static void test_input_while_queue_of_calls(void **state) {
     } else {
       assert_int_equal(f.result.status, WK_FRAME_STATUS_OK);
     }
-    if (results == 1 && !pong && now_ms() - t0 > 100)
-      fail_msg("the first RESULT came after 100 ms");
   }
-  printf("PONG while a queue of 4 ms calls runs: %lld ms\n", (long long)pong_ms);
+  printf("PONG while a queue of 4 ms calls runs: %lld ms, after %u of %d RESULTs\n",
+         (long long)pong_ms, results_at_pong, N);
   assert_true(pong && cancelled);
-  assert_true(pong_ms >= 0 && pong_ms < 250); /* a tick or two, plus slack for a busy machine */
+  /* the order, not the clock: the PING was answered between calls while most of the
+   * queue still waited (answered only at the end, it would follow ~199 RESULTs) */
+  assert_true(results_at_pong < N / 2);
 }
 
 /* ---- resource limits ------------------------------------------------------------------ */
