@@ -22,6 +22,7 @@ typedef struct wk_watch_entry {
   struct wk_watch_entry *next; /* in the bucket */
   wk_sub *sub;
   uint64_t hash;
+  bool owner; /* false: an observer, which never counts for the core's watch grace */
   char task_id[WK_TASK_ID_MAX + 1];
 } wk_watch_entry;
 
@@ -56,10 +57,11 @@ wk_subs *wk_subs_create(wk_core *core) {
 
 static uint64_t id_hash(const char *id) { return wk_hash64(id, strlen(id), 0x5eedu); }
 
-static uint32_t watchers_of(const wk_subs *s, const char *id, uint64_t h) {
+/* The owners watching task `id`: only they count for the core's watch grace. */
+static uint32_t owners_of(const wk_subs *s, const char *id, uint64_t h) {
   uint32_t n = 0;
   for (const wk_watch_entry *e = s->buckets[h % BUCKETS]; e; e = e->next) {
-    if (e->hash == h && strcmp(e->task_id, id) == 0) n++;
+    if (e->owner && e->hash == h && strcmp(e->task_id, id) == 0) n++;
   }
   return n;
 }
@@ -158,7 +160,7 @@ static void drop_entries(wk_subs *s, wk_sub *sub, bool disconnected, int64_t now
       }
       *pp = e->next;
       sub->remaining--;
-      if (watchers_of(s, e->task_id, e->hash) == 0) {
+      if (e->owner && owners_of(s, e->task_id, e->hash) == 0) {
         size_t len = strlen(e->task_id);
         if (disconnected) {
           wk_core_handle_watch_disconnected(s->core, e->task_id, len, now_ms);
@@ -263,8 +265,9 @@ void wk_subs_watch(wk_subs *s, wk_rpc *rpc, int64_t now_ms, int64_t wall_offset_
     wk_watch_entry *e = wk_xcalloc(1, sizeof *e);
     e->sub = sub;
     e->hash = h;
+    e->owner = !req->observe;
     snprintf(e->task_id, sizeof e->task_id, "%s", id);
-    bool first = watchers_of(s, id, e->hash) == 0;
+    bool first = e->owner && owners_of(s, id, e->hash) == 0;
     e->next = s->buckets[e->hash % BUCKETS];
     s->buckets[e->hash % BUCKETS] = e;
     sub->remaining++;

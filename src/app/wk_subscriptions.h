@@ -1,6 +1,9 @@
 /* wk_subscriptions.h: the SubscriptionManager. One subscriber per WatchTasks stream;
- * many streams may watch one task and one stream may watch many. It translates the
- * first attach, the last detach and a broken stream into the core's watch events,
+ * many streams may watch one task and one stream may watch many. A stream is an owner
+ * (the default) or an observer (WatchTasksRequest.observe): only owners count for the
+ * core. It translates the first owner's attach, the last owner's detach and an owner's
+ * broken stream into the core's watch events; observers never start, stop or extend
+ * a task's watch grace (OWNER_LOST),
  * sends a SNAPSHOT per task first, then PHASE_CHANGED events, then the TERMINAL
  * event, and ends the stream OK once every watched task's terminal event is sent.
  *

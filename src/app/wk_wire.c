@@ -114,6 +114,7 @@ void wk_wire_append_task_result(wk_buf *out, const wk_task_result *r, int64_t wa
   st.calls_succeeded = s->calls.calls_succeeded;
   st.calls_failed = s->calls.calls_failed;
   st.calls_retried = s->calls.calls_retried;
+  st.calls_done = s->calls.calls_succeeded + s->calls.calls_failed;
   st.subcalls = s->calls.subcalls;
   st.executor_cpu_ms = s->calls.executor_cpu_us / 1000u;
   st.bytes_in = s->calls.bytes_in;

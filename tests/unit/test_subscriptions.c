@@ -522,10 +522,46 @@ static void test_full_stream_and_shutdown(void **state) {
   FX_INV(f->core);
 }
 
+/* Observers (WatchTasksRequest.observe) never count for the grace: an observer alone
+ * neither attaches nor, when its stream breaks, starts a grace; an owner's broken
+ * stream starts it even while observers still watch, and an observer attaching during
+ * the grace does not stop it (issue 13 §3). */
+static void test_observers_never_own(void **state) {
+  fixture *f = *state;
+  FX_RUN_TO_BUILDER(f->core, ID("t1"), &ctx_a, 1000);
+  wk_rpc *obs = stream("t1", NULL);
+  obs->req.observe = true;
+  wk_subs_watch(f->subs, obs, 1500, 0);
+  EXPECT_EVENT(obs, 0, SNAPSHOT, "t1", RUNNING);
+  EXPECT_CORE_EVENTS(0, 0, 0);
+  close_stream(f, obs, true, 1600);
+  EXPECT_CORE_EVENTS(0, 0, 0);
+  assert_int_equal(grace_over(f, 99999), 0); /* nothing to lose: never owned */
+
+  wk_rpc *own = stream("t1", NULL), *obs2 = stream("t1", NULL), *obs3 = stream("t1", NULL);
+  obs2->req.observe = true;
+  obs3->req.observe = true;
+  wk_subs_watch(f->subs, obs2, 1700, 0);
+  wk_subs_watch(f->subs, own, 1800, 0);
+  EXPECT_CORE_EVENTS(1, 0, 0);
+  close_stream(f, own, true, 2000); /* the owner broke; an observer still watches */
+  EXPECT_CORE_EVENTS(1, 0, 1);
+  wk_subs_watch(f->subs, obs3, 2100, 0); /* observing does not re-attach */
+  EXPECT_CORE_EVENTS(1, 0, 1);
+  assert_int_equal(grace_over(f, 2000 + FX_GRACE - 1), 0);
+  assert_int_equal(grace_over(f, 2000 + FX_GRACE), 1);
+  assert_string_equal(g_ids[0].bytes, "t1");
+  close_stream(f, obs2, true, 2200);
+  close_stream(f, obs3, true, 2200);
+  EXPECT_CORE_EVENTS(1, 0, 1);
+  FX_INV(f->core);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_first_attach, setup, teardown),
       cmocka_unit_test_setup_teardown(test_last_detach, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_observers_never_own, setup, teardown),
       cmocka_unit_test_setup_teardown(test_several_streams_on_one_task, setup, teardown),
       cmocka_unit_test_setup_teardown(test_finished_task_encoded_once, setup, teardown),
       cmocka_unit_test_setup_teardown(test_reattach_within_grace, setup, teardown),
