@@ -20,6 +20,17 @@ target_compile_definitions(wk_executor_pool PRIVATE _GNU_SOURCE)
 target_compile_options(wk_executor_pool PRIVATE ${WK_WARNINGS})
 target_link_libraries(wk_executor_pool PUBLIC wk_adapters_frame PkgConfig::LIBUV PRIVATE wk_lib wk_log)
 
+# The status page, embedded in the binary (served on metrics_addr, src/app/wk_status.h).
+add_custom_command(
+  OUTPUT ${CMAKE_CURRENT_BINARY_DIR}/wk_status_page.c
+  COMMAND ${CMAKE_COMMAND} -DIN=${PROJECT_SOURCE_DIR}/src/app/wk_status_page.html
+          -DOUT=${CMAKE_CURRENT_BINARY_DIR}/wk_status_page.c -DNAME=wk_status_page_html
+          -P ${PROJECT_SOURCE_DIR}/cmake/EmbedFile.cmake
+  DEPENDS ${PROJECT_SOURCE_DIR}/src/app/wk_status_page.html
+          ${PROJECT_SOURCE_DIR}/cmake/EmbedFile.cmake
+  COMMENT "Embedding the status page"
+  VERBATIM)
+
 add_library(wk_app STATIC
   src/app/wk_fs.c
   src/app/wk_rundir.c
@@ -48,6 +59,8 @@ add_library(wk_app STATIC
   src/app/wk_config_print.c
   src/app/wk_app.c
   src/app/wk_app_metrics.c
+  src/app/wk_status.c
+  ${CMAKE_CURRENT_BINARY_DIR}/wk_status_page.c
   src/app/wk_audit.c
   src/app/wk_executor_env.c
   src/app/wk_executor_user.c
@@ -77,6 +90,7 @@ target_link_libraries(wk_app
     PkgConfig::GRPC
   PRIVATE
     wk_code_store
+    wk_pem
     wk_grpc_client
     wk_log
     PkgConfig::JANSSON

@@ -27,6 +27,9 @@ PACKAGES=(
   libyaml-dev
   # writer plugins (redis, postgres) and the servers their tests start
   libhiredis-dev redis-server postgresql
+  # the status page's browser test (tests/e2e/test_status_page_e2e.py): headless Chromium
+  # driven over its DevTools protocol, and fonts for its screenshot
+  chromium fonts-dejavu-core
 )
 
 missing=()

@@ -36,6 +36,7 @@ typedef enum pub_state {
 struct wk_etcd_publisher {
   /* configuration (owned copies, read-only after start) */
   char *key, *address, *deployment, *service, *version;
+  char *status_addr; /* "" = none */
   int64_t ttl_s, refresh_ms, timeout_ms, coalesce_ms, backoff_initial_ms, backoff_max_ms;
 
   pthread_t thread;
@@ -160,6 +161,7 @@ static char *build_value(const wk_etcd_publisher *p, const wk_etcd_heartbeat *hb
                         (int)hb->draining, "deployment", p->deployment, "service", p->service,
                         "version", p->version, "updated_unix_ms", (json_int_t)wall_ms());
   if (!v) abort();
+  if (p->status_addr[0]) json_object_set_new(v, "status_addr", json_string(p->status_addr));
   char *text = json_dumps(v, JSON_COMPACT | JSON_PRESERVE_ORDER);
   json_decref(v);
   if (!text) abort();
@@ -361,6 +363,7 @@ wk_etcd_publisher *wk_etcd_publisher_start(const wk_etcd_publisher_config *cfg, 
   p->deployment = dup_or_empty(cfg->deployment);
   p->service = dup_or_empty(cfg->service);
   p->version = dup_or_empty(cfg->version);
+  p->status_addr = dup_or_empty(cfg->status_addr);
   p->ttl_s = ttl;
   p->refresh_ms = refresh;
   p->timeout_ms = timeout;
@@ -402,6 +405,7 @@ wk_etcd_publisher *wk_etcd_publisher_start(const wk_etcd_publisher_config *cfg, 
     free(p->deployment);
     free(p->service);
     free(p->version);
+    free(p->status_addr);
     free(p);
     return NULL;
   }
@@ -481,6 +485,7 @@ int wk_etcd_publisher_stop(wk_etcd_publisher *p, bool deregister_key) {
   free(p->deployment);
   free(p->service);
   free(p->version);
+  free(p->status_addr);
   free(p);
   return rc;
 }

@@ -3,7 +3,9 @@
  * JSON value:
  *
  *   {"address","task_slots","reserved_slots","running_tasks","free_slots","ready",
- *    "draining","deployment","service","version","updated_unix_ms"}
+ *    "draining","deployment","service","version","updated_unix_ms"[,"status_addr"]}
+ *
+ * ("status_addr": where its status page and /status are served, when they are.)
  *
  * It runs its own thread; the API is thread-safe and never waits for etcd (update()
  * takes a mutex that the thread holds only to copy a few fields). The Worker keeps
@@ -53,6 +55,7 @@ typedef struct wk_etcd_publisher_config {
   const char *deployment;
   const char *service;
   const char *version;
+  const char *status_addr; /* host:port of the status page; NULL or "" = not in the value */
 } wk_etcd_publisher_config;
 
 /* The dynamic part of the value; the Worker maps wk_core_derive_heartbeat() into it. */

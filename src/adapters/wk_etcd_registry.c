@@ -19,6 +19,7 @@ void wk_etcd_worker_clear(wk_etcd_worker *w) {
   free(w->deployment);
   free(w->service);
   free(w->version);
+  free(w->status_addr);
   memset(w, 0, sizeof *w);
 }
 
@@ -66,6 +67,7 @@ void wk_etcd_worker_parse(const char *prefix, const char *key, const char *value
   out->deployment = str_field(j, "deployment");
   out->service = str_field(j, "service");
   out->version = str_field(j, "version");
+  out->status_addr = str_field(j, "status_addr");
   if (out->valid) {
     const char *bad = NULL;
     if (!u32_field(j, "task_slots", &out->task_slots)) bad = "task_slots";

@@ -16,13 +16,14 @@
 
 /* The value a Worker's EtcdPublisher puts under registry_prefix + address:
  *   {"address","task_slots","reserved_slots","running_tasks","free_slots","ready",
- *    "draining","deployment","service","version","updated_unix_ms"} */
+ *    "draining","deployment","service","version","updated_unix_ms"[,"status_addr"]} */
 typedef struct wk_etcd_worker {
   char *key;     /* the etcd key, owned */
   char *address; /* owned; "" when absent */
   uint32_t task_slots, reserved_slots, running_tasks, free_slots;
   bool ready, draining;
   char *deployment, *service, *version; /* owned; "" when absent */
+  char *status_addr;                    /* owned: its status page's host:port; "" = none */
   int64_t updated_unix_ms;
   int64_t lease;
   bool valid; /* false: the value is not a worker heartbeat (error says why) */

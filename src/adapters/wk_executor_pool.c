@@ -103,7 +103,8 @@ struct wk_executor {
   int64_t last_pong_ms;
   int64_t last_ping_ms;
   int64_t idle_since_ms;
-  wk_frame_buf wbuf; /* frames to write at the next flush */
+  int64_t spawned_ms; /* loop time of its spawn (its age in the status page) */
+  wk_frame_buf wbuf;  /* frames to write at the next flush */
   /* Adaptive pipelining: the executor's time per call (moving average, ns; 0 = not
    * measured yet), from the RESULTs read while it was busy since busy_mark_ns. */
   uint64_t service_ns;
@@ -814,7 +815,7 @@ static int spawn_one(wk_pool *pool, char *err, size_t err_len) {
     uv_process_kill(&e->proc, SIGKILL);
   }
   e->running = true;
-  e->idle_since_ms = e->last_pong_ms = now_ms(pool);
+  e->idle_since_ms = e->last_pong_ms = e->spawned_ms = now_ms(pool);
   e->next = pool->executors;
   pool->executors = e;
   pool->n_structs++;
@@ -1513,6 +1514,50 @@ uint32_t wk_pool_capacity(const wk_pool *pool) {
   return calls ? calls + 1 : PIPELINE_START;
 }
 wk_pool_stats wk_pool_get_stats(const wk_pool *pool) { return pool->stats; }
+
+/* Resident set of a process in KiB from /proc/PID/statm (0 when it cannot be read). */
+static uint64_t rss_kb(int pid) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/statm", pid);
+  FILE *f = fopen(path, "re");
+  if (!f) return 0;
+  unsigned long long size = 0, resident = 0;
+  int n = fscanf(f, "%llu %llu", &size, &resident);
+  fclose(f);
+  long page = sysconf(_SC_PAGESIZE);
+  return n == 2 && page > 0 ? (uint64_t)resident * (uint64_t)page / 1024u : 0;
+}
+
+static const char *exec_state(const wk_executor *e) {
+  if (!e->hello) return "starting";
+  if (e->retiring) return "retiring";
+  return e->inflight ? "busy" : "idle";
+}
+
+uint32_t wk_pool_busy_executors(const wk_pool *pool) {
+  uint32_t n = 0;
+  for (const wk_executor *e = pool->executors; e; e = e->next)
+    if (e->running && e->hello && e->inflight) n++;
+  return n;
+}
+
+size_t wk_pool_list_executors(const wk_pool *pool, wk_pool_executor_view *out, size_t max) {
+  size_t n = 0;
+  for (const wk_executor *e = pool->executors; e && n < max; e = e->next) {
+    if (!e->running) continue;
+    out[n++] = (wk_pool_executor_view){
+        .id = e->id,
+        .pid = e->pid,
+        .state = exec_state(e),
+        .function = e->bound ? e->bound : "",
+        .calls_done = e->calls_done,
+        .inflight = e->inflight,
+        .rss_kb = rss_kb(e->pid),
+        .spawned_ms = e->spawned_ms,
+    };
+  }
+  return n;
+}
 
 /* ---- start and stop ------------------------------------------------------------------ */
 

@@ -157,6 +157,26 @@ uint32_t wk_pool_capacity(const wk_pool *pool);
 /** Counters since start. */
 wk_pool_stats wk_pool_get_stats(const wk_pool *pool);
 
+/* One running executor as the status page shows it. */
+typedef struct wk_pool_executor_view {
+  uint64_t id; /* the executor id of its output records */
+  int pid;
+  const char *state;    /* "starting" (no HELLO yet), "idle", "busy", "retiring" */
+  const char *function; /* executor_isolation=function: the function it serves ("" = none
+                           yet, or shared executors); valid until the pool next runs */
+  uint64_t calls_done;  /* calls answered */
+  uint32_t inflight;    /* calls sent and not yet answered */
+  uint64_t rss_kb;      /* resident set now (/proc/PID/statm), 0 when unreadable */
+  int64_t spawned_ms;   /* loop time of its spawn */
+} wk_pool_executor_view;
+
+/** Connected executors with at least one call in flight (utilisation). Loop thread. */
+uint32_t wk_pool_busy_executors(const wk_pool *pool);
+
+/** Writes up to `max` running executors (started, not yet exited) into `out`, newest
+ * first; returns how many. Reads /proc once per executor (its RSS). Loop thread. */
+size_t wk_pool_list_executors(const wk_pool *pool, wk_pool_executor_view *out, size_t max);
+
 /** Stops every executor (SHUTDOWN, SIGKILL after the grace), closes their channels
  * and removes the pool's directory; `done` runs on the loop when everything is closed, after
  * which the pool is freed. Queued calls are dropped without callbacks. */

@@ -12,6 +12,7 @@
 #include "adapters/wk_pem.h"
 #include "lib/wk_alloc.h"
 #include "lib/wk_assert.h"
+#include "lib/wk_ct.h"
 #include "lib/wk_err.h"
 
 static bool setting_on(const char *v) { return v != NULL && v[0] != '\0'; }
@@ -35,17 +36,6 @@ static bool is_authorization_key(const grpc_slice *key) {
          ascii_equal_nocase(GRPC_SLICE_START_PTR(*key), name, sizeof name - 1);
 }
 
-/* Compares got[0..got_len) with the token in time that depends on the token's length
- * only, never on where the bytes differ. */
-static bool token_equal(const char *token, size_t token_len, const uint8_t *got, size_t got_len) {
-  unsigned diff = got_len == token_len ? 0u : 1u;
-  for (size_t i = 0; i < token_len; i++) {
-    unsigned char g = i < got_len ? got[i] : 0;
-    diff |= (unsigned)(g ^ (unsigned char)token[i]);
-  }
-  return diff == 0;
-}
-
 bool wk_grpc_auth_token_ok(const char *token, size_t token_len, const grpc_metadata_array *md) {
   static const char scheme[] = "bearer ";
   if (token == NULL) return true;
@@ -57,7 +47,7 @@ bool wk_grpc_auth_token_ok(const char *token, size_t token_len, const grpc_metad
     const uint8_t *p = GRPC_SLICE_START_PTR(*v);
     if (n < sizeof scheme - 1 || !ascii_equal_nocase(p, scheme, sizeof scheme - 1)) continue;
     const uint8_t *got = p + (sizeof scheme - 1);
-    if (token_equal(token, token_len, got, n - (sizeof scheme - 1))) ok = true;
+    if (wk_ct_equal(token, token_len, got, n - (sizeof scheme - 1))) ok = true;
   }
   return ok;
 }

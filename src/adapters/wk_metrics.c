@@ -1,6 +1,7 @@
 /* wk_metrics.c: see wk_metrics.h. */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE
 
+#include "lib/wk_ct.h"
 #include "lib/wk_err.h"
 #include "adapters/wk_metrics.h"
 
@@ -14,6 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 
@@ -544,14 +547,64 @@ char *wk_metrics_render(wk_metrics *reg, size_t *len) {
 
 /* ---- HTTP server ------------------------------------------------------------- */
 
+#define SESSION_COOKIE "wk_session"
+#define SESSION_BYTES 32u
+#define LOGIN_BODY_MAX 4096u /* a POST /login body at most */
+
 struct wk_metrics_server {
   struct MHD_Daemon *daemon;
   wk_metrics *reg;
+  bool status_on; /* the status routes */
+  wk_metrics_status status;
+  char *token; /* NULL = none */
+  size_t token_len;
+  char session[2 * SESSION_BYTES + 1]; /* hex: the session cookie's value */
+  bool tls;
+  char *tls_cert, *tls_key;
 };
+
+/* A request's state between MHD's calls: the body of a POST /login. */
+typedef struct request {
+  char body[LOGIN_BODY_MAX + 1];
+  size_t len;
+  bool too_big;
+} request;
 
 static char body_not_found[] = "not found\n";
 static char body_not_allowed[] = "method not allowed\n";
 static char body_oom[] = "out of memory\n";
+static char body_no_status[] = "{\"error\":\"the status is not available yet\"}\n";
+static char body_unauthorized[] =
+    "{\"error\":\"unauthorized: send Authorization: Bearer TOKEN, or log in at /login\"}\n";
+
+/* Nothing from another origin, no framing, no referrer: the page is self-contained. */
+static const char k_csp[] =
+    "default-src 'none'; script-src 'unsafe-inline'; "
+    "style-src 'unsafe-inline'; img-src data:; connect-src 'self'; "
+    "form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+
+static const char k_login_head[] =
+    "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+    "<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">"
+    "<link rel=\"icon\" href=\"data:,\"><title>Worker status: log in</title><style>"
+    "body{font:15px system-ui,sans-serif;background:#0f172a;color:#e2e8f0;display:flex;"
+    "justify-content:center;padding-top:12vh}form{background:#1e293b;padding:24px 28px;"
+    "border-radius:8px;min-width:320px}input{width:100%;box-sizing:border-box;padding:8px;"
+    "margin:10px 0;background:#0f172a;color:#e2e8f0;border:1px solid #475569;border-radius:4px}"
+    "button{padding:8px 16px;background:#2563eb;color:#fff;border:0;border-radius:4px}"
+    ".err{color:#f87171}</style></head><body><form method=\"post\" action=\"/login\">"
+    "<h2>Worker status</h2><label for=\"token\">Auth token (the worker's auth_token)</label>"
+    "<input id=\"token\" name=\"token\" type=\"password\" autocomplete=\"current-password\" "
+    "autofocus>";
+static const char k_login_wrong[] = "<p class=\"err\" id=\"login-error\">Wrong token.</p>";
+static const char k_login_tail[] = "<button type=\"submit\">Log in</button></form></body></html>";
+
+static void add_common_headers(struct MHD_Response *r, const char *type) {
+  MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+  MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+  MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+  MHD_add_response_header(r, "Referrer-Policy", "no-referrer");
+}
 
 static enum MHD_Result reply_static(struct MHD_Connection *conn, unsigned int status, char *body,
                                     const char *allow) {
@@ -565,26 +618,92 @@ static enum MHD_Result reply_static(struct MHD_Connection *conn, unsigned int st
   return ret;
 }
 
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
-                                  const char *method, const char *version, const char *upload_data,
-                                  size_t *upload_data_size, void **con_cls) {
-  (void)version;
-  (void)upload_data;
-  wk_metrics_server *srv = cls;
-  /* First call for a request: headers only. Answer on the second call so that any
-   * request body has been read (and discarded) first. */
-  if (*con_cls == NULL) {
-    *con_cls = srv;
-    return MHD_YES;
+/* A response with `len` bytes of `body` (copied), the common headers, and optionally
+ * a Location and a Set-Cookie. */
+static enum MHD_Result reply(struct MHD_Connection *conn, unsigned int status, const char *type,
+                             const char *body, size_t len, const char *location,
+                             const char *cookie) {
+  char *copy = malloc(len ? len : 1);
+  if (!copy) return MHD_NO;
+  memcpy(copy, body, len);
+  struct MHD_Response *r = MHD_create_response_from_buffer(len, copy, MHD_RESPMEM_MUST_FREE);
+  if (!r) {
+    free(copy);
+    return MHD_NO;
   }
-  if (*upload_data_size != 0) {
-    *upload_data_size = 0; /* ignore bodies */
-    return MHD_YES;
+  add_common_headers(r, type);
+  if (strncmp(type, "text/html", 9) == 0) {
+    MHD_add_response_header(r, "Content-Security-Policy", k_csp);
+    MHD_add_response_header(r, "X-Frame-Options", "DENY");
   }
-  if (strcmp(url, "/metrics") != 0)
-    return reply_static(conn, MHD_HTTP_NOT_FOUND, body_not_found, NULL);
-  if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0)
-    return reply_static(conn, MHD_HTTP_METHOD_NOT_ALLOWED, body_not_allowed, "GET, HEAD");
+  if (location) MHD_add_response_header(r, MHD_HTTP_HEADER_LOCATION, location);
+  if (cookie) MHD_add_response_header(r, MHD_HTTP_HEADER_SET_COOKIE, cookie);
+  if (status == MHD_HTTP_UNAUTHORIZED && strncmp(type, "application/json", 16) == 0)
+    MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer realm=\"worker\"");
+  enum MHD_Result ret = MHD_queue_response(conn, status, r);
+  MHD_destroy_response(r);
+  return ret;
+}
+
+static enum MHD_Result reply_login(struct MHD_Connection *conn, unsigned int status, bool wrong) {
+  char page[sizeof k_login_head + sizeof k_login_wrong + sizeof k_login_tail];
+  snprintf(page, sizeof page, "%s%s%s", k_login_head, wrong ? k_login_wrong : "", k_login_tail);
+  return reply(conn, status, "text/html; charset=utf-8", page, strlen(page), NULL, NULL);
+}
+
+static bool token_ok(const wk_metrics_server *srv, const char *got) {
+  return got && wk_ct_equal(srv->token, srv->token_len, (const uint8_t *)got, strlen(got));
+}
+
+/* With a token: a Bearer header with it, or the session cookie. */
+static bool authorized(const wk_metrics_server *srv, struct MHD_Connection *conn) {
+  if (!srv->token) return true;
+  const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
+  if (auth && strncasecmp(auth, "Bearer ", 7) == 0 && token_ok(srv, auth + 7)) return true;
+  const char *cookie = MHD_lookup_connection_value(conn, MHD_COOKIE_KIND, SESSION_COOKIE);
+  return cookie &&
+         wk_ct_equal(srv->session, strlen(srv->session), (const uint8_t *)cookie, strlen(cookie));
+}
+
+/* Logged in: the session cookie, then on to the page (the token leaves the address bar). */
+static enum MHD_Result reply_logged_in(const wk_metrics_server *srv, struct MHD_Connection *conn) {
+  char cookie[200];
+  snprintf(cookie, sizeof cookie, SESSION_COOKIE "=%s; Path=/; HttpOnly; SameSite=Strict%s",
+           srv->session, srv->tls ? "; Secure" : "");
+  return reply(conn, MHD_HTTP_SEE_OTHER, "text/plain; charset=utf-8", "", 0, "/", cookie);
+}
+
+static int hex_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+/* The value of `name` in an application/x-www-form-urlencoded body, decoded in place
+ * into out (at most out_len - 1 bytes); false when absent or too long. */
+static bool form_value(const char *body, const char *name, char *out, size_t out_len) {
+  size_t name_len = strlen(name);
+  for (const char *p = body; p && *p; p = strchr(p, '&') ? strchr(p, '&') + 1 : NULL) {
+    if (strncmp(p, name, name_len) != 0 || p[name_len] != '=') continue;
+    size_t n = 0;
+    for (const char *q = p + name_len + 1; *q && *q != '&'; q++) {
+      char c = *q;
+      if (c == '+') c = ' ';
+      else if (c == '%' && hex_value(q[1]) >= 0 && hex_value(q[2]) >= 0) {
+        c = (char)(hex_value(q[1]) * 16 + hex_value(q[2]));
+        q += 2;
+      }
+      if (n + 1 >= out_len) return false;
+      out[n++] = c;
+    }
+    out[n] = '\0';
+    return true;
+  }
+  return false;
+}
+
+static enum MHD_Result serve_metrics(wk_metrics_server *srv, struct MHD_Connection *conn) {
   size_t len = 0;
   char *text = wk_metrics_render(srv->reg, &len);
   if (!text) return reply_static(conn, MHD_HTTP_INTERNAL_SERVER_ERROR, body_oom, NULL);
@@ -598,6 +717,127 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
   enum MHD_Result ret = MHD_queue_response(conn, MHD_HTTP_OK, r);
   MHD_destroy_response(r);
   return ret;
+}
+
+static enum MHD_Result serve_status_json(wk_metrics_server *srv, struct MHD_Connection *conn) {
+  if (!authorized(srv, conn))
+    return reply(conn, MHD_HTTP_UNAUTHORIZED, "application/json", body_unauthorized,
+                 strlen(body_unauthorized), NULL, NULL);
+  size_t len = 0;
+  char *json = srv->status.json(srv->status.ud, &len);
+  if (!json)
+    return reply(conn, MHD_HTTP_SERVICE_UNAVAILABLE, "application/json", body_no_status,
+                 strlen(body_no_status), NULL, NULL);
+  struct MHD_Response *r = MHD_create_response_from_buffer(len, json, MHD_RESPMEM_MUST_FREE);
+  if (!r) {
+    free(json);
+    return MHD_NO;
+  }
+  add_common_headers(r, "application/json");
+  enum MHD_Result ret = MHD_queue_response(conn, MHD_HTTP_OK, r);
+  MHD_destroy_response(r);
+  return ret;
+}
+
+static enum MHD_Result serve_page(wk_metrics_server *srv, struct MHD_Connection *conn) {
+  const char *given = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "token");
+  if (srv->token && given) {
+    /* ?token= once: a cookie, and the token gone from the address bar */
+    if (token_ok(srv, given)) return reply_logged_in(srv, conn);
+    return reply_login(conn, MHD_HTTP_UNAUTHORIZED, true);
+  }
+  if (!authorized(srv, conn))
+    return reply(conn, MHD_HTTP_SEE_OTHER, "text/plain; charset=utf-8", "", 0, "/login", NULL);
+  return reply(conn, MHD_HTTP_OK, "text/html; charset=utf-8", srv->status.page_html,
+               strlen(srv->status.page_html), NULL, NULL);
+}
+
+static enum MHD_Result serve_login_post(wk_metrics_server *srv, struct MHD_Connection *conn,
+                                        request *rq) {
+  if (!srv->token) return reply_logged_in(srv, conn); /* nothing to check */
+  char got[1024];
+  if (rq && !rq->too_big && form_value(rq->body, "token", got, sizeof got) && token_ok(srv, got)) {
+    memset(got, 0, sizeof got);
+    return reply_logged_in(srv, conn);
+  }
+  memset(got, 0, sizeof got);
+  return reply_login(conn, MHD_HTTP_UNAUTHORIZED, true);
+}
+
+/* The status routes; NULL path match → 404. */
+static enum MHD_Result serve_status_routes(wk_metrics_server *srv, struct MHD_Connection *conn,
+                                           const char *url, const char *method, request *rq) {
+  bool get = strcmp(method, MHD_HTTP_METHOD_GET) == 0 || strcmp(method, MHD_HTTP_METHOD_HEAD) == 0;
+  bool post = strcmp(method, MHD_HTTP_METHOD_POST) == 0;
+  if (strcmp(url, "/status") == 0) {
+    if (!get) return reply_static(conn, MHD_HTTP_METHOD_NOT_ALLOWED, body_not_allowed, "GET, HEAD");
+    return serve_status_json(srv, conn);
+  }
+  if (strcmp(url, "/") == 0 || strcmp(url, "/index.html") == 0) {
+    if (!get) return reply_static(conn, MHD_HTTP_METHOD_NOT_ALLOWED, body_not_allowed, "GET, HEAD");
+    return serve_page(srv, conn);
+  }
+  if (strcmp(url, "/login") == 0) {
+    if (post) return serve_login_post(srv, conn, rq);
+    if (!get)
+      return reply_static(conn, MHD_HTTP_METHOD_NOT_ALLOWED, body_not_allowed, "GET, HEAD, POST");
+    if (authorized(srv, conn))
+      return reply(conn, MHD_HTTP_SEE_OTHER, "text/plain; charset=utf-8", "", 0, "/", NULL);
+    return reply_login(conn, MHD_HTTP_OK, false);
+  }
+  if (strcmp(url, "/logout") == 0) {
+    if (!get) return reply_static(conn, MHD_HTTP_METHOD_NOT_ALLOWED, body_not_allowed, "GET, HEAD");
+    return reply(conn, MHD_HTTP_SEE_OTHER, "text/plain; charset=utf-8", "", 0, "/login",
+                 SESSION_COOKIE "=; Path=/; Max-Age=0; HttpOnly; SameSite=Strict");
+  }
+  return reply_static(conn, MHD_HTTP_NOT_FOUND, body_not_found, NULL);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **con_cls) {
+  (void)version;
+  wk_metrics_server *srv = cls;
+  /* First call for a request: headers only. Answer on the second call so that any
+   * request body has been read first (kept for POST /login, else discarded). */
+  if (*con_cls == NULL) {
+    bool login =
+        srv->status_on && strcmp(method, MHD_HTTP_METHOD_POST) == 0 && strcmp(url, "/login") == 0;
+    *con_cls = login ? (void *)calloc(1, sizeof(request)) : (void *)srv;
+    return *con_cls ? MHD_YES : MHD_NO;
+  }
+  request *rq = *con_cls != srv ? *con_cls : NULL;
+  if (*upload_data_size != 0) {
+    if (rq) {
+      if (rq->len + *upload_data_size > LOGIN_BODY_MAX) rq->too_big = true;
+      else {
+        memcpy(rq->body + rq->len, upload_data, *upload_data_size);
+        rq->len += *upload_data_size;
+        rq->body[rq->len] = '\0';
+      }
+    }
+    *upload_data_size = 0;
+    return MHD_YES;
+  }
+  if (strcmp(url, "/metrics") == 0) {
+    if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0)
+      return reply_static(conn, MHD_HTTP_METHOD_NOT_ALLOWED, body_not_allowed, "GET, HEAD");
+    return serve_metrics(srv, conn);
+  }
+  if (!srv->status_on) return reply_static(conn, MHD_HTTP_NOT_FOUND, body_not_found, NULL);
+  return serve_status_routes(srv, conn, url, method, rq);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe) {
+  (void)conn;
+  (void)toe;
+  if (*con_cls && *con_cls != cls) {
+    request *rq = *con_cls;
+    memset(rq, 0, sizeof *rq); /* it held a token */
+    free(rq);
+  }
+  *con_cls = NULL;
 }
 
 /* "host:port", "[v6]:port" or ":port" (all interfaces) into host and port strings. */
@@ -628,8 +868,61 @@ static int split_host_port(const char *in, char *host, size_t host_len, char *po
   return 0;
 }
 
+static char *dup_or_null(const char *s) { return s && *s ? dup_str(s) : NULL; }
+
+static void free_secret(char *s) {
+  if (!s) return;
+  memset(s, 0, strlen(s));
+  free(s);
+}
+
+static void server_free(wk_metrics_server *srv) {
+  free_secret(srv->token);
+  free_secret(srv->tls_key);
+  free(srv->tls_cert);
+  memset(srv->session, 0, sizeof srv->session);
+  free(srv);
+}
+
+/* The status routes' settings into srv (copies); -1 when out of memory or no
+ * randomness for the session. */
+static int setup_status(wk_metrics_server *srv, const wk_metrics_status *st, char *err,
+                        size_t err_len) {
+  srv->status_on = st->json && st->page_html;
+  srv->status = *st;
+  srv->status.auth_token = srv->status.tls_cert_pem = srv->status.tls_key_pem = NULL;
+  if (st->auth_token && *st->auth_token) {
+    if (!(srv->token = dup_str(st->auth_token))) goto oom;
+    srv->token_len = strlen(srv->token);
+  }
+  if (st->tls_cert_pem && *st->tls_cert_pem && st->tls_key_pem && *st->tls_key_pem) {
+    if (!(srv->tls_cert = dup_or_null(st->tls_cert_pem)) ||
+        !(srv->tls_key = dup_or_null(st->tls_key_pem)))
+      goto oom;
+    srv->tls = true;
+  }
+  uint8_t raw[SESSION_BYTES];
+  if (getrandom(raw, sizeof raw, 0) != (ssize_t)sizeof raw) {
+    wk_errf(err, err_len, "metrics server: no randomness for the session cookie");
+    return -1;
+  }
+  for (size_t i = 0; i < sizeof raw; i++)
+    snprintf(srv->session + 2 * i, 3, "%02x", (unsigned)raw[i]);
+  memset(raw, 0, sizeof raw);
+  return 0;
+oom:
+  wk_errf(err, err_len, "metrics server: out of memory");
+  return -1;
+}
+
 wk_metrics_server *wk_metrics_server_start(wk_metrics *reg, const char *host_port,
                                            uint16_t *bound_port, char *err, size_t err_len) {
+  return wk_metrics_server_start_with(reg, host_port, NULL, bound_port, err, err_len);
+}
+
+wk_metrics_server *wk_metrics_server_start_with(wk_metrics *reg, const char *host_port,
+                                                const wk_metrics_status *status,
+                                                uint16_t *bound_port, char *err, size_t err_len) {
   if (!reg || !host_port) {
     wk_errf(err, err_len, "metrics server: no registry or address");
     return NULL;
@@ -662,15 +955,31 @@ wk_metrics_server *wk_metrics_server_start(wk_metrics *reg, const char *host_por
     return NULL;
   }
   srv->reg = reg;
+  if (status && setup_status(srv, status, err, err_len) != 0) {
+    server_free(srv);
+    return NULL;
+  }
   unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO;
   if (family == AF_INET6) flags |= MHD_USE_IPv6;
+  if (srv->tls) {
+    if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
+      wk_errf(err, err_len, "metrics server: this libmicrohttpd has no TLS");
+      server_free(srv);
+      return NULL;
+    }
+    flags |= MHD_USE_TLS;
+  }
+  /* the TLS options are ignored without MHD_USE_TLS: NULL PEMs end the list early */
   srv->daemon =
       MHD_start_daemon(flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_SOCK_ADDR,
                        (struct sockaddr *)&addr, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)10,
-                       MHD_OPTION_CONNECTION_LIMIT, (unsigned int)64, MHD_OPTION_END);
+                       MHD_OPTION_CONNECTION_LIMIT, (unsigned int)64, MHD_OPTION_NOTIFY_COMPLETED,
+                       on_completed, srv, srv->tls ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END,
+                       srv->tls_cert, MHD_OPTION_HTTPS_MEM_KEY, srv->tls_key, MHD_OPTION_END);
   if (!srv->daemon) {
-    wk_errf(err, err_len, "metrics server: cannot listen on %s", host_port);
-    free(srv);
+    wk_errf(err, err_len, "metrics server: cannot listen on %s%s", host_port,
+            srv->tls ? " (or the TLS certificate and key were refused)" : "");
+    server_free(srv);
     return NULL;
   }
   if (bound_port) {
@@ -695,5 +1004,5 @@ wk_metrics_server *wk_metrics_server_start(wk_metrics *reg, const char *host_por
 void wk_metrics_server_stop(wk_metrics_server *srv) {
   if (!srv) return;
   MHD_stop_daemon(srv->daemon);
-  free(srv);
+  server_free(srv);
 }

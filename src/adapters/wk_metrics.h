@@ -101,6 +101,35 @@ char *wk_metrics_render(wk_metrics *reg, size_t *len);
  * receives the port actually bound. NULL on failure, with a message in err. */
 wk_metrics_server *wk_metrics_server_start(wk_metrics *reg, const char *host_port,
                                            uint16_t *bound_port, char *err, size_t err_len);
+/* The status page and its JSON, served beside /metrics by wk_metrics_server_start_with:
+ *   GET /        the page (page_html), which reads GET /status every second;
+ *   GET /status  the JSON document json() returns (503 when it returns NULL);
+ *   GET /login   a form asking for the token; POST /login (token=...) checks it;
+ *   GET /logout  forgets the browser's session cookie.
+ * With an auth token, / and /status need either "Authorization: Bearer TOKEN" (tools)
+ * or the session cookie (browsers) that POST /login or one GET /?token=TOKEN sets
+ * (HttpOnly, SameSite=Strict, Secure under TLS; its value is random per server start,
+ * never the token). Tokens and cookies are compared in constant time. /metrics stays
+ * open, as before. Pages carry a Content-Security-Policy that allows nothing from
+ * another origin. */
+typedef struct wk_metrics_status {
+  /* The body of GET /status: a malloc'd JSON text of *len bytes (free()d by the
+   * server), or NULL when there is none yet. Called on the server's thread. */
+  char *(*json)(void *ud, size_t *len);
+  void *ud;
+  const char *page_html;  /* static, NUL-terminated: the page of GET / */
+  const char *auth_token; /* NULL or "" = no token required; copied */
+  /* PEM text of a certificate chain and its key: both set = HTTPS on the whole
+   * listener (/metrics included); copied. */
+  const char *tls_cert_pem, *tls_key_pem;
+} wk_metrics_status;
+
+/* As wk_metrics_server_start, with the status page and its routes when `status` is not
+ * NULL (NULL: /metrics only). */
+wk_metrics_server *wk_metrics_server_start_with(wk_metrics *reg, const char *host_port,
+                                                const wk_metrics_status *status,
+                                                uint16_t *bound_port, char *err, size_t err_len);
+
 /* Stops listening, waits for the serving thread and frees the server. NULL is a no-op. */
 void wk_metrics_server_stop(wk_metrics_server *srv);
 

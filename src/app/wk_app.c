@@ -32,6 +32,8 @@
 #include "app/wk_rundir.h"
 #include "lib/wk_log.h"
 #include "app/wk_app_metrics.h"
+#include "app/wk_status.h"
+#include "adapters/wk_pem.h"
 #include "app/wk_wire.h"
 #include "adapters/wk_etcd_publisher.h"
 #include "adapters/wk_shadow.h"
@@ -83,6 +85,8 @@ typedef struct wk_app {
   wk_app_metrics *metrics; /* NULL without metrics_addr */
   wk_metrics_server *metrics_server;
   int64_t metrics_sampled_ms;
+  wk_status *status;                    /* the status page's document; NULL = off */
+  char status_addr[WK_CONFIG_ADDR_MAX]; /* host:port of the page (the bound port) */
   /* what start-up made, for the one cleanup path */
   char code_root[PATH_MAX];                  /* absolute: executors load code by path */
   wk_builder_registry builders;              /* the Profile's call builders */
@@ -142,6 +146,7 @@ static void enter(wk_app *app, app_phase phase) {
 static void on_pool_stopped(void *arg) {
   wk_app *app = arg;
   app->pool = NULL;
+  wk_status_close(app->status); /* its last document says "stopping" */
   uv_close((uv_handle_t *)&app->phase_timer, NULL);
   uv_close((uv_handle_t *)&app->signal_async, NULL);
 }
@@ -159,6 +164,23 @@ static void publish(wk_app *app) {
       .draining = hb.draining,
   };
   wk_etcd_publisher_update(app->publisher, &eh);
+}
+
+/* The status page's address as others reach it: metrics_addr's host with the bound
+ * port, or, when it listens on every interface, the advertised address's host. */
+static void registry_status_addr(const wk_app *app, char *out, size_t len) {
+  const char *colon = strrchr(app->status_addr, ':');
+  size_t host_len = colon ? (size_t)(colon - app->status_addr) : 0;
+  const char *host = app->status_addr;
+  bool any = host_len == 0 || (host_len == 7 && strncmp(host, "0.0.0.0", 7) == 0) ||
+             (host_len == 4 && strncmp(host, "[::]", 4) == 0);
+  if (!any || !colon) {
+    snprintf(out, len, "%s", app->status_addr);
+    return;
+  }
+  const char *acolon = strrchr(app->advertise_addr, ':');
+  int ahost = acolon ? (int)(acolon - app->advertise_addr) : (int)strlen(app->advertise_addr);
+  snprintf(out, len, "%.*s%s", ahost, app->advertise_addr, colon);
 }
 
 static void start_registration(wk_app *app) {
@@ -179,6 +201,11 @@ static void start_registration(wk_app *app) {
       .service = app->profile->service,
       .version = WK_VERSION,
   };
+  char status_addr[WK_CONFIG_ADDR_MAX + 8];
+  if (app->status) {
+    registry_status_addr(app, status_addr, sizeof status_addr);
+    pc.status_addr = status_addr;
+  }
   app->publisher = wk_etcd_publisher_start(&pc, err, sizeof err);
   if (!app->publisher) {
     wk_log(WK_LOG_ERROR, "registration_failed", "cannot start the etcd publisher: %s", err);
@@ -294,6 +321,8 @@ static void on_phase_timer(uv_timer_t *t) {
   if (now - app->metrics_sampled_ms >= METRICS_SAMPLE_MS) {
     app->metrics_sampled_ms = now;
     sample_metrics(app);
+    if (app->status && app->orch && app->pool)
+      wk_status_tick(app->status, now, wk_orch_wall_offset_ms(app->orch), app->pool);
   }
   if (app->shadow && now - app->shadow_logged_ms >= SHADOW_STATS_LOG_MS) {
     app->shadow_logged_ms = now;
@@ -419,8 +448,43 @@ static void block_stop_signals(void) {
   signal(SIGPIPE, SIG_IGN);
 }
 
+static const char *phase_name(app_phase p) {
+  switch (p) {
+    case APP_STARTING: return "starting";
+    case APP_SERVING: return "serving";
+    case APP_DRAINING: return "draining";
+    case APP_FLUSHING: return "flushing";
+    case APP_STOPPING: return "stopping";
+  }
+  return "unknown";
+}
+
+/* What the status page reads at each build (wk_status_sources_fn; loop thread). */
+static void status_sources(void *ud, wk_status_sources *out) {
+  wk_app *app = ud;
+  const wk_app_config *cfg = app->cfg;
+  *out = (wk_status_sources){
+      .state = phase_name(app->phase),
+      .deployment = wk_deployment_name(app->profile->deployment),
+      .service = app->profile->service,
+      .version = WK_VERSION,
+      .listen_addr = cfg->listen_addr,
+      .advertise_addr = app->advertise_addr,
+      .status_addr = app->status_addr,
+      .isolation = cfg->executor_isolation,
+      .admission_paused = app->orch && app->admission_paused ? "memory pressure" : NULL,
+      .executors_unavailable = app->executors_unavailable,
+      .executors_min = cfg->executors,
+      .executors_max = cfg->executors_max > cfg->executors ? cfg->executors_max : cfg->executors,
+      .orch = app->orch,
+      .pool = app->pool,
+      .publisher = app->publisher,
+      .etcd_endpoints = cfg->etcd_endpoints,
+  };
+}
+
 /* The metrics endpoint, bound before anything else listens: a bad metrics_addr stops
- * the start. */
+ * the start. With status_page, the status page beside it. */
 static int start_metrics(wk_app *app, char *err, size_t len) {
   const wk_app_config *cfg = app->cfg;
   if (!cfg->metrics_addr[0]) return 0;
@@ -433,15 +497,46 @@ static int start_metrics(wk_app *app, char *err, size_t len) {
     return 1;
   }
   uint16_t metrics_port = 0;
-  app->metrics_server = wk_metrics_server_start(wk_app_metrics_registry(app->metrics),
-                                                cfg->metrics_addr, &metrics_port, err, len);
+  wk_metrics_status status = {0};
+  char *cert = NULL, *key = NULL;
+  if (cfg->status_page) {
+    app->status = wk_status_new(&app->loop, status_sources, app);
+    status = (wk_metrics_status){.json = wk_status_json,
+                                 .ud = app->status,
+                                 .page_html = (const char *)wk_status_page_html,
+                                 .auth_token = cfg->auth_token};
+  }
+  if (cfg->tls_cert_file[0] && cfg->tls_key_file[0]) {
+    /* TLS on the metrics listener too (validated already; read again here) */
+    cert = wk_pem_read(cfg->tls_cert_file, WK_PEM_CERTIFICATES, "tls_cert_file", err, len);
+    key =
+        cert ? wk_pem_read(cfg->tls_key_file, WK_PEM_PRIVATE_KEY, "tls_key_file", err, len) : NULL;
+    if (!cert || !key) {
+      fprintf(stderr, "%s: metrics_addr %s: %s\n", program_invocation_short_name, cfg->metrics_addr,
+              err);
+      wk_pem_free(cert);
+      return 2;
+    }
+    status.tls_cert_pem = cert;
+    status.tls_key_pem = key;
+  }
+  app->metrics_server = wk_metrics_server_start_with(
+      wk_app_metrics_registry(app->metrics), cfg->metrics_addr, &status, &metrics_port, err, len);
+  wk_pem_free(cert);
+  wk_pem_free(key);
   if (!app->metrics_server) {
     fprintf(stderr, "%s: metrics_addr %s: %s\n", program_invocation_short_name, cfg->metrics_addr,
             err);
     return 2;
   }
-  wk_log_json(WK_LOG_INFO, "metrics_listening",
-              json_pack("{s:s,s:i}", "metrics_addr", cfg->metrics_addr, "port", (int)metrics_port));
+  const char *colon = strrchr(cfg->metrics_addr, ':');
+  int host_len = colon ? (int)(colon - cfg->metrics_addr) : 0;
+  snprintf(app->status_addr, sizeof app->status_addr, "%.*s:%u", host_len, cfg->metrics_addr,
+           (unsigned)metrics_port);
+  wk_log_json(
+      WK_LOG_INFO, "metrics_listening",
+      json_pack("{s:s,s:i,s:b,s:b}", "metrics_addr", cfg->metrics_addr, "port", (int)metrics_port,
+                "status_page", (int)cfg->status_page, "tls", (int)(cert != NULL)));
   return 0;
 }
 
@@ -601,6 +696,8 @@ static void build_orch_config(const wk_app *app, wk_orch_config *ocfg) {
       .plugin_concurrency = cfg->plugin_concurrency,
       .on_task_finished = app->metrics ? wk_app_metrics_on_task_finished : NULL,
       .on_task_finished_ud = app->metrics,
+      .on_task_ended = app->status ? wk_status_on_task_ended : NULL,
+      .on_task_ended_ud = app->status,
   };
   _Static_assert(sizeof ocfg->writers == sizeof app->writers, "one writer list");
   memcpy(ocfg->writers, app->writers, sizeof app->writers);
@@ -820,8 +917,8 @@ static int app_start(wk_app *app) {
   int rc = choose_writers(app, err, sizeof err);
   if (rc != 0) return rc;
   block_stop_signals();
+  init_loop(app); /* before the metrics server: the status page wakes the loop */
   if ((rc = start_metrics(app, err, sizeof err)) != 0) return rc;
-  init_loop(app);
   if ((rc = make_scratch_root(app)) != 0) return rc;
   if ((rc = resolve_paths(app)) != 0) return rc;
   if ((rc = start_orchestrator(app, err, sizeof err)) != 0) return rc;
@@ -872,6 +969,7 @@ static void app_cleanup(wk_app *app) {
   if (app->own_scratch_root) wk_fs_remove_tree(app->scratch_root);
   wk_metrics_server_stop(app->metrics_server); /* served until the very end */
   wk_app_metrics_free(app->metrics);
+  wk_status_free(app->status); /* closed with the loop's handles */
 }
 
 /* The soft open-files limit raised to the hard one (the usual soft default of 1024 is

@@ -109,6 +109,7 @@ typedef struct wk_app_config {
   char postgres_dsn[1024]; /* postgres writer: libpq connection string ("" = off) */
   char shadow_target_addr[WK_CONFIG_ADDR_MAX]; /* "" = no shadow forwarding */
   char metrics_addr[WK_CONFIG_ADDR_MAX];       /* "" = no Prometheus endpoint */
+  bool status_page; /* the status page and /status beside /metrics (wk_status.h) */
   uint32_t shadow_sample_percent;
   uint32_t builder_concurrency; /* phase semaphores: tasks in each phase at once */
   uint32_t scan_concurrency;

@@ -245,6 +245,9 @@ static const wk_config_item table[] = {
      .max = STRMAX(metrics_addr), .meta = "HOST:PORT",
      .help =
          "serve Prometheus metrics on http://HOST:PORT/metrics (port 0 picks one; empty = off)"},
+    {FIELD(status_page), .type = WK_CONFIG_BOOL, .def = "true",
+     .help = "with metrics_addr: serve the live status page on http://HOST:PORT/ and its JSON on "
+             "/status (auth_token and TLS apply; false = /metrics only)"},
     {FIELD(shadow_sample_percent), .type = WK_CONFIG_UINT, .def = "100", .min = 0, .max = 100,
      .help = "percent of successful submissions mirrored to shadow_target_addr"},
     {FIELD(builder_concurrency), .type = WK_CONFIG_UINT, .def = "4", .min = 1, .max = 65536,

@@ -160,6 +160,8 @@ void wk_orch__exec_cmds(wk_orch *o, const wk_cmds *cmds) {
         wk_orch__release_all_sems(o, rt);
         wk_orch__log_task_finished(o, rt, r);
         if (o->cfg.on_task_finished) o->cfg.on_task_finished(o->cfg.on_task_finished_ud, r);
+        if (o->cfg.on_task_ended)
+          o->cfg.on_task_ended(o->cfg.on_task_ended_ud, r, rt->req.function);
         wk_subs_on_terminal(o->subs, r, o->wall_offset_ms);
         wk_task_rt_unref(rt); /* the core's reference */
         break;
@@ -382,6 +384,40 @@ void wk_orch_set_admission_paused(wk_orch *o, const char *reason) {
 uint32_t wk_orch_live_tasks(const wk_orch *o) { return wk_core_live_tasks(o->core); }
 
 uv_loop_t *wk_orch_loop(wk_orch *o) { return o->loop; }
+
+int64_t wk_orch_wall_offset_ms(const wk_orch *o) { return o->wall_offset_ms; }
+
+size_t wk_orch_list_tasks(const wk_orch *o, wk_orch_task_view *out, size_t max) {
+  if (max == 0) return 0;
+  wk_task_id *ids = wk_xcalloc(max, sizeof *ids);
+  size_t n = wk_core_list_live_tasks(o->core, ids, max), kept = 0;
+  for (size_t i = 0; i < n; i++) {
+    const wk_task_result *r = NULL;
+    wk_task_view v;
+    if (wk_core_get_result(o->core, ids[i].bytes, ids[i].len, &r) != WK_OK ||
+        wk_core_live_task(o->core, ids[i].bytes, ids[i].len, &v) != WK_OK)
+      continue;
+    const wk_task_rt *rt = v.adapter_ctx;
+    wk_orch_task_view *t = &out[kept++];
+    *t = (wk_orch_task_view){
+        .id = ids[i],
+        .slot_id = r->slot_id,
+        .state = r->state,
+        .phase = r->phase,
+        .code_epoch = r->code_epoch,
+        .calls_done = r->statistic.calls.calls_succeeded + r->statistic.calls.calls_failed,
+        .calls_total = r->statistic.calls.calls_total,
+        .accepted_ms = r->statistic.accepted_ms,
+    };
+    /* the core hears of the calls with their first result: until then the total is the
+     * builder's count */
+    if (t->calls_total == 0 && rt && r->phase == WK_PHASE_CALLS)
+      t->calls_total = rt->build.calls_total;
+    snprintf(t->function, sizeof t->function, "%s", rt ? rt->req.function : "");
+  }
+  free(ids);
+  return kept;
+}
 
 wk_heartbeat wk_orch_heartbeat(wk_orch *o) {
   return wk_core_derive_heartbeat(o->core, wk_orch__loop_now(o));

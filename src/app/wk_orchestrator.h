@@ -83,6 +83,10 @@ typedef struct wk_orch_config {
    * line (metrics); NULL = none. */
   void (*on_task_finished)(void *ud, const wk_task_result *r);
   void *on_task_finished_ud;
+  /* Called right after on_task_finished, with the task's function name too (the status
+   * page's last tasks); NULL = none. */
+  void (*on_task_ended)(void *ud, const wk_task_result *r, const char *function);
+  void *on_task_ended_ud;
 } wk_orch_config;
 
 /** Creates the orchestrator on `loop` with a fresh core (not ready). Returns NULL with
@@ -134,6 +138,27 @@ wk_heartbeat wk_orch_heartbeat(wk_orch *orch);
 
 /** The loop the orchestrator runs on. */
 uv_loop_t *wk_orch_loop(wk_orch *orch);
+
+/** The offset from the loop's clock to the wall clock (unix ms = loop ms + offset). */
+int64_t wk_orch_wall_offset_ms(const wk_orch *orch);
+
+/* A live task as the core holds it (the status page): figures and names, never its
+ * arguments or outputs. */
+typedef struct wk_orch_task_view {
+  wk_task_id id;
+  char function[WK_FUNCTION_NAME_MAX + 1]; /* from the runtime's copy of the request */
+  uint64_t slot_id;
+  wk_task_state state;
+  wk_phase phase;
+  uint64_t code_epoch; /* 0 until activation */
+  uint64_t calls_done, calls_total;
+  int64_t accepted_ms; /* loop time */
+} wk_orch_task_view;
+
+/** Writes up to `max` live (submitted, not terminal) tasks into `out`, read from the
+ * core's query functions (state, phase, epoch, calls: the core's truth; the function
+ * name from the task's runtime); returns how many. Loop thread. */
+size_t wk_orch_list_tasks(const wk_orch *orch, wk_orch_task_view *out, size_t max);
 
 /** Tasks submitted and not yet terminal. */
 uint32_t wk_orch_live_tasks(const wk_orch *orch);
