@@ -19,11 +19,14 @@ add_executable(workerctl
   ${PROJECT_SOURCE_DIR}/cmd/workerctl/workerctl_cmds.c
   ${PROJECT_SOURCE_DIR}/cmd/workerctl/workerctl_check.c
   ${PROJECT_SOURCE_DIR}/cmd/workerctl/workerctl_format.c
-  ${PROJECT_SOURCE_DIR}/cmd/workerctl/workerctl_workers.c)
+  ${PROJECT_SOURCE_DIR}/cmd/workerctl/workerctl_workers.c
+  ${PROJECT_SOURCE_DIR}/cmd/workerctl/workerctl_top.c)
 target_include_directories(workerctl PRIVATE ${PROJECT_SOURCE_DIR}/cmd/workerctl)
 target_link_libraries(workerctl PRIVATE wk_grpc_client wk_code_store wk_proto wk_lib PkgConfig::JANSSON)
 # `workerctl workers` and `submit` without --addr read the registry (cmake/Etcd.cmake).
 target_link_libraries(workerctl PRIVATE wk_etcd_registry)
+# `workerctl top` reads the workers' GET /status over HTTP(S).
+target_link_libraries(workerctl PRIVATE PkgConfig::LIBCURL)
 target_compile_options(workerctl PRIVATE ${WK_WARNINGS})
 # the deploy check runs the source tree's executor program unless installed beside it
 target_compile_definitions(workerctl PRIVATE WK_PYTHON_DIR="${PROJECT_SOURCE_DIR}/python")

@@ -174,6 +174,8 @@ int ctl_check_code(void *ud, const char *dir, char *err, size_t err_len);
 #define CTL_DEFAULT_ETCD "http://127.0.0.1:2379"
 #define CTL_DEFAULT_PREFIX "/workers/"
 int ctl_cmd_workers(ctl_args *a);
+/* workerctl_top.c */
+int ctl_cmd_top(ctl_args *a);
 /** The etcd endpoints: --etcd, else $WORKERCTL_ETCD, else CTL_DEFAULT_ETCD. */
 const char *ctl_etcd_endpoints(const ctl_args *a);
 /** The registry prefix: --prefix, else CTL_DEFAULT_PREFIX. */

@@ -170,6 +170,15 @@ const ctl_command ctl_commands[] = {
      "--deadline-ms bounds each etcd request. Exit 4 when etcd cannot be reached, 3 when\n"
      "it answers an error.\n",
      BIT(F_ETCD) | BIT(F_PREFIX), 0, 0, ctl_cmd_workers},
+    {"top", "top [--addr STATUS_HOST:PORT | --etcd ENDPOINTS [--prefix P]] [--token T]",
+     "A live view of one worker (--addr: its metrics_addr, where /status is served) or of\n"
+     "every worker registered in etcd: slots, executors, tasks/s, calls/s, failures,\n"
+     "draining; one line per worker and a detail pane (executors, tasks in flight, recent\n"
+     "failures) for the selected one. j/k or the arrow keys select, q quits. Not on a\n"
+     "terminal: one plain line per worker each refresh. --token when the worker has an\n"
+     "auth_token; --tls-ca when its listener has TLS. Refreshes every second\n"
+     "($WORKERCTL_TOP_INTERVAL_MS).\n",
+     BIT(F_ETCD) | BIT(F_PREFIX), 0, 0, ctl_cmd_top},
 };
 const size_t ctl_command_count = sizeof ctl_commands / sizeof ctl_commands[0];
 
