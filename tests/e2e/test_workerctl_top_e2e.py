@@ -140,6 +140,8 @@ def test_top_every_worker_in_etcd(worker_factory):
         sel_addr = first.split()[1]
         other = next(w for w in ws if w.addr != sel_addr)
         assert "address %s " % sel_addr in "\n".join(lines)
+        # its registration as the worker itself reports it: registered, with a lease
+        assert re.search(r"^etcd: registered  lease [0-9a-f]+$", "\n".join(lines), re.M), lines
         # j (or the down arrow) selects the other one
         t.send(b"j")
         lines = t.wait_screen(lambda s: "address %s " % other.addr in s)
