@@ -51,7 +51,7 @@ class Pty(object):
         text = self.out.decode("utf-8", "replace")
         frames = text.split("\x1b[H")
         last = frames[-1] if len(frames) > 1 else text
-        return [ESC.sub("", l) for l in last.split("\r\n")]
+        return [ESC.sub("", l).rstrip("\r") for l in last.split("\n")]
 
     def wait_screen(self, pred, timeout=20):
         deadline = time.time() + timeout
