@@ -88,8 +88,8 @@ EXTRACT = r"""(() => {
 })()"""
 
 
-@pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="chromium is not installed (scripts/deps.sh)")
 def test_status_page_in_chromium(tmp_path):
+    assert os.path.exists(CHROMIUM), "chromium is not installed: run scripts/deps.sh"
     w = Worker(str(tmp_path / "w"), executors=3,
                extra_args=["--executors-max", "3", "--task-slots", "8", "--metrics-addr",
                            "127.0.0.1:0", "--auth-token", TOKEN])
@@ -198,5 +198,10 @@ def test_status_json_without_browser_and_page_off(worker_factory):
     with pytest.raises(urllib.error.HTTPError) as e:
         urllib.request.urlopen("http://127.0.0.1:%d/status" % port, timeout=10)
     assert e.value.code == 404
-    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10) as r:
-        assert b"worker_task_slots 16" in r.read()
+    deadline = time.time() + 20  # the gauges are sampled every 250 ms once started
+    while True:
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10) as r:
+            if b"worker_task_slots 16" in r.read():
+                break
+        assert time.time() < deadline
+        time.sleep(0.1)
