@@ -6,12 +6,14 @@ listener speaks only HTTPS; a task's arguments never reach /status."""
 
 import http.client
 import json
+import os
 import ssl
+import subprocess
 import time
 
 import pytest
 
-from conftest import Worker, pb
+from conftest import WORKERCTL, Worker, pb
 from test_tls_e2e import cert  # noqa: F401  (the self-signed certificate fixture)
 
 TOKEN = "status-tok-0b9e41"
@@ -166,6 +168,16 @@ def test_tls_applies_to_the_status_page(tmp_path, cert):
         cookie, _ = session_cookie(h)
         assert "Secure" in cookie
         assert request(port, "GET", "/metrics", tls_ctx=ctx)[0] == 200
+        # workerctl top reads it over HTTPS with --tls-ca and --token
+        env = dict(os.environ, WORKERCTL_TOP_INTERVAL_MS="200")
+        p = subprocess.Popen([WORKERCTL, "--tls-ca", crt, "--token", TOKEN, "top", "--addr",
+                              "127.0.0.1:%d" % port], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, env=env)
+        line = p.stdout.readline().decode()
+        p.stdin.write(b"q\n")
+        p.stdin.flush()
+        assert p.wait(10) == 0
+        assert "slots run" in line, line
         # plain HTTP gets no page, no JSON, no metrics
         with pytest.raises((http.client.HTTPException, ConnectionError, OSError)):
             status, _, body = request(port, "GET", "/metrics")
