@@ -97,6 +97,7 @@ struct wk_orch {
 
   uv_timer_t tick;
   uv_timer_t deadline;
+  uv_check_t turn_end; /* after each loop turn's callbacks: the coalesced PHASE_CHANGEDs */
   wk_orch__step *steps_head, *steps_tail;
   wk_orch__sem sems[WK_ORCH__SEM_COUNT];
   wk_orch__health_watch *health_watchers;

@@ -169,7 +169,7 @@ void wk_orch__exec_cmds(wk_orch *o, const wk_cmds *cmds) {
     if (c->kind == WK_CMD_START_BUILDER || c->kind == WK_CMD_START_CALLS ||
         c->kind == WK_CMD_START_WRITER) {
       if (wk_core_get_result(o->core, c->task_id, c->task_id_len, &r) == WK_OK) {
-        wk_subs_on_phase(o->subs, r, o->wall_offset_ms);
+        wk_subs_on_phase(o->subs, r);
       }
     }
   }
@@ -288,6 +288,12 @@ static void tick(wk_orch *o) {
 
 static void on_tick(uv_timer_t *t) { tick(t->data); }
 
+/* The end of a loop turn: phase changes of the turn go out, one per task (its latest). */
+static void on_turn_end(uv_check_t *h) {
+  wk_orch *o = h->data;
+  if (wk_subs_phases_pending(o->subs)) wk_subs_flush_phases(o->subs, o->wall_offset_ms);
+}
+
 static void reschedule_deadline(wk_orch *o) {
   if (o->closing) return;
   int64_t next = wk_core_next_deadline(o->core);
@@ -340,6 +346,10 @@ wk_orch *wk_orch_create(uv_loop_t *loop, const wk_orch_config *cfg, char *err, s
   o->tick.data = o;
   uv_timer_init(loop, &o->deadline);
   o->deadline.data = o;
+  uv_check_init(loop, &o->turn_end);
+  o->turn_end.data = o;
+  uv_check_start(&o->turn_end, on_turn_end);
+  uv_unref((uv_handle_t *)&o->turn_end); /* runs every turn, keeps no loop alive */
   compute_wall_offset(o);
   uv_timer_start(&o->tick, on_tick, (uint64_t)cfg->tick_ms, (uint64_t)cfg->tick_ms);
   return o;
@@ -476,7 +486,8 @@ void wk_orch_close(wk_orch *o) {
   /* events already queued: answer them (closing) before the handles go */
   on_wake(&o->wake);
   wk_orch__health_finish_all(o);
-  o->handles_open = 3;
+  o->handles_open = 4;
+  uv_close((uv_handle_t *)&o->turn_end, on_handle_closed);
   uv_close((uv_handle_t *)&o->wake, on_handle_closed);
   uv_close((uv_handle_t *)&o->tick, on_handle_closed);
   uv_close((uv_handle_t *)&o->deadline, on_handle_closed);

@@ -22,7 +22,8 @@ typedef struct wk_watch_entry {
   struct wk_watch_entry *next; /* in the bucket */
   wk_sub *sub;
   uint64_t hash;
-  bool owner; /* false: an observer, which never counts for the core's watch grace */
+  bool owner;         /* false: an observer, which never counts for the core's watch grace */
+  bool phase_pending; /* a PHASE_CHANGED is due at the end of this loop turn */
   char task_id[WK_TASK_ID_MAX + 1];
 } wk_watch_entry;
 
@@ -41,12 +42,20 @@ typedef struct cached_body {
   wk_shared *body; /* NULL: a free entry */
 } cached_body;
 
+/* A task whose phase changed this loop turn (wk_subs_flush_phases sends the latest). */
+typedef struct pending_phase {
+  uint64_t hash;
+  char task_id[WK_TASK_ID_MAX + 1];
+} pending_phase;
+
 struct wk_subs {
   wk_core *core;
   wk_sub *streams;
   uint32_t n_streams;
   wk_watch_entry *buckets[BUCKETS];
   cached_body cache[BODY_CACHE];
+  pending_phase *pending; /* each task once, with its entries marked phase_pending */
+  size_t n_pending, cap_pending;
 };
 
 wk_subs *wk_subs_create(wk_core *core) {
@@ -277,22 +286,21 @@ void wk_subs_watch(wk_subs *s, wk_rpc *rpc, int64_t now_ms, int64_t wall_offset_
   if (sub->remaining == 0) finish(sub, GRPC_STATUS_OK, "");
 }
 
-static void notify(wk_subs *s, const wk_task_result *r, Worker__V1__TaskEvent__Kind kind,
-                   int64_t wall_offset_ms) {
-  char id[WK_TASK_ID_MAX + 1];
-  memcpy(id, r->task_id, r->task_id_len);
-  id[r->task_id_len] = '\0';
-  uint64_t h = id_hash(id);
+/* Sends `r` as a `kind` event to the watchers of task `id` (hash h); a PHASE_CHANGED
+ * only to those marked phase_pending (their marks are cleared). */
+static void notify(wk_subs *s, const char *id, uint64_t h, const wk_task_result *r,
+                   Worker__V1__TaskEvent__Kind kind, int64_t wall_offset_ms) {
   wk_buf msg = {0};
   wk_shared *body = NULL; /* encoded once, for every watcher */
   bool terminal = kind == WORKER__V1__TASK_EVENT__KIND__KIND_TERMINAL;
   wk_watch_entry **pp = &s->buckets[h % BUCKETS];
   while (*pp) {
     wk_watch_entry *e = *pp;
-    if (e->hash != h || strcmp(e->task_id, id) != 0) {
+    if (e->hash != h || strcmp(e->task_id, id) != 0 || (!terminal && !e->phase_pending)) {
       pp = &e->next;
       continue;
     }
+    e->phase_pending = false;
     if (body == NULL) {
       body = terminal ? terminal_body(s, id, h, r, wall_offset_ms) : encode_body(r, wall_offset_ms);
       encode_head(&msg, id, kind, body);
@@ -312,12 +320,56 @@ static void notify(wk_subs *s, const wk_task_result *r, Worker__V1__TaskEvent__K
   wk_buf_free(&msg);
 }
 
-void wk_subs_on_phase(wk_subs *s, const wk_task_result *r, int64_t wall_offset_ms) {
-  notify(s, r, WORKER__V1__TASK_EVENT__KIND__KIND_PHASE_CHANGED, wall_offset_ms);
+static void result_id(const wk_task_result *r, char id[WK_TASK_ID_MAX + 1]) {
+  memcpy(id, r->task_id, r->task_id_len);
+  id[r->task_id_len] = '\0';
 }
 
+void wk_subs_on_phase(wk_subs *s, const wk_task_result *r) {
+  char id[WK_TASK_ID_MAX + 1];
+  result_id(r, id);
+  uint64_t h = id_hash(id);
+  bool watched = false, queued = false;
+  for (wk_watch_entry *e = s->buckets[h % BUCKETS]; e; e = e->next) {
+    if (e->hash != h || strcmp(e->task_id, id) != 0) continue;
+    watched = true;
+    queued = queued || e->phase_pending; /* already due this turn: it sends the latest */
+    e->phase_pending = true;
+  }
+  if (!watched || queued) return;
+  if (s->n_pending == s->cap_pending) {
+    s->cap_pending = s->cap_pending ? s->cap_pending * 2 : 64;
+    s->pending = wk_xrealloc(s->pending, s->cap_pending * sizeof *s->pending);
+  }
+  pending_phase *p = &s->pending[s->n_pending++];
+  p->hash = h;
+  memcpy(p->task_id, id, sizeof id);
+}
+
+size_t wk_subs_flush_phases(wk_subs *s, int64_t wall_offset_ms) {
+  size_t n = s->n_pending;
+  for (size_t i = 0; i < n; i++) {
+    const pending_phase *p = &s->pending[i];
+    const wk_task_result *r;
+    /* the task's state now: the latest phase; a task that converged since sent its
+     * TERMINAL already (and dropped its watchers' marks), one forgotten has none left */
+    if (wk_core_get_result(s->core, p->task_id, strlen(p->task_id), &r) != WK_OK ||
+        wk_task_state_terminal(r->state)) {
+      continue;
+    }
+    notify(s, p->task_id, p->hash, r, WORKER__V1__TASK_EVENT__KIND__KIND_PHASE_CHANGED,
+           wall_offset_ms);
+  }
+  s->n_pending = 0;
+  return n;
+}
+
+bool wk_subs_phases_pending(const wk_subs *s) { return s->n_pending > 0; }
+
 void wk_subs_on_terminal(wk_subs *s, const wk_task_result *r, int64_t wall_offset_ms) {
-  notify(s, r, WORKER__V1__TASK_EVENT__KIND__KIND_TERMINAL, wall_offset_ms);
+  char id[WK_TASK_ID_MAX + 1];
+  result_id(r, id);
+  notify(s, id, id_hash(id), r, WORKER__V1__TASK_EVENT__KIND__KIND_TERMINAL, wall_offset_ms);
 }
 
 static wk_sub *find_sub(const wk_subs *s, const wk_rpc *rpc) {
@@ -352,5 +404,6 @@ void wk_subs_destroy(wk_subs *s) {
     free(sub);
   }
   for (uint32_t i = 0; i < BODY_CACHE; i++) wk_shared_unref(s->cache[i].body);
+  free(s->pending);
   free(s);
 }

@@ -7,6 +7,13 @@
  * sends a SNAPSHOT per task first, then PHASE_CHANGED events, then the TERMINAL
  * event, and ends the stream OK once every watched task's terminal event is sent.
  *
+ * Phase changes coalesce: wk_subs_on_phase only marks the task, and
+ * wk_subs_flush_phases (the orchestrator calls it once per loop turn, after the turn's
+ * callbacks) sends one PHASE_CHANGED with the task's phase at that moment. A watcher
+ * thus misses phases a task entered and left within one turn (e.g. BUILDER when a
+ * "single" builder ran at once, WRITER when the task converged in the same turn), but
+ * never its SNAPSHOT nor its TERMINAL event, which go out at once.
+ *
  * Each event is encoded once: its TaskResult into a wk_shared body that every stream
  * sending it references (the gRPC server never copies it), behind a small per-kind
  * head. A stream the server refuses an event for (over watch_stream_max_bytes or
@@ -33,8 +40,15 @@ void wk_subs_destroy(wk_subs *subs);
 /** Starts a WatchTasks stream (takes the rpc's reference). Unknown task ids end it
  * NOT_FOUND before anything is attached. */
 void wk_subs_watch(wk_subs *subs, wk_rpc *rpc, int64_t now_ms, int64_t wall_offset_ms);
-/** A task entered a new phase: PHASE_CHANGED to its watchers. */
-void wk_subs_on_phase(wk_subs *subs, const wk_task_result *r, int64_t wall_offset_ms);
+/** A task entered a new phase: its watchers get a PHASE_CHANGED at the next
+ * wk_subs_flush_phases (one, with the phase then), unless it converges first. */
+void wk_subs_on_phase(wk_subs *subs, const wk_task_result *r);
+/** Sends the PHASE_CHANGED events due (each task's latest phase, encoded once for all
+ * of its watchers; none for a task that converged or was forgotten since). Returns
+ * how many tasks were due. */
+size_t wk_subs_flush_phases(wk_subs *subs, int64_t wall_offset_ms);
+/** True when a PHASE_CHANGED waits for wk_subs_flush_phases. */
+bool wk_subs_phases_pending(const wk_subs *subs);
 /** A task converged: TERMINAL to its watchers; streams with nothing left end OK. */
 void wk_subs_on_terminal(wk_subs *subs, const wk_task_result *r, int64_t wall_offset_ms);
 /** The client side of a stream closed; `cancelled` when it went away early. Tasks it

@@ -28,6 +28,7 @@ typedef struct event {
   Worker__V1__TaskEvent__Kind kind;
   char task_id[WK_TASK_ID_MAX + 1];
   Worker__V1__TaskState state;
+  Worker__V1__Phase phase;
   wk_shared *body; /* the shared TaskResult bytes, held (unsent) until drain() */
 } event;
 
@@ -73,6 +74,7 @@ wk_rpc_send_status wk_rpc_send_parts(wk_rpc *rpc, const uint8_t *head, size_t he
   e->kind = ev->kind;
   snprintf(e->task_id, sizeof e->task_id, "%s", ev->task_id);
   e->state = ev->result->state;
+  e->phase = ev->result->phase;
   e->body = body ? wk_shared_ref(body) : NULL;
   worker__v1__task_event__free_unpacked(ev, NULL);
   return WK_RPC_SEND_OK;
@@ -312,7 +314,9 @@ static void test_last_detach(void **state) {
    * lost its only watcher and its grace starts, whatever the cancelled flag says. */
   const wk_task_result *r = FX_GET(f->core, ID("t2"));
   c->refuse = WK_RPC_SEND_OVER_STREAM_BYTES;
-  wk_subs_on_phase(f->subs, r, 0);
+  wk_subs_on_phase(f->subs, r);
+  assert_false(c->ended); /* not before the end of the turn */
+  assert_int_equal(wk_subs_flush_phases(f->subs, 0), 1);
   assert_true(c->ended && c->aborted);
   assert_int_equal(c->code, GRPC_STATUS_RESOURCE_EXHAUSTED);
   EXPECT_CORE_EVENTS(2, 0, 1);
@@ -342,7 +346,8 @@ static void test_several_streams_on_one_task(void **state) {
   EXPECT_EVENT(c, 1, SNAPSHOT, "t2", RUNNING);
 
   FX_BUILDER_OK(f->core, ID("t1"), s1, &ctx_a, NULL, false, 1600);
-  wk_subs_on_phase(f->subs, FX_GET(f->core, ID("t1")), 0);
+  wk_subs_on_phase(f->subs, FX_GET(f->core, ID("t1")));
+  assert_int_equal(wk_subs_flush_phases(f->subs, 0), 1);
   FX_CALLS_OK(f->core, ID("t1"), s1, &ctx_a, NULL, 0, 1700);
   FX_WRITER_OK(f->core, ID("t1"), s1, &ctx_a, NULL, 0, 1800);
   wk_subs_on_terminal(f->subs, FX_GET(f->core, ID("t1")), 0);
@@ -376,6 +381,58 @@ static void test_several_streams_on_one_task(void **state) {
   close_stream(f, c, false, 2100);
   EXPECT_CORE_EVENTS(2, 0, 0);
   assert_int_equal(grace_over(f, 99999), 0);
+  FX_INV(f->core);
+}
+
+/* Phase changes within one loop turn coalesce: every watcher gets one PHASE_CHANGED
+ * with the latest phase, the same encoded bytes for all; a watcher that attached in
+ * between has that phase in its SNAPSHOT and gets no PHASE_CHANGED for it; a task that
+ * converges before the turn ends sends its TERMINAL (never skipped) and no
+ * PHASE_CHANGED for the phases it left. */
+static void test_phases_coalesce_terminal_never_skipped(void **state) {
+  fixture *f = *state;
+  enum { N = 6 };
+  uint64_t s1 = FX_RUN_TO_BUILDER(f->core, ID("t1"), &ctx_a, 1000);
+  wk_rpc *w[N + 1];
+  for (size_t i = 0; i < N; i++) {
+    w[i] = stream("t1", NULL);
+    wk_subs_watch(f->subs, w[i], 1100, 0);
+  }
+  FX_BUILDER_OK(f->core, ID("t1"), s1, &ctx_a, NULL, false, 1200);
+  wk_subs_on_phase(f->subs, FX_GET(f->core, ID("t1"))); /* CALLS */
+  FX_CALLS_OK(f->core, ID("t1"), s1, &ctx_a, NULL, 0, 1300);
+  wk_subs_on_phase(f->subs, FX_GET(f->core, ID("t1"))); /* WRITER, same turn */
+  assert_true(wk_subs_phases_pending(f->subs));
+  w[N] = stream("t1", NULL); /* attaches before the turn ends: WRITER in its SNAPSHOT */
+  wk_subs_watch(f->subs, w[N], 1300, 0);
+  EXPECT_EVENT(w[N], 0, SNAPSHOT, "t1", RUNNING);
+  assert_int_equal(w[N]->events[0].phase, WORKER__V1__PHASE__PHASE_WRITER);
+  assert_int_equal(wk_subs_flush_phases(f->subs, 0), 1);
+  assert_false(wk_subs_phases_pending(f->subs));
+  assert_int_equal(w[N]->n_events, 1);
+  for (size_t i = 0; i < N; i++) {
+    assert_int_equal(w[i]->n_events, 2);
+    EXPECT_EVENT(w[i], 1, PHASE_CHANGED, "t1", RUNNING);
+    assert_int_equal(w[i]->events[1].phase, WORKER__V1__PHASE__PHASE_WRITER);
+    assert_ptr_equal(w[i]->events[1].body, w[0]->events[1].body); /* encoded once */
+  }
+  assert_int_equal(wk_subs_flush_phases(f->subs, 0), 0); /* nothing due twice */
+
+  /* a phase change, then convergence in the same turn: TERMINAL only */
+  wk_subs_on_phase(f->subs, FX_GET(f->core, ID("t1")));
+  FX_WRITER_OK(f->core, ID("t1"), s1, &ctx_a, NULL, 0, 1400);
+  wk_subs_on_terminal(f->subs, FX_GET(f->core, ID("t1")), 0);
+  (void)wk_subs_flush_phases(f->subs, 0);
+  for (size_t i = 0; i <= N; i++) {
+    size_t last = w[i]->n_events - 1;
+    assert_int_equal(last, i < N ? 2 : 1);
+    EXPECT_EVENT(w[i], last, TERMINAL, "t1", SUCCEEDED);
+    assert_ptr_equal(w[i]->events[last].body, w[0]->events[2].body);
+    assert_true(w[i]->ended);
+    assert_int_equal(w[i]->code, GRPC_STATUS_OK);
+  }
+  for (size_t i = 0; i <= N; i++) close_stream(f, w[i], false, 1500);
+  EXPECT_CORE_EVENTS(1, 0, 0);
   FX_INV(f->core);
 }
 
@@ -564,6 +621,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_observers_never_own, setup, teardown),
       cmocka_unit_test_setup_teardown(test_several_streams_on_one_task, setup, teardown),
       cmocka_unit_test_setup_teardown(test_finished_task_encoded_once, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_phases_coalesce_terminal_never_skipped, setup, teardown),
       cmocka_unit_test_setup_teardown(test_reattach_within_grace, setup, teardown),
       cmocka_unit_test_setup_teardown(test_grace_expiry_owner_lost, setup, teardown),
       cmocka_unit_test_setup_teardown(test_unknown_task_not_found, setup, teardown),
