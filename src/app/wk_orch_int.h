@@ -175,7 +175,8 @@ void wk_orch__start_activation(wk_orch *o, wk_task_rt *rt, uint64_t slot_id);
 
 /** The builder phase: under the builder semaphore, the builder runs as a threadpool
  * job (never on the loop: a large map takes a while to parse); its done callback
- * reports WK_PHASE_BUILDER with the time it ran. */
+ * reports WK_PHASE_BUILDER with the time it ran. A cheap builder ("single": one call
+ * over the args, no parsing) runs at once on the loop instead, in this turn. */
 void wk_orch__run_builder(wk_orch *o, wk_task_rt *rt);
 
 /** START_CALLS (under the executor, and for streams the scan, semaphore). */

@@ -48,17 +48,16 @@ static void phase_finished(wk_orch *o, wk_task_rt *rt, wk_phase phase,
 /* Monotonic ms on the loop's clock (uv_now is uv_hrtime, coarser), from any thread. */
 static int64_t clock_ms(void) { return (int64_t)(uv_hrtime() / 1000000u); }
 
-/* On a threadpool thread: reads rt->req (read-only after create) and the builder
+/* Runs rt's builder (rt->build.impl) into rt->build.job. On a threadpool thread (or on
+ * the loop for a cheap builder): reads rt->req (read-only after create) and the builder
  * (static); writes rt->build.job only. Nothing else of the task or the orchestrator. */
-static void on_builder_work(uv_work_t *w) {
-  const wk_orch__job *j = w->data;
-  const wk_task_rt *rt = j->rt;
-  wk_rt_build_job *job = &j->rt->build.job;
+static void build(const wk_orch *o, wk_task_rt *rt) {
+  wk_rt_build_job *job = &rt->build.job;
   const wk_builder *b = rt->build.impl;
   wk_builder_input in = {.args = rt->req.args,
                          .args_len = rt->req.args_len,
                          .json = rt->req.args_json,
-                         .max_calls = j->o->cfg.max_calls_per_task,
+                         .max_calls = o->cfg.max_calls_per_task,
                          .options = rt->req.builder_options,
                          .n_options = rt->req.n_builder_options};
   job->started_ms = clock_ms();
@@ -67,17 +66,23 @@ static void on_builder_work(uv_work_t *w) {
   job->finished_ms = clock_ms();
 }
 
-/* Back on the loop: gives the builder semaphore back (even when the task converged
- * meanwhile), takes the job's calls into the task and reports the phase. */
-static void on_builder_done(uv_work_t *w, int status) {
-  wk_task_rt *rt;
-  wk_orch *o = wk_orch__job_end(w, &rt);
-  if (!o) return;
-  wk_orch__loop_now(o);
+static void on_builder_work(uv_work_t *w) {
+  const wk_orch__job *j = w->data;
+  build(j->o, j->rt);
+}
+
+/* On the loop, the build over (status: the job's, 0 inline): gives the builder
+ * semaphore back (even when the task converged meanwhile; `lent`: its job held it),
+ * takes the built calls into the task and reports the phase. */
+static void builder_finished(wk_orch *o, wk_task_rt *rt, int status, bool lent) {
   wk_rt_build *bd = &rt->build;
   WK_ASSERT(bd->running);
   bd->running = false;
-  wk_orch__sem_release_from_job(o, WK_ORCH__SEM_BUILDER, rt);
+  if (lent) {
+    wk_orch__sem_release_from_job(o, WK_ORCH__SEM_BUILDER, rt);
+  } else {
+    wk_orch__sem_release(o, WK_ORCH__SEM_BUILDER, rt);
+  }
   if (!wk_orch__converged(o, rt)) {
     wk_phase_outcome out = {
         .ok = true, .ran_from_ms = bd->job.started_ms, .ran_to_ms = bd->job.finished_ms};
@@ -97,6 +102,14 @@ static void on_builder_done(uv_work_t *w, int status) {
     }
     phase_finished(o, rt, WK_PHASE_BUILDER, &out);
   }
+}
+
+static void on_builder_done(uv_work_t *w, int status) {
+  wk_task_rt *rt;
+  wk_orch *o = wk_orch__job_end(w, &rt);
+  if (!o) return;
+  wk_orch__loop_now(o);
+  builder_finished(o, rt, status, true);
   wk_task_rt_unref(rt);
   wk_orch__run_steps(o);
 }
@@ -115,6 +128,11 @@ void wk_orch__run_builder(wk_orch *o, wk_task_rt *rt) {
   if (!wk_orch__sem_acquire(o, WK_ORCH__SEM_BUILDER, rt)) return;
   rt->build.impl = b;
   rt->build.running = true;
+  if (b->cheap) { /* no threadpool round trip: built here, in this loop turn */
+    build(o, rt);
+    builder_finished(o, rt, 0, false);
+    return;
+  }
   wk_orch__sem_lend_to_job(rt, WK_ORCH__SEM_BUILDER);
   wk_orch__queue_job(o, rt, 0, on_builder_work, on_builder_done);
 }

@@ -247,9 +247,9 @@ static size_t range_args(const wk_stream_state *st, uint64_t index, char *buf, s
 }
 
 static const wk_builder builtin[] = {
-    {"single", no_options, build_single, NULL, NULL},
-    {"map", map_options, build_map, NULL, NULL},
-    {"range", no_options, NULL, range_open, range_args},
+    {"single", no_options, build_single, NULL, NULL, true},
+    {"map", map_options, build_map, NULL, NULL, false},
+    {"range", no_options, NULL, range_open, range_args, false},
 };
 
 const wk_builder *wk_builder_find_builtin(const char *name) {

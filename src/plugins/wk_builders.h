@@ -69,6 +69,7 @@ typedef struct wk_builder {
   wk_builder_fn build;           /* list builders */
   wk_stream_open_fn stream_open; /* streaming builders */
   wk_stream_args_fn stream_args;
+  bool cheap; /* build takes constant time (no parsing, no copy): it runs on the loop */
 } wk_builder;
 
 #define WK_STREAM_ARGS_MAX 128 /* bytes of one streamed call's args */
