@@ -40,6 +40,8 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--only", default="noop,sleep,echo")
     ap.add_argument("--executors", type=int, default=2)
+    ap.add_argument("--scratch-root", default="",
+                    help="the worker's scratch_root (e.g. /dev/shm: no ext4 mkdir/rmdir cost per task)")
     ap.add_argument("--perf", default="", help="perf record -g the worker into this file during the noop reps")
     args = ap.parse_args()
     os.environ["WK_BUILD_DIR"] = os.path.abspath(args.build)
@@ -49,7 +51,8 @@ def main():
     only = set(args.only.split(","))
     tmp = tempfile.mkdtemp(prefix="bench-hotpath-")
     w = Worker(tmp, extra_args=["--task-slots", "1024", "--max-message-bytes", str(16 << 20),
-                                "--executors-max", str(args.executors)],
+                                "--executors-max", str(args.executors)]
+               + (["--scratch-root", args.scratch_root] if args.scratch_root else []),
                executors=args.executors)
     TERMINAL = (pb.TASK_STATE_SUCCEEDED, pb.TASK_STATE_FAILED, pb.TASK_STATE_CANCELLED)
     try:
