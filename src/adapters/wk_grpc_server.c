@@ -799,16 +799,30 @@ static void dispatch_event(wk_tag *tag, bool ok) {
   }
 }
 
+static void batch_end(wk_grpc_server *s, uint32_t *handled) {
+  *handled = 0;
+  if (s->sink.on_batch_end != NULL) s->sink.on_batch_end(s->sink.ud);
+}
+
+/* Takes the events that are ready without waiting, then tells the sink the batch is
+ * over (one wake-up of its actor for all the rpcs of the batch) before it blocks. */
 static void *cq_thread_main(void *arg) {
   wk_grpc_server *s = arg;
   (void)pthread_setname_np(pthread_self(), "wk-grpc-cq");
+  uint32_t handled = 0;
   for (;;) {
-    grpc_event ev = grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    grpc_event ev = grpc_completion_queue_next(s->cq, gpr_inf_past(GPR_CLOCK_MONOTONIC), NULL);
+    if (ev.type == GRPC_QUEUE_TIMEOUT) {
+      batch_end(s, &handled);
+      ev = grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    }
     if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
     if (ev.type != GRPC_OP_COMPLETE) continue;
     dispatch_event(ev.tag, ev.success != 0);
     gate_leave(s);
+    if (++handled >= WK_GRPC_BATCH_EVENTS_MAX) batch_end(s, &handled);
   }
+  batch_end(s, &handled);
   return NULL;
 }
 

@@ -64,8 +64,17 @@ typedef struct wk_grpc_server_sink {
    * rpc to another thread from here should release streams only after on_closed.
    * May be NULL. */
   void (*on_closed)(void *ud, wk_rpc *rpc, bool cancelled);
+  /* The completion-queue thread has handled every event that was ready (or a batch of
+   * WK_GRPC_BATCH_EVENTS_MAX of them) and is about to wait or go on: the sink wakes its
+   * actor once for all it was handed since the last call, rather than once per rpc.
+   * Called on the completion-queue thread, also once as it exits. May be NULL (then
+   * on_rpc and on_closed must each wake the actor themselves). */
+  void (*on_batch_end)(void *ud);
   void *ud;
 } wk_grpc_server_sink;
+
+/* At most this many completion-queue events between two on_batch_end calls. */
+#define WK_GRPC_BATCH_EVENTS_MAX 64u
 
 typedef struct wk_grpc_server_config {
   const char *listen_addr;   /* "host:port"; port 0 picks a free one */

@@ -91,6 +91,7 @@ struct wk_orch {
   wk_orch__event *events;
   size_t n_events, cap_events;
   uint32_t n_queued_rpcs; /* of n_events, the rpcs: at most cfg.max_queued_rpcs */
+  bool wake_due;          /* events queued since the last wake-up of the loop */
   wk_orch__event *draining_events;
   size_t cap_draining;
   uv_async_t wake;

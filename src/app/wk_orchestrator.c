@@ -33,8 +33,9 @@ static void compute_wall_offset(wk_orch *o) {
 
 /* ---- event queue (any thread → loop) ----------------------------------------- */
 
-/* Queues ev for the loop and wakes it. An rpc is queued only while fewer than
- * max_queued_rpcs wait (else false: nothing queued); a close event always is. */
+/* Queues ev for the loop; the completion-queue thread's batch end wakes the loop
+ * (sink_on_batch_end). An rpc is queued only while fewer than max_queued_rpcs wait
+ * (else false: nothing queued); a close event always is. */
 static bool post(wk_orch *o, wk_orch__event ev) {
   pthread_mutex_lock(&o->mu);
   if (ev.kind == WK_ORCH__EV_RPC && o->n_queued_rpcs >= o->cfg.max_queued_rpcs) {
@@ -47,9 +48,20 @@ static bool post(wk_orch *o, wk_orch__event ev) {
     o->events = wk_xrealloc(o->events, o->cap_events * sizeof *o->events);
   }
   o->events[o->n_events++] = ev;
+  o->wake_due = true;
   pthread_mutex_unlock(&o->mu);
-  uv_async_send(&o->wake);
   return true;
+}
+
+/* The completion-queue thread handled what was ready: one wake-up of the loop for the
+ * events it queued since its last batch end (none: no wake-up). */
+static void sink_on_batch_end(void *ud) {
+  wk_orch *o = ud;
+  pthread_mutex_lock(&o->mu);
+  bool due = o->wake_due;
+  o->wake_due = false;
+  pthread_mutex_unlock(&o->mu);
+  if (due) uv_async_send(&o->wake);
 }
 
 static void sink_on_rpc(void *ud, wk_rpc *rpc) {
@@ -78,7 +90,10 @@ uint32_t wk_orch_queued_rpcs(wk_orch *o) {
 }
 
 wk_grpc_server_sink wk_orch_sink(wk_orch *o) {
-  return (wk_grpc_server_sink){.on_rpc = sink_on_rpc, .on_closed = sink_on_closed, .ud = o};
+  return (wk_grpc_server_sink){.on_rpc = sink_on_rpc,
+                               .on_closed = sink_on_closed,
+                               .on_batch_end = sink_on_batch_end,
+                               .ud = o};
 }
 
 /* ---- deferred phase steps ---------------------------------------------------- */

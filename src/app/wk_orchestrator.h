@@ -1,7 +1,8 @@
 /* wk_orchestrator.h: the actor that owns WorkerCore and executes what it decides.
  *
  * One libuv loop thread runs the orchestrator. The gRPC completion-queue thread hands
- * it rpcs through the server sink (a locked queue and uv_async_send); the executor
+ * it rpcs through the server sink (a locked queue; one uv_async_send per batch of
+ * completion-queue events, at the sink's on_batch_end); the executor
  * pool, the activation jobs and the timers run on the same loop. The orchestrator
  * feeds every event to the core with the loop's `now`, executes the commands the
  * core returns, and keeps no copy of slot or phase truth: task runtimes hold only
