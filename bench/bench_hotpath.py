@@ -43,6 +43,7 @@ def main():
     ap.add_argument("--scratch-root", default="",
                     help="the worker's scratch_root (e.g. /dev/shm: no ext4 mkdir/rmdir cost per task)")
     ap.add_argument("--perf", default="", help="perf record -g the worker into this file during the noop reps")
+    ap.add_argument("--perf-echo", default="", help="perf record -g the worker into this file during the echo reps")
     args = ap.parse_args()
     os.environ["WK_BUILD_DIR"] = os.path.abspath(args.build)
     from conftest import Worker, pb, pb_grpc  # noqa: E402 (after WK_BUILD_DIR is set)
@@ -149,10 +150,20 @@ def main():
                     raise RuntimeError("echo output differs")
 
             measured("echo warm-up", lambda: drive("ew-", 200, 32, 4, fn, check), 200)
+            perf = None
+            if args.perf_echo:
+                import subprocess
+                perf = subprocess.Popen(["perf", "record", "-g", "-o", args.perf_echo, "-p", str(w.proc.pid)],
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                time.sleep(0.5)
             for rep in range(args.reps):
                 dt, _ = measured("echo 64 KiB rep %d" % (rep + 1),
                                  lambda: drive("e%d-" % rep, 2000, 32, 4, fn, check), 2000)
                 print("echo: %.0f MB/s in + out (target >= 300)" % (2000 * 2 * len(payload) / dt / 1e6))
+            if perf:
+                import signal
+                perf.send_signal(signal.SIGINT)
+                perf.wait()
     finally:
         w.stop()
 

@@ -13,7 +13,6 @@
 #include "lib/wk_log.h"
 
 #define ACTIONS_MAX 256u
-#define SCRATCH_KEEP_MAX (1u << 20)
 
 /* One attempt sent to the executors. */
 struct wk_attempt {
@@ -65,7 +64,6 @@ struct wk_calls {
   wk_disp_action actions[ACTIONS_MAX];
   wk_disp_out out;
   int64_t now_ms;
-  wk_buf scratch;  /* a CallOutput being encoded, before its exact-size copy */
   bool processing; /* inside process(): its walk of `actions` is not re-entered */
   wk_calls_early *early;
   uint32_t n_early, cap_early;
@@ -434,7 +432,6 @@ void wk_calls_destroy(wk_calls *c) {
   if (!c) return;
   WK_ASSERT(!c->processing);
   wk_disp_destroy(c->disp);
-  wk_buf_free(&c->scratch);
   free(c->early);
   free(c->by_slot);
   free(c);
@@ -557,14 +554,9 @@ wk_task_rt *wk_calls_on_result(wk_calls *c, void *call_ctx, const wk_call_outcom
   rt->calls.stats.executor_cpu_us += o->cpu_us;
   if (a->group == 0) {
     /* the encoded output is kept until the task ends (100,000 of them for a big map):
-     * an exact-size copy, not the encoder's growable buffer */
-    c->scratch.len = 0;
-    wk_task_rt_encode_output(a->index, o, &c->scratch, a->failure, sizeof a->failure);
+     * encoded straight into an exact-size buffer, not a growable one */
     wk_buf_free(&a->output);
-    a->output.data = wk_xmalloc(c->scratch.len ? c->scratch.len : 1);
-    memcpy(a->output.data, c->scratch.data, c->scratch.len);
-    a->output.len = a->output.cap = c->scratch.len;
-    if (c->scratch.cap > SCRATCH_KEEP_MAX) wk_buf_free(&c->scratch); /* a huge one is not kept */
+    wk_task_rt_encode_output(a->index, o, &a->output, a->failure, sizeof a->failure);
   } else {
     /* keep the child's answer: one buffer, views fixed up after it stops growing */
     wk_buf *b = &a->child_bytes;

@@ -146,7 +146,7 @@ void wk_orch__report_calls(wk_orch *o, wk_task_rt *rt) {
   wk_orch__sem_release(o, WK_ORCH__SEM_SCAN, rt);
   wk_orch__sem_release(o, WK_ORCH__SEM_EXECUTOR, rt);
   wk_buf outputs = {0};
-  wk_task_rt_collect_outputs(rt, &outputs);
+  wk_bytes data = wk_task_rt_outputs_view(rt, &outputs); /* one call: not copied */
   /* the verdict: the IO scope bound overrules the calls; no calls is a success */
   bool ok = !rt->scope.exceeded && (rt->build.calls_total == 0 || rt->calls.ok);
   char msg[700];
@@ -181,7 +181,7 @@ void wk_orch__report_calls(wk_orch *o, wk_task_rt *rt) {
       .ok = ok,
       .failure_code = code,
       .message = message,
-      .data = {outputs.data, outputs.len},
+      .data = data,
       .stats = rt->calls.stats,
   };
   phase_finished(o, rt, WK_PHASE_CALLS, &out);

@@ -172,14 +172,23 @@ void wk_task_rt_encode_output(uint32_t index, const wk_call_outcome *o, wk_buf *
     m.error = &error;
     if (failure) snprintf(failure, failure_len, "call %u failed: %s: %s", index, type, message);
   }
+  /* packed in place after its field header (no intermediate copy of the output); an
+   * empty `out` gets exactly the room it needs, as it is kept until the task ends */
   size_t n = worker__v1__call_output__get_packed_size(&m);
-  uint8_t *tmp = wk_xmalloc(n ? n : 1);
-  worker__v1__call_output__pack(&m, tmp);
-  wk_wire_append_bytes_field(out, 7, tmp, n);
-  free(tmp);
+  if (out->len == 0) wk_buf_reserve_exact(out, WK_WIRE_FIELD_HEAD_MAX + n);
+  wk_buf_append_varint(out, (7u << 3) | 2u);
+  wk_buf_append_varint(out, n);
+  out->len += worker__v1__call_output__pack(&m, wk_buf_reserve(out, n));
   free(type);
   free(message);
   free(traceback);
+}
+
+wk_bytes wk_task_rt_outputs_view(const wk_task_rt *rt, wk_buf *scratch) {
+  if (rt->calls.outputs && rt->build.calls_total == 1)
+    return (wk_bytes){rt->calls.outputs[0].encoded.data, rt->calls.outputs[0].encoded.len};
+  wk_task_rt_collect_outputs(rt, scratch);
+  return (wk_bytes){scratch->data, scratch->len};
 }
 
 void wk_task_rt_collect_outputs(const wk_task_rt *rt, wk_buf *out) {

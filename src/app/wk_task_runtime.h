@@ -205,4 +205,9 @@ void wk_task_rt_encode_output(uint32_t index, const wk_call_outcome *o, wk_buf *
  * for a task with a writer: its outputs are in its spool). */
 void wk_task_rt_collect_outputs(const wk_task_rt *rt, wk_buf *out);
 
+/** The calls' encoded inline outputs in call order, as wk_task_rt_collect_outputs
+ * gives them: a view of the task's own buffer when one call has output (no copy), else
+ * collected into `scratch`. Valid while rt and scratch are unchanged. */
+wk_bytes wk_task_rt_outputs_view(const wk_task_rt *rt, wk_buf *scratch);
+
 #endif

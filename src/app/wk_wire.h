@@ -43,6 +43,9 @@ void wk_wire_append_task_result(wk_buf *out, const wk_task_result *r, int64_t wa
  * message prefix, rounded up generously. */
 #define WK_WIRE_RESULT_OVERHEAD_BYTES 8192u
 
+/* Bytes of a length-delimited field's header at most (tag and length varints). */
+#define WK_WIRE_FIELD_HEAD_MAX 15u
+
 /** The inline outputs a TaskResult may carry so that every message the worker sends
  * with it fits in `max_message_bytes`: the smaller of `max_inline_output_bytes` and
  * max_message_bytes less WK_WIRE_RESULT_OVERHEAD_BYTES (0 when that is negative). */

@@ -16,6 +16,14 @@ uint8_t *wk_buf_reserve(wk_buf *b, size_t n) {
   return b->data + b->len;
 }
 
+uint8_t *wk_buf_reserve_exact(wk_buf *b, size_t n) {
+  if (b->cap - b->len < n) {
+    b->data = wk_xrealloc(b->data, b->len + n);
+    b->cap = b->len + n;
+  }
+  return b->data + b->len;
+}
+
 void wk_buf_append(wk_buf *b, const void *p, size_t n) {
   if (n == 0) return;
   memcpy(wk_buf_reserve(b, n), p, n);

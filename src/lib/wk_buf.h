@@ -13,6 +13,9 @@ typedef struct wk_buf {
 
 /** Makes room for `n` more bytes; returns where they go (len unchanged). */
 uint8_t *wk_buf_reserve(wk_buf *b, size_t n);
+/** As wk_buf_reserve, but a buffer that must grow gets room for exactly `n` more
+ * bytes (no doubling): for a buffer filled once and then kept. */
+uint8_t *wk_buf_reserve_exact(wk_buf *b, size_t n);
 /** Appends `n` bytes. */
 void wk_buf_append(wk_buf *b, const void *p, size_t n);
 /** Appends a base-128 varint. */
