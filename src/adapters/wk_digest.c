@@ -65,8 +65,13 @@ uint64_t wk_submit_digest(const Worker__V1__SubmitTaskRequest *req) {
   copy.labels = CANONICAL(Worker__V1__SubmitTaskRequest__LabelsEntry, req->labels, copy.n_labels);
   Worker__V1__FunctionCallConfig fn;
   Worker__V1__FunctionCallConfig__OptionsEntry **fn_opts = NULL;
+  ProtobufCBinaryData args = {0, NULL};
   if (req->function) {
     fn = *req->function;
+    /* the args (the bulk of a large request) are hashed where they lie, not packed
+     * again: the rest is packed without them, and its hash seeds theirs */
+    args = fn.args;
+    fn.args = (ProtobufCBinaryData){0, NULL};
     fn_opts = CANONICAL(Worker__V1__FunctionCallConfig__OptionsEntry, req->function->options,
                         fn.n_options);
     fn.options = fn_opts;
@@ -85,6 +90,7 @@ uint64_t wk_submit_digest(const Worker__V1__SubmitTaskRequest *req) {
   uint8_t *p = wk_xmalloc(n ? n : 1);
   worker__v1__submit_task_request__pack(&copy, p);
   uint64_t h = wk_hash64(p, n, DIGEST_SEED);
+  h = wk_hash64(args.len ? args.data : (const uint8_t *)"", args.len, h);
   free(p);
   free(copy.labels);
   free(fn_opts);

@@ -8,7 +8,8 @@
 
 #include "worker/v1/worker.pb-c.h"
 
-/** The 64-bit digest (wk_hash64) of the protobuf encoding of req's canonical form:
+/** The 64-bit digest (wk_hash64 of function.args, seeded with the wk_hash64 of the
+ * protobuf encoding of the rest of req's canonical form, so the args are never copied):
  * slot_id cleared (a retry may carry the slot it was given, or none), and the entries
  * of every map field (labels, function.options, result_handler.options) in byte order
  * of their keys, one per key, the last one received winning (protobuf's map
