@@ -970,12 +970,14 @@ wk_metrics_server *wk_metrics_server_start_with(wk_metrics *reg, const char *hos
     flags |= MHD_USE_TLS;
   }
   /* the TLS options are ignored without MHD_USE_TLS: NULL PEMs end the list early */
-  srv->daemon =
-      MHD_start_daemon(flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_SOCK_ADDR,
-                       (struct sockaddr *)&addr, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)10,
-                       MHD_OPTION_CONNECTION_LIMIT, (unsigned int)64, MHD_OPTION_NOTIFY_COMPLETED,
-                       on_completed, srv, srv->tls ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END,
-                       srv->tls_cert, MHD_OPTION_HTTPS_MEM_KEY, srv->tls_key, MHD_OPTION_END);
+  srv->daemon = MHD_start_daemon(
+      flags, 0, NULL, NULL, on_request, srv, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
+      MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)10, MHD_OPTION_CONNECTION_LIMIT,
+      (unsigned int)64, MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
+      /* a /status waiting for a busy loop does not hold up a /metrics scrape */
+      MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)(srv->status_on ? 2 : 1),
+      srv->tls ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, srv->tls_cert,
+      MHD_OPTION_HTTPS_MEM_KEY, srv->tls_key, MHD_OPTION_END);
   if (!srv->daemon) {
     wk_errf(err, err_len, "metrics server: cannot listen on %s%s", host_port,
             srv->tls ? " (or the TLS certificate and key were refused)" : "");

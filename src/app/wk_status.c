@@ -240,9 +240,30 @@ static void rebuild(wk_status *st) {
 
 static void on_wake(uv_async_t *a) { rebuild(a->data); }
 
+/* The document as built, or, when the loop did not answer in time, the same document
+ * opening with "stale_ms": how old it is (the page says the loop is stuck). Under mu. */
+static char *copy_doc(const wk_status *st, bool stale, size_t *len) {
+  if (!st->doc) return NULL;
+  if (!stale || st->doc_len < 2 || st->doc[0] != '{') {
+    if (len) *len = st->doc_len;
+    return dup_text(st->doc, st->doc_len);
+  }
+  char head[48];
+  int n = snprintf(head, sizeof head, "{\"stale_ms\":%lld,",
+                   (long long)(clock_ms(CLOCK_MONOTONIC) - st->doc_built_ms));
+  size_t total = (size_t)n + st->doc_len - 1;
+  char *out = wk_xmalloc(total + 1);
+  memcpy(out, head, (size_t)n);
+  memcpy(out + n, st->doc + 1, st->doc_len - 1);
+  out[total] = '\0';
+  if (len) *len = total;
+  return out;
+}
+
 char *wk_status_json(void *ud, size_t *len) {
   wk_status *st = ud;
   pthread_mutex_lock(&st->mu);
+  bool stale = false;
   if (st->open && (!st->doc || clock_ms(CLOCK_MONOTONIC) - st->doc_built_ms > WK_STATUS_FRESH_MS)) {
     uint64_t target = ++st->asked;
     uv_async_send(&st->wake);
@@ -257,9 +278,9 @@ char *wk_status_json(void *ud, size_t *len) {
     while (st->open && st->built < target) {
       if (pthread_cond_timedwait(&st->cv, &st->mu, &until) != 0) break; /* the last one */
     }
+    stale = st->open && st->built < target;
   }
-  char *out = st->doc ? dup_text(st->doc, st->doc_len) : NULL;
-  if (out && len) *len = st->doc_len;
+  char *out = copy_doc(st, stale, len);
   pthread_mutex_unlock(&st->mu);
   return out;
 }

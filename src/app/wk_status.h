@@ -78,8 +78,8 @@ void wk_status_close(wk_status *st);
 void wk_status_free(wk_status *st);
 
 /** The document as a malloc'd JSON text of *len bytes (free() it), fresh from the loop
- * when it answers within WK_STATUS_WAIT_MS, else the last one built; NULL when none was
- * ever built. Any thread (the metrics server's); `ud` is the wk_status (the signature
+ * when it answers within WK_STATUS_WAIT_MS, else the last one built with a first member
+ * "stale_ms" (its age: the loop is stuck or very busy); NULL when none was ever built. Any thread (the metrics server's); `ud` is the wk_status (the signature
  * of wk_metrics_status.json). */
 char *wk_status_json(void *ud, size_t *len);
 

@@ -3,6 +3,7 @@
  * terminal tasks (failures first, newest first, bounded). The document is read after
  * wk_status_close, which builds it one last time on this (the loop's) thread. */
 #include <jansson.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -10,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 #include <uv.h>
@@ -179,12 +181,60 @@ static void test_recent_failures_first_and_bounded(void **state) {
   json_decref(doc);
 }
 
+typedef struct asker {
+  wk_status *st;
+  char *text;
+  size_t len;
+} asker;
+
+static void *ask(void *arg) {
+  asker *a = arg;
+  a->text = wk_status_json(a->st, &a->len);
+  return NULL;
+}
+
+/* A request wakes the loop and gets a fresh document; when the loop does not answer in
+ * time, the last document comes back, saying how old it is. */
+static void test_fresh_then_stale(void **state) {
+  (void)state;
+  fixture f;
+  open_status(&f);
+  asker a = {.st = f.st};
+  pthread_t th;
+  pthread_create(&th, NULL, ask, &a);
+  uv_run(&f.loop, UV_RUN_ONCE); /* the loop answers the wake-up: one build */
+  pthread_join(th, NULL);
+  assert_non_null(a.text);
+  json_t *doc = json_loadb(a.text, a.len, 0, NULL);
+  assert_non_null(doc);
+  assert_null(json_object_get(doc, "stale_ms"));
+  assert_string_equal(json_string_value(json_object_get(json_object_get(doc, "worker"), "service")),
+                      "svc");
+  json_decref(doc);
+  free(a.text);
+  nanosleep(&(struct timespec){.tv_nsec = 300 * 1000000L}, NULL); /* past WK_STATUS_FRESH_MS */
+  /* nobody runs the loop now: after WK_STATUS_WAIT_MS, the old document, marked */
+  size_t len = 0;
+  char *text = wk_status_json(f.st, &len);
+  assert_non_null(text);
+  assert_int_equal(strlen(text), len);
+  doc = json_loadb(text, len, 0, NULL);
+  assert_non_null(doc);
+  assert_true(json_integer_value(json_object_get(doc, "stale_ms")) >= 300 + WK_STATUS_WAIT_MS);
+  assert_string_equal(json_string_value(json_object_get(json_object_get(doc, "worker"), "service")),
+                      "svc");
+  json_decref(doc);
+  free(text);
+  json_decref(close_and_read(&f));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_one_second_sample),
       cmocka_unit_test(test_latency_sample_is_bounded_and_fair),
       cmocka_unit_test(test_history_is_bounded),
       cmocka_unit_test(test_recent_failures_first_and_bounded),
+      cmocka_unit_test(test_fresh_then_stale),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
