@@ -31,6 +31,26 @@ sys.path.insert(0, os.path.join(ROOT, "bench"))
 from bench_calls import cpu_s, child_pids, self_cpu_s  # noqa: E402
 
 
+def switches(pid):
+    """Voluntary and involuntary context switches of every thread of `pid` so far."""
+    v = [0, 0]
+    try:
+        tids = os.listdir("/proc/%d/task" % pid)
+    except OSError:
+        return v
+    for t in tids:
+        try:
+            with open("/proc/%d/task/%s/status" % (pid, t)) as f:
+                for line in f:
+                    if line.startswith("voluntary_ctxt_switches:"):
+                        v[0] += int(line.split()[1])
+                    elif line.startswith("nonvoluntary_ctxt_switches:"):
+                        v[1] += int(line.split()[1])
+        except OSError:
+            pass
+    return v
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default=os.path.join(ROOT, "build", "release"))
@@ -94,6 +114,7 @@ def main():
 
         def measured(label, coro_fn, n):
             pids = [w.proc.pid] + child_pids(w.proc.pid)
+            sw0 = switches(w.proc.pid)
             cpu0 = [cpu_s(p) for p in pids]
             me0 = self_cpu_s()
             t0 = time.monotonic()
@@ -102,9 +123,12 @@ def main():
             cpu1 = [cpu_s(p) for p in pids]
             me = self_cpu_s() - me0
             used = [(b - a) * 1e6 / n for a, b in zip(cpu0, cpu1)]
+            sw = [(b - a) / n for a, b in zip(sw0, switches(w.proc.pid))]
             print("%s: %d tasks in %.2f s: %.0f tasks/s; CPU per task: worker %.1f us, executors %s us, "
-                  "client %.1f us" % (label, n, dt, n / dt, used[0],
-                                       " + ".join("%.1f" % u for u in used[1:]), me * 1e6 / n))
+                  "client %.1f us; worker context switches per task: %.1f voluntary (a thread "
+                  "waited: hand-offs), %.1f involuntary"
+                  % (label, n, dt, n / dt, used[0], " + ".join("%.1f" % u for u in used[1:]),
+                     me * 1e6 / n, sw[0], sw[1]))
             sys.stdout.flush()
             return dt, used[0]
 
