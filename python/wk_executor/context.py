@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 class Context:
     """The `ctx` argument of handler(args, ctx)."""
 
-    __slots__ = ("task_id", "call_index", "epoch", "function", "scratch_dir", "deadline",
+    __slots__ = ("task_id", "call_index", "epoch", "function", "deadline",
                  "traceparent", "_call", "_stderr", "_logger", "_ex")
 
     def __init__(self, call: Call, stderr: Capture, executor: Subcalls) -> None:
@@ -27,13 +27,19 @@ class Context:
         self.call_index = call.call_index
         self.epoch = call.epoch
         self.function = call.function
-        self.scratch_dir = call.scratch_dir
         self.deadline = call.deadline  # absolute time.monotonic() value; inf = none
         self.traceparent = call.traceparent
         self._call = call
         self._stderr = stderr
         self._logger = None
         self._ex = executor
+
+    @property
+    def scratch_dir(self) -> str:
+        """The task's scratch directory (its IO scope, private to the task), made on the
+        first use: a function that never reads this makes no directory. Raises OSError
+        when it cannot be made."""
+        return self._ex.scratch(self._call)
 
     @property
     def logger(self) -> logging.Logger:

@@ -7,16 +7,16 @@ from __future__ import annotations
 
 import time
 
-from .protocol import (CALL, CANCEL, PING, PONG, RECALL, SHUTDOWN, STACK_REQUEST,
+from .protocol import (CALL, CANCEL, PING, PONG, RECALL, SCRATCH_RESULT, SHUTDOWN, STACK_REQUEST,
                        SUBCALLS_RESULT, TO_WORKER_ONLY, U32, Call, ProtocolError, encode_error_result,
-                       encode_not_started, encode_stack, encode_u64_frame, parse_call, parse_subcalls_result,
-                       parse_u64_body)
+                       encode_not_started, encode_stack, encode_u64_frame, parse_call,
+                       parse_scratch_result, parse_subcalls_result, parse_u64_body)
 from .state import SHUTDOWN_ITEM, State
 
 
 class Inbox(State):
     """Runs on whichever thread reads (channel.Channel.feed). Uses send_quietly() of
-    channel.Channel, deliver() of subcalls.Subcalls and format_stack() of
+    channel.Channel, deliver() and deliver_scratch() of subcalls.Subcalls and format_stack() of
     watchdog.Watchdog."""
 
     def dispatch(self, buf: bytearray, n: int) -> int:
@@ -54,6 +54,8 @@ class Inbox(State):
                     parse_u64_body(mv, body, end, "PONG")
                 elif ftype == SUBCALLS_RESULT:
                     self.deliver(*parse_subcalls_result(mv, body, end))
+                elif ftype == SCRATCH_RESULT:
+                    self.deliver_scratch(*parse_scratch_result(mv, body, end))
                 elif ftype == STACK_REQUEST:
                     call_id = parse_u64_body(mv, body, end, "STACK_REQUEST")
                     replies.append(encode_stack(call_id, self.format_stack(call_id)))

@@ -16,11 +16,12 @@ import math
 import struct
 import sys
 
-PROTOCOL_VERSION = 4
+PROTOCOL_VERSION = 5
 
 HELLO, CALL, RESULT, CANCEL, PING, PONG, SHUTDOWN = 1, 2, 3, 4, 5, 6, 7
 SUBCALLS, SUBCALLS_RESULT, STACK_REQUEST, STACK, RECALL = 8, 9, 10, 11, 12
-TO_WORKER_ONLY = (HELLO, RESULT, SUBCALLS, STACK)  # a protocol error when received
+SCRATCH, SCRATCH_RESULT = 13, 14
+TO_WORKER_ONLY = (HELLO, RESULT, SUBCALLS, STACK, SCRATCH)  # a protocol error when received
 
 CONTENT_JSON, CONTENT_BYTES = 0, 1
 STATUS_OK, STATUS_ERROR, STATUS_RETRYABLE = 0, 1, 2
@@ -111,6 +112,11 @@ def encode_subcalls(parent_call_id: int, request_id: int, function: bytes, entry
         b"".join(_bstr(a) for a in args),
     ))
     return _frame(SUBCALLS, body)
+
+
+def encode_scratch(call_id: int, request_id: int) -> bytes:
+    """SCRATCH: call `call_id` uses ctx.scratch_dir for the first time."""
+    return _frame(SCRATCH, _SUBCALLS_HEAD.pack(call_id, request_id))
 
 
 def encode_stack(call_id: int, text: bytes) -> bytes:
@@ -248,6 +254,16 @@ def parse_u64_body(mv: memoryview, pos: int, end: int, name: str) -> int:
     if end - pos != 8:
         raise ProtocolError(f"{name} body is {end - pos} bytes, not 8")
     return U64.unpack_from(mv, pos)[0]
+
+
+def parse_scratch_result(mv: memoryview, pos: int, end: int) -> tuple[int, str]:
+    """(request_id, error): error "" when the scratch directory exists."""
+    p = _take(pos, end, 8)
+    (request_id,) = U64.unpack_from(mv, pos)
+    error, p = _get_bytes(mv, p, end)
+    if p != end:
+        raise ProtocolError("bytes left in the SCRATCH_RESULT frame after its last field")
+    return request_id, error.decode("utf-8", "replace")
 
 
 def parse_subcalls_result(mv: memoryview, pos: int, end: int) -> tuple[int, list[tuple]]:

@@ -74,6 +74,7 @@ class State:
         self.running: list[Call] = []  # the running calls, outermost first (main thread only changes it)
         self.requests: dict = {}  # request_id -> subcalls.Request awaiting its SUBCALLS_RESULT
         self.next_request_id = 1
+        self.scratch_made: set[str] = set()  # scratch directories the Worker said exist
         self.closed = False  # the Worker hung up
         self.shutdown_seen = False
         # process CPU seconds read at the end of the last call, while the main thread has

@@ -1,5 +1,7 @@
 """Subcalls: a running call asks for child calls (ctx.call / ctx.map) and waits for their
-outcomes, running the CALLs that arrive meanwhile nested (docs/specs/executor-protocol.md §5)."""
+outcomes, running the CALLs that arrive meanwhile nested (docs/specs/executor-protocol.md §5).
+The first use of ctx.scratch_dir asks the Worker for the task's scratch directory the
+same way (SCRATCH, §5.1)."""
 
 from __future__ import annotations
 
@@ -9,8 +11,8 @@ import threading
 import worker  # python/worker/__init__.py, beside this package
 
 from .protocol import (CONTENT_BYTES, CONTENT_JSON, DEFAULT_ENTRYPOINT, STATUS_OK,
-                       STATUS_RETRYABLE, Call, ProtocolError, encode_subcalls, json_encode,
-                       subcalls_head_size)
+                       STATUS_RETRYABLE, Call, ProtocolError, encode_scratch, encode_subcalls,
+                       json_encode, subcalls_head_size)
 from .state import State
 
 
@@ -34,6 +36,18 @@ class Request:
         self.count = count
         self.wait = wait
         self.children: list[tuple] | None = None  # [(status, content_type, output, etype, emsg, tb)] once answered
+
+
+class ScratchRequest:
+    """One SCRATCH frame in flight (in `requests` beside the SUBCALLS ones)."""
+
+    __slots__ = ("request_id", "wait", "error", "done")
+
+    def __init__(self, request_id: int, wait: Wait) -> None:
+        self.request_id = request_id
+        self.wait = wait
+        self.error: str | None = None  # "" once the directory exists
+        self.done = threading.Event()  # for a waiter that is not the call's own thread
 
 
 def encode_args(items: list) -> tuple[int, list[bytes]]:
@@ -137,6 +151,55 @@ class Subcalls(State):
             out += outcomes(req.children)
         return out
 
+    def scratch(self, call: Call) -> str:
+        """ctx.scratch_dir: the task's scratch directory, made by the Worker on its first
+        use (SCRATCH; the answer is remembered). From the call's own thread the executor
+        runs the CALLs that arrive while it waits, as for subcalls; from another thread
+        it waits while the watchdog reads. Raises OSError when the Worker could not make
+        it (the task then fails IO_SCOPE_FAILED), worker.Cancelled when the call is
+        cancelled meanwhile."""
+        path = call.scratch_dir
+        if path in self.scratch_made:
+            return path
+        wait = Wait(call, 1)
+        with self.cv:
+            req = ScratchRequest(self.next_request_id, wait)
+            self.next_request_id += 1
+            self.requests[req.request_id] = req
+        self.send_quietly(encode_scratch(call.call_id, req.request_id))
+        if (threading.get_ident() == self.main_ident and self.running
+                and self.running[-1] is call):
+            self.cpu_mark = None
+            self.serve(wait)
+            self.cpu_mark = None
+        else:  # never on self.cv: this thread must not take the main thread's wake-ups
+            while not req.done.wait(0.05) and not call.cancelled and not self.closed:
+                pass
+        if wait.outstanding:
+            with self.cv:
+                self.requests.pop(req.request_id, None)
+            raise worker.Cancelled("call cancelled while its scratch directory was made")
+        if req.error:
+            raise OSError(req.error)
+        if len(self.scratch_made) >= 1024:
+            self.scratch_made.clear()
+        self.scratch_made.add(path)
+        return path
+
+    def deliver_scratch(self, request_id: int, error: str) -> None:
+        """A SCRATCH_RESULT arrived: wakes the call waiting for it."""
+        with self.cv:
+            req = self.requests.get(request_id)
+            if req is None:
+                return  # its call stopped waiting (cancelled): nobody wants it
+            if not isinstance(req, ScratchRequest):
+                raise ProtocolError(f"SCRATCH_RESULT {request_id} answers a SUBCALLS request")
+            del self.requests[request_id]
+            req.error = error
+            req.wait.outstanding -= 1
+            req.done.set()
+            self.cv.notify_all()
+
     def deliver(self, request_id: int, children: list[tuple]) -> None:
         """A SUBCALLS_RESULT arrived: wakes the call waiting for it. Raises ProtocolError
         when its count is not its request's."""
@@ -144,6 +207,8 @@ class Subcalls(State):
             req = self.requests.pop(request_id, None)
             if req is None:
                 return  # its call stopped waiting (cancelled): nobody wants it
+            if not isinstance(req, Request):
+                raise ProtocolError(f"SUBCALLS_RESULT {request_id} answers a SCRATCH request")
             if len(children) != req.count:
                 raise ProtocolError(f"SUBCALLS_RESULT {request_id} has {len(children)} children, "
                                     f"the request had {req.count}")

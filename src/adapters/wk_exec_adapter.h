@@ -54,6 +54,9 @@ typedef struct wk_exec_callbacks {
   /* A running call asks for child calls (ctx.call / ctx.map). `req` and its views are
    * valid during the callback only; answer with answer_subcalls (the parent waits). */
   void (*on_subcalls)(void *ud, void *call_ctx, const wk_frame_subcalls *req);
+  /* A running call's first use of ctx.scratch_dir: the task's scratch directory is to
+   * exist; answer with answer_scratch (the call waits). NULL: answered "unavailable". */
+  void (*on_scratch)(void *ud, void *call_ctx, uint64_t request_id);
   void *ud;
 } wk_exec_callbacks;
 
@@ -67,6 +70,8 @@ typedef struct wk_exec_adapter {
   /* Answers a parent's SUBCALLS request with its children's outcomes, in order. */
   void (*answer_subcalls)(void *impl, void *handle, uint64_t request_id,
                           const wk_frame_child *children, uint32_t count);
+  /* Answers a SCRATCH request: `error` NULL or "" when the directory exists. */
+  void (*answer_scratch)(void *impl, void *handle, uint64_t request_id, const char *error);
 } wk_exec_adapter;
 
 #endif

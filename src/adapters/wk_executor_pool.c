@@ -981,6 +981,22 @@ static void handle_frame(wk_conn *conn, const wk_frame *f) {
       if (!parent->cancelled) pool->cb.on_subcalls(pool->cb.ud, parent->ctx, &f->subcalls);
       break;
     }
+    case WK_FRAME_SCRATCH: {
+      wk_pool_call *c = inflight_call(e, f->scratch.call_id);
+      if (!c) {
+        pool->stats.killed_protocol++;
+        kill_executor(e, "SCRATCH for a call it was not running");
+        return;
+      }
+      if (c->cancelled || !pool->cb.on_scratch) {
+        wk_pool_answer_scratch(
+            pool, c, f->scratch.request_id,
+            c->cancelled ? "the call was cancelled" : "this worker makes no scratch directories");
+      } else {
+        pool->cb.on_scratch(pool->cb.ud, c->ctx, f->scratch.request_id);
+      }
+      break;
+    }
     case WK_FRAME_STACK: {
       wk_pool_call *c = inflight_call(e, f->stack.call_id);
       if (c && c->stack_requested && !c->stack) {
@@ -1000,6 +1016,7 @@ static void handle_frame(wk_conn *conn, const wk_frame *f) {
     case WK_FRAME_SHUTDOWN:
     case WK_FRAME_SUBCALLS_RESULT:
     case WK_FRAME_STACK_REQUEST:
+    case WK_FRAME_SCRATCH_RESULT:
       pool->stats.killed_protocol++;
       kill_executor(e, "it sent a frame only the worker may send");
       break;
@@ -1395,6 +1412,19 @@ void wk_pool_answer_subcalls(wk_pool *pool, wk_pool_call *parent, uint64_t reque
   flush(e);
 }
 
+void wk_pool_answer_scratch(wk_pool *pool, wk_pool_call *call, uint64_t request_id,
+                            const char *error) {
+  (void)pool;
+  wk_executor *e = call->exec;
+  if (!e) return;
+  const char *msg = error ? error : "";
+  wk_frame f = {.type = WK_FRAME_SCRATCH_RESULT};
+  f.scratch_result = (wk_frame_scratch_result){
+      .request_id = request_id, .error = {(const uint8_t *)msg, (uint32_t)strlen(msg)}};
+  queue_frame(e, &f);
+  flush(e);
+}
+
 /* ---- maintenance: deadlines, heartbeats, idle executors, spawning ------------------- */
 
 static void escalate(wk_pool *pool, wk_executor *e, wk_pool_call *c, int64_t now) {
@@ -1494,11 +1524,17 @@ static void adapter_answer(void *impl, void *handle, uint64_t request_id,
   wk_pool_answer_subcalls(impl, handle, request_id, children, count);
 }
 
+static void adapter_answer_scratch(void *impl, void *handle, uint64_t request_id,
+                                   const char *error) {
+  wk_pool_answer_scratch(impl, handle, request_id, error);
+}
+
 wk_exec_adapter wk_pool_adapter(wk_pool *pool) {
   return (wk_exec_adapter){.impl = pool,
                            .submit = adapter_submit,
                            .cancel = adapter_cancel,
-                           .answer_subcalls = adapter_answer};
+                           .answer_subcalls = adapter_answer,
+                           .answer_scratch = adapter_answer_scratch};
 }
 
 uint32_t wk_pool_ready_executors(const wk_pool *pool) { return pool->n_ready; }

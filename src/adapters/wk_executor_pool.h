@@ -132,6 +132,12 @@ void wk_pool_cancel(wk_pool *pool, wk_pool_call *call);
 void wk_pool_answer_subcalls(wk_pool *pool, wk_pool_call *parent, uint64_t request_id,
                              const wk_frame_child *children, uint32_t count);
 
+/** Answers the SCRATCH request `request_id` of `call`: `error` NULL or "" when the task's
+ * scratch directory exists, else why not (the function's OSError). A call that is gone
+ * is not answered. */
+void wk_pool_answer_scratch(wk_pool *pool, wk_pool_call *call, uint64_t request_id,
+                            const char *error);
+
 /** The pool as the orchestrator's executor adapter. */
 wk_exec_adapter wk_pool_adapter(wk_pool *pool);
 

@@ -54,12 +54,14 @@ const char *wk_frame_type_name(wk_frame_type t) {
     case WK_FRAME_STACK_REQUEST: return "STACK_REQUEST";
     case WK_FRAME_STACK: return "STACK";
     case WK_FRAME_RECALL: return "RECALL";
+    case WK_FRAME_SCRATCH: return "SCRATCH";
+    case WK_FRAME_SCRATCH_RESULT: return "SCRATCH_RESULT";
   }
   return "UNKNOWN";
 }
 
 static bool type_known(unsigned t) {
-  return t >= (unsigned)WK_FRAME_HELLO && t <= (unsigned)WK_FRAME_RECALL;
+  return t >= (unsigned)WK_FRAME_HELLO && t <= (unsigned)WK_FRAME_SCRATCH_RESULT;
 }
 
 static bool content_valid(unsigned c) { return c <= (unsigned)WK_FRAME_CONTENT_BYTES; }
@@ -220,6 +222,8 @@ static uint64_t body_size(const wk_frame *f) {
     case WK_FRAME_SUBCALLS_RESULT: return sat_add(8u + 4u, children_size(&f->subcalls_result));
     case WK_FRAME_STACK_REQUEST: return 8u;
     case WK_FRAME_STACK: return 8u + STR_SIZE(f->stack.stack);
+    case WK_FRAME_SCRATCH: return 8u + 8u;
+    case WK_FRAME_SCRATCH_RESULT: return 8u + STR_SIZE(f->scratch_result.error);
   }
   return UINT64_MAX;
 }
@@ -335,6 +339,12 @@ static uint8_t *put_body(uint8_t *p, const wk_frame *f) {
     }
     case WK_FRAME_STACK_REQUEST: return put_u64(p, f->stack_request.call_id);
     case WK_FRAME_STACK: p = put_u64(p, f->stack.call_id); return put_bytes(p, f->stack.stack);
+    case WK_FRAME_SCRATCH:
+      p = put_u64(p, f->scratch.call_id);
+      return put_u64(p, f->scratch.request_id);
+    case WK_FRAME_SCRATCH_RESULT:
+      p = put_u64(p, f->scratch_result.request_id);
+      return put_bytes(p, f->scratch_result.error);
   }
   return p;
 }
@@ -476,7 +486,9 @@ static bool encodable(const wk_frame *f) {
     case WK_FRAME_PONG:
     case WK_FRAME_SHUTDOWN:
     case WK_FRAME_STACK_REQUEST:
-    case WK_FRAME_STACK: return true;
+    case WK_FRAME_STACK:
+    case WK_FRAME_SCRATCH:
+    case WK_FRAME_SCRATCH_RESULT: return true;
   }
   return false;
 }
@@ -620,6 +632,14 @@ static wk_frame_rc get_body(cursor *c, wk_frame *f) {
     case WK_FRAME_STACK:
       f->stack.call_id = get_u64(c);
       f->stack.stack = get_bytes(c);
+      break;
+    case WK_FRAME_SCRATCH:
+      f->scratch.call_id = get_u64(c);
+      f->scratch.request_id = get_u64(c);
+      break;
+    case WK_FRAME_SCRATCH_RESULT:
+      f->scratch_result.request_id = get_u64(c);
+      f->scratch_result.error = get_bytes(c);
       break;
   }
   if (c->bad) return WK_FRAME_E_TRUNCATED;

@@ -33,7 +33,7 @@
 
 /* ---- constants ---------------------------------------------------------------- */
 
-#define WK_FRAME_VERSION 4u              /* protocol version carried in HELLO */
+#define WK_FRAME_VERSION 5u              /* protocol version carried in HELLO */
 #define WK_FRAME_PREFIX_SIZE 4u          /* the u32 length prefix */
 #define WK_FRAME_MAX_DEFAULT (16u << 20) /* a sensible max_frame: 16 MiB */
 #define WK_FRAME_CAPTURE_MAX 65536u      /* executor cap on each of stdout/stderr per call */
@@ -53,6 +53,9 @@ typedef enum wk_frame_type {
   WK_FRAME_STACK = 11,          /* executor -> worker: answer to STACK_REQUEST */
   WK_FRAME_RECALL = 12,         /* worker -> executor: give a queued call back unstarted
                                    (body as CANCEL: the `cancel` member) */
+  WK_FRAME_SCRATCH = 13,        /* executor -> worker: a running call's first use of
+                                   ctx.scratch_dir: make the task's scratch directory */
+  WK_FRAME_SCRATCH_RESULT = 14, /* worker -> executor: answer to SCRATCH ("" = made) */
 } wk_frame_type;
 
 /* Encoding of CALL args and RESULT output (== worker.v1.ContentType). */
@@ -195,6 +198,16 @@ typedef struct wk_frame_stack {
   wk_frame_bytes stack; /* the main thread's Python stack; empty when the call is not running */
 } wk_frame_stack;
 
+typedef struct wk_frame_scratch {
+  uint64_t call_id;    /* the running call that asks */
+  uint64_t request_id; /* chosen by the executor, echoed in SCRATCH_RESULT */
+} wk_frame_scratch;
+
+typedef struct wk_frame_scratch_result {
+  uint64_t request_id;  /* the SCRATCH's */
+  wk_frame_bytes error; /* empty: the directory exists; else why it could not be made */
+} wk_frame_scratch_result;
+
 /* A decoded (or to-be-encoded) frame: `type` selects the union member. SHUTDOWN has
  * no body; PING and PONG both use `ping`. */
 typedef struct wk_frame {
@@ -209,6 +222,8 @@ typedef struct wk_frame {
     wk_frame_subcalls_result subcalls_result;
     wk_frame_stack_request stack_request;
     wk_frame_stack stack;
+    wk_frame_scratch scratch;
+    wk_frame_scratch_result scratch_result;
   };
 } wk_frame;
 

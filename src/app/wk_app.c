@@ -793,8 +793,10 @@ static int start_pool(wk_app *app, char *err, size_t len) {
     wk_executor_env_free(env);
     return 2;
   }
-  wk_exec_callbacks ecb = {
-      .on_result = wk_orch_on_call_result, .on_subcalls = wk_orch_on_subcalls, .ud = app->orch};
+  wk_exec_callbacks ecb = {.on_result = wk_orch_on_call_result,
+                           .on_subcalls = wk_orch_on_subcalls,
+                           .on_scratch = wk_orch_on_scratch,
+                           .ud = app->orch};
   app->pool = wk_pool_start(&app->loop, &pcfg, ecb, err, len);
   wk_executor_env_free(env); /* the pool keeps its own copy */
   if (!app->pool) {

@@ -704,6 +704,18 @@ wk_task_rt *wk_calls_on_subcalls(wk_calls *c, void *call_ctx, const wk_frame_sub
   return rt;
 }
 
+wk_task_rt *wk_calls_task_of(void *call_ctx) {
+  const wk_attempt *a = call_ctx;
+  WK_ASSERT(a != NULL);
+  return a->rt;
+}
+
+void wk_calls_answer_scratch(wk_calls *c, void *call_ctx, uint64_t request_id, const char *error) {
+  const wk_attempt *a = call_ctx;
+  if (!a->handle || a->answered || !c->exec->answer_scratch) return;
+  c->exec->answer_scratch(c->exec->impl, a->handle, request_id, error);
+}
+
 void wk_calls_tick(wk_calls *c, int64_t now_ms) {
   c->now_ms = now_ms;
   wk_disp_tick(c->disp, now_ms, &c->out);

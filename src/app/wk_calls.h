@@ -64,6 +64,13 @@ wk_task_rt *wk_calls_on_result(wk_calls *c, void *call_ctx, const wk_call_outcom
 wk_task_rt *wk_calls_on_subcalls(wk_calls *c, void *call_ctx, const wk_frame_subcalls *req,
                                  int64_t now_ms);
 
+/** The task of a running attempt (the adapter's call_ctx, e.g. in on_scratch). */
+wk_task_rt *wk_calls_task_of(void *call_ctx);
+
+/** Answers a running attempt's SCRATCH request (`error` NULL or "" when the task's
+ * scratch directory exists). Nothing is sent for an attempt already answered. */
+void wk_calls_answer_scratch(wk_calls *c, void *call_ctx, uint64_t request_id, const char *error);
+
 /** Timers: backoffs over, attempts past their deadline. */
 void wk_calls_tick(wk_calls *c, int64_t now_ms);
 

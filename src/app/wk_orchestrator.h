@@ -109,6 +109,11 @@ void wk_orch_on_call_result(void *orch, void *call_ctx, const wk_call_outcome *o
 /** The executor adapter's subcall callback; pass it with `orch` as user data. */
 void wk_orch_on_subcalls(void *orch, void *call_ctx, const wk_frame_subcalls *req);
 
+/** The executor adapter's scratch callback (a call's first use of ctx.scratch_dir): makes
+ * the task's scratch directory unless it exists and answers the call; when it cannot be
+ * made, the function gets the reason and the task fails IO_SCOPE_FAILED. */
+void wk_orch_on_scratch(void *orch, void *call_ctx, uint64_t request_id);
+
 struct wk_shadow;
 /** Mirrors sampled successful submissions through `shadow` (not owned; NULL = off). */
 void wk_orch_set_shadow(wk_orch *orch, struct wk_shadow *shadow);

@@ -157,6 +157,10 @@ void wk_orch__report_calls(wk_orch *o, wk_task_rt *rt) {
              "the task's scratch directory holds %llu bytes, over io_scope_max_mb (%llu bytes)",
              (unsigned long long)rt->scope.bytes, (unsigned long long)o->cfg.io_scope_max_bytes);
     message = msg;
+  } else if (rt->act.scratch_failed) {
+    snprintf(msg, sizeof msg, "%s", rt->act.error);
+    message = msg;
+    code = WK_FAIL_IO_SCOPE_FAILED;
   } else if (rt->calls.spool_error[0]) {
     snprintf(msg, sizeof msg, "the outputs could not be spooled for the writer: %s",
              rt->calls.spool_error);
@@ -269,60 +273,45 @@ void wk_orch__run_writer(wk_orch *o, wk_task_rt *rt) {
 
 /* ---- activation (threadpool) ------------------------------------------------------ */
 
-/* A task's scratch directory: "<root>/<tag>.<task id>.<slot id>.<24 random hex>", made
- * 0700 and, with executors under another user, given to that user. The name is unique
- * beside a leftover of the same task and slot id (slot ids start afresh in each
- * process) or of another worker sharing scratch_root, and cannot be guessed by another
- * task: with a root it cannot list, a function finds no other task's directory. Writes
- * the path into a->scratch_dir; 0, or -1 with a->code and a->error. One mkdir (and one
- * chown), as before: no more filesystem calls than mkdtemp made. */
-static int make_scratch_dir(wk_rt_activation *a, const char *task_id, uint64_t slot_id,
+/* A task's scratch directory name: "<root>/<tag>.<task id>.<slot id>.<24 random hex>".
+ * Only the name: the directory is made on the first use of ctx.scratch_dir (the
+ * executor's SCRATCH, wk_orch_on_scratch), so a task that never uses it touches no
+ * directory. The name is unique beside a leftover of the same task and slot id (slot ids
+ * start afresh in each process) or of another worker sharing scratch_root, and cannot
+ * be guessed by another task: with a root it cannot list, a function finds no other
+ * task's directory. Writes the path into a->scratch_dir; 0, or -1 with a->code and
+ * a->error. */
+static int name_scratch_dir(wk_rt_activation *a, const char *task_id, uint64_t slot_id,
                             const wk_orch_config *cfg) {
   /* the task id is printable ASCII but may hold '/': keep the directory name safe */
   char safe[WK_TASK_ID_MAX + 1];
   size_t n = strlen(task_id);
   for (size_t i = 0; i <= n; i++) safe[i] = task_id[i] == '/' ? '_' : task_id[i];
-  for (int attempt = 0;; attempt++) {
-    unsigned char rnd[12];
-    char hex[2 * sizeof rnd + 1];
-    if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) {
-      a->code = WK_FAIL_IO_SCOPE_FAILED;
-      snprintf(a->error, sizeof a->error, "cannot name the task's scratch directory: %s",
-               strerror(errno));
-      return -1;
-    }
-    for (size_t i = 0; i < sizeof rnd; i++) snprintf(hex + 2 * i, 3, "%02x", rnd[i]);
-    int len = snprintf(a->scratch_dir, sizeof a->scratch_dir, "%s/%s.%s.%llx.%s", cfg->scratch_root,
-                       cfg->scratch_tag ? cfg->scratch_tag : "wk", safe,
-                       (unsigned long long)slot_id, hex);
-    if (len < 0 || (size_t)len >= sizeof a->scratch_dir) {
-      a->code = WK_FAIL_IO_SCOPE_FAILED;
-      snprintf(a->error, sizeof a->error,
-               "cannot create the task's scratch directory under %s: the path is too long",
-               cfg->scratch_root);
-      return -1;
-    }
-    if (mkdir(a->scratch_dir, 0700) == 0) break;
-    if (errno != EEXIST || attempt >= 3) {
-      a->code = WK_FAIL_IO_SCOPE_FAILED;
-      snprintf(a->error, sizeof a->error, "cannot create the task's scratch directory under %s: %s",
-               cfg->scratch_root, strerror(errno));
-      return -1;
-    }
+  unsigned char rnd[12];
+  char hex[2 * sizeof rnd + 1];
+  if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) {
+    a->code = WK_FAIL_IO_SCOPE_FAILED;
+    snprintf(a->error, sizeof a->error, "cannot name the task's scratch directory: %s",
+             strerror(errno));
+    return -1;
   }
-  if (cfg->scratch_chown && chown(a->scratch_dir, cfg->scratch_uid, cfg->scratch_gid) != 0) {
-    int e = errno;
-    rmdir(a->scratch_dir);
+  for (size_t i = 0; i < sizeof rnd; i++) snprintf(hex + 2 * i, 3, "%02x", rnd[i]);
+  int len =
+      snprintf(a->scratch_dir, sizeof a->scratch_dir, "%s/%s.%s.%llx.%s", cfg->scratch_root,
+               cfg->scratch_tag ? cfg->scratch_tag : "wk", safe, (unsigned long long)slot_id, hex);
+  if (len < 0 || (size_t)len >= sizeof a->scratch_dir) {
     a->code = WK_FAIL_IO_SCOPE_FAILED;
     snprintf(a->error, sizeof a->error,
-             "cannot give the task's scratch directory to the executor user: %s", strerror(e));
+             "cannot create the task's scratch directory under %s: the path is too long",
+             cfg->scratch_root);
     return -1;
   }
   return 0;
 }
 
 /* Activation, on a threadpool thread: checks the AuditGate (allow/deny lists), resolves
- * and pins the epoch in code_root, creates the scratch directory under scratch_root.
+ * and pins the epoch in code_root, names the scratch directory under scratch_root (made
+ * on first use) and, for a task with a writer, creates its outputs spool.
  * Sets rt->act.rc 0, or -1 with its code and error. */
 static void activate(wk_task_rt *rt, uint64_t slot_id, const wk_orch_config *cfg) {
   wk_rt_activation *a = &rt->act;
@@ -337,8 +326,7 @@ static void activate(wk_task_rt *rt, uint64_t slot_id, const wk_orch_config *cfg
     a->code = WK_FAIL_ACTIVATION_FAILED;
     return;
   }
-  if (make_scratch_dir(a, rt->req.task_id, slot_id, cfg) != 0) return;
-  a->scratch_created = true;
+  if (name_scratch_dir(a, rt->req.task_id, slot_id, cfg) != 0) return;
   if (rt->req.result_handler[0]) { /* its outputs go to a file beside the scratch directory */
     char path[PATH_MAX + 16];
     snprintf(path, sizeof path, "%s.outputs", a->scratch_dir);

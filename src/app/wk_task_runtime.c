@@ -81,17 +81,18 @@ void wk_task_rt_ref(wk_task_rt *rt) {
 }
 
 /* Removing a scratch directory can wait on the disk (ext4 with discard: ~0.1 ms per
- * rmdir, far more at times): it runs on the threadpool, never on the actor. */
+ * rmdir, far more at times): it runs on the threadpool, never on the actor. Only a task
+ * whose functions used their scratch directory (or that has an outputs spool) has one. */
 typedef struct scratch_removal {
   uv_work_t work;
-  char path[PATH_MAX];
+  char path[PATH_MAX];    /* "" when only the spool goes */
   wk_output_spool *spool; /* removed with it (a large file's unlink waits on the disk too) */
 } scratch_removal;
 
 static void remove_scratch(uv_work_t *w) {
   scratch_removal *r = w->data;
   wk_output_spool_destroy(r->spool);
-  wk_fs_remove_tree(r->path);
+  if (r->path[0]) wk_fs_remove_tree(r->path);
 }
 static void removed_scratch(uv_work_t *w, int status) {
   (void)status;
@@ -107,17 +108,19 @@ void wk_task_rt_unref(wk_task_rt *rt) {
   WK_ASSERT(rt->calls.disp_task == 0); /* the dispatcher forgot the task */
   WK_ASSERT(rt->calls.attempts == NULL);
   WK_ASSERT(rt->calls.groups == NULL);
-  if (rt->act.scratch_created) {
+  if (rt->act.scratch_created || rt->act.spool) {
     scratch_removal *r = wk_xmalloc(sizeof *r);
-    memcpy(r->path, rt->act.scratch_dir, sizeof r->path);
+    if (rt->act.scratch_created) {
+      memcpy(r->path, rt->act.scratch_dir, sizeof r->path);
+    } else {
+      r->path[0] = '\0';
+    }
     r->spool = rt->act.spool;
     r->work.data = r;
-    if (uv_queue_work(rt->loop, &r->work, remove_scratch, removed_scratch) != 0) {
+    if (!rt->loop || uv_queue_work(rt->loop, &r->work, remove_scratch, removed_scratch) != 0) {
       remove_scratch(&r->work);
       free(r);
     }
-  } else {
-    wk_output_spool_destroy(rt->act.spool);
   }
   for (uint64_t i = 0; rt->calls.outputs && i < rt->build.calls_total; i++)
     wk_buf_free(&rt->calls.outputs[i].encoded);

@@ -74,8 +74,9 @@ typedef struct wk_rt_request {
 typedef struct wk_rt_activation {
   uint64_t epoch;
   char code_dir[PATH_MAX];
-  char scratch_dir[PATH_MAX];
-  bool scratch_created;
+  char scratch_dir[PATH_MAX];    /* named at activation, made on first use (SCRATCH) */
+  bool scratch_created;          /* made: removed with the runtime */
+  bool scratch_failed;           /* could not be made (error says why): IO_SCOPE_FAILED */
   struct wk_output_spool *spool; /* a task with a writer: its outputs file (wk_output_spool.h),
                                     "<scratch_dir>.outputs"; written by the calls driver */
   int rc;                        /* 0, or -1 with code and error */

@@ -4,6 +4,7 @@ the real worker binary and real conditions:
   SLOT_LOST        the slot's lease lapses while activation is stuck reading the code
                    store (CURRENT is a FIFO nobody writes yet: a hung filesystem)
   IO_SCOPE_FAILED  the scratch root is gone when a task needs its scratch directory
+                   (its first use of ctx.scratch_dir; a task that never uses it does not fail)
 Each time the worker keeps serving (or stops cleanly) afterwards."""
 
 import os
@@ -99,29 +100,41 @@ def test_lease_lapsing_before_activation_fails_slot_lost(worker_factory):
     assert r.code_epoch == 1
 
 
+# Uses its scratch directory (made on this first use), then sleeps args['seconds'].
+SCRATCH_USER = ("import os, time\n"
+                "def handler(args, ctx):\n"
+                "    with open(os.path.join(ctx.scratch_dir, 'f'), 'w') as f:\n"
+                "        f.write('x')\n"
+                "    time.sleep(args.get('seconds', 0))\n"
+                "    return {'dir': ctx.scratch_dir}\n")
+
+
 def test_scratch_root_gone_fails_io_scope_failed(worker_factory, tmp_path):
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     w = worker_factory("--scratch-root", str(scratch), executors=1)
     w.wait_serving()
     w.deploy("echo")
-    w.submit("io-ok", "echo", {})
+    w.deploy("uses", SCRATCH_USER)
+    w.submit("io-ok", "uses", {})
     assert w.wait_terminal("io-ok").state == pb.TASK_STATE_SUCCEEDED
     # its scratch directory is removed after the result (on the threadpool)
     assert wait_for(lambda: os.listdir(str(scratch)) == [], timeout=10)
     # the scratch volume goes away under the worker (unmounted, cleaned by a tmp reaper)
     os.rmdir(str(scratch))
-    w.submit("io-1", "echo", {})
+    w.submit("io-1", "uses", {})
     r = w.wait_terminal("io-1")
     assert r.state == pb.TASK_STATE_FAILED
     assert r.failure_code == pb.FAILURE_CODE_IO_SCOPE_FAILED, r
     assert str(scratch) in r.failure_message and "No such file or directory" in r.failure_message
-    assert r.statistic.calls_total == 0  # no call ran
     done = wait_for(lambda: finished(w, "io-1"), timeout=10)  # logged after the result
     assert done and done[0]["failure_code"] == "IO_SCOPE_FAILED"
+    # a task whose function never uses its scratch directory does not need the root
+    w.submit("io-noop", "echo", {})
+    assert w.wait_terminal("io-noop").state == pb.TASK_STATE_SUCCEEDED
     # back again: tasks run again
     scratch.mkdir()
-    w.submit("io-2", "echo", {})
+    w.submit("io-2", "uses", {})
     assert w.wait_terminal("io-2").state == pb.TASK_STATE_SUCCEEDED
 
 
@@ -133,16 +146,16 @@ def test_a_crashed_workers_scratch_leftover_is_no_io_scope_failure(worker_factor
     scratch.mkdir()
     first = worker_factory("--scratch-root", str(scratch), executors=1)
     first.wait_serving()
-    first.deploy("sleepy")
-    first.submit("again-1", "sleepy", {"seconds": 30})
+    first.deploy("uses", SCRATCH_USER)
+    first.submit("again-1", "uses", {"seconds": 30})
     assert wait_for(lambda: os.listdir(str(scratch)), timeout=20)
     first.kill()  # SIGKILL: nothing is cleaned up
     left = os.listdir(str(scratch))
     assert left
     second = worker_factory("--scratch-root", str(scratch), executors=1)
     second.wait_serving()
-    second.deploy("sleepy")
-    second.submit("again-1", "sleepy", {"seconds": 0.1})
+    second.deploy("uses", SCRATCH_USER)
+    second.submit("again-1", "uses", {"seconds": 0.1})
     r = second.wait_terminal("again-1")
     assert r.state == pb.TASK_STATE_SUCCEEDED, (r.failure_code, r.failure_message)
     # the leftover of the dead worker was removed at start (docs/security.md); its own

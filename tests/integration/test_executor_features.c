@@ -205,6 +205,8 @@ static mw_call *mw_run(mini_worker *mw, uint64_t root) {
       case WK_FRAME_SUBCALLS_RESULT:
       case WK_FRAME_STACK_REQUEST:
       case WK_FRAME_RECALL:
+      case WK_FRAME_SCRATCH:
+      case WK_FRAME_SCRATCH_RESULT:
       case WK_FRAME_STACK: fail_msg("unexpected %s from the executor", wk_frame_type_name(f.type));
     }
   }

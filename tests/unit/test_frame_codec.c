@@ -201,10 +201,18 @@ static void assert_frames_eq(const wk_frame *got, const wk_frame *want) {
       assert_true(got->stack.call_id == want->stack.call_id);
       assert_bytes_eq(got->stack.stack, want->stack.stack);
       break;
+    case WK_FRAME_SCRATCH:
+      assert_true(got->scratch.call_id == want->scratch.call_id);
+      assert_true(got->scratch.request_id == want->scratch.request_id);
+      break;
+    case WK_FRAME_SCRATCH_RESULT:
+      assert_true(got->scratch_result.request_id == want->scratch_result.request_id);
+      assert_bytes_eq(got->scratch_result.error, want->scratch_result.error);
+      break;
   }
 }
 
-#define N_TYPES 12 /* frame types 1..12 */
+#define N_TYPES 14 /* frame types 1..14 */
 
 /* Every sample frame, one per type. */
 static size_t all_samples(wk_frame *out) {
@@ -231,6 +239,12 @@ static size_t all_samples(wk_frame *out) {
   out[n++].stack.stack = B("  File \"main.py\", line 3, in handler\n    while True: pass\n");
   out[n].type = WK_FRAME_RECALL;
   out[n++].cancel.call_id = 98;
+  out[n].type = WK_FRAME_SCRATCH;
+  out[n].scratch.call_id = 97;
+  out[n++].scratch.request_id = 3;
+  out[n].type = WK_FRAME_SCRATCH_RESULT;
+  out[n].scratch_result.request_id = 3;
+  out[n++].scratch_result.error = B("cannot create the task's scratch directory");
   assert_int_equal(n, N_TYPES);
   return n;
 }
@@ -307,9 +321,19 @@ static void test_known_bytes(void **state) {
   f.hello.version = WK_FRAME_VERSION;
   f.hello.pid = 0x01020304;
   assert_int_equal(wk_frame_encode(&b, &f, MAX_FRAME), WK_FRAME_OK);
-  const uint8_t hello[] = {9, 0, 0, 0, 1, 4, 0, 0, 0, 4, 3, 2, 1};
+  const uint8_t hello[] = {9, 0, 0, 0, 1, 5, 0, 0, 0, 4, 3, 2, 1};
   assert_int_equal(wk_frame_buf_size(&b), sizeof hello);
   assert_memory_equal(wk_frame_buf_bytes(&b), hello, sizeof hello);
+
+  wk_frame_buf_clear(&b);
+  memset(&f, 0, sizeof f);
+  f.type = WK_FRAME_SCRATCH; /* executor-protocol.md §2's example */
+  f.scratch.call_id = 7;
+  f.scratch.request_id = 2;
+  assert_int_equal(wk_frame_encode(&b, &f, MAX_FRAME), WK_FRAME_OK);
+  const uint8_t scratch[] = {17, 0, 0, 0, 13, 7, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0};
+  assert_int_equal(wk_frame_buf_size(&b), sizeof scratch);
+  assert_memory_equal(wk_frame_buf_bytes(&b), scratch, sizeof scratch);
 
   wk_frame_buf_clear(&b);
   memset(&f, 0, sizeof f);
@@ -440,7 +464,7 @@ static void test_encoder_limits(void **state) {
   memset(&bad, 0, sizeof bad);
   assert_int_equal(wk_frame_encode(&b, &bad, MAX_FRAME), WK_FRAME_E_TYPE);
   assert_int_equal(wk_frame_encoded_size(&bad), 0);
-  bad.type = (wk_frame_type)13;
+  bad.type = (wk_frame_type)15;
   assert_int_equal(wk_frame_encode(&b, &bad, MAX_FRAME), WK_FRAME_E_TYPE);
   assert_int_equal(wk_frame_buf_size(&b), held);
   wk_frame_buf_free(&b);
@@ -456,7 +480,7 @@ static void test_malformed(void **state) {
   const uint8_t empty[] = {0, 0, 0, 0};
   assert_int_equal(decode_exact(empty, sizeof empty, MAX_FRAME, &f, &sz), WK_FRAME_E_EMPTY);
 
-  const uint8_t types[] = {0, 13, 0x7f, 0xff};
+  const uint8_t types[] = {0, 15, 0x7f, 0xff};
   for (size_t i = 0; i < sizeof types; i++) {
     const uint8_t t[] = {1, 0, 0, 0, types[i]};
     assert_int_equal(decode_exact(t, sizeof t, MAX_FRAME, &f, &sz), WK_FRAME_E_TYPE);

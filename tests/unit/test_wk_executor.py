@@ -54,7 +54,7 @@ class Encode(unittest.TestCase):
 
     def test_hello(self):
         self.assertEqual(p.encode_hello(0x01020304).hex(" "),
-                         "09 00 00 00 01 04 00 00 00 04 03 02 01")
+                         "09 00 00 00 01 05 00 00 00 04 03 02 01")
 
     def test_pong(self):
         self.assertEqual(p.encode_u64_frame(p.PONG, 0x0807060504030201),
@@ -63,6 +63,11 @@ class Encode(unittest.TestCase):
     def test_stack(self):
         self.assertEqual(p.encode_stack(7, b"ab").hex(" "),
                          "0f 00 00 00 0b 07 00 00 00 00 00 00 00 02 00 00 00 61 62")
+
+    def test_scratch(self):
+        # SCRATCH call=7 request=2: the first use of ctx.scratch_dir (§5.1)
+        self.assertEqual(p.encode_scratch(7, 2),
+                         bytes.fromhex("11000000 0d 0700000000000000 0200000000000000"))
 
     def test_subcalls(self):
         want = bytes.fromhex(
@@ -157,6 +162,16 @@ class DecodeOthers(unittest.TestCase):
         req, kids = parse_body(p.parse_subcalls_result, whole[5:])
         self.assertEqual(req, 1)
         self.assertEqual(kids, [(0, 0, b"1", b"", b"", b""), (1, 0, b"", b"E", b"m", b"")])
+
+    def test_scratch_result(self):
+        whole = bytes.fromhex("11000000 0e 0300000000000000 04000000 6e6f7065")
+        self.assertEqual(whole[4], p.SCRATCH_RESULT)
+        self.assertEqual(parse_body(p.parse_scratch_result, whole[5:]), (3, "nope"))
+        self.assertEqual(parse_body(p.parse_scratch_result, struct.pack("<QI", 3, 0)), (3, ""))
+        for body in (struct.pack("<Q", 3), struct.pack("<QI", 3, 0) + b"x",
+                     struct.pack("<QI", 3, 5) + b"ab"):
+            with self.subTest(body=body), self.assertRaises(p.ProtocolError):
+                parse_body(p.parse_scratch_result, body)
 
     def kid(self, status=0, ctype=0, out=b"", etype=b"", msg=b"", tb=b""):
         return struct.pack("<BB", status, ctype) + s(out) + s(etype) + s(msg) + s(tb)
