@@ -179,7 +179,7 @@ def test_hello_naming_another_pid_is_refused(worker_factory, tmp_path):
     py = tmp_path / "lying-python"
     py.write_text("#!/usr/bin/python3\n"
                   "import os, struct, time\n"
-                  "os.write(3, struct.pack('<IBII', 9, 1, 4, os.getppid()))\n"  # HELLO v4
+                  "os.write(3, struct.pack('<IBII', 9, 1, 5, os.getppid()))\n"  # HELLO v5
                   "time.sleep(30)\n")
     py.chmod(0o755)
     w = worker_factory(executors=1, python=str(py))
