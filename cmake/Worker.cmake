@@ -37,6 +37,7 @@ add_library(wk_app STATIC
   src/app/wk_wire.c
   src/app/wk_task_runtime.c
   src/app/wk_task_code.c
+  src/app/wk_code_cache.c
   src/app/wk_output_spool.c
   src/app/wk_code_prune.c
   src/app/wk_calls.c

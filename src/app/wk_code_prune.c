@@ -1,6 +1,8 @@
 /* wk_code_prune.c: removing old code epochs once no task pins them (see wk_orch_int.h).
  *
- * A task's end (wk_task_code_unpin) asks for its functions to be pruned; requests wait
+ * A task's end (wk_task_code_unpin) asks for its functions to be pruned when that may
+ * remove something (the function changed since its last prune, or the task ran an epoch
+ * other than CURRENT: wk_code_cache_prune_due); requests wait
  * in a list (one per function) and one threadpool job at a time takes the whole list
  * and runs wk_code_store_prune on each, so a burst of ending tasks costs one pass. The
  * job decides under the pins' mutex, so a task activating meanwhile (its function held
@@ -11,6 +13,7 @@
 #include <string.h>
 
 #include "adapters/wk_code_store.h"
+#include "app/wk_code_cache.h"
 #include "lib/wk_alloc.h"
 #include "lib/wk_log.h"
 
@@ -111,7 +114,14 @@ void wk_orch__prune_code(wk_orch *o, const char *function) {
   if (!o->prune_running) start(o);
 }
 
-void wk_orch__prune_code_cb(void *o, const char *function) { wk_orch__prune_code(o, function); }
+void wk_orch__prune_code_cb(void *ud, const char *function, uint64_t epoch) {
+  wk_orch *o = ud;
+  if (o->cfg.code_epochs_kept == 0) return;
+  /* a task that ran CURRENT of an unchanged function frees no epoch a prune could take:
+   * no pass (no lock file, no directory scan) at every task's end */
+  if (o->code_cache && !wk_code_cache_prune_due(o->code_cache, function, epoch)) return;
+  wk_orch__prune_code(o, function);
+}
 
 void wk_orch__prune_free(wk_orch *o) {
   free_list(o->prune_pending);

@@ -47,8 +47,9 @@ typedef struct wk_orch__step {
  * threadpool (one job at a time; requests for a function already waiting are merged). */
 void wk_orch__prune_code(wk_orch *o, const char *function);
 
-/** wk_orch__prune_code as a wk_task_code_unpin callback (ud = the orchestrator). */
-void wk_orch__prune_code_cb(void *o, const char *function);
+/** wk_orch__prune_code as a wk_task_code_unpin callback (ud = the orchestrator), when a
+ * prune may remove something (wk_code_cache_prune_due): not after every task. */
+void wk_orch__prune_code_cb(void *o, const char *function, uint64_t epoch);
 
 /** Frees the prune requests not started (at close). */
 void wk_orch__prune_free(wk_orch *o);
@@ -81,8 +82,9 @@ struct wk_orch {
   wk_orch_config cfg;
   wk_core *core;
   wk_exec_adapter exec;
-  wk_calls *calls;          /* the calls phase: DispatcherCore and the attempts */
-  struct wk_shadow *shadow; /* mirrors sampled submissions to another worker; NULL = off */
+  wk_calls *calls;           /* the calls phase: DispatcherCore and the attempts */
+  wk_code_cache *code_cache; /* CURRENT of each function, from memory (cfg.calls.code.cache) */
+  struct wk_shadow *shadow;  /* mirrors sampled submissions to another worker; NULL = off */
   wk_subs *subs;
   int64_t wall_offset_ms;
   int64_t now_ms;

@@ -10,6 +10,7 @@
 
 #include "adapters/wk_code_store.h"
 #include "app/wk_calls.h"
+#include "app/wk_code_cache.h"
 #include "app/wk_orch_int.h"
 #include "app/wk_subscriptions.h"
 #include "lib/wk_alloc.h"
@@ -341,8 +342,12 @@ wk_orch *wk_orch_create(uv_loop_t *loop, const wk_orch_config *cfg, char *err, s
   o->core = wk_core_create(&cfg->core);
   wk_orch__sems_init(o);
   /* subcall targets resolve in the code root and pass the AuditGate, as tasks do */
-  o->cfg.calls.code = (wk_task_code_env){
-      .code_root = cfg->code_root, .audit_allow = cfg->audit_allow, .audit_deny = cfg->audit_deny};
+  /* CURRENT is read from memory, invalidated by inotify (wk_code_cache.h) */
+  o->code_cache = wk_code_cache_create(cfg->code_root);
+  o->cfg.calls.code = (wk_task_code_env){.code_root = cfg->code_root,
+                                         .cache = o->code_cache,
+                                         .audit_allow = cfg->audit_allow,
+                                         .audit_deny = cfg->audit_deny};
   o->cfg.calls.max_inline_output_bytes = o->cfg.max_inline_output_bytes; /* one setting */
   o->pins = wk_code_pins_create();
   o->cfg.calls.code.pins = o->pins;
@@ -350,6 +355,7 @@ wk_orch *wk_orch_create(uv_loop_t *loop, const wk_orch_config *cfg, char *err, s
   if (!o->calls) {
     wk_core_destroy(o->core);
     wk_code_pins_destroy(o->pins);
+    wk_code_cache_destroy(o->code_cache);
     free(o);
     return NULL;
   }
@@ -484,6 +490,7 @@ void wk_orch__maybe_free(wk_orch *o) {
   wk_calls_destroy(o->calls);
   wk_core_destroy(o->core);
   wk_orch__prune_free(o);
+  wk_code_cache_destroy(o->code_cache);
   wk_code_pins_destroy(o->pins);
   pthread_mutex_destroy(&o->mu);
   free(o->events);

@@ -321,8 +321,8 @@ static void activate(wk_task_rt *rt, uint64_t slot_id, const wk_orch_config *cfg
     a->code = WK_FAIL_ACTIVATION_FAILED;
     return;
   }
-  if (wk_code_store_resolve(cfg->code_root, rt->req.function, rt->req.requested_epoch, &a->epoch,
-                            a->code_dir, sizeof a->code_dir, a->error, sizeof a->error) != 0) {
+  if (wk_task_code_resolve(&cfg->calls.code, rt->req.function, rt->req.requested_epoch, &a->epoch,
+                           a->code_dir, sizeof a->code_dir, a->error, sizeof a->error) != 0) {
     a->code = WK_FAIL_ACTIVATION_FAILED;
     return;
   }

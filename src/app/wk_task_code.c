@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "adapters/wk_code_store.h"
+#include "app/wk_code_cache.h"
 #include "lib/wk_alloc.h"
 #include "lib/wk_assert.h"
 #include "lib/wk_err.h"
@@ -27,6 +28,16 @@ static uint32_t add_target(wk_rt_code *code, const char *function, size_t len, u
   return code->count++;
 }
 
+int wk_task_code_resolve(const wk_task_code_env *env, const char *function,
+                         uint64_t requested_epoch, uint64_t *epoch, char *path, size_t path_len,
+                         char *err, size_t err_len) {
+  if (env->cache)
+    return wk_code_cache_resolve(env->cache, function, requested_epoch, epoch, path, path_len, err,
+                                 err_len);
+  return wk_code_store_resolve(env->code_root, function, requested_epoch, epoch, path, path_len,
+                               err, err_len);
+}
+
 void wk_task_code_adopt(wk_task_rt *rt, const wk_task_code_env *env) {
   WK_ASSERT(rt->code.count == 0);
   WK_ASSERT(!rt->code.unpinned);
@@ -37,13 +48,14 @@ void wk_task_code_adopt(wk_task_rt *rt, const wk_task_code_env *env) {
 }
 
 void wk_task_code_unpin(wk_task_rt *rt, const wk_task_code_env *env,
-                        void (*on_function)(void *ud, const char *function), void *ud) {
+                        void (*on_function)(void *ud, const char *function, uint64_t epoch),
+                        void *ud) {
   if (rt->code.unpinned) return;
   rt->code.unpinned = true;
   for (uint32_t i = 0; i < rt->code.count; i++) {
     const wk_rt_target *t = &rt->code.items[i];
     if (env->pins) wk_code_pins_unpin(env->pins, t->function, t->epoch);
-    if (on_function) on_function(ud, t->function);
+    if (on_function) on_function(ud, t->function, t->epoch);
   }
 }
 
@@ -89,7 +101,7 @@ int wk_task_code_target(wk_task_rt *rt, const wk_task_code_env *env, const char 
   if (env->pins) wk_code_pins_hold(env->pins, name);
   uint64_t epoch = 0;
   char dir[PATH_MAX];
-  int rc = wk_code_store_resolve(env->code_root, name, 0, &epoch, dir, sizeof dir, err, err_len);
+  int rc = wk_task_code_resolve(env, name, 0, &epoch, dir, sizeof dir, err, err_len);
   if (rc == 0) {
     *index = add_target(code, name, len, epoch, dir);
     if (env->pins) wk_code_pins_pin(env->pins, name, epoch);

@@ -26,11 +26,19 @@
 /* Where targets are resolved and which functions may run. Strings are borrowed and
  * outlive every task. */
 typedef struct wk_code_pins wk_code_pins;
+typedef struct wk_code_cache wk_code_cache;
 typedef struct wk_task_code_env {
   const char *code_root;
-  wk_code_pins *pins; /* every target is pinned here until wk_task_code_unpin (may be NULL) */
+  wk_code_cache *cache; /* CURRENT from memory (wk_code_cache.h); NULL: read from disk */
+  wk_code_pins *pins;   /* every target is pinned here until wk_task_code_unpin (may be NULL) */
   const char *audit_allow, *audit_deny;
 } wk_task_code_env;
+
+/** Resolves `function` at `requested_epoch` (0: CURRENT) in env's code root, through its
+ * cache when it has one: wk_code_store_resolve's results and errors. Thread-safe. */
+int wk_task_code_resolve(const wk_task_code_env *env, const char *function,
+                         uint64_t requested_epoch, uint64_t *epoch, char *path, size_t path_len,
+                         char *err, size_t err_len);
 
 /** Makes the activation's epoch and code directory (rt->act) target 0 and pins it in
  * env->pins. Call once, on the loop thread, when activation succeeded (the function
@@ -38,10 +46,11 @@ typedef struct wk_task_code_env {
 void wk_task_code_adopt(wk_task_rt *rt, const wk_task_code_env *env);
 
 /** Unpins every target of the task (it is terminal); no target is added afterwards.
- * Calls on_function(ud, name) once per target, e.g. to remove epochs no longer
+ * Calls on_function(ud, name, epoch) once per target, e.g. to remove epochs no longer
  * pinned (may be NULL). Idempotent. */
 void wk_task_code_unpin(wk_task_rt *rt, const wk_task_code_env *env,
-                        void (*on_function)(void *ud, const char *function), void *ud);
+                        void (*on_function)(void *ud, const char *function, uint64_t epoch),
+                        void *ud);
 
 /** The target index of `function` (`len` bytes, not NUL-terminated) for a subcall of
  * `rt`: an existing target, else a new one resolved at CURRENT of the code store.

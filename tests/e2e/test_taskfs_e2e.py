@@ -65,3 +65,93 @@ def test_scratch_dir_made_on_first_use_from_a_thread_and_shared_by_the_tasks_cal
     assert os.path.dirname(out["dir"]) == str(root)
     # made for the task, so removed with it
     assert wait_for(lambda: os.listdir(str(root)) == [], timeout=10), os.listdir(str(root))
+
+
+# ---- CURRENT from memory (wk_code_cache.c) ------------------------------------------
+
+def versioned(v):
+    return ("V = %d\n"
+            "def handler(args, ctx):\n"
+            "    return {'v': V, 'epoch': ctx.epoch}\n" % v)
+
+
+def test_a_task_submitted_right_after_a_deploy_runs_the_new_epoch(worker_factory):
+    """The worker caches CURRENT per function; a deploy (or rollback) must reach the
+    very next task, with no wait: every submit follows its deploy at once."""
+    w = worker_factory(executors=1)
+    w.wait_serving()
+    w.deploy("ver", versioned(1))
+    for i in range(3):  # cached now: these are hits
+        assert output_json(run(w, "ver-warm-%d" % i, "ver")) == {"v": 1, "epoch": 1}
+    for v in range(2, 7):
+        w.deploy("ver", versioned(v))
+        out = output_json(run(w, "ver-%d" % v, "ver"))
+        assert out == {"v": v, "epoch": v}, out
+    # a rollback with workerctl reaches the next task too
+    import subprocess
+    from conftest import WORKERCTL
+    subprocess.run([WORKERCTL, "rollback", "--code-root", w.code_root, "ver"], check=True,
+                   capture_output=True)
+    assert output_json(run(w, "ver-back", "ver")) == {"v": 5, "epoch": 5}
+
+
+# ---- no filesystem system call on a no-op task's path --------------------------------
+
+def strace_ok():
+    import shutil
+    import subprocess
+    if not shutil.which("strace"):
+        return False
+    r = subprocess.run(["strace", "-qq", "-e", "trace=none", "true"], capture_output=True)
+    return r.returncode == 0
+
+
+def file_syscalls(path):
+    """[(syscall, line)] of a strace -f -o file (each line "PID syscall(args) = rc")."""
+    import re
+    calls = []
+    with open(path) as f:
+        for line in f:
+            m = re.match(r"^\d+\s+(?:<\.\.\. )?([a-z0-9_]+)[( ]", line)
+            if m:
+                calls.append((m.group(1), line.rstrip("\n")))
+    return calls
+
+
+def test_noop_tasks_make_no_filesystem_call_in_the_worker(worker_factory, tmp_path):
+    """strace -f attached to the warmed-up worker (all its threads; the executors started
+    before are not followed) while no-op tasks run: no mkdir/rmdir/unlink/open/stat of any
+    file. Periodic work of the worker (reading /proc for memory figures and executor
+    liveness) is not the task path and is left out by its /proc paths. Before, every task
+    made and removed a scratch directory, read the code store's CURRENT and ran a prune
+    pass (lock file, directory scan)."""
+    import signal
+    import subprocess
+    import time
+    if not strace_ok():
+        import pytest
+        pytest.skip("strace cannot trace here")
+    w = worker_factory(executors=1)
+    w.wait_serving()
+    w.deploy("noop")
+    for i in range(5):  # warm up: the cache holds CURRENT, the executor loaded the code
+        run(w, "warm-%d" % i, "noop")
+    out = str(tmp_path / "strace.txt")
+    tracer = subprocess.Popen(["strace", "-f", "-qq", "-e", "trace=%file", "-o", out,
+                               "-p", str(w.proc.pid)], stderr=subprocess.PIPE)
+    try:
+        time.sleep(1.0)  # attached to every thread
+        n = 50
+        for i in range(n):
+            run(w, "noop-%d" % i, "noop")
+        time.sleep(0.3)
+    finally:
+        tracer.send_signal(signal.SIGINT)
+        tracer.wait(10)
+    calls = file_syscalls(out)
+    # left out: /proc (the pool's periodic scan of processes, memory figures) and fstat
+    # of an open descriptor (AT_EMPTY_PATH: no path is looked up; gRPC's and opendir's)
+    on_path = [(name, line) for name, line in calls
+               if '"/proc"' not in line and '"/proc/' not in line and "AT_EMPTY_PATH" not in line]
+    assert on_path == [], "filesystem calls while %d no-op tasks ran:\n%s" % (
+        n, "\n".join(line for _, line in on_path[:40]))

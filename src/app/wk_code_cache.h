@@ -1,0 +1,52 @@
+/* wk_code_cache.h: the code store's CURRENT pointers, resolved from memory.
+ *
+ * Epochs are immutable (wk_code_store.h); only CURRENT moves. The cache keeps, per
+ * function, the epoch CURRENT named and its directory, and watches the code root and
+ * each cached function's directory with inotify. Every lookup first drains the inotify
+ * descriptor (one non-blocking read): a CURRENT renamed, rewritten or removed before the
+ * lookup began invalidates the entry, so a task submitted right after `workerctl deploy`
+ * (or a rollback) gets the new epoch, as when every lookup read the disk. A cache hit
+ * costs that read and no filesystem call. Without inotify (no descriptor, no watch)
+ * every lookup reads the disk as wk_code_store_resolve does.
+ *
+ * Thread-safe (one mutex): activation resolves on the threadpool, subcall targets on
+ * the loop. */
+#ifndef WK_CODE_CACHE_H
+#define WK_CODE_CACHE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct wk_code_cache wk_code_cache;
+
+typedef struct wk_code_cache_stats {
+  uint64_t hits;          /* lookups answered from memory */
+  uint64_t misses;        /* lookups that read the disk (first use, after a change) */
+  uint64_t invalidations; /* entries dropped by a change */
+  bool watching;          /* inotify is in use (false: every lookup reads the disk) */
+} wk_code_cache_stats;
+
+/** Creates an empty cache over `root` (copied). Never NULL (aborts on OOM); when inotify
+ * cannot be had the cache only passes lookups through to the disk. */
+wk_code_cache *wk_code_cache_create(const char *root);
+
+/** Frees the cache and closes its inotify descriptor. NULL is a no-op. */
+void wk_code_cache_destroy(wk_code_cache *c);
+
+/** wk_code_store_resolve(root, function, requested_epoch, ...) with the same results and
+ * errors; requested_epoch 0 (CURRENT) is answered from memory while CURRENT of
+ * `function` is unchanged since it was read. */
+int wk_code_cache_resolve(wk_code_cache *c, const char *function, uint64_t requested_epoch,
+                          uint64_t *epoch, char *path, size_t path_len, char *err, size_t err_len);
+
+/** Whether a prune of `function` may remove an epoch now that a task that ran `epoch`
+ * ended: true when the function's directory changed since the last call that returned
+ * true (a deploy, a rollback, an epoch removed), when `epoch` is not the CURRENT cached,
+ * or when the cache cannot tell (not cached, not watched). Clears the changed mark. */
+bool wk_code_cache_prune_due(wk_code_cache *c, const char *function, uint64_t epoch);
+
+/** The counters so far. */
+wk_code_cache_stats wk_code_cache_get_stats(wk_code_cache *c);
+
+#endif
