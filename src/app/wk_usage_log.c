@@ -68,6 +68,8 @@ static json_t *phases_json(const wk_task_result *r) {
 }
 
 void wk_orch__log_task_finished(wk_orch *o, const wk_task_rt *rt, const wk_task_result *r) {
+  bool to_file = o->cfg.usage_log && o->cfg.usage_log[0];
+  if (!to_file && !wk_log_enabled(WK_LOG_INFO)) return; /* nobody reads the record: not built */
   const wk_task_statistic *s = &r->statistic;
   const wk_call_stats *c = &s->calls;
   int64_t builder_ms, calls_ms, writer_ms;
@@ -103,7 +105,7 @@ void wk_orch__log_task_finished(wk_orch *o, const wk_task_rt *rt, const wk_task_
                       json_string(o->cfg.usage_service ? o->cfg.usage_service : ""));
   json_object_set_new(usage, "failure_code", json_string(wk_failure_code_name(r->failure_code)));
   json_object_set_new(usage, "phases", phases_json(r));
-  if (o->cfg.usage_log && o->cfg.usage_log[0]) append_usage(o, usage);
+  if (to_file) append_usage(o, usage);
   json_object_set_new(f, "usage", usage);
   wk_log_json(WK_LOG_INFO, "task_finished", f);
 }

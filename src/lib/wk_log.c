@@ -7,7 +7,7 @@
 #include <time.h>
 #include <unistd.h>
 
-static wk_log_level min_level = WK_LOG_INFO;
+wk_log_level wk_log_min_level = WK_LOG_INFO;
 
 static const char *level_name(wk_log_level level) {
   switch (level) {
@@ -19,7 +19,7 @@ static const char *level_name(wk_log_level level) {
   return "info";
 }
 
-void wk_log_set_level(wk_log_level level) { min_level = level; }
+void wk_log_set_level(wk_log_level level) { wk_log_min_level = level; }
 
 int wk_log_parse_level(const char *s) {
   for (int l = WK_LOG_DEBUG; l <= WK_LOG_ERROR; l++) {
@@ -28,11 +28,7 @@ int wk_log_parse_level(const char *s) {
   return -1;
 }
 
-void wk_log_json(wk_log_level level, const char *event, json_t *fields) {
-  if (level < min_level) {
-    json_decref(fields);
-    return;
-  }
+void wk_log_json_write(wk_log_level level, const char *event, json_t *fields) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   struct tm tm;
@@ -59,12 +55,11 @@ void wk_log_json(wk_log_level level, const char *event, json_t *fields) {
   free(text);
 }
 
-void wk_log(wk_log_level level, const char *event, const char *fmt, ...) {
-  if (level < min_level) return;
+void wk_log_write(wk_log_level level, const char *event, const char *fmt, ...) {
   char msg[1024];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  wk_log_json(level, event, json_pack("{s:s}", "msg", msg));
+  wk_log_json_write(level, event, json_pack("{s:s}", "msg", msg));
 }

@@ -5,6 +5,7 @@
 #define WK_LOG_H
 
 #include <jansson.h>
+#include <stdbool.h>
 
 typedef enum wk_log_level {
   WK_LOG_DEBUG = 0,
@@ -19,12 +20,36 @@ void wk_log_set_level(wk_log_level level);
 /** Parses "debug", "info", "warn", "error"; returns -1 for anything else. */
 int wk_log_parse_level(const char *s);
 
-/** Writes one line with `event` and the fields of `fields` (a JSON object, may be
- * NULL). Steals the reference to `fields`. */
-void wk_log_json(wk_log_level level, const char *event, json_t *fields);
+/* The lowest level written; read through wk_log_enabled (set with wk_log_set_level). */
+extern wk_log_level wk_log_min_level;
 
-/** Shorthand: a line with `event` and a "msg" built printf-style. */
-void wk_log(wk_log_level level, const char *event, const char *fmt, ...)
+/** True when a record at `level` is written: build a costly record only then. */
+static inline bool wk_log_enabled(wk_log_level level) { return level >= wk_log_min_level; }
+
+/** Writes one line with `event` and the fields of `fields` (a JSON object, may be
+ * NULL), whatever the level. Steals the reference to `fields`. */
+void wk_log_json_write(wk_log_level level, const char *event, json_t *fields);
+
+/** A line with `event` and a "msg" built printf-style, whatever the level. */
+void wk_log_write(wk_log_level level, const char *event, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/** Writes one line with `event` and the fields of `fields` (a JSON object, may be NULL;
+ * its reference is stolen) when `level` is on. A statement: when the level is off the
+ * arguments after `level` are not evaluated, so `fields` (json_pack(...)) is never
+ * built. */
+#define wk_log_json(level, event, fields)                                                   \
+  do {                                                                                      \
+    const wk_log_level wk_log_level_ = (level);                                             \
+    if (wk_log_enabled(wk_log_level_)) wk_log_json_write(wk_log_level_, (event), (fields)); \
+  } while (0)
+
+/** Shorthand: a line with `event` and a "msg" built printf-style, when `level` is on
+ * (the format arguments are not evaluated otherwise). */
+#define wk_log(level, event, ...)                                                         \
+  do {                                                                                    \
+    const wk_log_level wk_log_level_ = (level);                                           \
+    if (wk_log_enabled(wk_log_level_)) wk_log_write(wk_log_level_, (event), __VA_ARGS__); \
+  } while (0)
 
 #endif
