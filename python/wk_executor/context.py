@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import logging
 import time
 
 import worker  # python/worker/__init__.py, beside this package
@@ -13,6 +12,8 @@ from .protocol import Call
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import logging
+
     from .subcalls import Subcalls
 
 
@@ -45,6 +46,8 @@ class Context:
     def logger(self) -> logging.Logger:
         """A logging.Logger writing to this call's captured stderr (level INFO)."""
         if self._logger is None:
+            import logging  # on first use: an idle executor does not hold it
+
             lg = logging.Logger(f"worker.fn.{self.function}", logging.INFO)
             h = logging.StreamHandler(self._stderr)
             h.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))

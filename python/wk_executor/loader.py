@@ -4,14 +4,13 @@
 from __future__ import annotations
 
 import functools
-import hashlib
 import importlib
 import importlib.machinery
 import importlib.util
-import inspect
 import os
 import re
 import sys
+import types
 from collections.abc import Callable
 
 _DOTTED = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
@@ -89,24 +88,35 @@ def defined_in(obj) -> str | None:
     what is not Python source (builtins, functools.partial, C types)."""
     if isinstance(obj, functools.partial):
         return None  # its arguments are bound by whoever made it: never an entry point
-    if inspect.ismethod(obj):
+    if isinstance(obj, types.MethodType):
         obj = obj.__func__
-    try:
-        obj = inspect.unwrap(obj)
-    except ValueError:  # a __wrapped__ cycle
+    obj = _unwrap(obj)
+    if obj is None:  # a __wrapped__ cycle
         return None
-    if inspect.isfunction(obj):
+    if isinstance(obj, types.FunctionType):
         return obj.__code__.co_filename
-    cls = obj if inspect.isclass(obj) else type(obj)
+    cls = obj if isinstance(obj, type) else type(obj)
     mod = sys.modules.get(cls.__module__)
     f = getattr(mod, "__file__", None)
     if f:
         return f
     for v in vars(cls).values():  # a sibling module removed from sys.modules after import
         v = getattr(v, "__func__", v)
-        if inspect.isfunction(v):
+        if isinstance(v, types.FunctionType):
             return v.__code__.co_filename
     return None
+
+
+def _unwrap(obj):
+    """inspect.unwrap without importing inspect (its ast, dis and tokenize cost an
+    executor ~4 MB): follows __wrapped__; None for a cycle."""
+    seen = {id(obj)}
+    while hasattr(obj, "__wrapped__"):
+        obj = obj.__wrapped__
+        if id(obj) in seen or len(seen) > sys.getrecursionlimit():
+            return None
+        seen.add(id(obj))
+    return obj
 
 
 def _inside(path: str, code_dir: str) -> bool:
@@ -114,9 +124,19 @@ def _inside(path: str, code_dir: str) -> bool:
     return os.path.realpath(path).startswith(root)
 
 
+def _path_hash(code_dir: str) -> str:
+    """16 hex digits of blake2b over the path: hashlib's own blake2b, without importing
+    hashlib (which loads OpenSSL's libcrypto, ~5 MB of an executor's memory)."""
+    try:
+        from _blake2 import blake2b
+    except ImportError:  # a Python built without it
+        from hashlib import blake2b
+    return blake2b(os.fsencode(code_dir), digest_size=8).hexdigest()
+
+
 def package_name(code_dir: str) -> str:
     """The synthetic package of `code_dir` (_wk_code_<hash>), created on first use."""
-    name = "_wk_code_" + hashlib.sha1(os.fsencode(code_dir)).hexdigest()[:16]
+    name = "_wk_code_" + _path_hash(code_dir)
     if name not in sys.modules:
         spec = importlib.machinery.ModuleSpec(name, None, is_package=True)
         spec.submodule_search_locations = [code_dir]

@@ -9,7 +9,6 @@ import resource
 import struct
 import sys
 import time
-import traceback
 
 import worker  # python/worker/__init__.py, beside this package
 
@@ -208,6 +207,8 @@ def describe(e: BaseException, stage: str, call: Call) -> tuple[str, str, str]:
         etype = type(e).__name__
         msg = str(e)
     tb_obj = e.__traceback__.tb_next if e.__traceback__ is not None else None
+    import traceback  # on the first failure only: an idle executor does not hold it
+
     tb = "".join(traceback.format_exception(type(e), e, tb_obj))
     return etype, msg, tb
 

@@ -11,7 +11,6 @@ import socket
 import sys
 import threading
 import time
-import traceback
 
 from .channel import WATCH_PERIOD_S
 from .protocol import ProtocolError, cap_text
@@ -104,6 +103,10 @@ class Watchdog(State):
         if call_id not in ids:
             return b""
         try:
+            # imported on the first STACK_REQUEST only: an idle executor does not hold it
+            # (per-module import locks: a call wedged in another import does not block it)
+            import traceback
+
             frame = sys._current_frames().get(self.main_ident)
             if frame is None:
                 return b""

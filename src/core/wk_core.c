@@ -78,12 +78,9 @@ wk_core *wk_core_create(const wk_core_config *cfg) {
   core->task_capacity = n + cfg->max_retained_results;
   core->tasks_mem = wk_allocator_calloc(a, 1, tasks_bytes(core->task_capacity));
   core->tasks = (wk_task *)(((uintptr_t)core->tasks_mem + 63u) & ~(uintptr_t)63u);
-  for (uint32_t i = 0; i < core->task_capacity; i++) {
-    core->tasks[i].stage = WK_STAGE_FREE;
-    core->tasks[i].slot = WK_NONE;
-    core->tasks[i].next_free = (i + 1 < core->task_capacity) ? i + 1 : WK_NONE;
-  }
-  core->free_task_head = 0;
+  /* zeroed (WK_STAGE_FREE) and left untouched: a record is set up when first used */
+  core->free_task_head = WK_NONE;
+  core->tasks_touched = 0;
 
   wk_core__index_init(&core->index, core->task_capacity, a);
   wk_heap_init(&core->lease_heap, n, a);
@@ -111,7 +108,7 @@ static void release_blobs(wk_core *core, wk_task *t) {
 void wk_core_destroy(wk_core *core) {
   if (!core) return;
   wk_allocator a = core->cfg.allocator;
-  for (uint32_t i = 0; i < core->task_capacity; i++) release_blobs(core, &core->tasks[i]);
+  for (uint32_t i = 0; i < core->tasks_touched; i++) release_blobs(core, &core->tasks[i]);
   wk_heap_free(&core->lease_heap, &a);
   wk_heap_free(&core->timeout_heap, &a);
   wk_heap_free(&core->watch_heap, &a);
@@ -180,10 +177,14 @@ static wk_cmd *push_cmd(wk_cmds *cmds, wk_cmd_kind kind, const wk_task *t) {
  * sized for every slot plus every retained result. */
 static uint32_t new_task(wk_core *core, const char *id, size_t len, uint8_t stage) {
   uint32_t i = core->free_task_head;
-  WK_ASSERT(i != WK_NONE);
+  if (i != WK_NONE) {
+    core->free_task_head = core->tasks[i].next_free;
+  } else { /* a record never used before (zeroed) */
+    WK_ASSERT(core->tasks_touched < core->task_capacity);
+    i = core->tasks_touched++;
+  }
   wk_task *t = &core->tasks[i];
   WK_ASSERT(t->stage == WK_STAGE_FREE);
-  core->free_task_head = t->next_free;
   /* everything but the id's unused tail: an id of up to 31 bytes leaves line 1
    * (the rest of the id) untouched */
   memset(t, 0, offsetof(wk_task, id));

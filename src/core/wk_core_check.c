@@ -143,11 +143,14 @@ static const char *check_tasks(const wk_core *core) {
   if (ring_sum != terminal_sum || ring_sq != terminal_sq)
     return "task: retention ring misses a result";
   uint32_t free_listed = 0;
+  if (core->tasks_touched > core->task_capacity) return "task: more records touched than exist";
   for (uint32_t i = core->free_task_head; i != WK_NONE; i = core->tasks[i].next_free) {
+    if (i >= core->tasks_touched) return "task: free list holds an untouched record";
     if (core->tasks[i].stage != WK_STAGE_FREE) return "task: free list holds a used record";
     if (++free_listed > core->task_capacity) return "task: free list loops";
   }
-  if (free_listed + used != core->task_capacity) return "task: free list length is wrong";
+  /* the free records are those on the list and those never touched */
+  if (free_listed + used != core->tasks_touched) return "task: free list length is wrong";
   return NULL;
 }
 

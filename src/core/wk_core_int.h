@@ -97,7 +97,10 @@ struct wk_core {
   void *tasks_mem;
   uint32_t task_capacity;
   uint32_t free_task_head;
-  uint32_t n_live; /* ACTIVE */
+  uint32_t tasks_touched; /* records [tasks_touched, task_capacity) were never used: still
+                             the allocator's zero pages (FREE), on no list, so an idle
+                             core costs no memory for its retained-results capacity */
+  uint32_t n_live;        /* ACTIVE */
 
   wk_task_index index;
 

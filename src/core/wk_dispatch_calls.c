@@ -9,11 +9,16 @@
 /* ---- records ----------------------------------------------------------------------- */
 
 uint32_t wk_disp__call_alloc(wk_disp *d, uint32_t ti) {
+  WK_ASSERT(d->free_calls > 0);
   uint32_t c = d->free_call_head;
-  WK_ASSERT(c != WK_DNONE && d->free_calls > 0);
+  if (c != WK_DNONE) {
+    d->free_call_head = d->calls[c].q_next;
+  } else { /* a record never used before (zeroed: FREE, gen 0) */
+    WK_ASSERT(d->calls_touched < d->cfg.max_calls);
+    c = d->calls_touched++;
+  }
   wk_dcall *call = &d->calls[c];
   WK_ASSERT(call->state == WK_DC_FREE);
-  d->free_call_head = call->q_next;
   d->free_calls--;
   uint32_t gen = call->gen; /* keeps growing across reuse: old call ids stay stale */
   memset(call, 0, sizeof *call);

@@ -255,10 +255,13 @@ const char *wk_disp_check_invariants(const wk_disp *d) {
   }
   if (free_calls != d->free_calls) return "disp: free record count differs";
   uint32_t n = 0;
+  if (d->calls_touched > nc) return "disp: more records touched than exist";
   for (uint32_t c = d->free_call_head; c != WK_DNONE; c = d->calls[c].q_next) {
-    if (++n > free_calls || d->calls[c].state != WK_DC_FREE) return "disp: free list broken";
+    if (++n > free_calls || c >= d->calls_touched || d->calls[c].state != WK_DC_FREE)
+      return "disp: free list broken";
   }
-  if (n != free_calls) return "disp: free list length differs";
+  /* the free records are those on the list and those never touched */
+  if (n + (nc - d->calls_touched) != free_calls) return "disp: free list length differs";
   /* admission counts INFLIGHT records only: WAITING and RESUMING parents are outside */
   if (inflight != d->inflight) return "disp: global inflight differs from INFLIGHT records";
   if (d->pend_count > d->pend_cap || d->pend_head >= d->pend_cap) {

@@ -133,6 +133,9 @@ struct wk_disp {
 
   wk_dcall *calls;
   uint32_t free_call_head, free_calls;
+  uint32_t calls_touched; /* records [calls_touched, max_calls) were never used: still the
+                             allocator's zero pages (FREE, gen 0), on no list, so an idle
+                             dispatcher costs no memory for its max_calls records */
 
   wk_dtask *tasks;
   uint32_t free_task_head, n_tasks;

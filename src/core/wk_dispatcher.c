@@ -54,15 +54,10 @@ wk_disp *wk_disp_create(const wk_disp_config *cfg) {
   wk_rng_seed(&d->rng, cfg->rng_seed);
 
   uint32_t nc = cfg->max_calls;
+  /* zeroed and left untouched: a record is set up when first used (wk_disp__call_alloc) */
   d->calls = wk_allocator_calloc(a, nc, sizeof *d->calls);
-  for (uint32_t i = 0; i < nc; i++) {
-    wk_dcall *c = &d->calls[i];
-    c->state = WK_DC_FREE;
-    c->task = c->parent = c->child_head = WK_DNONE;
-    c->q_prev = c->m_prev = c->m_next = c->s_prev = c->s_next = WK_DNONE;
-    c->q_next = (i + 1 < nc) ? i + 1 : WK_DNONE;
-  }
-  d->free_call_head = 0;
+  d->free_call_head = WK_DNONE;
+  d->calls_touched = 0;
   d->free_calls = nc;
 
   uint32_t nt = cfg->max_tasks;

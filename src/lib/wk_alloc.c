@@ -46,7 +46,14 @@ void *wk_allocator_calloc(const wk_allocator *a, size_t count, size_t size) {
   if (count == 0 || size == 0) return NULL;
   if (count > SIZE_MAX / size) abort();
   size_t total = count * size;
-  void *p = (a && a->alloc) ? a->alloc(a->ud, total) : malloc(total);
+  if (!(a && a->alloc)) {
+    /* calloc, not malloc + memset: a large table comes zeroed from fresh pages that stay
+     * untouched (no resident memory) until used */
+    void *z = calloc(count, size);
+    if (!z) abort();
+    return z;
+  }
+  void *p = a->alloc(a->ud, total);
   if (!p) abort();
   memset(p, 0, total);
   return p;
