@@ -49,6 +49,7 @@
 
 #include "adapters/wk_code_store.h"
 #include "adapters/wk_grpc_client.h"
+#include "bench_proc.h"
 #include "grpc/health/v1/health.pb-c.h"
 #include "worker/v1/worker.pb-c.h"
 
@@ -72,18 +73,6 @@ static const unsigned k_concurrency[] = {1, 8, 64};
 #define N_CONCURRENCY (sizeof k_concurrency / sizeof k_concurrency[0])
 
 /* ---- time and samples ------------------------------------------------------------ */
-
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
-static void sleep_ms(unsigned ms) {
-  struct timespec ts = {.tv_sec = (time_t)(ms / 1000u), .tv_nsec = (long)(ms % 1000u) * 1000000L};
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-  }
-}
 
 typedef struct samples {
   uint64_t *v; /* nanoseconds */
@@ -133,31 +122,6 @@ static double pct_us(const samples *s, double q) {
 
 /* ---- CPU accounting from /proc ------------------------------------------------------ */
 
-/* utime+stime ticks of pid, and its parent pid; false when it is gone. */
-static bool proc_stat(pid_t pid, uint64_t *ticks, pid_t *ppid) {
-  char path[64], buf[1024];
-  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-  FILE *f = fopen(path, "r");
-  if (!f) return false;
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  fclose(f);
-  buf[n] = '\0';
-  const char *p = strrchr(buf, ')'); /* comm may hold spaces */
-  if (!p) return false;
-  /* after ") ": state(3) ppid(4) pgrp session tty tpgid flags minflt cminflt majflt
-   * cmajflt utime(14) stime(15) */
-  char state;
-  int pp;
-  unsigned long long ut, st;
-  if (sscanf(p + 2, "%c %d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &state, &pp, &ut, &st) !=
-      4) {
-    return false;
-  }
-  *ticks = (uint64_t)(ut + st);
-  *ppid = (pid_t)pp;
-  return true;
-}
-
 typedef struct cpu_snap {
   uint64_t worker_ticks;
   uint64_t exec_ticks; /* every child of the worker (the executors) */
@@ -166,22 +130,10 @@ typedef struct cpu_snap {
   uint64_t busy_ticks; /* the whole machine, from /proc/stat: not idle, not iowait */
 } cpu_snap;
 
-static uint64_t machine_busy_ticks(void) {
-  FILE *f = fopen("/proc/stat", "r");
-  if (!f) return 0;
-  unsigned long long v[8] = {0};
-  int n = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3],
-                 &v[4], &v[5], &v[6], &v[7]);
-  fclose(f);
-  if (n < 8) return 0;
-  /* user nice system idle iowait irq softirq steal */
-  return (uint64_t)(v[0] + v[1] + v[2] + v[5] + v[6] + v[7]);
-}
-
 static void cpu_snapshot(pid_t worker, cpu_snap *out) {
   memset(out, 0, sizeof *out);
   pid_t pp;
-  (void)proc_stat(worker, &out->worker_ticks, &pp);
+  (void)bench_proc_stat(worker, &out->worker_ticks, &pp);
   DIR *d = opendir("/proc");
   if (d) {
     struct dirent *e;
@@ -190,15 +142,15 @@ static void cpu_snapshot(pid_t worker, cpu_snap *out) {
       long pid = strtol(e->d_name, &end, 10);
       if (*end || pid <= 0) continue;
       uint64_t t;
-      if (proc_stat((pid_t)pid, &t, &pp) && pp == worker) out->exec_ticks += t;
+      if (bench_proc_stat((pid_t)pid, &t, &pp) && pp == worker) out->exec_ticks += t;
     }
     closedir(d);
   }
   struct timespec ts;
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
   out->self_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-  out->wall_ns = now_ns();
-  out->busy_ticks = machine_busy_ticks();
+  out->wall_ns = bench_now_ns();
+  out->busy_ticks = bench_proc_machine_busy_ticks();
 }
 
 /* Prints CPU use between two snapshots, in % of one core. */
@@ -347,9 +299,9 @@ static void stop_worker(bench *b, char *what, size_t what_len) {
   if (b->pid <= 0) return;
   kill(b->pid, SIGTERM);
   int status = 0;
-  uint64_t until = now_ns() + 30ull * 1000000000u;
+  uint64_t until = bench_now_ns() + 30ull * 1000000000u;
   pid_t r = 0;
-  while ((r = waitpid(b->pid, &status, WNOHANG)) == 0 && now_ns() < until) sleep_ms(10);
+  while ((r = waitpid(b->pid, &status, WNOHANG)) == 0 && bench_now_ns() < until) bench_sleep_ms(10);
   if (r == 0) {
     kill(b->pid, SIGKILL);
     (void)waitpid(b->pid, &status, 0);
@@ -483,7 +435,7 @@ static outcome run_task(wk_grpc_client *c, char *task_id, uint64_t *t_terminal,
   grpc_status_code code =
       wk_grpc_client_unary(c, M_SUBMIT, buf, len, NULL, 0, UNARY_DEADLINE_MS, &resp, &st);
   wk_grpc_buf_free(&resp);
-  if (t_submitted) *t_submitted = now_ns();
+  if (t_submitted) *t_submitted = bench_now_ns();
   if (code != GRPC_STATUS_OK) {
     note_error("SubmitTask", wk_grpc_status_name(code), st.message);
     return code == GRPC_STATUS_RESOURCE_EXHAUSTED ? OUT_EXHAUSTED : OUT_ERROR;
@@ -513,7 +465,7 @@ static outcome run_task(wk_grpc_client *c, char *task_id, uint64_t *t_terminal,
     if (*t_terminal == 0 && ev->result &&
         (ev->kind == WORKER__V1__TASK_EVENT__KIND__KIND_TERMINAL ||
          state_terminal(ev->result->state))) {
-      *t_terminal = now_ns();
+      *t_terminal = bench_now_ns();
       final = ev->result->state;
       if (final != WORKER__V1__TASK_STATE__TASK_STATE_SUCCEEDED) {
         snprintf(why, sizeof why, "%s (failure_code %d): %s",
@@ -567,27 +519,27 @@ static void *loader_main(void *arg) {
   pthread_barrier_wait(&r->start);
   uint64_t deadline = r->deadline_ns;
   for (;;) {
-    uint64_t t0 = now_ns();
+    uint64_t t0 = bench_now_ns();
     if (t0 >= deadline) break;
     outcome o;
     uint64_t t1;
     switch (r->op) {
       case OP_HEALTH:
         o = call_health(r->client);
-        t1 = now_ns();
+        t1 = bench_now_ns();
         break;
       case OP_SLOT:
         snprintf(id, sizeof id, "bench-slot-%u-%u-%llu", r->run_no, l->index,
                  (unsigned long long)seq++);
         o = call_slot(r->client, id);
-        t1 = now_ns();
+        t1 = bench_now_ns();
         break;
       case OP_TASK:
       default:
         snprintf(id, sizeof id, "bench-task-%u-%u-%llu", r->run_no, l->index,
                  (unsigned long long)seq++);
         o = run_task(r->client, id, &t1, NULL);
-        if (t1 == 0) t1 = now_ns();
+        if (t1 == 0) t1 = bench_now_ns();
         if (o == OUT_OK && t1 > deadline) continue; /* finished past the window */
         break;
     }
@@ -625,7 +577,7 @@ static void run_load(bench *b, op_kind op, unsigned threads, double seconds, loa
     if (pthread_create(&ls[i].th, &attr, loader_main, &ls[i]) != 0) abort();
   }
   pthread_attr_destroy(&attr);
-  r.deadline_ns = now_ns() + (uint64_t)(seconds * 1e9);
+  r.deadline_ns = bench_now_ns() + (uint64_t)(seconds * 1e9);
   pthread_barrier_wait(&r.start);
   for (unsigned i = 0; i < threads; i++) {
     pthread_join(ls[i].th, NULL);
@@ -728,18 +680,18 @@ static int setup(bench *b) {
 
 /* Waits for the port, opens the client, waits for SERVING. */
 static int connect_worker(bench *b) {
-  uint64_t until = now_ns() + 20ull * 1000000000u;
+  uint64_t until = bench_now_ns() + 20ull * 1000000000u;
   while ((b->port = read_port(b->log_path)) == 0) {
     if (!worker_alive(b)) {
       fprintf(stderr, "bench_grpc: the worker exited before listening; see %s\n", b->log_path);
       return -1;
     }
-    if (now_ns() > until) {
+    if (bench_now_ns() > until) {
       fprintf(stderr, "bench_grpc: the worker did not log worker_listening in 20 s; see %s\n",
               b->log_path);
       return -1;
     }
-    sleep_ms(10);
+    bench_sleep_ms(10);
   }
   char target[64], err[256];
   snprintf(target, sizeof target, "127.0.0.1:%d", b->port);
@@ -747,13 +699,13 @@ static int connect_worker(bench *b) {
     fprintf(stderr, "bench_grpc: %s\n", err);
     return -1;
   }
-  until = now_ns() + 30ull * 1000000000u;
+  until = bench_now_ns() + 30ull * 1000000000u;
   while (call_health(b->client) != OUT_OK) {
-    if (!worker_alive(b) || now_ns() > until) {
+    if (!worker_alive(b) || bench_now_ns() > until) {
       fprintf(stderr, "bench_grpc: the worker never became SERVING; see %s\n", b->log_path);
       return -1;
     }
-    sleep_ms(20);
+    bench_sleep_ms(20);
   }
   pthread_mutex_lock(&g_err.mu);
   g_err.first[0] = '\0'; /* failures while starting up are expected */
@@ -868,7 +820,7 @@ int main(int argc, char **argv) {
     run_load(&b, OP_SLOT, 8, 0.2, &w);
     run_load(&b, OP_TASK, b.executors * 2, 0.5, &w);
     samples_free(&w.lat);
-    sleep_ms(2 * SLOT_TTL_MS); /* let the warm-up leases lapse */
+    bench_sleep_ms(2 * SLOT_TTL_MS); /* let the warm-up leases lapse */
     pthread_mutex_lock(&g_err.mu);
     if (g_err.first[0]) printf("  warm-up error (first): %s\n", g_err.first);
     g_err.first[0] = '\0';
@@ -958,7 +910,7 @@ int main(int argc, char **argv) {
   }
 
   /* ---- 2. sequential submit-to-terminal ---- */
-  sleep_ms(2 * SLOT_TTL_MS);
+  bench_sleep_ms(2 * SLOT_TTL_MS);
   printf("\n2. SubmitTask -> TERMINAL event latency, no-op function, %u sequential tasks\n",
          b.seq_tasks);
   printf("   (from before SubmitTask to the TERMINAL event of a WatchTasks opened after it)\n\n");
@@ -969,10 +921,10 @@ int main(int argc, char **argv) {
     unsigned run = ++b.run_no;
     cpu_snap c0, c1;
     cpu_snapshot(b.pid, &c0);
-    uint64_t start = now_ns();
+    uint64_t start = bench_now_ns();
     for (unsigned i = 0; i < b.seq_tasks; i++) {
       snprintf(id, sizeof id, "bench-seq-%u-%u", run, i);
-      uint64_t t0 = now_ns(), t1, ts = 0;
+      uint64_t t0 = bench_now_ns(), t1, ts = 0;
       if (run_task(b.client, id, &t1, &ts) == OUT_OK) {
         samples_push(&lat, t1 - t0);
         samples_push(&sub, ts - t0);
@@ -980,7 +932,7 @@ int main(int argc, char **argv) {
         failed++;
       }
     }
-    double wall = (double)(now_ns() - start) / 1e9;
+    double wall = (double)(bench_now_ns() - start) / 1e9;
     cpu_snapshot(b.pid, &c1);
     samples_sort(&lat);
     samples_sort(&sub);

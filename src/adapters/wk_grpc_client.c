@@ -281,7 +281,8 @@ int wk_grpc_client_open(const char *target, const wk_grpc_client_options *opts,
   char key_recv[] = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
   char key_ua[] = GRPC_ARG_PRIMARY_USER_AGENT_STRING;
   char key_name[] = GRPC_SSL_TARGET_NAME_OVERRIDE_ARG;
-  grpc_arg args[3];
+  char key_local[] = GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL;
+  grpc_arg args[4];
   size_t nargs = 0;
   args[nargs].type = GRPC_ARG_INTEGER;
   args[nargs].key = key_recv;
@@ -301,6 +302,12 @@ int wk_grpc_client_open(const char *target, const wk_grpc_client_options *opts,
     args[nargs].type = GRPC_ARG_STRING;
     args[nargs].key = key_name;
     args[nargs].value.string = name;
+    nargs++;
+  }
+  if (opts && opts->own_connection) {
+    args[nargs].type = GRPC_ARG_INTEGER;
+    args[nargs].key = key_local;
+    args[nargs].value.integer = 1;
     nargs++;
   }
   grpc_channel_args chargs = {.num_args = nargs, .args = args};
@@ -343,6 +350,8 @@ void wk_grpc_client_close(wk_grpc_client *c) {
 }
 
 const char *wk_grpc_client_target(const wk_grpc_client *c) { return c->target; }
+
+grpc_channel *wk_grpc_client_channel(wk_grpc_client *c) { return c->channel; }
 
 /* ---- unary ------------------------------------------------------------------------- */
 

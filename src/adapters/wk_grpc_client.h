@@ -77,6 +77,9 @@ typedef struct wk_grpc_client_options {
                               the target's host (GRPC_SSL_TARGET_NAME_OVERRIDE_ARG) */
   const char *token;       /* set = "authorization: Bearer <token>" on every call;
                               printable ASCII without spaces */
+  bool own_connection;     /* true = this client never shares its HTTP/2 connection with
+                              another client to the same target (gRPC shares them by
+                              default): a load generator opens several on purpose */
 } wk_grpc_client_options;
 
 /** Frees the bytes of b (NULL data is fine) and zeroes it. */
@@ -98,6 +101,11 @@ void wk_grpc_client_close(wk_grpc_client *c);
 
 /** The target the client was opened with. */
 const char *wk_grpc_client_target(const wk_grpc_client *c);
+
+/** The client's gRPC channel (owned by the client, valid until wk_grpc_client_close),
+ * for callers that run their own asynchronous calls on a completion queue of theirs
+ * (bench/wk_loadgen.c). Such calls do not get the client's bearer token. */
+struct grpc_channel *wk_grpc_client_channel(wk_grpc_client *c);
 
 /** Unary call of `method` ("/pkg.Service/Method") with the encoded request, sending
  * the md_count metadata pairs in md (md may be NULL when md_count is 0). deadline_ms

@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""bench_tasks: the per-task figures of issue 12, measured by the C load generator.
+
+    /usr/bin/python3 bench/bench_tasks.py [--build build/release] [--modes all]
+        [--reps 5] [--tasks 20000] [--inflight 256] [--batch 32] [--no-slot]
+        [--rt-tasks 2000] [--sleep-tasks 200] [--echo-tasks 2000] [--echo-bytes 65536]
+        [--executors 2] [--smoke]
+
+Starts one real worker of the build (127.0.0.1, a free port, --executors N fixed, a
+temporary code root) with three functions deployed by `workerctl deploy`:
+  noop        def handler(args, ctx): return None
+  sleep       time.sleep(args)            (args: seconds as JSON)
+  echo_bytes  return args                 (bytes content in, bytes out)
+then runs bench/wk_loadgen (built with the tree: `cmake --build B --target wk_loadgen`)
+against it in each mode of --modes (comma-separated: throughput, roundtrip, sleep, echo)
+and prints its figures. --smoke runs every mode with tiny counts (the ctest
+bench.smoke); figures from it mean nothing. Exit status: that of the first failing mode.
+
+Every figure is from the machine it runs on: the worker, its executors and the load
+generator share its cores. The CPU time per task (from /proc/PID/stat) says more than
+the rates when other processes are busy."""
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests", "e2e"))
+
+FUNCTIONS = {
+    "noop": "def handler(args, ctx):\n    return None\n",
+    "sleep": "import time\n\ndef handler(args, ctx):\n    time.sleep(args)\n",
+    "echo_bytes": "def handler(args, ctx):\n    return args\n",
+}
+
+
+def start_worker(build, executors, extra=()):
+    """A started, SERVING worker (conftest.Worker) with FUNCTIONS deployed."""
+    os.environ["WK_BUILD_DIR"] = os.path.abspath(build)
+    from conftest import Worker  # noqa: E402 (after WK_BUILD_DIR is set)
+    tmp = tempfile.mkdtemp(prefix="bench-tasks-")
+    w = Worker(tmp, extra_args=["--executors-max", str(executors), "--task-slots", "4096"]
+               + list(extra), executors=executors)
+    try:
+        w.wait_serving()
+        for name, src in FUNCTIONS.items():
+            w.deploy(name, src)
+    except BaseException:
+        w.stop()
+        raise
+    return w
+
+
+def loadgen(build, w, *args, timeout=3600):
+    """Runs wk_loadgen against worker w, echoing its output; returns its exit status."""
+    cmd = [os.path.join(build, "bench", "wk_loadgen"), "--target", w.addr,
+           "--worker-pid", str(w.proc.pid)] + [str(a) for a in args]
+    print("$ " + " ".join(cmd[1:]), flush=True)
+    p = subprocess.run(cmd, timeout=timeout)
+    if p.returncode != 0:
+        print("wk_loadgen exited %d" % p.returncode, flush=True)
+    return p.returncode
+
+
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build", default=os.path.join(ROOT, "build", "release"))
+    ap.add_argument("--modes", default="throughput,roundtrip,sleep,echo")
+    ap.add_argument("--executors", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--tasks", type=int, default=20000, help="throughput: tasks per rep")
+    ap.add_argument("--inflight", type=int, default=256)
+    ap.add_argument("--batch", type=int, default=32, help="tasks per WatchTasks stream")
+    ap.add_argument("--no-slot", action="store_true", help="SubmitTask without RequestTaskSlot")
+    ap.add_argument("--rt-tasks", type=int, default=2000)
+    ap.add_argument("--sleep-tasks", type=int, default=200)
+    ap.add_argument("--echo-tasks", type=int, default=2000)
+    ap.add_argument("--echo-bytes", type=int, default=65536)
+    ap.add_argument("--smoke", action="store_true", help="every mode with tiny counts")
+    args = ap.parse_args()
+    if args.smoke:
+        args.reps, args.tasks, args.inflight, args.batch = 2, 200, 32, 8
+        args.rt_tasks, args.sleep_tasks, args.echo_tasks = 20, 10, 20
+    build = os.path.abspath(args.build)
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    cache = os.path.join(build, "CMakeCache.txt")
+    btype = "?"
+    if os.path.exists(cache):
+        for line in open(cache):
+            if line.startswith("CMAKE_BUILD_TYPE:"):
+                btype = line.split("=", 1)[1].strip()
+    print("bench_tasks: build %s (%s), %d executors, %d cores on this machine, load average %s"
+          % (build, btype or "no build type", args.executors, os.cpu_count() or 0, loadavg()),
+          flush=True)
+    w = start_worker(build, args.executors)
+    rc = 0
+    try:
+        # warm-up: the executors import the functions, the connection comes up
+        loadgen(build, w, "--mode", "throughput", "--tasks", 200, "--reps", 1, "--inflight", 32,
+                "--batch", 8)
+        slot = ["--no-slot"] if args.no_slot else []
+        for m in modes:
+            print(flush=True)
+            if m == "throughput":
+                r = loadgen(build, w, "--mode", "throughput", "--tasks", args.tasks, "--reps", args.reps,
+                            "--inflight", args.inflight, "--batch", args.batch, *slot)
+            elif m == "roundtrip":
+                r = loadgen(build, w, "--mode", "roundtrip", "--tasks", args.rt_tasks)
+            elif m == "sleep":
+                r = loadgen(build, w, "--mode", "sleep", "--tasks", args.sleep_tasks,
+                            "--executors", args.executors, "--task-ms", 10, "--args", "0.01",
+                            "--batch", 25)
+            elif m == "echo":
+                r = loadgen(build, w, "--mode", "echo", "--tasks", args.echo_tasks, "--reps",
+                            min(args.reps, 3), "--payload", args.echo_bytes, "--inflight", 64,
+                            "--batch", 16, *slot)
+            else:
+                print("unknown mode %r" % m)
+                r = 2
+            rc = rc or r
+    finally:
+        stop = w.stop()
+        print("\nworker stopped (exit %s); load average %s" % (stop, loadavg()), flush=True)
+        if stop != 0:
+            rc = rc or 1
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

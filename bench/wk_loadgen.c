@@ -1,0 +1,1294 @@
+/* wk_loadgen.c: a load generator for one running Worker (issue 12's instrument).
+ *
+ *   wk_loadgen --target HOST:PORT [--worker-pid PID] --mode MODE [options]
+ *
+ * It starts nothing: bench/bench_tasks.py starts a worker (Release build, deployed
+ * functions) and runs it. Modes:
+ *
+ *   throughput  --tasks N per repetition, --reps R, --inflight I, --batch B: I tasks in
+ *               flight, each a RequestTaskSlot + SubmitTask (--no-slot: SubmitTask
+ *               only), their results read from I/B shared WatchTasks streams, one per
+ *               batch of B tasks (opened once the batch is submitted, ended by the
+ *               worker after the batch's last TERMINAL event). Prints tasks/s per
+ *               repetition, last/first, and the CPU time per task of the worker process
+ *               (user + system from /proc/PID/stat), of its executors (its children)
+ *               and of this client, and which side bounds the rate.
+ *               --rss-every K prints the worker's RSS every K finished tasks.
+ *   echo        throughput with --content bytes: each task's args are --payload bytes
+ *               (distinct per task), the function returns them, and every result is
+ *               checked byte for byte; prints MB/s in + out.
+ *   sleep       throughput run once with every task in flight; prints the fraction of
+ *               ideal, tasks x --task-ms / --executors over the wall time.
+ *   roundtrip   --tasks N sequential tasks on one connection: SubmitTask, then a
+ *               WatchTasks of that task read to its TERMINAL event. Interleaved with a
+ *               baseline of the same two RPC shapes without running anything: a
+ *               GetTaskResult of a finished task, then a WatchTasks of it read to its
+ *               TERMINAL event (its SNAPSHOT and TERMINAL come back to back). Prints
+ *               p50/p99 of both and p50/p50_baseline and p99/p50.
+ *   watch-idle  --streams N idle WatchTasks streams on --connections C connections,
+ *               all watching one running task (submit it with --function, e.g. a long
+ *               sleep); prints the worker's RSS before, with the streams open, and after
+ *               they are cancelled, and the cost per stream.
+ *
+ * One thread drives every asynchronous call through one gRPC completion queue; the
+ * channels come from the project's client (adapters/wk_grpc_client.h). Exit status: 0
+ * when every task SUCCEEDED (and every echo matched), 1 otherwise, 2 on bad usage. */
+#define _GNU_SOURCE
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <grpc/byte_buffer.h>
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/grpc.h>
+#include <grpc/slice.h>
+#include <grpc/support/alloc.h>
+#include <grpc/support/time.h>
+
+#include "adapters/wk_grpc_client.h"
+#include "bench_proc.h"
+#include "worker/v1/worker.pb-c.h"
+
+#define M_SLOT "/worker.v1.WorkerService/RequestTaskSlot"
+#define M_SUBMIT "/worker.v1.WorkerService/SubmitTask"
+#define M_GET "/worker.v1.WorkerService/GetTaskResult"
+#define M_WATCH "/worker.v1.WorkerService/WatchTasks"
+#define M_CANCEL "/worker.v1.WorkerService/CancelTask"
+#define DEADLINE_MS 120000
+#define ID_MAX 64
+
+/* ---- options ------------------------------------------------------------------------ */
+
+typedef enum mode { MODE_THROUGHPUT, MODE_ECHO, MODE_SLEEP, MODE_ROUNDTRIP, MODE_WATCH_IDLE } mode;
+
+typedef struct opts {
+  const char *target;
+  pid_t worker_pid; /* 0 = no /proc figures */
+  mode mode;
+  const char *function;
+  const char *args; /* JSON args of each task (not echo) */
+  unsigned tasks, reps, inflight, batch;
+  bool slot;
+  size_t payload;     /* echo: bytes per task */
+  unsigned rss_every; /* 0 = off */
+  unsigned executors; /* sleep: for the ideal */
+  unsigned task_ms;   /* sleep: each task's duration */
+  unsigned streams;   /* watch-idle */
+  unsigned connections;
+  unsigned hold_ms; /* watch-idle: how long the streams stay open before the reading */
+  unsigned warmup;  /* unmeasured tasks before the first repetition */
+} opts;
+
+/* ---- time and small helpers ----------------------------------------------------------- */
+
+static void *xmalloc(size_t n) {
+  void *p = malloc(n ? n : 1);
+  if (!p) abort();
+  return p;
+}
+
+static void *xcalloc(size_t n, size_t size) {
+  void *p = calloc(n ? n : 1, size ? size : 1);
+  if (!p) abort();
+  return p;
+}
+
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* Nearest-rank percentile of sorted v[n] in microseconds. */
+static double pct_us(const uint64_t *v, size_t n, double q) {
+  if (n == 0) return 0;
+  size_t i = (size_t)(q * (double)n + 0.999999);
+  if (i == 0) i = 1;
+  if (i > n) i = n;
+  return (double)v[i - 1] / 1e3;
+}
+
+static char g_first_error[2048];
+static uint64_t g_errors;
+
+/* Counts an error and keeps the first one's text. */
+__attribute__((format(printf, 1, 2))) static void note_error(const char *fmt, ...) {
+  g_errors++;
+  if (g_first_error[0]) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(g_first_error, sizeof g_first_error, fmt, ap);
+  va_end(ap);
+}
+
+/* The echo payload of task number n: distinct per task (xorshift from n). */
+static void fill_payload(uint8_t *p, size_t len, uint64_t n) {
+  uint64_t x = n * 0x9E3779B97F4A7C15ull + 1;
+  for (size_t i = 0; i < len; i++) {
+    if ((i & 7) == 0) {
+      x ^= x << 13;
+      x ^= x >> 7;
+      x ^= x << 17;
+    }
+    p[i] = (uint8_t)(x >> ((i & 7) * 8));
+  }
+}
+
+/* ---- asynchronous calls on one completion queue --------------------------------------- */
+
+typedef struct tag {
+  void (*cb)(void *owner, int which, bool ok);
+  void *owner;
+  int which;
+} tag;
+
+static grpc_completion_queue *g_cq;
+
+static grpc_byte_buffer *bb_from(void *data, size_t len) {
+  grpc_slice s = grpc_slice_new(data, len, free); /* takes data */
+  grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&s, 1);
+  grpc_slice_unref(s);
+  return bb;
+}
+
+/* The message of bb as one slice (caller unrefs). */
+static grpc_slice bb_slice(grpc_byte_buffer *bb) {
+  grpc_byte_buffer_reader r;
+  if (!grpc_byte_buffer_reader_init(&r, bb)) return grpc_empty_slice();
+  grpc_slice s = grpc_byte_buffer_reader_readall(&r);
+  grpc_byte_buffer_reader_destroy(&r);
+  return s;
+}
+
+static gpr_timespec deadline_in(int64_t ms) {
+  return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(ms, GPR_TIMESPAN));
+}
+
+typedef void (*unary_done)(void *ctx, grpc_status_code code, const uint8_t *resp, size_t len,
+                           const char *details);
+
+/* What unary and streaming calls share: the call, the request sent, the metadata
+ * received and the final status. */
+typedef struct call_state {
+  grpc_call *call;
+  grpc_byte_buffer *send;
+  grpc_metadata_array imd, tmd;
+  grpc_status_code code;
+  grpc_slice details;
+  const char *error_string;
+} call_state;
+
+/* Creates the call and fills ops[0..3] (send metadata, the request, half-close, receive
+ * the initial metadata) and *status_op (receive the status). Takes req. */
+static void cs_start(call_state *cs, grpc_channel *ch, const char *method, void *req, size_t len,
+                     gpr_timespec deadline, grpc_op ops[4], grpc_op *status_op) {
+  cs->details = grpc_empty_slice();
+  grpc_metadata_array_init(&cs->imd);
+  grpc_metadata_array_init(&cs->tmd);
+  cs->call = grpc_channel_create_call(ch, NULL, GRPC_PROPAGATE_DEFAULTS, g_cq,
+                                      grpc_slice_from_static_string(method), NULL, deadline, NULL);
+  cs->send = bb_from(req, len);
+  memset(ops, 0, 4 * sizeof *ops);
+  ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+  ops[1].op = GRPC_OP_SEND_MESSAGE;
+  ops[1].data.send_message.send_message = cs->send;
+  ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+  ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
+  ops[3].data.recv_initial_metadata.recv_initial_metadata = &cs->imd;
+  memset(status_op, 0, sizeof *status_op);
+  status_op->op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+  status_op->data.recv_status_on_client.trailing_metadata = &cs->tmd;
+  status_op->data.recv_status_on_client.status = &cs->code;
+  status_op->data.recv_status_on_client.status_details = &cs->details;
+  status_op->data.recv_status_on_client.error_string = &cs->error_string;
+}
+
+/* The status message (or gRPC's error string) into det. */
+static void cs_details(const call_state *cs, char *det, size_t n) {
+  size_t dn = GRPC_SLICE_LENGTH(cs->details);
+  det[0] = '\0';
+  if (dn) {
+    snprintf(det, n, "%.*s", (int)dn, (const char *)GRPC_SLICE_START_PTR(cs->details));
+  } else if (cs->error_string) {
+    snprintf(det, n, "%s", cs->error_string);
+  }
+}
+
+static void cs_free(call_state *cs) {
+  grpc_byte_buffer_destroy(cs->send);
+  grpc_metadata_array_destroy(&cs->imd);
+  grpc_metadata_array_destroy(&cs->tmd);
+  grpc_slice_unref(cs->details);
+  gpr_free((void *)(uintptr_t)cs->error_string);
+  grpc_call_unref(cs->call);
+}
+
+typedef struct ucall {
+  tag t;
+  call_state cs;
+  grpc_byte_buffer *recv;
+  unary_done done;
+  void *ctx;
+} ucall;
+
+static void ucall_cb(void *owner, int which, bool ok) {
+  (void)which;
+  (void)ok;
+  ucall *u = owner;
+  char det[256];
+  cs_details(&u->cs, det, sizeof det);
+  if (u->cs.code == GRPC_STATUS_OK && u->recv) {
+    grpc_slice s = bb_slice(u->recv);
+    u->done(u->ctx, u->cs.code, GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s), det);
+    grpc_slice_unref(s);
+  } else {
+    u->done(u->ctx, u->cs.code == GRPC_STATUS_OK ? GRPC_STATUS_INTERNAL : u->cs.code, NULL, 0, det);
+  }
+  if (u->recv) grpc_byte_buffer_destroy(u->recv);
+  cs_free(&u->cs);
+  free(u);
+}
+
+/* Starts a unary call; done runs from the completion loop. Takes req (malloc'd). */
+static void unary_start(grpc_channel *ch, const char *method, void *req, size_t len,
+                        unary_done done, void *ctx) {
+  ucall *u = xcalloc(1, sizeof *u);
+  u->t = (tag){ucall_cb, u, 0};
+  u->done = done;
+  u->ctx = ctx;
+  grpc_op ops[6];
+  cs_start(&u->cs, ch, method, req, len, deadline_in(DEADLINE_MS), ops, &ops[5]);
+  memset(&ops[4], 0, sizeof ops[4]);
+  ops[4].op = GRPC_OP_RECV_MESSAGE;
+  ops[4].data.recv_message.recv_message = &u->recv;
+  if (grpc_call_start_batch(u->cs.call, ops, 6, &u->t, NULL) != GRPC_CALL_OK) abort();
+}
+
+/* A server stream: on_msg for each message, on_end once with the status after the
+ * last message. */
+typedef struct sstream sstream;
+typedef void (*stream_msg)(void *ctx, const uint8_t *msg, size_t len);
+typedef void (*stream_end)(void *ctx, grpc_status_code code, const char *details);
+
+struct sstream {
+  tag t_send, t_status, t_recv;
+  call_state cs;
+  grpc_byte_buffer *recv;
+  int pending; /* batches not completed yet */
+  bool reading_done, status_done;
+  stream_msg on_msg;
+  stream_end on_end;
+  void *ctx;
+};
+
+static void stream_recv(sstream *s);
+
+static void stream_maybe_end(sstream *s) {
+  if (s->pending > 0 || !s->reading_done || !s->status_done) return;
+  char det[256];
+  cs_details(&s->cs, det, sizeof det);
+  s->on_end(s->ctx, s->cs.code, det);
+  cs_free(&s->cs);
+  free(s);
+}
+
+static void stream_cb(void *owner, int which, bool ok) {
+  sstream *s = owner;
+  s->pending--;
+  if (which == 1) {
+    s->status_done = true;
+  } else if (which == 2) {
+    if (ok && s->recv) {
+      grpc_slice m = bb_slice(s->recv);
+      grpc_byte_buffer_destroy(s->recv);
+      s->recv = NULL;
+      s->on_msg(s->ctx, GRPC_SLICE_START_PTR(m), GRPC_SLICE_LENGTH(m));
+      grpc_slice_unref(m);
+      stream_recv(s);
+    } else {
+      s->reading_done = true;
+    }
+  } /* which == 0: sent, and the server's initial metadata arrived (or the call failed) */
+  stream_maybe_end(s);
+}
+
+static void stream_recv(sstream *s) {
+  grpc_op op;
+  memset(&op, 0, sizeof op);
+  op.op = GRPC_OP_RECV_MESSAGE;
+  op.data.recv_message.recv_message = &s->recv;
+  s->pending++;
+  if (grpc_call_start_batch(s->cs.call, &op, 1, &s->t_recv, NULL) != GRPC_CALL_OK) abort();
+}
+
+/* Starts a server-streaming call (takes req). Returns the stream, for stream_cancel;
+ * it is freed after on_end. */
+static sstream *stream_start(grpc_channel *ch, const char *method, void *req, size_t len,
+                             stream_msg on_msg, stream_end on_end, void *ctx) {
+  sstream *s = xcalloc(1, sizeof *s);
+  s->t_send = (tag){stream_cb, s, 0};
+  s->t_status = (tag){stream_cb, s, 1};
+  s->t_recv = (tag){stream_cb, s, 2};
+  s->on_msg = on_msg;
+  s->on_end = on_end;
+  s->ctx = ctx;
+  grpc_op ops[4], st;
+  cs_start(&s->cs, ch, method, req, len, gpr_inf_future(GPR_CLOCK_MONOTONIC), ops, &st);
+  s->pending += 2;
+  if (grpc_call_start_batch(s->cs.call, ops, 4, &s->t_send, NULL) != GRPC_CALL_OK) abort();
+  if (grpc_call_start_batch(s->cs.call, &st, 1, &s->t_status, NULL) != GRPC_CALL_OK) abort();
+  stream_recv(s);
+  return s;
+}
+
+static void stream_cancel(sstream *s) { grpc_call_cancel(s->cs.call, NULL); }
+
+/* Runs one completion. Returns false on a timeout of timeout_ms. */
+static bool pump(int64_t timeout_ms) {
+  grpc_event ev = grpc_completion_queue_next(g_cq, deadline_in(timeout_ms), NULL);
+  if (ev.type != GRPC_OP_COMPLETE) return false;
+  tag *t = ev.tag;
+  t->cb(t->owner, t->which, ev.success != 0);
+  return true;
+}
+
+/* ---- requests ------------------------------------------------------------------------- */
+
+static void *pack_slot(const char *id, size_t *len) {
+  Worker__V1__RequestTaskSlotRequest r;
+  worker__v1__request_task_slot_request__init(&r);
+  r.task_id = (char *)(uintptr_t)id;
+  *len = worker__v1__request_task_slot_request__get_packed_size(&r);
+  void *buf = xmalloc(*len);
+  worker__v1__request_task_slot_request__pack(&r, buf);
+  return buf;
+}
+
+static void *pack_submit(const opts *o, const char *id, uint64_t slot_id, const uint8_t *args,
+                         size_t args_len, bool bytes, size_t *len) {
+  Worker__V1__FunctionCallConfig fn;
+  worker__v1__function_call_config__init(&fn);
+  fn.name = (char *)(uintptr_t)o->function;
+  fn.args.data = (uint8_t *)(uintptr_t)args;
+  fn.args.len = args_len;
+  fn.content_type = bytes ? WORKER__V1__CONTENT_TYPE__CONTENT_TYPE_BYTES
+                          : WORKER__V1__CONTENT_TYPE__CONTENT_TYPE_JSON;
+  Worker__V1__SubmitTaskRequest r;
+  worker__v1__submit_task_request__init(&r);
+  r.task_id = (char *)(uintptr_t)id;
+  r.slot_id = slot_id;
+  r.function = &fn;
+  *len = worker__v1__submit_task_request__get_packed_size(&r);
+  void *buf = xmalloc(*len);
+  worker__v1__submit_task_request__pack(&r, buf);
+  return buf;
+}
+
+static void *pack_watch(char **ids, size_t n, size_t *len) {
+  Worker__V1__WatchTasksRequest r;
+  worker__v1__watch_tasks_request__init(&r);
+  r.task_ids = ids;
+  r.n_task_ids = n;
+  *len = worker__v1__watch_tasks_request__get_packed_size(&r);
+  void *buf = xmalloc(*len);
+  worker__v1__watch_tasks_request__pack(&r, buf);
+  return buf;
+}
+
+static void *pack_get(const char *id, size_t *len) {
+  Worker__V1__GetTaskResultRequest r;
+  worker__v1__get_task_result_request__init(&r);
+  r.task_id = (char *)(uintptr_t)id;
+  *len = worker__v1__get_task_result_request__get_packed_size(&r);
+  void *buf = xmalloc(*len);
+  worker__v1__get_task_result_request__pack(&r, buf);
+  return buf;
+}
+
+static const char *state_name(Worker__V1__TaskState s) {
+  switch (s) {
+    case WORKER__V1__TASK_STATE__TASK_STATE_SUCCEEDED: return "SUCCEEDED";
+    case WORKER__V1__TASK_STATE__TASK_STATE_FAILED: return "FAILED";
+    case WORKER__V1__TASK_STATE__TASK_STATE_CANCELLED: return "CANCELLED";
+    case WORKER__V1__TASK_STATE__TASK_STATE_RUNNING: return "RUNNING";
+    case WORKER__V1__TASK_STATE__TASK_STATE_PREPARING: return "PREPARING";
+    case WORKER__V1__TASK_STATE__TASK_STATE_UNSPECIFIED:
+    case _WORKER__V1__TASK_STATE_IS_INT_SIZE:
+    default: return "UNSPECIFIED";
+  }
+}
+
+/* ---- /proc figures ---------------------------------------------------------------------- */
+
+#define MAX_EXECS 256
+
+typedef struct cpu_mark {
+  uint64_t worker, self_ns, busy, wall_ns;
+  unsigned n_execs;
+  pid_t exec_pid[MAX_EXECS];
+  uint64_t exec_ticks[MAX_EXECS];
+} cpu_mark;
+
+static void cpu_mark_take(pid_t pid, cpu_mark *m) {
+  memset(m, 0, sizeof *m);
+  if (pid > 0) {
+    (void)bench_proc_stat(pid, &m->worker, NULL);
+    m->n_execs = bench_proc_children(pid, m->exec_pid, m->exec_ticks, MAX_EXECS);
+  }
+  m->self_ns = bench_proc_self_cpu_ns();
+  m->busy = bench_proc_machine_busy_ticks();
+  m->wall_ns = bench_now_ns();
+}
+
+typedef struct cpu_use {
+  double wall_s;
+  double worker_s, execs_s, self_s, busy_s; /* CPU seconds in the interval */
+  unsigned n_execs;
+} cpu_use;
+
+/* The executors' ticks between a and b: an executor started meanwhile counts from 0;
+ * one that ended meanwhile is missing (its last ticks are lost). */
+static uint64_t exec_ticks_between(const cpu_mark *a, const cpu_mark *b) {
+  uint64_t sum = 0;
+  for (unsigned i = 0; i < b->n_execs; i++) {
+    uint64_t before = 0;
+    for (unsigned j = 0; j < a->n_execs; j++) {
+      if (a->exec_pid[j] == b->exec_pid[i]) before = a->exec_ticks[j];
+    }
+    if (b->exec_ticks[i] >= before) sum += b->exec_ticks[i] - before;
+  }
+  return sum;
+}
+
+static cpu_use cpu_between(const cpu_mark *a, const cpu_mark *b) {
+  double tick = bench_proc_tick_s();
+  cpu_use u = {
+      .wall_s = (double)(b->wall_ns - a->wall_ns) / 1e9,
+      .worker_s = (double)(b->worker - a->worker) * tick,
+      .execs_s = (double)exec_ticks_between(a, b) * tick,
+      .self_s = (double)(b->self_ns - a->self_ns) / 1e9,
+      .busy_s = (double)(b->busy - a->busy) * tick,
+      .n_execs = b->n_execs,
+  };
+  return u;
+}
+
+/* Which side bounds the rate: an executor near a whole core, the machine's cores all
+ * busy (then the biggest user), or nobody (latency and hand-offs). */
+static void print_bound(const cpu_use *u, long cores) {
+  if (u->wall_s <= 0) return;
+  double w = u->worker_s / u->wall_s, x = u->execs_s / u->wall_s, c = u->self_s / u->wall_s,
+         m = u->busy_s / u->wall_s;
+  double per_exec = u->n_execs ? x / u->n_execs : 0;
+  printf(
+      "   cores busy: worker %.2f, executors %.2f (%u, %.2f each), client %.2f, machine %.2f of %ld\n",
+      w, x, u->n_execs, per_exec, c, m, cores);
+  const char *who = w >= x && w >= c ? "the worker" : x >= c ? "the executors" : "the client";
+  if (per_exec >= 0.9) {
+    printf("   bound: the executors (each near a whole core)\n");
+  } else if (m >= 0.9 * (double)cores) {
+    printf("   bound: the machine's %ld cores are busy; the biggest user is %s\n", cores, who);
+  } else {
+    printf("   bound: no side saturated (latency / hand-offs); the biggest user is %s\n", who);
+  }
+}
+
+/* ---- the task engine (throughput, echo, sleep) ---------------------------------------- */
+
+typedef struct engine engine;
+typedef struct batch batch;
+
+typedef struct task_ref {
+  batch *b;
+  unsigned i;
+} task_ref;
+
+struct batch {
+  engine *e;
+  unsigned n;         /* tasks in this batch */
+  uint64_t first;     /* task number of the first */
+  unsigned submitted; /* SubmitTask answered (OK or not) */
+  unsigned failed;    /* not admitted, or lost */
+  unsigned terminal;  /* TERMINAL events seen */
+  char (*ids)[ID_MAX];
+  char **id_ptrs; /* NULL where the task was not admitted */
+  task_ref *refs;
+};
+
+struct engine {
+  const opts *o;
+  grpc_channel *ch;
+  char prefix[40];
+  bool bytes;
+  uint64_t next_task; /* next task number to start */
+  uint64_t end_task;  /* one past the last of this run */
+  uint64_t done;      /* tasks finished (terminal, or failed to submit) */
+  uint64_t ok;        /* SUCCEEDED (and matching, for echo) */
+  uint64_t mismatched;
+  unsigned active_batches;
+  uint64_t bytes_in, bytes_out;
+  uint64_t rss_next; /* the `done` count at which to print RSS next */
+  batch *batches;
+  unsigned n_batches;
+};
+
+static void batch_launch(engine *e, batch *b);
+
+static void task_finished(engine *e) {
+  e->done++;
+  if (e->o->rss_every && e->done >= e->rss_next && e->o->worker_pid > 0) {
+    unsigned ne = 0;
+    uint64_t x = bench_proc_children_rss_kb(e->o->worker_pid, &ne);
+    printf("   after %9" PRIu64 " tasks: worker RSS %7" PRIu64 " KiB, executors %7" PRIu64
+           " KiB (%u)\n",
+           e->done, bench_proc_rss_kb(e->o->worker_pid), x, ne);
+    fflush(stdout);
+    e->rss_next += e->o->rss_every;
+  }
+}
+
+static void batch_maybe_done(batch *b) {
+  engine *e = b->e;
+  if (b->submitted < b->n || b->terminal + b->failed < b->n) return;
+  e->active_batches--;
+  if (e->next_task < e->end_task) batch_launch(e, b);
+}
+
+static bool echo_matches(const engine *e, const Worker__V1__TaskResult *r, uint64_t n) {
+  if (r->n_outputs != 1 || r->outputs[0]->outcome_case != WORKER__V1__CALL_OUTPUT__OUTCOME_VALUE ||
+      r->outputs[0]->value.len != e->o->payload) {
+    return false;
+  }
+  uint8_t *want = xmalloc(e->o->payload);
+  fill_payload(want, e->o->payload, n);
+  bool same = memcmp(want, r->outputs[0]->value.data, e->o->payload) == 0;
+  free(want);
+  return same;
+}
+
+static void on_event(void *ctx, const uint8_t *msg, size_t len) {
+  batch *b = ctx;
+  engine *e = b->e;
+  Worker__V1__TaskEvent *ev = worker__v1__task_event__unpack(NULL, len, msg);
+  if (!ev) {
+    note_error("WatchTasks: %s%s", "an undecodable event", "");
+    return;
+  }
+  if (ev->kind == WORKER__V1__TASK_EVENT__KIND__KIND_TERMINAL) {
+    b->terminal++;
+    const Worker__V1__TaskResult *r = ev->result;
+    if (!r || r->state != WORKER__V1__TASK_STATE__TASK_STATE_SUCCEEDED) {
+      note_error("task ended %s: %s", r ? state_name(r->state) : "without a result",
+                 r && r->failure_message ? r->failure_message : "");
+    } else if (e->bytes) {
+      const char *dash = strrchr(ev->task_id, '-'); /* the task number is the id's suffix */
+      uint64_t n = dash ? strtoull(dash + 1, NULL, 10) : 0;
+      if (echo_matches(e, r, n)) {
+        e->ok++;
+        e->bytes_out += r->outputs[0]->value.len;
+      } else {
+        e->mismatched++;
+        note_error("echo: the result of %s differs from its args%s", ev->task_id, "");
+      }
+    } else {
+      e->ok++;
+    }
+    task_finished(e);
+  }
+  worker__v1__task_event__free_unpacked(ev, NULL);
+}
+
+static void on_watch_end(void *ctx, grpc_status_code code, const char *details) {
+  batch *b = ctx;
+  if (code != GRPC_STATUS_OK) {
+    note_error("WatchTasks ended %s: %s", wk_grpc_status_name(code), details);
+  } else if (b->terminal + b->failed < b->n) {
+    note_error("WatchTasks ended OK before every TERMINAL event%s%s", "", "");
+  }
+  while (b->terminal + b->failed < b->n) { /* tasks the stream never reported are lost */
+    b->failed++;
+    task_finished(b->e);
+  }
+  batch_maybe_done(b);
+}
+
+static void batch_submitted_one(batch *b) {
+  if (++b->submitted < b->n) return;
+  size_t n = 0; /* watch what was admitted, on one stream */
+  char **ids = xcalloc(b->n, sizeof *ids);
+  for (unsigned i = 0; i < b->n; i++) {
+    if (b->id_ptrs[i]) ids[n++] = b->id_ptrs[i];
+  }
+  if (n > 0) {
+    size_t len;
+    void *req = pack_watch(ids, n, &len);
+    (void)stream_start(b->e->ch, M_WATCH, req, len, on_event, on_watch_end, b);
+  } else {
+    batch_maybe_done(b);
+  }
+  free(ids);
+}
+
+static void not_admitted(batch *b, unsigned i) {
+  b->id_ptrs[i] = NULL;
+  b->failed++;
+  task_finished(b->e);
+  batch_submitted_one(b);
+}
+
+static void on_submit(void *ctx, grpc_status_code code, const uint8_t *resp, size_t len,
+                      const char *details) {
+  task_ref *t = ctx;
+  (void)resp;
+  (void)len;
+  if (code != GRPC_STATUS_OK) {
+    note_error("SubmitTask %s: %s", wk_grpc_status_name(code), details);
+    not_admitted(t->b, t->i);
+    return;
+  }
+  batch_submitted_one(t->b);
+}
+
+static void submit_task(batch *b, unsigned i, uint64_t slot_id) {
+  engine *e = b->e;
+  size_t len;
+  void *req;
+  if (e->bytes) {
+    uint8_t *p = xmalloc(e->o->payload);
+    fill_payload(p, e->o->payload, b->first + i);
+    req = pack_submit(e->o, b->ids[i], slot_id, p, e->o->payload, true, &len);
+    free(p);
+    e->bytes_in += e->o->payload;
+  } else {
+    const char *a = e->o->args;
+    req = pack_submit(e->o, b->ids[i], slot_id, (const uint8_t *)a, strlen(a), false, &len);
+  }
+  unary_start(e->ch, M_SUBMIT, req, len, on_submit, &b->refs[i]);
+}
+
+static void on_slot(void *ctx, grpc_status_code code, const uint8_t *resp, size_t len,
+                    const char *details) {
+  task_ref *t = ctx;
+  uint64_t slot_id = 0;
+  if (code == GRPC_STATUS_OK) {
+    Worker__V1__RequestTaskSlotResponse *r =
+        worker__v1__request_task_slot_response__unpack(NULL, len, resp);
+    if (r) slot_id = r->slot_id;
+    if (r) worker__v1__request_task_slot_response__free_unpacked(r, NULL);
+  }
+  if (slot_id == 0) {
+    note_error("RequestTaskSlot %s: %s", wk_grpc_status_name(code),
+               code == GRPC_STATUS_OK ? "no slot_id" : details);
+    not_admitted(t->b, t->i);
+    return;
+  }
+  submit_task(t->b, t->i, slot_id);
+}
+
+static void batch_launch(engine *e, batch *b) {
+  uint64_t left = e->end_task - e->next_task;
+  b->n = left < e->o->batch ? (unsigned)left : e->o->batch;
+  b->first = e->next_task;
+  e->next_task += b->n;
+  b->submitted = b->failed = b->terminal = 0;
+  e->active_batches++;
+  for (unsigned i = 0; i < b->n; i++) {
+    snprintf(b->ids[i], ID_MAX, "%s-%" PRIu64, e->prefix, b->first + i);
+    b->id_ptrs[i] = b->ids[i];
+    b->refs[i] = (task_ref){b, i};
+  }
+  for (unsigned i = 0; i < b->n; i++) {
+    if (e->o->slot) {
+      size_t len;
+      void *req = pack_slot(b->ids[i], &len);
+      unary_start(e->ch, M_SLOT, req, len, on_slot, &b->refs[i]);
+    } else {
+      submit_task(b, i, 0);
+    }
+  }
+}
+
+static void engine_init(engine *e, const opts *o, grpc_channel *ch, const char *tag_) {
+  memset(e, 0, sizeof *e);
+  e->o = o;
+  e->ch = ch;
+  e->bytes = o->mode == MODE_ECHO;
+  snprintf(e->prefix, sizeof e->prefix, "lg%d-%s", (int)getpid(), tag_);
+  e->n_batches = (o->inflight + o->batch - 1) / o->batch;
+  e->batches = xcalloc(e->n_batches, sizeof *e->batches);
+  for (unsigned k = 0; k < e->n_batches; k++) {
+    batch *b = &e->batches[k];
+    b->e = e;
+    b->ids = xcalloc(o->batch, sizeof *b->ids);
+    b->id_ptrs = xcalloc(o->batch, sizeof *b->id_ptrs);
+    b->refs = xcalloc(o->batch, sizeof *b->refs);
+  }
+}
+
+static void engine_free(engine *e) {
+  for (unsigned k = 0; k < e->n_batches; k++) {
+    free(e->batches[k].ids);
+    free(e->batches[k].id_ptrs);
+    free(e->batches[k].refs);
+  }
+  free(e->batches);
+}
+
+/* Runs n more tasks to their end. Returns false when the worker stopped answering
+ * (no completion for 120 s). */
+static bool engine_run(engine *e, uint64_t n) {
+  e->end_task = e->next_task + n;
+  if (e->rss_next == 0) e->rss_next = e->o->rss_every;
+  for (unsigned k = 0; k < e->n_batches && e->next_task < e->end_task; k++) {
+    batch_launch(e, &e->batches[k]);
+  }
+  while (e->active_batches > 0) {
+    if (!pump(DEADLINE_MS)) {
+      note_error("no answer from the worker for %s%s", "120 s", "");
+      return false;
+    }
+  }
+  return true;
+}
+
+/* ---- modes ------------------------------------------------------------------------------ */
+
+static int mode_tasks(const opts *o, grpc_channel *ch) {
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  bool sleep_mode = o->mode == MODE_SLEEP, echo = o->mode == MODE_ECHO;
+  engine e;
+  engine_init(&e, o, ch, sleep_mode ? "sleep" : echo ? "echo" : "tp");
+  printf("%s: function %s, %u tasks x %u reps, %u in flight, %u per WatchTasks stream, %s\n",
+         sleep_mode ? "sleep"
+         : echo     ? "echo"
+                    : "throughput",
+         o->function, o->tasks, o->reps, o->inflight, o->batch,
+         o->slot ? "RequestTaskSlot + SubmitTask each" : "SubmitTask each (inline slot)");
+  if (echo)
+    printf("   %zu bytes of args per task (bytes content), results checked byte for byte\n",
+           o->payload);
+  if (o->worker_pid <= 0) printf("   (no --worker-pid: no CPU figures)\n");
+  printf("   %4s %9s %8s %10s %12s %14s %12s %s\n", "rep", "tasks", "wall s", "tasks/s",
+         "worker us/t", "executors us/t", "client us/t", echo ? "MB/s in+out" : "");
+  if (o->warmup) { /* unmeasured: the executors load the function, the connection warms */
+    uint64_t ok0 = e.ok;
+    if (!engine_run(&e, o->warmup) || e.ok - ok0 != o->warmup) {
+      printf("   the warm-up failed: %s\n", g_first_error);
+      engine_free(&e);
+      return 1;
+    }
+  }
+  uint64_t ok_start = e.ok;
+  double *rates = xcalloc(o->reps, sizeof *rates);
+  double *wcpu = xcalloc(o->reps, sizeof *wcpu);
+  double fraction = 0, mbps = 0;
+  cpu_use total = {0};
+  for (unsigned r = 0; r < o->reps; r++) {
+    static cpu_mark a, b;
+    uint64_t ok0 = e.ok, in0 = e.bytes_in, out0 = e.bytes_out;
+    cpu_mark_take(o->worker_pid, &a);
+    if (!engine_run(&e, o->tasks)) break;
+    cpu_mark_take(o->worker_pid, &b);
+    cpu_use u = cpu_between(&a, &b);
+    total.wall_s += u.wall_s;
+    total.worker_s += u.worker_s;
+    total.execs_s += u.execs_s;
+    total.self_s += u.self_s;
+    total.busy_s += u.busy_s;
+    total.n_execs = u.n_execs;
+    double n = (double)o->tasks;
+    rates[r] = (double)(e.ok - ok0) / u.wall_s;
+    wcpu[r] = u.worker_s * 1e6 / n;
+    char extra[64] = "";
+    if (echo) {
+      mbps = (double)((e.bytes_in - in0) + (e.bytes_out - out0)) / 1e6 / u.wall_s;
+      snprintf(extra, sizeof extra, "%.1f", mbps);
+    }
+    printf("   %4u %9u %8.3f %10.0f %12.1f %14.1f %12.1f %s\n", r + 1, o->tasks, u.wall_s, rates[r],
+           o->worker_pid > 0 ? wcpu[r] : 0.0, o->worker_pid > 0 ? u.execs_s * 1e6 / n : 0.0,
+           u.self_s * 1e6 / n, extra);
+    fflush(stdout);
+    if (sleep_mode) {
+      double ideal = (double)o->tasks * o->task_ms / 1e3 / o->executors;
+      fraction = ideal / u.wall_s;
+    }
+  }
+  uint64_t want = (uint64_t)o->tasks * o->reps;
+  if (sleep_mode) {
+    printf(
+        "   ideal %.3f s (%u x %u ms / %u executors); fraction of ideal %.3f   target >= 0.97: %s\n",
+        (double)o->tasks * o->task_ms / 1e3 / o->executors, o->tasks, o->task_ms, o->executors,
+        fraction, fraction >= 0.97 ? "PASS" : "MISS");
+  } else {
+    double lo = rates[0], hi = rates[0], sum = 0;
+    for (unsigned r = 0; r < o->reps; r++) {
+      lo = rates[r] < lo ? rates[r] : lo;
+      hi = rates[r] > hi ? rates[r] : hi;
+      sum += rates[r];
+    }
+    double ratio = rates[0] > 0 ? rates[o->reps - 1] / rates[0] : 0;
+    double cpu_t = total.worker_s * 1e6 / (double)want;
+    printf("   tasks/s: mean %.0f, min %.0f, max %.0f; last/first %.2f\n", sum / o->reps, lo, hi,
+           ratio);
+    if (!echo) {
+      printf("   target >= 15000 tasks/s: %s; last within 10%% of first: %s\n",
+             lo >= 15000 ? "PASS" : "MISS", ratio >= 0.9 && ratio <= 1.1 ? "PASS" : "MISS");
+    } else {
+      printf("   target >= 300 MB/s in + out (last rep %.1f): %s\n", mbps,
+             mbps >= 300 ? "PASS" : "MISS");
+    }
+    if (o->worker_pid > 0) {
+      printf(
+          "   CPU per task over all reps: worker %.1f us (target <= 40: %s), executors %.1f us, "
+          "client %.1f us\n",
+          cpu_t, cpu_t <= 40 ? "PASS" : "MISS", total.execs_s * 1e6 / (double)want,
+          total.self_s * 1e6 / (double)want);
+    }
+  }
+  if (o->worker_pid > 0) print_bound(&total, cores);
+  printf("   tasks: %" PRIu64 " of %" PRIu64 " succeeded%s\n", e.ok - ok_start, want,
+         echo ? " with results matching byte for byte" : "");
+  free(rates);
+  free(wcpu);
+  bool good = e.ok - ok_start == want && e.mismatched == 0;
+  engine_free(&e);
+  return good ? 0 : 1;
+}
+
+/* ---- roundtrip (sequential, the project's synchronous client) ------------------------------ */
+
+/* Sends one request with the synchronous client; returns the status code. */
+static grpc_status_code sync_unary(wk_grpc_client *c, const char *method, void *req, size_t len) {
+  wk_grpc_buf resp;
+  wk_grpc_status st;
+  grpc_status_code code =
+      wk_grpc_client_unary(c, method, req, len, NULL, 0, DEADLINE_MS, &resp, &st);
+  if (code != GRPC_STATUS_OK) note_error("%s: %s", method, st.message);
+  wk_grpc_buf_free(&resp);
+  free(req);
+  return code;
+}
+
+/* Watches one task until its TERMINAL event; returns its state (UNSPECIFIED on error)
+ * and reads the stream to its end. */
+static Worker__V1__TaskState sync_watch(wk_grpc_client *c, char *id) {
+  size_t len;
+  char *ids[1] = {id};
+  void *req = pack_watch(ids, 1, &len);
+  wk_grpc_stream *s;
+  wk_grpc_status st;
+  Worker__V1__TaskState state = WORKER__V1__TASK_STATE__TASK_STATE_UNSPECIFIED;
+  int rc = wk_grpc_stream_open(c, M_WATCH, req, len, NULL, 0, DEADLINE_MS, &s, &st);
+  free(req);
+  if (rc != 0) {
+    note_error("WatchTasks: %s%s", st.message, "");
+    return state;
+  }
+  wk_grpc_buf msg;
+  while (wk_grpc_stream_next(s, &msg) == 1) {
+    Worker__V1__TaskEvent *ev = worker__v1__task_event__unpack(NULL, msg.len, msg.data);
+    wk_grpc_buf_free(&msg);
+    if (!ev) continue;
+    bool term = ev->kind == WORKER__V1__TASK_EVENT__KIND__KIND_TERMINAL;
+    if (term && ev->result) state = ev->result->state;
+    worker__v1__task_event__free_unpacked(ev, NULL);
+    if (term) break;
+  }
+  (void)wk_grpc_stream_finish(s, &st);
+  return state;
+}
+
+static bool rt_task(const opts *o, wk_grpc_client *c, char *id) {
+  size_t len;
+  void *req = pack_submit(o, id, 0, (const uint8_t *)o->args, strlen(o->args), false, &len);
+  if (sync_unary(c, M_SUBMIT, req, len) != GRPC_STATUS_OK) return false;
+  Worker__V1__TaskState s = sync_watch(c, id);
+  if (s != WORKER__V1__TASK_STATE__TASK_STATE_SUCCEEDED) {
+    note_error("task %s ended %s", id, state_name(s));
+    return false;
+  }
+  return true;
+}
+
+static bool rt_baseline(wk_grpc_client *c, char *known) {
+  size_t len;
+  void *req = pack_get(known, &len);
+  if (sync_unary(c, M_GET, req, len) != GRPC_STATUS_OK) return false;
+  return sync_watch(c, known) == WORKER__V1__TASK_STATE__TASK_STATE_SUCCEEDED;
+}
+
+static int mode_roundtrip(const opts *o, wk_grpc_client *c) {
+  char known[ID_MAX], id[ID_MAX];
+  snprintf(known, sizeof known, "lg%d-rt-known", (int)getpid());
+  if (!rt_task(o, c, known)) {
+    fprintf(stderr, "wk_loadgen: the first task failed: %s\n", g_first_error);
+    return 1;
+  }
+  uint64_t *task = xcalloc(o->tasks, sizeof *task), *base = xcalloc(o->tasks, sizeof *base);
+  size_t nt = 0, nb = 0;
+  for (unsigned i = 0; i < 20; i++) { /* warm-up */
+    snprintf(id, sizeof id, "lg%d-rt-warm-%u", (int)getpid(), i);
+    (void)rt_task(o, c, id);
+    (void)rt_baseline(c, known);
+  }
+  static cpu_mark a, b;
+  cpu_mark_take(o->worker_pid, &a);
+  for (unsigned i = 0; i < o->tasks; i++) {
+    snprintf(id, sizeof id, "lg%d-rt-%u", (int)getpid(), i);
+    for (int k = 0; k < 2; k++) { /* alternate which goes first */
+      bool do_task = (k == 0) == (i % 2 == 0);
+      uint64_t t0 = bench_now_ns();
+      if (do_task) {
+        if (rt_task(o, c, id)) task[nt++] = bench_now_ns() - t0;
+      } else {
+        if (rt_baseline(c, known)) base[nb++] = bench_now_ns() - t0;
+      }
+    }
+  }
+  cpu_mark_take(o->worker_pid, &b);
+  qsort(task, nt, sizeof *task, cmp_u64);
+  qsort(base, nb, sizeof *base, cmp_u64);
+  double t50 = pct_us(task, nt, 0.5), t99 = pct_us(task, nt, 0.99);
+  double b50 = pct_us(base, nb, 0.5), b99 = pct_us(base, nb, 0.99);
+  printf("roundtrip: %u sequential tasks of %s on one connection, interleaved with a baseline\n",
+         o->tasks, o->function);
+  printf("   task:     SubmitTask, then WatchTasks of it read to its TERMINAL event\n");
+  printf(
+      "   baseline: GetTaskResult of a finished task, then WatchTasks of it read to its\n"
+      "             TERMINAL event (same RPC shapes, nothing runs)\n");
+  printf("   %-9s %8s %10s %10s\n", "", "n", "p50 us", "p99 us");
+  printf("   %-9s %8zu %10.0f %10.0f\n", "task", nt, t50, t99);
+  printf("   %-9s %8zu %10.0f %10.0f\n", "baseline", nb, b50, b99);
+  double r50 = b50 > 0 ? t50 / b50 : 0, r99 = t50 > 0 ? t99 / t50 : 0;
+  printf("   p50/p50_baseline %.2f (target <= 1.5: %s); p99/p50 %.2f (target <= 3: %s)\n", r50,
+         r50 <= 1.5 ? "PASS" : "MISS", r99, r99 <= 3 ? "PASS" : "MISS");
+  if (o->worker_pid > 0) {
+    cpu_use u = cpu_between(&a, &b);
+    printf("   worker CPU per (task + baseline) pair %.1f us\n", u.worker_s * 1e6 / o->tasks);
+  }
+  free(task);
+  free(base);
+  return nt == o->tasks && nb == o->tasks ? 0 : 1;
+}
+
+/* ---- watch-idle ------------------------------------------------------------------------- */
+
+typedef struct idle_state {
+  unsigned snapshots, ended, ended_ok_early;
+} idle_state;
+
+static void idle_msg(void *ctx, const uint8_t *msg, size_t len) {
+  (void)msg;
+  (void)len;
+  ((idle_state *)ctx)->snapshots++;
+}
+
+static void idle_end(void *ctx, grpc_status_code code, const char *details) {
+  idle_state *s = ctx;
+  s->ended++;
+  if (code != GRPC_STATUS_CANCELLED) {
+    s->ended_ok_early++;
+    note_error("an idle WatchTasks ended %s: %s", wk_grpc_status_name(code), details);
+  }
+}
+
+static int mode_watch_idle(const opts *o, wk_grpc_client **clients) {
+  char id[ID_MAX];
+  snprintf(id, sizeof id, "lg%d-hold", (int)getpid());
+  size_t len;
+  void *req = pack_submit(o, id, 0, (const uint8_t *)o->args, strlen(o->args), false, &len);
+  if (sync_unary(clients[0], M_SUBMIT, req, len) != GRPC_STATUS_OK) {
+    fprintf(stderr, "wk_loadgen: cannot submit the task to watch: %s\n", g_first_error);
+    return 1;
+  }
+  for (unsigned k = 0; k < o->connections; k++) { /* connect every client first */
+    req = pack_get(id, &len);
+    (void)sync_unary(clients[k], M_GET, req, len);
+  }
+  bench_sleep_ms(300);
+  pid_t pid = o->worker_pid;
+  uint64_t before = pid > 0 ? bench_proc_rss_kb(pid) : 0;
+  idle_state st = {0};
+  sstream **streams = xcalloc(o->streams, sizeof *streams);
+  char *ids[1] = {id};
+  uint64_t t0 = bench_now_ns();
+  for (unsigned i = 0; i < o->streams; i++) {
+    req = pack_watch(ids, 1, &len);
+    streams[i] = stream_start(wk_grpc_client_channel(clients[i % o->connections]), M_WATCH, req,
+                              len, idle_msg, idle_end, &st);
+  }
+  while (st.snapshots + st.ended < o->streams) {
+    if (!pump(DEADLINE_MS)) break;
+  }
+  double open_s = (double)(bench_now_ns() - t0) / 1e9;
+  uint64_t until = bench_now_ns() + (uint64_t)o->hold_ms * 1000000u;
+  while (bench_now_ns() < until) (void)pump(50);
+  uint64_t with = pid > 0 ? bench_proc_rss_kb(pid) : 0;
+  unsigned open_streams = o->streams - st.ended;
+  for (unsigned i = 0; i < o->streams; i++) {
+    if (st.ended < o->streams) stream_cancel(streams[i]); /* freed after their end */
+  }
+  while (st.ended < o->streams) {
+    if (!pump(DEADLINE_MS)) break;
+  }
+  bench_sleep_ms(1000);
+  uint64_t after = pid > 0 ? bench_proc_rss_kb(pid) : 0;
+  printf("watch-idle: %u WatchTasks streams on %u connections, one running task (%s)\n", o->streams,
+         o->connections, o->function);
+  printf("   opened in %.2f s; %u got their SNAPSHOT, %u still open after %u ms\n", open_s,
+         st.snapshots, open_streams, o->hold_ms);
+  if (pid > 0) {
+    printf("   worker RSS: before %" PRIu64 " KiB, with the streams %" PRIu64
+           " KiB, after they were "
+           "cancelled %" PRIu64 " KiB\n",
+           before, with, after);
+    printf("   per stream: %.0f bytes\n",
+           ((double)with - (double)before) * 1024.0 / (double)(o->streams ? o->streams : 1));
+  }
+  Worker__V1__CancelTaskRequest cr;
+  worker__v1__cancel_task_request__init(&cr);
+  cr.task_id = id;
+  len = worker__v1__cancel_task_request__get_packed_size(&cr);
+  req = xmalloc(len);
+  worker__v1__cancel_task_request__pack(&cr, req);
+  (void)sync_unary(clients[0], M_CANCEL, req, len);
+  free(streams);
+  return st.snapshots == o->streams && open_streams == o->streams ? 0 : 1;
+}
+
+/* ---- main ----------------------------------------------------------------------------------- */
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: wk_loadgen --target HOST:PORT [--worker-pid PID]\n"
+          "         --mode throughput|echo|sleep|roundtrip|watch-idle\n"
+          "         [--function NAME] [--args JSON] [--tasks N] [--reps N] [--inflight N]\n"
+          "         [--batch N] [--no-slot] [--payload BYTES] [--rss-every N]\n"
+          "         [--executors N] [--task-ms MS] [--streams N] [--connections N]\n"
+          "         [--hold-ms MS] [--warmup N]\n"
+          "See the header of bench/wk_loadgen.c; bench/bench_tasks.py starts a worker and\n"
+          "runs every mode.\n");
+}
+
+static bool parse_u(const char *s, unsigned long long lo, unsigned long long hi,
+                    unsigned long long *out) {
+  char *end;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (!*s || *end || errno || v < lo || v > hi) return false;
+  *out = v;
+  return true;
+}
+
+int main(int argc, char **argv) {
+  opts o = {.mode = MODE_THROUGHPUT,
+            .tasks = 20000,
+            .reps = 5,
+            .inflight = 256,
+            .batch = 32,
+            .slot = true,
+            .payload = 64 * 1024,
+            .executors = 2,
+            .task_ms = 10,
+            .streams = 10000,
+            .connections = 10,
+            .hold_ms = 2000};
+  bool tasks_set = false, inflight_set = false, warmup_set = false;
+  enum {
+    O_TARGET = 1,
+    O_PID,
+    O_MODE,
+    O_FN,
+    O_ARGS,
+    O_TASKS,
+    O_REPS,
+    O_INFLIGHT,
+    O_BATCH,
+    O_NOSLOT,
+    O_PAYLOAD,
+    O_RSS,
+    O_EXEC,
+    O_TASKMS,
+    O_STREAMS,
+    O_CONNS,
+    O_HOLD,
+    O_WARMUP
+  };
+  static const struct option lopts[] = {
+      {"target", required_argument, 0, O_TARGET},
+      {"worker-pid", required_argument, 0, O_PID},
+      {"mode", required_argument, 0, O_MODE},
+      {"function", required_argument, 0, O_FN},
+      {"args", required_argument, 0, O_ARGS},
+      {"tasks", required_argument, 0, O_TASKS},
+      {"reps", required_argument, 0, O_REPS},
+      {"inflight", required_argument, 0, O_INFLIGHT},
+      {"batch", required_argument, 0, O_BATCH},
+      {"no-slot", no_argument, 0, O_NOSLOT},
+      {"payload", required_argument, 0, O_PAYLOAD},
+      {"rss-every", required_argument, 0, O_RSS},
+      {"executors", required_argument, 0, O_EXEC},
+      {"task-ms", required_argument, 0, O_TASKMS},
+      {"streams", required_argument, 0, O_STREAMS},
+      {"connections", required_argument, 0, O_CONNS},
+      {"hold-ms", required_argument, 0, O_HOLD},
+      {"warmup", required_argument, 0, O_WARMUP},
+      {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0},
+  };
+  int c;
+  unsigned long long v;
+  while ((c = getopt_long(argc, argv, "h", lopts, NULL)) != -1) {
+    bool bad = false;
+    switch (c) {
+      case O_TARGET: o.target = optarg; break;
+      case O_PID:
+        bad = !parse_u(optarg, 1, INT32_MAX, &v);
+        o.worker_pid = (pid_t)v;
+        break;
+      case O_MODE:
+        if (strcmp(optarg, "throughput") == 0) o.mode = MODE_THROUGHPUT;
+        else if (strcmp(optarg, "echo") == 0) o.mode = MODE_ECHO;
+        else if (strcmp(optarg, "sleep") == 0) o.mode = MODE_SLEEP;
+        else if (strcmp(optarg, "roundtrip") == 0) o.mode = MODE_ROUNDTRIP;
+        else if (strcmp(optarg, "watch-idle") == 0) o.mode = MODE_WATCH_IDLE;
+        else bad = true;
+        break;
+      case O_FN: o.function = optarg; break;
+      case O_ARGS: o.args = optarg; break;
+      case O_TASKS:
+        bad = !parse_u(optarg, 1, 100000000, &v);
+        o.tasks = (unsigned)v;
+        tasks_set = true;
+        break;
+      case O_REPS:
+        bad = !parse_u(optarg, 1, 1000, &v);
+        o.reps = (unsigned)v;
+        break;
+      case O_INFLIGHT:
+        bad = !parse_u(optarg, 1, 1000000, &v);
+        o.inflight = (unsigned)v;
+        inflight_set = true;
+        break;
+      case O_BATCH:
+        bad = !parse_u(optarg, 1, 1024, &v);
+        o.batch = (unsigned)v;
+        break;
+      case O_NOSLOT: o.slot = false; break;
+      case O_PAYLOAD:
+        bad = !parse_u(optarg, 1, 64u << 20, &v);
+        o.payload = (size_t)v;
+        break;
+      case O_RSS:
+        bad = !parse_u(optarg, 1, 100000000, &v);
+        o.rss_every = (unsigned)v;
+        break;
+      case O_EXEC:
+        bad = !parse_u(optarg, 1, 1024, &v);
+        o.executors = (unsigned)v;
+        break;
+      case O_TASKMS:
+        bad = !parse_u(optarg, 1, 3600000, &v);
+        o.task_ms = (unsigned)v;
+        break;
+      case O_STREAMS:
+        bad = !parse_u(optarg, 1, 10000000, &v);
+        o.streams = (unsigned)v;
+        break;
+      case O_CONNS:
+        bad = !parse_u(optarg, 1, 10000, &v);
+        o.connections = (unsigned)v;
+        break;
+      case O_WARMUP:
+        bad = !parse_u(optarg, 0, 100000000, &v);
+        o.warmup = (unsigned)v;
+        warmup_set = true;
+        break;
+      case O_HOLD:
+        bad = !parse_u(optarg, 0, 3600000, &v);
+        o.hold_ms = (unsigned)v;
+        break;
+      case 'h': usage(stdout); return 0;
+      default: usage(stderr); return 2;
+    }
+    if (bad) {
+      fprintf(stderr, "wk_loadgen: bad value '%s'\n", optarg);
+      return 2;
+    }
+  }
+  if (!o.target || optind < argc) {
+    usage(stderr);
+    return 2;
+  }
+  switch (o.mode) {
+    case MODE_ECHO:
+      if (!o.function) o.function = "echo_bytes";
+      if (!tasks_set) o.tasks = 2000;
+      if (!inflight_set) o.inflight = 64;
+      break;
+    case MODE_SLEEP:
+      if (!o.function) o.function = "sleep";
+      if (!o.args) o.args = "0.01";
+      if (!tasks_set) o.tasks = 200;
+      if (!inflight_set) o.inflight = o.tasks;
+      o.reps = 1;
+      break;
+    case MODE_ROUNDTRIP:
+      if (!tasks_set) o.tasks = 2000;
+      break;
+    case MODE_WATCH_IDLE:
+      if (!o.function) o.function = "sleep";
+      if (!o.args) o.args = "600";
+      break;
+    case MODE_THROUGHPUT:
+    default: break;
+  }
+  if (!o.function) o.function = "noop";
+  if (!o.args) o.args = "{}";
+  if (o.batch > o.inflight) o.batch = o.inflight;
+  if (!warmup_set) o.warmup = o.mode == MODE_SLEEP ? o.executors * 2 : o.inflight;
+  setvbuf(stdout, NULL, _IOLBF, 0);
+
+  unsigned n_clients = o.mode == MODE_WATCH_IDLE ? o.connections : 1;
+  wk_grpc_client **clients = xcalloc(n_clients, sizeof *clients);
+  for (unsigned k = 0; k < n_clients; k++) {
+    char err[256];
+    wk_grpc_client_options copt;
+    memset(&copt, 0, sizeof copt);
+    copt.own_connection = n_clients > 1;
+    if (wk_grpc_client_open(o.target, &copt, &clients[k], err, sizeof err) != 0) {
+      fprintf(stderr, "wk_loadgen: %s\n", err);
+      return 1;
+    }
+  }
+  g_cq = grpc_completion_queue_create_for_next(NULL);
+  int rc;
+  switch (o.mode) {
+    case MODE_ROUNDTRIP: rc = mode_roundtrip(&o, clients[0]); break;
+    case MODE_WATCH_IDLE: rc = mode_watch_idle(&o, clients); break;
+    case MODE_THROUGHPUT:
+    case MODE_ECHO:
+    case MODE_SLEEP:
+    default: rc = mode_tasks(&o, wk_grpc_client_channel(clients[0])); break;
+  }
+  if (g_errors) {
+    printf("errors: %" PRIu64 ", the first: %s\n", g_errors, g_first_error);
+    rc = 1;
+  }
+  grpc_completion_queue_shutdown(g_cq);
+  while (grpc_completion_queue_next(g_cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL).type !=
+         GRPC_QUEUE_SHUTDOWN) {
+  }
+  grpc_completion_queue_destroy(g_cq);
+  for (unsigned k = 0; k < n_clients; k++) wk_grpc_client_close(clients[k]);
+  free(clients);
+  return rc;
+}
