@@ -28,7 +28,8 @@
  *   watch-idle  --streams N idle WatchTasks streams on --connections C connections,
  *               all watching one running task (submit it with --function, e.g. a long
  *               sleep); prints the worker's RSS before, with the streams open, and after
- *               they are cancelled, and the cost per stream.
+ *               they are cancelled, and the cost per stream; --cycles K repeats the
+ *               open-hold-cancel K times (RSS must not climb cycle after cycle).
  *
  * One thread drives every asynchronous call through one gRPC completion queue; the
  * channels come from the project's client (adapters/wk_grpc_client.h). Exit status: 0
@@ -84,8 +85,10 @@ typedef struct opts {
   unsigned task_ms;   /* sleep: each task's duration */
   unsigned streams;   /* watch-idle */
   unsigned connections;
-  unsigned hold_ms; /* watch-idle: how long the streams stay open before the reading */
-  unsigned warmup;  /* unmeasured tasks before the first repetition */
+  unsigned hold_ms;      /* watch-idle: how long the streams stay open before the reading */
+  unsigned warmup;       /* unmeasured tasks before the first repetition */
+  unsigned cycles;       /* watch-idle: open, hold, cancel, this many times */
+  const char *id_prefix; /* task ids are <id_prefix>-<n>; NULL = lg<pid>-<mode> */
 } opts;
 
 /* ---- time and small helpers ----------------------------------------------------------- */
@@ -721,7 +724,11 @@ static void engine_init(engine *e, const opts *o, grpc_channel *ch, const char *
   e->o = o;
   e->ch = ch;
   e->bytes = o->mode == MODE_ECHO;
-  snprintf(e->prefix, sizeof e->prefix, "lg%d-%s", (int)getpid(), tag_);
+  if (o->id_prefix) {
+    snprintf(e->prefix, sizeof e->prefix, "%s", o->id_prefix);
+  } else {
+    snprintf(e->prefix, sizeof e->prefix, "lg%d-%s", (int)getpid(), tag_);
+  }
   e->n_batches = (o->inflight + o->batch - 1) / o->batch;
   e->batches = xcalloc(e->n_batches, sizeof *e->batches);
   for (unsigned k = 0; k < e->n_batches; k++) {
@@ -787,6 +794,8 @@ static int mode_tasks(const opts *o, grpc_channel *ch) {
     }
   }
   uint64_t ok_start = e.ok;
+  e.done = 0; /* the RSS samples count measured tasks only */
+  e.rss_next = o->rss_every;
   double *rates = xcalloc(o->reps, sizeof *rates);
   double *wcpu = xcalloc(o->reps, sizeof *wcpu);
   double fraction = 0, mbps = 0;
@@ -1016,42 +1025,44 @@ static int mode_watch_idle(const opts *o, wk_grpc_client **clients) {
   bench_sleep_ms(300);
   pid_t pid = o->worker_pid;
   uint64_t before = pid > 0 ? bench_proc_rss_kb(pid) : 0;
-  idle_state st = {0};
+  printf(
+      "watch-idle: %u WatchTasks streams on %u connections, one running task (%s), %u cycles "
+      "of open, hold %u ms, cancel\n",
+      o->streams, o->connections, o->function, o->cycles, o->hold_ms);
+  if (pid > 0) printf("   worker RSS before: %" PRIu64 " KiB\n", before);
+  printf("   %5s %8s %10s %9s %16s %16s %12s\n", "cycle", "open s", "snapshots", "held",
+         "RSS open KiB", "RSS after KiB", "B/stream");
   sstream **streams = xcalloc(o->streams, sizeof *streams);
   char *ids[1] = {id};
-  uint64_t t0 = bench_now_ns();
-  for (unsigned i = 0; i < o->streams; i++) {
-    req = pack_watch(ids, 1, &len);
-    streams[i] = stream_start(wk_grpc_client_channel(clients[i % o->connections]), M_WATCH, req,
-                              len, idle_msg, idle_end, &st);
-  }
-  while (st.snapshots + st.ended < o->streams) {
-    if (!pump(DEADLINE_MS)) break;
-  }
-  double open_s = (double)(bench_now_ns() - t0) / 1e9;
-  uint64_t until = bench_now_ns() + (uint64_t)o->hold_ms * 1000000u;
-  while (bench_now_ns() < until) (void)pump(50);
-  uint64_t with = pid > 0 ? bench_proc_rss_kb(pid) : 0;
-  unsigned open_streams = o->streams - st.ended;
-  for (unsigned i = 0; i < o->streams; i++) {
-    if (st.ended < o->streams) stream_cancel(streams[i]); /* freed after their end */
-  }
-  while (st.ended < o->streams) {
-    if (!pump(DEADLINE_MS)) break;
-  }
-  bench_sleep_ms(1000);
-  uint64_t after = pid > 0 ? bench_proc_rss_kb(pid) : 0;
-  printf("watch-idle: %u WatchTasks streams on %u connections, one running task (%s)\n", o->streams,
-         o->connections, o->function);
-  printf("   opened in %.2f s; %u got their SNAPSHOT, %u still open after %u ms\n", open_s,
-         st.snapshots, open_streams, o->hold_ms);
-  if (pid > 0) {
-    printf("   worker RSS: before %" PRIu64 " KiB, with the streams %" PRIu64
-           " KiB, after they were "
-           "cancelled %" PRIu64 " KiB\n",
-           before, with, after);
-    printf("   per stream: %.0f bytes\n",
-           ((double)with - (double)before) * 1024.0 / (double)(o->streams ? o->streams : 1));
+  bool good = true;
+  for (unsigned cyc = 0; cyc < o->cycles; cyc++) {
+    idle_state st = {0};
+    uint64_t t0 = bench_now_ns();
+    for (unsigned i = 0; i < o->streams; i++) {
+      req = pack_watch(ids, 1, &len);
+      streams[i] = stream_start(wk_grpc_client_channel(clients[i % o->connections]), M_WATCH, req,
+                                len, idle_msg, idle_end, &st);
+    }
+    while (st.snapshots + st.ended < o->streams) {
+      if (!pump(DEADLINE_MS)) break;
+    }
+    double open_s = (double)(bench_now_ns() - t0) / 1e9;
+    uint64_t until = bench_now_ns() + (uint64_t)o->hold_ms * 1000000u;
+    while (bench_now_ns() < until) (void)pump(50);
+    uint64_t with = pid > 0 ? bench_proc_rss_kb(pid) : 0;
+    unsigned held = o->streams - st.ended;
+    if (st.ended < o->streams) {
+      for (unsigned i = 0; i < o->streams; i++) stream_cancel(streams[i]); /* freed at their end */
+    }
+    while (st.ended < o->streams) {
+      if (!pump(DEADLINE_MS)) break;
+    }
+    bench_sleep_ms(1000);
+    uint64_t after = pid > 0 ? bench_proc_rss_kb(pid) : 0;
+    printf("   %5u %8.2f %10u %9u %16" PRIu64 " %16" PRIu64 " %12.0f\n", cyc + 1, open_s,
+           st.snapshots, held, with, after,
+           ((double)with - (double)before) * 1024.0 / (double)o->streams);
+    good = good && st.snapshots == o->streams && held == o->streams;
   }
   Worker__V1__CancelTaskRequest cr;
   worker__v1__cancel_task_request__init(&cr);
@@ -1061,7 +1072,7 @@ static int mode_watch_idle(const opts *o, wk_grpc_client **clients) {
   worker__v1__cancel_task_request__pack(&cr, req);
   (void)sync_unary(clients[0], M_CANCEL, req, len);
   free(streams);
-  return st.snapshots == o->streams && open_streams == o->streams ? 0 : 1;
+  return good ? 0 : 1;
 }
 
 /* ---- main ----------------------------------------------------------------------------------- */
@@ -1073,7 +1084,7 @@ static void usage(FILE *f) {
           "         [--function NAME] [--args JSON] [--tasks N] [--reps N] [--inflight N]\n"
           "         [--batch N] [--no-slot] [--payload BYTES] [--rss-every N]\n"
           "         [--executors N] [--task-ms MS] [--streams N] [--connections N]\n"
-          "         [--hold-ms MS] [--warmup N]\n"
+          "         [--hold-ms MS] [--cycles N] [--warmup N] [--id-prefix P]\n"
           "See the header of bench/wk_loadgen.c; bench/bench_tasks.py starts a worker and\n"
           "runs every mode.\n");
 }
@@ -1100,7 +1111,8 @@ int main(int argc, char **argv) {
             .task_ms = 10,
             .streams = 10000,
             .connections = 10,
-            .hold_ms = 2000};
+            .hold_ms = 2000,
+            .cycles = 1};
   bool tasks_set = false, inflight_set = false, warmup_set = false;
   enum {
     O_TARGET = 1,
@@ -1120,7 +1132,9 @@ int main(int argc, char **argv) {
     O_STREAMS,
     O_CONNS,
     O_HOLD,
-    O_WARMUP
+    O_WARMUP,
+    O_CYCLES,
+    O_PREFIX
   };
   static const struct option lopts[] = {
       {"target", required_argument, 0, O_TARGET},
@@ -1141,6 +1155,8 @@ int main(int argc, char **argv) {
       {"connections", required_argument, 0, O_CONNS},
       {"hold-ms", required_argument, 0, O_HOLD},
       {"warmup", required_argument, 0, O_WARMUP},
+      {"cycles", required_argument, 0, O_CYCLES},
+      {"id-prefix", required_argument, 0, O_PREFIX},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0},
   };
@@ -1211,6 +1227,14 @@ int main(int argc, char **argv) {
         bad = !parse_u(optarg, 0, 100000000, &v);
         o.warmup = (unsigned)v;
         warmup_set = true;
+        break;
+      case O_CYCLES:
+        bad = !parse_u(optarg, 1, 1000, &v);
+        o.cycles = (unsigned)v;
+        break;
+      case O_PREFIX:
+        bad = strlen(optarg) == 0 || strlen(optarg) > 32;
+        o.id_prefix = optarg;
         break;
       case O_HOLD:
         bad = !parse_u(optarg, 0, 3600000, &v);
