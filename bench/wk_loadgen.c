@@ -577,9 +577,48 @@ static bool echo_matches(const engine *e, const Worker__V1__TaskResult *r, uint6
   return same;
 }
 
+/* Reads a varint at *p (below end); false when malformed. */
+static bool read_varint(const uint8_t **p, const uint8_t *end, uint64_t *v) {
+  *v = 0;
+  for (unsigned shift = 0; *p < end && shift < 64; shift += 7) {
+    uint8_t byte = *(*p)++;
+    *v |= (uint64_t)(byte & 0x7f) << shift;
+    if (!(byte & 0x80)) return true;
+  }
+  return false;
+}
+
+/* TaskEvent.kind (field 2) read off the wire without decoding the rest: the generator
+ * decodes only TERMINAL events, so its own CPU per task stays small. -1 when the
+ * message cannot be walked. */
+static int event_kind(const uint8_t *msg, size_t len) {
+  const uint8_t *p = msg, *end = msg + len;
+  int kind = 0; /* proto3: absent means 0 */
+  while (p < end) {
+    uint64_t key, v;
+    if (!read_varint(&p, end, &key)) return -1;
+    switch (key & 7) {
+      case 0:
+        if (!read_varint(&p, end, &v)) return -1;
+        if (key >> 3 == 2) kind = (int)v;
+        break;
+      case 2:
+        if (!read_varint(&p, end, &v) || v > (uint64_t)(end - p)) return -1;
+        p += v;
+        break;
+      case 1: p += 8; break;
+      case 5: p += 4; break;
+      default: return -1;
+    }
+  }
+  return p == end ? kind : -1;
+}
+
 static void on_event(void *ctx, const uint8_t *msg, size_t len) {
   batch *b = ctx;
   engine *e = b->e;
+  int kind = event_kind(msg, len);
+  if (kind >= 0 && kind != WORKER__V1__TASK_EVENT__KIND__KIND_TERMINAL) return;
   Worker__V1__TaskEvent *ev = worker__v1__task_event__unpack(NULL, len, msg);
   if (!ev) {
     note_error("WatchTasks: %s%s", "an undecodable event", "");
