@@ -27,40 +27,14 @@ import grpc
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 
-from bench_tasks import ROOT as _ROOT, loadavg, start_worker  # noqa: E402,F401
-
-
-def proc_cpu_s(pid):
-    """User + system CPU seconds of pid from /proc/PID/stat; 0 when gone."""
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            s = f.read()
-    except OSError:
-        return 0.0
-    fields = s[s.rindex(")") + 2:].split()
-    return (int(fields[11]) + int(fields[12])) / float(os.sysconf("SC_CLK_TCK"))
+from bench_calls import child_pids, self_cpu_s  # noqa: E402
+from bench_calls import cpu_s as proc_cpu_s  # noqa: E402
+from bench_tasks import loadavg, start_worker  # noqa: E402
 
 
 def children_cpu(pid):
     """{child pid: CPU seconds} of pid's direct children (the executors)."""
-    out = {}
-    try:
-        tids = os.listdir("/proc/%d/task" % pid)
-    except OSError:
-        return out
-    for t in tids:
-        try:
-            with open("/proc/%d/task/%s/children" % (pid, t)) as f:
-                for c in f.read().split():
-                    out[int(c)] = proc_cpu_s(int(c))
-        except OSError:
-            pass
-    return out
-
-
-def self_cpu_s():
-    t = os.times()
-    return t.user + t.system
+    return {c: proc_cpu_s(c) for c in child_pids(pid)}
 
 
 class Run(object):
