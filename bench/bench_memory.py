@@ -43,11 +43,13 @@ def run_loadgen(build, w, *args):
     cmd = [os.path.join(build, "bench", "wk_loadgen"), "--target", w.addr,
            "--worker-pid", str(w.proc.pid)] + [str(a) for a in args]
     print("$ wk_loadgen " + " ".join(cmd[5:]), flush=True)
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=7200)
-    sys.stdout.write(p.stdout)
-    sys.stdout.write(p.stderr)
-    sys.stdout.flush()
-    return p.returncode, p.stdout
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    out = []
+    for line in p.stdout:  # as it comes: the RSS samples of a long run show progress
+        out.append(line)
+        sys.stdout.write(line)
+        sys.stdout.flush()
+    return p.wait(), "".join(out)
 
 
 def rss_samples(out):
