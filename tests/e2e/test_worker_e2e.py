@@ -140,6 +140,10 @@ def test_draining_is_unavailable(worker_factory):
     while w.stub.GetTaskResult(pb.GetTaskResultRequest(task_id="t-drain")).phase != pb.PHASE_CALLS:
         assert time.time() < deadline, "the task never reached its calls"
         time.sleep(0.02)
+    # The terminal result is read from a watch opened before the drain: after the task
+    # ends the worker delivers it to watchers and then exits, so polling GetTaskResult
+    # would race the exit.
+    stream = w.stub.WatchTasks(pb.WatchTasksRequest(task_ids=["t-drain"]), timeout=60)
     w.proc.send_signal(signal.SIGTERM)
     deadline = time.time() + 30
     while w.health.Check(health_pb2.HealthCheckRequest(), timeout=5).status != \
@@ -150,7 +154,9 @@ def test_draining_is_unavailable(worker_factory):
         w.submit("t-after", "gated", {"gate": gate})
     assert code_of(e) == grpc.StatusCode.UNAVAILABLE
     open(gate, "w").close()
-    assert w.wait_terminal("t-drain").state == pb.TASK_STATE_SUCCEEDED  # drained, not cut
+    terminal = [ev for ev in stream if ev.kind == pb.TaskEvent.KIND_TERMINAL]
+    assert len(terminal) == 1
+    assert terminal[0].result.state == pb.TASK_STATE_SUCCEEDED  # drained, not cut
     assert w.proc.wait(30) == 0
 
 
