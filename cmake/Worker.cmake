@@ -94,6 +94,7 @@ target_link_libraries(wk_app
     wk_pem
     wk_grpc_client
     wk_log
+    wk_version
     PkgConfig::JANSSON
     PkgConfig::YAML
     Threads::Threads)

@@ -22,7 +22,8 @@ add_executable(workerctl
   ${PROJECT_SOURCE_DIR}/cmd/workerctl/workerctl_workers.c
   ${PROJECT_SOURCE_DIR}/cmd/workerctl/workerctl_top.c)
 target_include_directories(workerctl PRIVATE ${PROJECT_SOURCE_DIR}/cmd/workerctl)
-target_link_libraries(workerctl PRIVATE wk_grpc_client wk_code_store wk_proto wk_lib PkgConfig::JANSSON)
+target_link_libraries(workerctl PRIVATE wk_grpc_client wk_code_store wk_proto wk_lib wk_version
+  PkgConfig::JANSSON)
 # `workerctl workers` and `submit` without --addr read the registry (cmake/Etcd.cmake).
 target_link_libraries(workerctl PRIVATE wk_etcd_registry)
 # `workerctl top` reads the workers' GET /status over HTTP(S).

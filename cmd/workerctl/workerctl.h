@@ -75,6 +75,8 @@ typedef enum ctl_flag_id {
   F_EXECUTOR_SCRIPT,
   F_CHECK_TIMEOUT_MS,
   F_NO_CHECK,
+  F_VERSION,
+  F_CALL_TIMEOUT_MS,
   F_COUNT
 } ctl_flag_id;
 

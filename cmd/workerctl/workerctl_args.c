@@ -5,6 +5,7 @@
 
 #include "workerctl.h"
 #include "lib/wk_alloc.h"
+#include "lib/wk_version.h"
 
 /* ---- flags ------------------------------------------------------------------------ */
 
@@ -49,11 +50,13 @@ static const ctl_flag flags[F_COUNT] = {
     [F_EXECUTOR_SCRIPT] = {"executor-script", true, false},
     [F_CHECK_TIMEOUT_MS] = {"check-timeout-ms", true, false},
     [F_NO_CHECK] = {"no-check", false, false},
+    [F_VERSION] = {"version", false, false},
+    [F_CALL_TIMEOUT_MS] = {"call-timeout-ms", true, false},
 };
 
 #define BIT(f) ((uint64_t)1 << (f))
-#define GLOBAL_FLAGS                                                              \
-  (BIT(F_ADDR) | BIT(F_JSON) | BIT(F_DEADLINE_MS) | BIT(F_HELP) | BIT(F_TLS_CA) | \
+#define GLOBAL_FLAGS                                                                               \
+  (BIT(F_ADDR) | BIT(F_JSON) | BIT(F_DEADLINE_MS) | BIT(F_HELP) | BIT(F_VERSION) | BIT(F_TLS_CA) | \
    BIT(F_TLS_CERT) | BIT(F_TLS_KEY) | BIT(F_TLS_SERVER_NAME) | BIT(F_TOKEN))
 
 /* ---- commands ----------------------------------------------------------------------- */
@@ -66,7 +69,8 @@ const ctl_command ctl_commands[] = {
     {"submit",
      "submit FUNCTION [ARGS] [--task-id ID] [--slot-id N] [--builder NAME] [--epoch N]\n"
      "       [--entrypoint MOD:ATTR] [--bytes] [--args-file PATH] [--timeout-ms N]\n"
-     "       [--continue MAX_FAILED] [--retries N] [--label K=V]... [--option K=V]...\n"
+     "       [--call-timeout-ms N] [--continue MAX_FAILED] [--retries N]\n"
+     "       [--label K=V]... [--option K=V]...\n"
      "       [--result-handler TYPE] [--result-option K=V]... [--watch]\n"
      "       [--etcd ENDPOINTS] [--prefix P]",
      "Submits a task running FUNCTION (SubmitTask). ARGS is JSON text (default: null),\n"
@@ -79,6 +83,9 @@ const ctl_command ctl_commands[] = {
      "  --bytes             ARGS (or the file) are raw bytes, not JSON\n"
      "  --args-file PATH    read ARGS from PATH ('-' for standard input)\n"
      "  --timeout-ms N      task timeout (default: the worker's)\n"
+     "  --call-timeout-ms N bound of each call attempt: a call still running then is\n"
+     "                      cancelled and fails DeadlineExceeded, not retried (default:\n"
+     "                      none; the task's timeout still applies)\n"
      "  --continue N        tolerate up to N failed calls (default: fail fast)\n"
      "  --retries N         retry a failed call up to N times (retryable errors, lost\n"
      "                      executors), backoff 100 ms doubling up to 10 s\n"
@@ -107,9 +114,9 @@ const ctl_command ctl_commands[] = {
                                "--etcd or --prefix pick from etcd even when $WORKERCTL_ADDR is set; they do not go\n"
                                "with --addr.\n",
      BIT(F_TASK_ID) | BIT(F_SLOT_ID) | BIT(F_BUILDER) | BIT(F_EPOCH) | BIT(F_ENTRYPOINT) |
-         BIT(F_BYTES) | BIT(F_ARGS_FILE) | BIT(F_TIMEOUT_MS) | BIT(F_CONTINUE) | BIT(F_RETRIES) |
-         BIT(F_LABEL) | BIT(F_OPTION) | BIT(F_RESULT_HANDLER) | BIT(F_RESULT_OPTION) |
-         BIT(F_WATCH) | BIT(F_ETCD) | BIT(F_PREFIX),
+         BIT(F_BYTES) | BIT(F_ARGS_FILE) | BIT(F_TIMEOUT_MS) | BIT(F_CALL_TIMEOUT_MS) |
+         BIT(F_CONTINUE) | BIT(F_RETRIES) | BIT(F_LABEL) | BIT(F_OPTION) | BIT(F_RESULT_HANDLER) |
+         BIT(F_RESULT_OPTION) | BIT(F_WATCH) | BIT(F_ETCD) | BIT(F_PREFIX),
      1, 2, ctl_cmd_submit},
     {"get", "get TASK_ID",
      "Prints the task's current snapshot or its retained result (GetTaskResult).\n", 0, 1, 1,
@@ -210,6 +217,7 @@ void ctl_print_help(FILE *f) {
           "  --deadline-ms N     deadline of each unary call (default: %d); a watch has\n"
           "                      none unless given\n"
           "  --help              this text; `workerctl COMMAND --help` for a command\n"
+          "  --version           print the version and the git commit it was built from\n"
           "\n"
           "Transport security (gRPC commands; the worker's grpc TLS and token settings):\n"
           "  --tls-ca FILE       speak TLS and trust the worker's certificate only if a CA\n"
@@ -383,6 +391,10 @@ int ctl_parse(int argc, char **argv, ctl_args *a) {
     if (rc != 0) return -1;
   }
 
+  if (a->set[F_VERSION]) {
+    printf("workerctl %s (commit %s)\n", wk_version, wk_git_commit);
+    return 1;
+  }
   if (a->set[F_HELP]) {
     if (a->cmd) {
       ctl_print_command_help(stdout, a->cmd);

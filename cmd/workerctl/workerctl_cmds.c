@@ -15,6 +15,7 @@
 #include "grpc/health/v1/health.pb-c.h"
 #include "workerctl.h"
 #include "lib/wk_alloc.h"
+#include "lib/wk_version.h"
 
 #define M_SLOT "/worker.v1.WorkerService/RequestTaskSlot"
 #define M_SUBMIT "/worker.v1.WorkerService/SubmitTask"
@@ -24,7 +25,6 @@
 #define M_HEALTH "/grpc.health.v1.Health/Check"
 
 #define ARGS_MAX_BYTES (64u << 20) /* the client's receive limit; the worker's is its own */
-#define USER_AGENT "workerctl/0.1"
 
 /* ---- plumbing ------------------------------------------------------------------------ */
 
@@ -36,8 +36,10 @@ static int64_t now_unix_ms(void) {
 
 /* The client options: user agent, TLS files and token from the command line. */
 static wk_grpc_client_options client_options(const ctl_args *a) {
+  static char user_agent[64];
+  snprintf(user_agent, sizeof user_agent, "workerctl/%s", wk_version);
   wk_grpc_client_options opts = {.max_recv_message_bytes = 0,
-                                 .user_agent = USER_AGENT,
+                                 .user_agent = user_agent,
                                  .ca_file = a->tls_ca,
                                  .cert_file = a->tls_cert,
                                  .key_file = a->tls_key,
@@ -687,6 +689,11 @@ static int set_task_options(const ctl_args *a, submit_msg *m) {
   if (a->set[F_TIMEOUT_MS] &&
       !ctl_parse_u64(a->val[F_TIMEOUT_MS], 0, UINT64_MAX, &req->timeout_ms)) {
     return ctl_usage_error(a, "--timeout-ms takes a number of ms, got '%s'", a->val[F_TIMEOUT_MS]);
+  }
+  if (a->set[F_CALL_TIMEOUT_MS] &&
+      !ctl_parse_u64(a->val[F_CALL_TIMEOUT_MS], 1, UINT64_MAX, &req->call_timeout_ms)) {
+    return ctl_usage_error(a, "--call-timeout-ms takes a positive number of ms, got '%s'",
+                           a->val[F_CALL_TIMEOUT_MS]);
   }
   int rc = CTL_EXIT_OK;
   if (a->set[F_CONTINUE] && (rc = set_failure_policy(a, m)) != 0) return rc;

@@ -179,6 +179,7 @@ typedef struct wk_config_sources {
 typedef struct wk_config_cli {
   const char *config_path; /* --config PATH, or NULL */
   bool help;               /* -h, --help */
+  bool version;            /* --version */
   bool print_config;       /* --print-config */
   bool json;               /* --json (with --print-config) */
   bool markdown;           /* --markdown (with --print-config): the settings reference */

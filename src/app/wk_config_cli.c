@@ -29,6 +29,10 @@ int wk_config_parse_cli(int argc, char *const argv[], wk_config_cli *cli, char *
       cli->help = true;
       continue;
     }
+    if (strcmp(arg, "--version") == 0) {
+      cli->version = true;
+      continue;
+    }
     if (strncmp(arg, "--", 2) != 0 || arg[2] == '\0') {
       if (arg[0] == '-' && arg[1] != '\0') {
         wk_config__fail(&e, "unknown flag '%.80s'", arg);

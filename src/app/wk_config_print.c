@@ -127,6 +127,7 @@ void wk_config_print_help(FILE *out, const char *program, const wk_app_config *d
       "                                 source, check it, and exit (0 valid, 2 invalid)\n"
       "  --json                         with --print-config: as JSON\n"
       "  --markdown                     with --print-config: the settings reference (Markdown)\n"
+      "  --version                      print the version and git commit, and exit\n"
       "  -h, --help                     this text\n"
       "\n"
       "Settings: each one is a flag --name-with-dashes VALUE, an environment variable\n"

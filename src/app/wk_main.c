@@ -10,6 +10,7 @@
 
 #include "app/wk_app.h"
 #include "app/wk_config.h"
+#include "lib/wk_version.h"
 
 /* Writes each line of text to stderr as "PROGRAM: LINE". */
 static void print_lines(const char *program, const char *text) {
@@ -45,6 +46,11 @@ int wk_main(const wk_profile *profile, int argc, char **argv) {
     print_lines(program, err);
     fprintf(stderr, "%s: see %s --help\n", program, program);
     return 2;
+  }
+  if (cli.version) {
+    printf("%s %s (commit %s, %s profile)\n", program, wk_version, wk_git_commit,
+           wk_deployment_name(profile->deployment));
+    return 0;
   }
   if (cli.help) { /* with this program's defaults: no file, environment or flags */
     wk_config_load_tuned(&cfg, NULL, NULL, NULL, wk_profile_tune, profile, err, sizeof err);
