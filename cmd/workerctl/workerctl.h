@@ -77,6 +77,7 @@ typedef enum ctl_flag_id {
   F_NO_CHECK,
   F_VERSION,
   F_CALL_TIMEOUT_MS,
+  F_WAIT_MS,
   F_COUNT
 } ctl_flag_id;
 

@@ -52,6 +52,7 @@ static const ctl_flag flags[F_COUNT] = {
     [F_NO_CHECK] = {"no-check", false, false},
     [F_VERSION] = {"version", false, false},
     [F_CALL_TIMEOUT_MS] = {"call-timeout-ms", true, false},
+    [F_WAIT_MS] = {"wait-ms", true, false},
 };
 
 #define BIT(f) ((uint64_t)1 << (f))
@@ -128,10 +129,12 @@ const ctl_command ctl_commands[] = {
      "Requests cancellation (CancelTask) and prints the task's snapshot.\n"
      "  --reason TEXT       recorded in the task's failure_message\n",
      BIT(F_REASON), 1, 1, ctl_cmd_cancel},
-    {"health", "health [--service NAME]",
+    {"health", "health [--service NAME] [--wait-ms N]",
      "Asks grpc.health.v1.Health/Check; exit 0 when SERVING, 1 otherwise.\n"
-     "  --service NAME      service to ask about (default: the whole server)\n",
-     BIT(F_SERVICE), 0, 0, ctl_cmd_health},
+     "  --service NAME      service to ask about (default: the whole server)\n"
+     "  --wait-ms N         ask again every 100 ms until SERVING, for at most N ms (a\n"
+     "                      worker just started); then the last answer counts\n",
+     BIT(F_SERVICE) | BIT(F_WAIT_MS), 0, 0, ctl_cmd_health},
     {"deploy",
      "deploy [--code-root DIR] [--entrypoint M:A] [--python PATH] [--executor-script PATH]\n"
      "       [--check-timeout-ms N] [--no-check] FUNCTION SRC_DIR",

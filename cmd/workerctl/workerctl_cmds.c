@@ -277,21 +277,72 @@ int ctl_cmd_cancel(ctl_args *a) {
   return rc == CTL_EXIT_TASK_FAILED ? CTL_EXIT_OK : rc;
 }
 
+static int64_t now_mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* One Health/Check: GRPC_STATUS_OK with *status filled, else the failure in *st (not
+ * reported) or GRPC_STATUS_INTERNAL for an answer that does not decode. */
+static grpc_status_code health_check(const ctl_args *a, wk_grpc_client *c, const uint8_t *req,
+                                     size_t len, int64_t deadline_ms, int *status,
+                                     wk_grpc_status *st) {
+  wk_grpc_buf resp;
+  grpc_status_code code =
+      wk_grpc_client_unary(c, M_HEALTH, req, len, NULL, 0, deadline_ms, &resp, st);
+  if (code != GRPC_STATUS_OK) return code;
+  Grpc__Health__V1__HealthCheckResponse *r =
+      grpc__health__v1__health_check_response__unpack(NULL, resp.len, resp.data);
+  wk_grpc_buf_free(&resp);
+  if (!r) {
+    *st = (wk_grpc_status){.code = GRPC_STATUS_INTERNAL, .reached_server = true};
+    snprintf(st->message, sizeof st->message, "cannot decode the worker's HealthCheckResponse");
+    return GRPC_STATUS_INTERNAL;
+  }
+  *status = (int)r->status;
+  grpc__health__v1__health_check_response__free_unpacked(r, NULL);
+  (void)a;
+  return GRPC_STATUS_OK;
+}
+
 int ctl_cmd_health(ctl_args *a) {
   Grpc__Health__V1__HealthCheckRequest req;
   grpc__health__v1__health_check_request__init(&req);
   if (a->set[F_SERVICE]) req.service = (char *)(uintptr_t)a->val[F_SERVICE];
-  wk_grpc_buf resp;
-  int rc = call_once(a, M_HEALTH, &req.base, &resp);
-  if (rc != 0) return rc;
-  Grpc__Health__V1__HealthCheckResponse *r =
-      grpc__health__v1__health_check_response__unpack(NULL, resp.len, resp.data);
-  wk_grpc_buf_free(&resp);
-  if (!r) return report_decode_error(a, "HealthCheckResponse");
+  uint64_t wait_ms = 0;
+  if (a->set[F_WAIT_MS] && !ctl_parse_u64(a->val[F_WAIT_MS], 0, 86400000u, &wait_ms)) {
+    return ctl_usage_error(a, "--wait-ms takes a number of ms in 0..86400000, got '%s'",
+                           a->val[F_WAIT_MS]);
+  }
+  size_t len;
+  uint8_t *buf = pack(&req.base, &len);
+  int64_t give_up = now_mono_ms() + (int64_t)wait_ms;
+  const int serving = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING;
+  int status = 0;
+  wk_grpc_status st;
+  grpc_status_code code;
+  for (;;) {
+    int64_t left = give_up - now_mono_ms();
+    int64_t deadline = wait_ms && left > 0 && left < a->deadline_ms ? left : a->deadline_ms;
+    /* a new channel each time: a failed one waits out gRPC's reconnect backoff */
+    wk_grpc_client *c;
+    int rc = open_client(a, &c);
+    if (rc != 0) {
+      free(buf);
+      return rc;
+    }
+    code = health_check(a, c, buf, len, deadline, &status, &st);
+    wk_grpc_client_close(c);
+    if ((code == GRPC_STATUS_OK && status == serving) || now_mono_ms() + 100 > give_up) break;
+    struct timespec pause = {.tv_sec = 0, .tv_nsec = 100 * 1000000L};
+    nanosleep(&pause, NULL);
+  }
+  free(buf);
+  if (code != GRPC_STATUS_OK) return report_status(a, &st);
   char b[32];
-  const char *name =
-      ctl_enum_name(&grpc__health__v1__health_check_response__serving_status__descriptor,
-                    (int)r->status, b, sizeof b);
+  const char *name = ctl_enum_name(
+      &grpc__health__v1__health_check_response__serving_status__descriptor, status, b, sizeof b);
   if (a->json) {
     json_t *j = json_object();
     json_object_set_new(j, "status", json_string(name));
@@ -299,11 +350,7 @@ int ctl_cmd_health(ctl_args *a) {
   } else {
     printf("%s\n", name);
   }
-  rc = r->status == GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
-           ? CTL_EXIT_OK
-           : CTL_EXIT_TASK_FAILED;
-  grpc__health__v1__health_check_response__free_unpacked(r, NULL);
-  return rc;
+  return status == serving ? CTL_EXIT_OK : CTL_EXIT_TASK_FAILED;
 }
 
 /* ---- watch ------------------------------------------------------------------------------ */

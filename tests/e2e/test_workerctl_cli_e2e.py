@@ -104,3 +104,17 @@ def test_call_timeout_bounds_each_call(worker):
     assert json.loads(out.stdout.strip().splitlines()[-1])["state"] == "SUCCEEDED"
     ctl("--addr", worker.addr, "submit", "sleeper", "{}", "--call-timeout-ms", "0", check=2)
     ctl("--addr", worker.addr, "submit", "sleeper", "{}", "--call-timeout-ms", "x", check=2)
+
+
+# ---- health --wait-ms -------------------------------------------------------------------
+
+
+def test_health_wait_ms_waits_for_a_worker_that_is_not_up(tmp_path):
+    import socket as _s
+    s = _s.socket()
+    s.bind(("127.0.0.1", 0))
+    addr = "127.0.0.1:%d" % s.getsockname()[1]
+    s.close()
+    out = ctl("--addr", addr, "health", "--wait-ms", "600", check=4)
+    assert "cannot reach the worker at " + addr in out.stderr
+    ctl("--addr", addr, "health", "--wait-ms", "soon", check=2)
