@@ -21,9 +21,10 @@ target_compile_options(wk_pem PRIVATE ${WK_WARNINGS})
 add_library(wk_grpc_server STATIC
   ${PROJECT_SOURCE_DIR}/src/adapters/wk_grpc_server.c
   ${PROJECT_SOURCE_DIR}/src/adapters/wk_grpc_auth.c
-  ${PROJECT_SOURCE_DIR}/src/adapters/wk_grpc_listener.c)
+  ${PROJECT_SOURCE_DIR}/src/adapters/wk_grpc_listener.c
+  ${PROJECT_SOURCE_DIR}/src/adapters/wk_netaddr.c)
 wk_headers(wk_grpc_server PUBLIC adapters/wk_grpc_server.h adapters/wk_grpc_auth.h
-  adapters/wk_grpc_listener.h)
+  adapters/wk_grpc_listener.h adapters/wk_netaddr.h)
 # PUBLIC wk_validate: wk_grpc_server.h names the methods by wk_rpc_method.h
 target_link_libraries(wk_grpc_server PUBLIC PkgConfig::GRPC wk_validate
   PRIVATE wk_lib wk_log wk_pem wk_proto Threads::Threads)

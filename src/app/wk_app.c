@@ -25,6 +25,7 @@
 #include "adapters/wk_meminfo.h"
 #include "app/wk_admission.h"
 #include "adapters/wk_grpc_server.h"
+#include "adapters/wk_netaddr.h"
 #include "app/wk_config.h"
 #include "app/wk_executor_env.h"
 #include "app/wk_executor_user.h"
@@ -870,11 +871,25 @@ static int start_server(wk_app *app, char *err, size_t len) {
   if (cfg->advertise_addr[0]) {
     snprintf(app->advertise_addr, sizeof app->advertise_addr, "%s", cfg->advertise_addr);
   } else {
-    /* the listen host with the port actually bound */
+    /* the listen host with the port actually bound; a wildcard host (0.0.0.0, [::])
+     * cannot be dialled: this host's primary address instead, said in the log */
     const char *colon = strrchr(cfg->listen_addr, ':');
     int host_len = colon ? (int)(colon - cfg->listen_addr) : (int)strlen(cfg->listen_addr);
-    snprintf(app->advertise_addr, sizeof app->advertise_addr, "%.*s:%d", host_len, cfg->listen_addr,
-             port);
+    bool unix_socket = strncmp(cfg->listen_addr, "unix:", 5) == 0;
+    if (!unix_socket && wk_netaddr_is_wildcard(cfg->listen_addr, (size_t)host_len)) {
+      char host[64];
+      const char *how = "";
+      wk_netaddr_primary(host, sizeof host, &how);
+      snprintf(app->advertise_addr, sizeof app->advertise_addr, "%s:%d", host, port);
+      wk_log_json(WK_LOG_INFO, "advertise_addr_chosen",
+                  json_pack("{s:s,s:s,s:s,s:s}", "listen_addr", cfg->listen_addr, "advertise_addr",
+                            app->advertise_addr, "found_by", how, "msg",
+                            "listening on every address: registering this host's primary "
+                            "address instead (set advertise_addr to choose)"));
+    } else {
+      snprintf(app->advertise_addr, sizeof app->advertise_addr, "%.*s:%d", host_len,
+               cfg->listen_addr, port);
+    }
   }
   wk_log_json(WK_LOG_INFO, "worker_listening",
               json_pack("{s:s,s:i,s:s,s:i,s:I}", "listen_addr", cfg->listen_addr, "port", port,

@@ -233,7 +233,8 @@ static const wk_config_item table[] = {
      .help = "etcd key prefix the worker registers under (empty = the profile's)"},
     {FIELD(advertise_addr), .type = WK_CONFIG_STRING, .def = "", .min = 0,
      .max = STRMAX(advertise_addr), .meta = "HOST:PORT",
-     .help = "address coordinators dial, registered in etcd (empty = listen_addr's bound address)"},
+     .help = "address coordinators dial, registered in etcd (empty = listen_addr's bound address; "
+             "for 0.0.0.0 or [::], this host's primary address, logged as advertise_addr_chosen)"},
     {FIELD(etcd_lease_ttl_s), .type = WK_CONFIG_UINT, .def = "10", .min = 1, .max = 3600,
      .help = "etcd lease TTL in seconds: a dead worker's key is gone this long after"},
     {FIELD(heartbeat_interval_ms), .type = WK_CONFIG_MS, .def = "3000", .min = 10, .max = 3600000,
