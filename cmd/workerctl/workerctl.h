@@ -13,6 +13,7 @@
 
 #include <jansson.h>
 
+#include "adapters/wk_etcd_registry.h"
 #include "worker/v1/worker.pb-c.h"
 
 /* ---- exit codes (documented in `workerctl --help`) ------------------------------ */
@@ -100,11 +101,14 @@ typedef struct ctl_args {
   bool set[F_COUNT];
   const char *val[F_COUNT]; /* last value of each flag that takes one */
   ctl_kvs labels, options, result_options;
-  /* resolved globals */
-  const char *addr; /* the worker: --addr, $WORKERCTL_ADDR, the default, or (submit
-                        without either) the candidate picked from etcd being tried */
-  bool addr_given;  /* --addr or a non-empty $WORKERCTL_ADDR */
-  bool discovered;  /* addr was picked from etcd (submit): outputs name the worker */
+  /* resolved globals: the target (ctl_resolve_target, workerctl_target.c) */
+  const char *addr;        /* the worker: --addr, $WORKERCTL_ADDR or the default; with
+                              etcd, the registered worker being tried (in addr_buf) */
+  const char *addr_source; /* where addr came from, for messages ("--addr", ...) */
+  bool use_etcd;           /* the target is the workers registered in etcd */
+  const char *etcd_endpoints, *etcd_prefix; /* with use_etcd */
+  bool discovered;                          /* addr was picked from etcd: outputs name the worker */
+  char addr_buf[256];
   bool json;
   int64_t deadline_ms;
   /* transport security (NULL: not set); any tls_* set means TLS */
@@ -172,6 +176,24 @@ int ctl_check_from_args(ctl_args *a, ctl_check *c);
  * after timeout_ms. 0 when it exits 0; otherwise -1 with why in err (the tail of its
  * output, the timeout, or why it could not run). */
 int ctl_check_code(void *ud, const char *dir, char *err, size_t err_len);
+
+/* ---- workerctl_target.c: which worker a command talks to ----------------------- */
+
+/** Resolves the target of a command into a: --addr; else --etcd/--prefix on the
+ * command line (discovery); else $WORKERCTL_ADDR; else $WORKERCTL_ETCD (discovery); else
+ * CTL_DEFAULT_ADDR. 0, or a usage error's exit code (printed): --addr with --etcd or
+ * --prefix, --prefix without endpoints, an empty value. */
+int ctl_resolve_target(ctl_args *a);
+
+/** With use_etcd: the workers registered under the prefix, ordered for a lookup (the
+ * candidates for a new task first, best first; then the other valid heartbeats,
+ * draining and not ready ones included, which still hold their tasks). 0 with *out
+ * filled (free it with wk_etcd_workers_free; n may be 0), or an exit code after
+ * reporting etcd's error. */
+int ctl_etcd_lookup_order(ctl_args *a, wk_etcd_workers *out);
+
+/** Sets a->addr to `addr` (copied into a->addr_buf) and marks it discovered. */
+void ctl_set_discovered(ctl_args *a, const char *addr);
 
 /* workerctl_workers.c */
 #define CTL_DEFAULT_ETCD "http://127.0.0.1:2379"

@@ -56,9 +56,10 @@ static const ctl_flag flags[F_COUNT] = {
 };
 
 #define BIT(f) ((uint64_t)1 << (f))
-#define GLOBAL_FLAGS                                                                               \
-  (BIT(F_ADDR) | BIT(F_JSON) | BIT(F_DEADLINE_MS) | BIT(F_HELP) | BIT(F_VERSION) | BIT(F_TLS_CA) | \
-   BIT(F_TLS_CERT) | BIT(F_TLS_KEY) | BIT(F_TLS_SERVER_NAME) | BIT(F_TOKEN))
+#define GLOBAL_FLAGS                                                                            \
+  (BIT(F_ADDR) | BIT(F_ETCD) | BIT(F_PREFIX) | BIT(F_JSON) | BIT(F_DEADLINE_MS) | BIT(F_HELP) | \
+   BIT(F_VERSION) | BIT(F_TLS_CA) | BIT(F_TLS_CERT) | BIT(F_TLS_KEY) | BIT(F_TLS_SERVER_NAME) | \
+   BIT(F_TOKEN))
 
 /* ---- commands ----------------------------------------------------------------------- */
 
@@ -96,28 +97,20 @@ const ctl_command ctl_commands[] = {
      "  --result-option K=V writer plugin option (repeatable)\n"
      "  --watch             wait for the task and print its result (exit 1 if it failed)\n"
      "\n"
-     "The worker: --addr, else $WORKERCTL_ADDR, else one picked from the etcd registry\n"
-     "(see `workerctl workers`): a ready, not draining worker with free slots, the most\n"
-     "free slots first (ties spread at random). A worker that answers RESOURCE_EXHAUSTED\n"
-     "(no slot; a request too large for it is not skipped but reported) or UNAVAILABLE,\n"
-     "or cannot be reached, is skipped for the next (a line on stderr each); at\n"
-     "most " CTL_STR(
-         CTL_SUBMIT_MAX_TRIES) " are tried. One that does not answer within "
-                               "--deadline-ms is\n"
-                               "not skipped: it may have taken the task. The chosen worker is printed with the\n"
-                               "result (\"worker\" with --json) and --watch watches on it; get, watch and cancel\n"
-                               "need it as --addr. Exit 4 when no worker qualifies or etcd cannot be reached, 3\n"
-                               "when etcd answers an error.\n"
-                               "  --etcd ENDPOINTS    comma-separated http://host:port (default: $WORKERCTL_ETCD,\n"
-                               "                      else " CTL_DEFAULT_ETCD ")\n"
-                               "  --prefix P          registry prefix (default: " CTL_DEFAULT_PREFIX
-                               ")\n"
-                               "--etcd or --prefix pick from etcd even when $WORKERCTL_ADDR is set; they do not go\n"
-                               "with --addr.\n",
+     "The worker: the target rule (workerctl --help). With etcd, one picked from the\n"
+     "registry (see `workerctl workers`): a ready, not draining worker with free slots,\n"
+     "the most free slots first (ties spread at random). A worker that answers\n"
+     "RESOURCE_EXHAUSTED (no slot; a request too large for it is not skipped but\n"
+     "reported) or UNAVAILABLE, or cannot be reached, is skipped for the next (a line on\n"
+     "stderr each); at most " CTL_STR(
+         CTL_SUBMIT_MAX_TRIES) " are tried. One that does not answer within\n"
+                               "--deadline-ms is not skipped: it may have taken the task. The chosen worker is\n"
+                               "printed with the result (\"worker\" with --json) and --watch watches on it. Exit 4\n"
+                               "when no worker qualifies or etcd cannot be reached, 3 when etcd answers an error.\n",
      BIT(F_TASK_ID) | BIT(F_SLOT_ID) | BIT(F_BUILDER) | BIT(F_EPOCH) | BIT(F_ENTRYPOINT) |
          BIT(F_BYTES) | BIT(F_ARGS_FILE) | BIT(F_TIMEOUT_MS) | BIT(F_CALL_TIMEOUT_MS) |
          BIT(F_CONTINUE) | BIT(F_RETRIES) | BIT(F_LABEL) | BIT(F_OPTION) | BIT(F_RESULT_HANDLER) |
-         BIT(F_RESULT_OPTION) | BIT(F_WATCH) | BIT(F_ETCD) | BIT(F_PREFIX),
+         BIT(F_RESULT_OPTION) | BIT(F_WATCH),
      1, 2, ctl_cmd_submit},
     {"get", "get TASK_ID",
      "Prints the task's current snapshot or its retained result (GetTaskResult).\n", 0, 1, 1,
@@ -210,9 +203,11 @@ void ctl_print_help(FILE *f) {
   fprintf(f,
           "\n"
           "Global options (also accepted after the command):\n"
-          "  --addr HOST:PORT    the worker (default: $WORKERCTL_ADDR, else %s;\n"
-          "                      submit without either picks one from etcd: see\n"
-          "                      `workerctl submit --help`)\n"
+          "  --addr HOST:PORT    the worker (see \"The target\" below)\n"
+          "  --etcd ENDPOINTS    the workers registered in etcd: comma-separated\n"
+          "                      http://host:port (default: $WORKERCTL_ETCD)\n"
+          "  --prefix P          their registry prefix (default: " CTL_DEFAULT_PREFIX
+          ")\n"
           "  --json              print one JSON object per line per result or event:\n"
           "                      proto field names, enums by name (\"SUCCEEDED\"), 64-bit\n"
           "                      numbers as JSON numbers, JSON outputs embedded as JSON,\n"
@@ -221,6 +216,19 @@ void ctl_print_help(FILE *f) {
           "                      none unless given\n"
           "  --help              this text; `workerctl COMMAND --help` for a command\n"
           "  --version           print the version and the git commit it was built from\n"
+          "\n"
+          "The target of every command that talks to a worker, the first that is given:\n"
+          "  1. --addr HOST:PORT\n"
+          "  2. --etcd ENDPOINTS (or --prefix P) on the command line: the registered workers\n"
+          "  3. $WORKERCTL_ADDR\n"
+          "  4. $WORKERCTL_ETCD: the registered workers\n"
+          "  5. %s\n"
+          "With the registered workers: submit and slot pick a ready, not draining worker\n"
+          "with free slots (most free first) and move on when it answers RESOURCE_EXHAUSTED\n"
+          "or UNAVAILABLE or cannot be reached; get, cancel and watch ask each registered\n"
+          "worker (ready ones first) until one knows the task (NOT_FOUND, UNAVAILABLE and\n"
+          "unreachable move on); health asks every one. --addr with --etcd is an error.\n"
+          "An error says which worker or workers were tried and why each was the target.\n"
           "\n"
           "Transport security (gRPC commands; the worker's grpc TLS and token settings):\n"
           "  --tls-ca FILE       speak TLS and trust the worker's certificate only if a CA\n"
@@ -251,7 +259,7 @@ void ctl_print_help(FILE *f) {
           "  4  the worker could not be reached (connection failed, or the deadline passed);\n"
           "     etcd could not be reached, or (submit) no ready worker with free slots is\n"
           "     registered there\n",
-          CTL_DEFAULT_ADDR, CTL_DEFAULT_DEADLINE_MS);
+          CTL_DEFAULT_DEADLINE_MS, CTL_DEFAULT_ADDR);
 }
 
 void ctl_print_command_help(FILE *f, const ctl_command *c) {
@@ -417,13 +425,7 @@ int ctl_parse(int argc, char **argv, ctl_args *a) {
     return -1;
   }
 
-  const char *env = getenv("WORKERCTL_ADDR");
-  a->addr_given = a->set[F_ADDR] || (env && *env);
-  a->addr = a->set[F_ADDR] ? a->val[F_ADDR] : (env && *env ? env : CTL_DEFAULT_ADDR);
-  if (!*a->addr) {
-    ctl_usage_error(a, "--addr is empty");
-    return -1;
-  }
+  if (ctl_resolve_target(a) != 0) return -1;
   static const struct {
     ctl_flag_id flag;
     const char *env;

@@ -48,8 +48,19 @@ static wk_grpc_client_options client_options(const ctl_args *a) {
   return opts;
 }
 
-static int open_client(const ctl_args *a, wk_grpc_client **c) {
+static int first_registered(ctl_args *a);
+static int call_discovered(ctl_args *a, const char *method, const ProtobufCMessage *req,
+                           wk_grpc_client **out, wk_grpc_buf *resp);
+
+/* A client of a->addr; with etcd and no worker chosen yet, of the first registered
+ * worker (ctl_etcd_lookup_order). 0 or an exit code (reported). */
+static int open_client(ctl_args *a, wk_grpc_client **c) {
   char err[1536];
+  *c = NULL;
+  if (a->use_etcd && !a->discovered) {
+    int frc = first_registered(a);
+    if (frc != 0) return frc;
+  }
   wk_grpc_client_options opts = client_options(a);
   int rc = wk_grpc_client_open(a->addr, &opts, c, err, sizeof err);
   if (rc == -2) {
@@ -73,8 +84,13 @@ static int report_status(const ctl_args *a, const wk_grpc_status *st) {
             "(--deadline-ms): %s\n",
             code, a->addr, st->message);
   } else if (unreachable) {
-    fprintf(stderr, "workerctl: cannot reach the worker at %s: %s: %s\n", a->addr, code,
-            st->message);
+    if (a->discovered) {
+      fprintf(stderr, "workerctl: cannot reach the worker at %s: %s: %s\n", a->addr, code,
+              st->message);
+    } else {
+      fprintf(stderr, "workerctl: cannot reach the worker at %s (%s): %s: %s\n", a->addr,
+              a->addr_source, code, st->message);
+    }
     /* A TLS worker closes a plaintext connection, and a mutual-TLS one a connection
      * without a client certificate, with no word on why. */
     bool tls = a->tls_ca || a->tls_cert || a->tls_server_name;
@@ -128,9 +144,116 @@ static int call(const ctl_args *a, wk_grpc_client *c, const char *method,
   return 0;
 }
 
-/* Connects, calls, and hands back the response bytes: 0 or an exit code. */
-static int call_once(const ctl_args *a, const char *method, const ProtobufCMessage *req,
+/* ---- the workers registered in etcd (workerctl_target.c has the rule) ----------------- */
+
+/* Reports that no worker is registered under the prefix: exit 4. */
+static int report_no_worker(const ctl_args *a, const char *what) {
+  char msg[1024];
+  snprintf(msg, sizeof msg,
+           "no %s registered under %s in etcd %s (see workerctl workers --etcd %s --prefix %s; "
+           "or pass --addr HOST:PORT)",
+           what, a->etcd_prefix, a->etcd_endpoints, a->etcd_endpoints, a->etcd_prefix);
+  fprintf(stderr, "workerctl: %s\n", msg);
+  if (a->json) {
+    json_t *e = json_object();
+    json_object_set_new(e, "code", json_string("NO_WORKER"));
+    json_t *m = json_string(msg);
+    json_object_set_new(e, "message", m ? m : json_string(""));
+    json_object_set_new(e, "unreachable", json_true());
+    json_t *j = json_object();
+    json_object_set_new(j, "error", e);
+    ctl_json_print(stdout, j);
+  }
+  return CTL_EXIT_UNREACHABLE;
+}
+
+static int first_registered(ctl_args *a) {
+  wk_etcd_workers ws;
+  int rc = ctl_etcd_lookup_order(a, &ws);
+  if (rc != 0) return rc;
+  if (ws.n == 0) rc = report_no_worker(a, "worker");
+  if (ws.n > 0) ctl_set_discovered(a, ws.items[0].address);
+  wk_etcd_workers_free(&ws);
+  return rc;
+}
+
+/* With etcd: the unary call on each registered worker in lookup order until one answers
+ * anything but NOT_FOUND or UNAVAILABLE (or cannot be reached): the worker that holds a
+ * task. 0 with *resp and a->addr that worker; else the exit code after reporting each
+ * worker tried and its answer (3 when one answered NOT_FOUND, 4 when none was
+ * reached). */
+static int call_registered(ctl_args *a, const char *method, const ProtobufCMessage *req,
+                           wk_grpc_buf *resp) {
+  wk_etcd_workers ws;
+  int rc = ctl_etcd_lookup_order(a, &ws);
+  if (rc != 0) return rc;
+  if (ws.n == 0) {
+    wk_etcd_workers_free(&ws);
+    return report_no_worker(a, "worker");
+  }
+  size_t len;
+  uint8_t *buf = pack(req, &len);
+  wk_grpc_client_options opts = client_options(a);
+  char tried[2048] = "";
+  size_t used = 0;
+  bool answered = false;
+  wk_grpc_status st = {0};
+  rc = -1;
+  for (size_t i = 0; i < ws.n && rc < 0; i++) {
+    ctl_set_discovered(a, ws.items[i].address);
+    wk_grpc_client *c = NULL;
+    char oerr[1536];
+    int orc = wk_grpc_client_open(a->addr, &opts, &c, oerr, sizeof oerr);
+    if (orc == -2) {
+      rc = ctl_usage_error(a, "%s", oerr);
+      break;
+    }
+    grpc_status_code code = GRPC_STATUS_UNAVAILABLE;
+    st.reached_server = false;
+    if (orc == 0)
+      code = wk_grpc_client_unary(c, method, buf, len, NULL, 0, a->deadline_ms, resp, &st);
+    wk_grpc_client_close(c);
+    if (code == GRPC_STATUS_OK) {
+      rc = 0;
+    } else if (code != GRPC_STATUS_NOT_FOUND && code != GRPC_STATUS_UNAVAILABLE &&
+               st.reached_server) {
+      rc = report_status(a, &st);
+    } else {
+      answered = answered || code == GRPC_STATUS_NOT_FOUND;
+      int w = snprintf(tried + used, sizeof tried - used, "%s%s (%s)", used ? ", " : "", a->addr,
+                       wk_grpc_status_name(code));
+      if (w > 0) used += (size_t)w < sizeof tried - used ? (size_t)w : sizeof tried - used - 1;
+    }
+  }
+  free(buf);
+  if (rc < 0) {
+    char msg[WK_GRPC_STATUS_MESSAGE_MAX];
+    snprintf(msg, sizeof msg, "none of the %zu workers registered under %s in etcd %s has it: %s",
+             ws.n, a->etcd_prefix, a->etcd_endpoints, tried);
+    const char *code = answered ? "NOT_FOUND" : "UNAVAILABLE";
+    fprintf(stderr, "workerctl: %s: %s\n", code, msg);
+    if (a->json) {
+      json_t *e = json_object();
+      json_object_set_new(e, "code", json_string(code));
+      json_t *m = json_string(msg);
+      json_object_set_new(e, "message", m ? m : json_string(""));
+      json_object_set_new(e, "unreachable", json_boolean(!answered));
+      json_t *j = json_object();
+      json_object_set_new(j, "error", e);
+      ctl_json_print(stdout, j);
+    }
+    a->discovered = false;
+    rc = answered ? CTL_EXIT_STATUS : CTL_EXIT_UNREACHABLE;
+  }
+  wk_etcd_workers_free(&ws);
+  return rc;
+}
+
+/* Connects, calls, and hands back the response bytes: 0 or an exit code. With etcd, on
+ * the registered worker that answers (call_registered). */
+static int call_once(ctl_args *a, const char *method, const ProtobufCMessage *req,
                      wk_grpc_buf *resp) {
+  if (a->use_etcd && !a->discovered) return call_registered(a, method, req, resp);
   wk_grpc_client *c;
   int rc = open_client(a, &c);
   if (rc != 0) return rc;
@@ -233,16 +356,26 @@ int ctl_cmd_slot(ctl_args *a) {
     return ctl_usage_error(a, "--ttl-ms takes a number of ms, got '%s'", a->val[F_TTL_MS]);
   }
   wk_grpc_buf resp;
-  int rc = call_once(a, M_SLOT, &req.base, &resp);
+  int rc;
+  if (a->use_etcd) { /* a worker with a free slot, as submit picks one */
+    wk_grpc_client *c = NULL;
+    rc = call_discovered(a, M_SLOT, &req.base, &c, &resp);
+    wk_grpc_client_close(c);
+  } else {
+    rc = call_once(a, M_SLOT, &req.base, &resp);
+  }
   if (rc != 0) return rc;
   Worker__V1__RequestTaskSlotResponse *r =
       worker__v1__request_task_slot_response__unpack(NULL, resp.len, resp.data);
   wk_grpc_buf_free(&resp);
   if (!r) return report_decode_error(a, "RequestTaskSlotResponse");
   if (a->json) {
-    ctl_json_print(stdout, ctl_slot_json(r));
+    json_t *j = ctl_slot_json(r);
+    if (a->discovered) json_object_set_new(j, "worker", json_string(a->addr));
+    ctl_json_print(stdout, j);
   } else {
     ctl_print_slot(stdout, a->pos[0], r, now_unix_ms());
+    if (a->discovered) printf("on worker %s (submit there with --addr %s)\n", a->addr, a->addr);
   }
   worker__v1__request_task_slot_response__free_unpacked(r, NULL);
   return CTL_EXIT_OK;
@@ -306,6 +439,74 @@ static grpc_status_code health_check(const ctl_args *a, wk_grpc_client *c, const
   return GRPC_STATUS_OK;
 }
 
+#define HEALTH_SERVING GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
+
+/* Health/Check on a->addr, again every 100 ms until SERVING for at most wait_ms: the
+ * last gRPC code, with *status or *st. An exit code (reported) in *rc when no client
+ * could be made. */
+static grpc_status_code health_wait(ctl_args *a, const uint8_t *buf, size_t len, uint64_t wait_ms,
+                                    int *status, wk_grpc_status *st, int *rc) {
+  int64_t give_up = now_mono_ms() + (int64_t)wait_ms;
+  grpc_status_code code;
+  *rc = 0;
+  for (;;) {
+    int64_t left = give_up - now_mono_ms();
+    int64_t deadline = wait_ms && left > 0 && left < a->deadline_ms ? left : a->deadline_ms;
+    /* a new channel each time: a failed one waits out gRPC's reconnect backoff */
+    wk_grpc_client *c;
+    *rc = open_client(a, &c);
+    if (*rc != 0) return GRPC_STATUS_UNAVAILABLE;
+    code = health_check(a, c, buf, len, deadline, status, st);
+    wk_grpc_client_close(c);
+    if ((code == GRPC_STATUS_OK && *status == HEALTH_SERVING) || now_mono_ms() + 100 > give_up) {
+      return code;
+    }
+    struct timespec pause = {.tv_sec = 0, .tv_nsec = 100 * 1000000L};
+    nanosleep(&pause, NULL);
+  }
+}
+
+static const char *health_name(int status, char *b, size_t len) {
+  return ctl_enum_name(&grpc__health__v1__health_check_response__serving_status__descriptor, status,
+                       b, len);
+}
+
+/* With etcd: every registered worker's health, one line (or JSON object) each. Exit 0
+ * when all are SERVING, 1 otherwise, 4 when none is registered. */
+static int health_registered(ctl_args *a, const uint8_t *buf, size_t len, uint64_t wait_ms) {
+  wk_etcd_workers ws;
+  int rc = ctl_etcd_lookup_order(a, &ws);
+  if (rc != 0) return rc;
+  if (ws.n == 0) rc = report_no_worker(a, "worker");
+  for (size_t i = 0; i < ws.n; i++) {
+    ctl_set_discovered(a, ws.items[i].address);
+    int status = 0, orc = 0;
+    wk_grpc_status st;
+    grpc_status_code code = health_wait(a, buf, len, wait_ms, &status, &st, &orc);
+    if (orc == CTL_EXIT_USAGE) {
+      rc = orc;
+      break;
+    }
+    char b[32];
+    const char *name =
+        code == GRPC_STATUS_OK ? health_name(status, b, sizeof b) : wk_grpc_status_name(code);
+    if (a->json) {
+      json_t *j = json_object();
+      json_object_set_new(j, "worker", json_string(a->addr));
+      json_object_set_new(j, "status", json_string(name));
+      if (code != GRPC_STATUS_OK) json_object_set_new(j, "message", json_string(st.message));
+      ctl_json_print(stdout, j);
+    } else if (code == GRPC_STATUS_OK) {
+      printf("%s %s\n", a->addr, name);
+    } else {
+      printf("%s %s: %s\n", a->addr, name, st.message);
+    }
+    if (code != GRPC_STATUS_OK || status != HEALTH_SERVING) rc = CTL_EXIT_TASK_FAILED;
+  }
+  wk_etcd_workers_free(&ws);
+  return rc;
+}
+
 int ctl_cmd_health(ctl_args *a) {
   Grpc__Health__V1__HealthCheckRequest req;
   grpc__health__v1__health_check_request__init(&req);
@@ -317,32 +518,19 @@ int ctl_cmd_health(ctl_args *a) {
   }
   size_t len;
   uint8_t *buf = pack(&req.base, &len);
-  int64_t give_up = now_mono_ms() + (int64_t)wait_ms;
-  const int serving = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING;
-  int status = 0;
-  wk_grpc_status st;
-  grpc_status_code code;
-  for (;;) {
-    int64_t left = give_up - now_mono_ms();
-    int64_t deadline = wait_ms && left > 0 && left < a->deadline_ms ? left : a->deadline_ms;
-    /* a new channel each time: a failed one waits out gRPC's reconnect backoff */
-    wk_grpc_client *c;
-    int rc = open_client(a, &c);
-    if (rc != 0) {
-      free(buf);
-      return rc;
-    }
-    code = health_check(a, c, buf, len, deadline, &status, &st);
-    wk_grpc_client_close(c);
-    if ((code == GRPC_STATUS_OK && status == serving) || now_mono_ms() + 100 > give_up) break;
-    struct timespec pause = {.tv_sec = 0, .tv_nsec = 100 * 1000000L};
-    nanosleep(&pause, NULL);
+  if (a->use_etcd) {
+    int rc = health_registered(a, buf, len, wait_ms);
+    free(buf);
+    return rc;
   }
+  int status = 0, rc = 0;
+  wk_grpc_status st;
+  grpc_status_code code = health_wait(a, buf, len, wait_ms, &status, &st, &rc);
   free(buf);
+  if (rc != 0) return rc;
   if (code != GRPC_STATUS_OK) return report_status(a, &st);
   char b[32];
-  const char *name = ctl_enum_name(
-      &grpc__health__v1__health_check_response__serving_status__descriptor, status, b, sizeof b);
+  const char *name = health_name(status, b, sizeof b);
   if (a->json) {
     json_t *j = json_object();
     json_object_set_new(j, "status", json_string(name));
@@ -350,10 +538,40 @@ int ctl_cmd_health(ctl_args *a) {
   } else {
     printf("%s\n", name);
   }
-  return status == serving ? CTL_EXIT_OK : CTL_EXIT_TASK_FAILED;
+  return status == HEALTH_SERVING ? CTL_EXIT_OK : CTL_EXIT_TASK_FAILED;
 }
 
 /* ---- watch ------------------------------------------------------------------------------ */
+
+/* With etcd: finds the registered worker that holds each task (GetTaskResult on each in
+ * turn, call_registered) and leaves a->addr on it. They must all be on one worker (one
+ * stream). 0 or an exit code (reported). */
+static int locate_tasks(ctl_args *a, char **ids, size_t n) {
+  char first[sizeof a->addr_buf] = "";
+  for (size_t i = 0; i < n; i++) {
+    Worker__V1__GetTaskResultRequest req;
+    worker__v1__get_task_result_request__init(&req);
+    req.task_id = ids[i];
+    wk_grpc_buf resp;
+    a->discovered = false;
+    int rc = call_registered(a, M_GET, &req.base, &resp);
+    if (rc != 0) {
+      fprintf(stderr, "workerctl: (looking for task %s)\n", ids[i]);
+      return rc;
+    }
+    wk_grpc_buf_free(&resp);
+    if (i == 0) {
+      snprintf(first, sizeof first, "%s", a->addr);
+    } else if (strcmp(first, a->addr) != 0) {
+      return ctl_usage_error(a,
+                             "task %s is on worker %s and task %s on %s: watch them apart (one "
+                             "worker a stream), e.g. workerctl --addr %s watch %s",
+                             ids[0], first, ids[i], a->addr, a->addr, ids[i]);
+    }
+  }
+  ctl_set_discovered(a, first);
+  return 0;
+}
 
 int ctl_cmd_watch(ctl_args *a) {
   char *ids[CTL_MAX_POSITIONAL];
@@ -362,6 +580,10 @@ int ctl_cmd_watch(ctl_args *a) {
     bool dup = false;
     for (size_t k = 0; k < n; k++) dup = dup || strcmp(ids[k], a->pos[i]) == 0;
     if (!dup) ids[n++] = a->pos[i];
+  }
+  if (a->use_etcd) {
+    int rc = locate_tasks(a, ids, n);
+    if (rc != 0) return rc;
   }
   wk_grpc_client *c;
   int rc = open_client(a, &c);
@@ -487,69 +709,55 @@ static bool request_too_large(const wk_grpc_status *st) {
          strstr(st->message, "max_message_bytes") != NULL;
 }
 
-/* Submits req to the workers registered under the prefix in etcd, best first, moving
- * on while a worker answers RESOURCE_EXHAUSTED (but not for the request's size) or
- * UNAVAILABLE (or cannot be reached).
+/* Sends req (SubmitTask or RequestTaskSlot: `method`) to the workers registered under
+ * the prefix in etcd that can take a task, best first, moving on while a worker answers
+ * RESOURCE_EXHAUSTED (but not for the request's size) or UNAVAILABLE (or cannot be
+ * reached), at most CTL_SUBMIT_MAX_TRIES.
  * Other answers, DEADLINE_EXCEEDED included (the worker may have taken the task), end
- * the search. Returns 0 with *out the chosen worker's client (a->addr its address,
- * owned by *cands: free it after the last use of a->addr) and *resp the answer, or an
- * exit code after reporting the failure. */
-static int submit_discovered(ctl_args *a, const ProtobufCMessage *req, wk_etcd_workers *cands,
-                             wk_grpc_client **out, wk_grpc_buf *resp) {
-  const char *endpoints = ctl_etcd_endpoints(a);
-  const char *prefix = ctl_etcd_prefix(a);
+ * the search. Returns 0 with *out the chosen worker's client (a->addr its address) and
+ * *resp the answer, or an exit code after reporting the failure. */
+static int call_discovered(ctl_args *a, const char *method, const ProtobufCMessage *req,
+                           wk_grpc_client **out, wk_grpc_buf *resp) {
+  const char *endpoints = a->etcd_endpoints;
+  const char *prefix = a->etcd_prefix;
   *out = NULL;
-  if (!*prefix) return ctl_usage_error(a, "--prefix is empty");
   char err[512];
+  wk_etcd_workers cands_list = {NULL, 0};
+  wk_etcd_workers *cands = &cands_list;
   int erc = wk_etcd_find_candidates(endpoints, prefix, a->deadline_ms, 0, tie_seed(), cands, err,
                                     sizeof err);
   if (erc == WK_ETCD_E_INVALID) return ctl_usage_error(a, "--etcd: %s", err);
   if (erc != WK_ETCD_OK) return ctl_report_etcd_error(a, endpoints, erc, err);
   if (cands->n == 0) {
-    char msg[1024];
-    snprintf(msg, sizeof msg,
-             "no ready worker with free slots registered under %s in etcd %s (see workerctl "
-             "workers --etcd %s --prefix %s; or pass --addr HOST:PORT)",
-             prefix, endpoints, endpoints, prefix);
-    fprintf(stderr, "workerctl: %s\n", msg);
-    if (a->json) {
-      json_t *e = json_object();
-      json_object_set_new(e, "code", json_string("NO_WORKER"));
-      json_t *m = json_string(msg);
-      json_object_set_new(e, "message", m ? m : json_string(""));
-      json_object_set_new(e, "unreachable", json_true());
-      json_t *j = json_object();
-      json_object_set_new(j, "error", e);
-      ctl_json_print(stdout, j);
-    }
-    return CTL_EXIT_UNREACHABLE;
+    wk_etcd_workers_free(cands);
+    return report_no_worker(a, "ready worker with free slots");
   }
 
   size_t len;
   uint8_t *buf = pack(req, &len);
   wk_grpc_client_options opts = client_options(a);
-  a->discovered = true;
   size_t tries = 0;
+  int rc = CTL_EXIT_UNREACHABLE;
   for (size_t i = 0; i < cands->n; i = next_untried(cands, i)) {
-    a->addr = cands->items[i].address;
+    ctl_set_discovered(a, cands->items[i].address);
     tries++;
     wk_grpc_client *c = NULL;
     wk_grpc_status st;
     char oerr[1536];
     int orc = wk_grpc_client_open(a->addr, &opts, &c, oerr, sizeof oerr);
     if (orc == -2) { /* a TLS file or the token: the same for every worker */
-      free(buf);
-      return ctl_usage_error(a, "%s", oerr);
+      rc = ctl_usage_error(a, "%s", oerr);
+      break;
     }
     if (orc != 0) {
       st.code = GRPC_STATUS_UNAVAILABLE;
       st.reached_server = false;
       snprintf(st.message, sizeof st.message, "%.1000s", oerr);
-    } else if (wk_grpc_client_unary(c, M_SUBMIT, buf, len, NULL, 0, a->deadline_ms, resp, &st) ==
+    } else if (wk_grpc_client_unary(c, method, buf, len, NULL, 0, a->deadline_ms, resp, &st) ==
                GRPC_STATUS_OK) {
-      free(buf);
       *out = c;
-      return 0;
+      rc = 0;
+      break;
     }
     wk_grpc_client_close(c);
     bool skip = (st.code == GRPC_STATUS_RESOURCE_EXHAUSTED && !request_too_large(&st)) ||
@@ -566,8 +774,7 @@ static int submit_discovered(ctl_args *a, const ProtobufCMessage *req, wk_etcd_w
       }
       continue;
     }
-    free(buf);
-    int rc = report_status(a, &st);
+    rc = report_status(a, &st);
     if (skip && tries > 1) {
       fprintf(stderr,
               "workerctl: none of the %zu workers tried took the task (registered under %s in "
@@ -576,10 +783,11 @@ static int submit_discovered(ctl_args *a, const ProtobufCMessage *req, wk_etcd_w
               next < cands->n ? "; stopped at the limit of " CTL_STR(CTL_SUBMIT_MAX_TRIES) " tries"
                               : "");
     }
-    return rc;
+    break;
   }
-  free(buf); /* not reached: the loop returns at its last candidate */
-  return CTL_EXIT_UNREACHABLE;
+  free(buf);
+  wk_etcd_workers_free(cands);
+  return rc;
 }
 
 /* ---- submit ------------------------------------------------------------------------------ */
@@ -609,15 +817,8 @@ static int check_submit_target(const ctl_args *a, bool *discover) {
   if (a->npos == 2 && a->set[F_ARGS_FILE]) {
     return ctl_usage_error(a, "give ARGS or --args-file, not both");
   }
-  /* Where to: --addr (or $WORKERCTL_ADDR) as always, else a worker from etcd. An
-   * explicit --etcd or --prefix asks for etcd over $WORKERCTL_ADDR. */
-  bool etcd_flags = a->set[F_ETCD] || a->set[F_PREFIX];
-  if (a->set[F_ADDR] && etcd_flags) {
-    return ctl_usage_error(a,
-                           "give --addr (this worker) or --etcd/--prefix (pick one from "
-                           "etcd), not both");
-  }
-  *discover = !a->set[F_ADDR] && (!a->addr_given || etcd_flags);
+  /* Where to: the target rule (workerctl_target.c); with etcd, a worker picked there. */
+  *discover = a->use_etcd;
   if (*discover && a->set[F_SLOT_ID]) {
     return ctl_usage_error(a, "--slot-id is a slot on one worker: give that worker's --addr");
   }
@@ -806,10 +1007,9 @@ static int show_submitted(ctl_args *a, wk_grpc_client *c, const Worker__V1__Subm
 static int send_submit(ctl_args *a, submit_msg *m, bool discover) {
   wk_grpc_client *c = NULL;
   wk_grpc_buf resp = {NULL, 0};
-  wk_etcd_workers cands = {NULL, 0}; /* owns a->addr when discovered */
   int rc;
   if (discover) {
-    rc = submit_discovered(a, &m->req.base, &cands, &c, &resp);
+    rc = call_discovered(a, M_SUBMIT, &m->req.base, &c, &resp);
   } else {
     rc = open_client(a, &c);
     if (rc == 0) rc = call(a, c, M_SUBMIT, &m->req.base, &resp);
@@ -823,8 +1023,6 @@ static int send_submit(ctl_args *a, submit_msg *m, bool discover) {
   if (rc == 0) rc = show_submitted(a, c, r, m->task_id);
   if (r) worker__v1__submit_task_response__free_unpacked(r, NULL);
   wk_grpc_client_close(c);
-  a->addr = NULL; /* it may point into cands */
-  wk_etcd_workers_free(&cands);
   return rc;
 }
 

@@ -118,3 +118,153 @@ def test_health_wait_ms_waits_for_a_worker_that_is_not_up(tmp_path):
     out = ctl("--addr", addr, "health", "--wait-ms", "600", check=4)
     assert "cannot reach the worker at " + addr in out.stderr
     ctl("--addr", addr, "health", "--wait-ms", "soon", check=2)
+
+
+# ---- the target rule ----------------------------------------------------------------------
+#   --addr, then --etcd/--prefix, then $WORKERCTL_ADDR, then $WORKERCTL_ETCD, then
+#   127.0.0.1:7070 (workerctl_target.c)
+
+from etcd_fixture import Etcd, wait_for  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def etcd():
+    e = Etcd()
+    yield e
+    e.stop()
+
+
+def dead_addr():
+    import socket as _s
+    s = _s.socket()
+    s.bind(("127.0.0.1", 0))
+    addr = "127.0.0.1:%d" % s.getsockname()[1]
+    s.close()
+    return addr
+
+
+_PREFIXES = __import__("itertools").count()
+
+
+@pytest.fixture
+def two(worker_factory, etcd):
+    """Two workers registered by themselves in a real etcd under a prefix of their own
+    (the module's etcd is shared), `echo` deployed on both; a task t-on-b on the second."""
+    prefix = "/cli-%d-%d/" % (os.getpid(), next(_PREFIXES))
+    ws = []
+    for _ in range(2):
+        w = worker_factory("--etcd-endpoints", etcd.url, "--registry-prefix", prefix,
+                           "--heartbeat-interval-ms", "200", executors=1)
+        w.wait_serving()
+        w.deploy("echo")
+        ws.append(w)
+    assert wait_for(lambda: len(etcd.range_prefix(prefix)) == 2)
+    ws[1].submit("t-on-b", "echo", {"x": 1})
+    ws[1].wait_terminal("t-on-b")
+    return ws[0], ws[1], prefix
+
+
+def test_addr_beats_everything(two, etcd):
+    a, b, prefix = two
+    env = {"WORKERCTL_ADDR": dead_addr(), "WORKERCTL_ETCD": etcd.url}
+    out = ctl("--addr", b.addr, "--json", "get", "t-on-b", env=env, check=0)
+    doc = json.loads(out.stdout)
+    assert doc["state"] == "SUCCEEDED" and "worker" not in doc
+    # --addr with --etcd (or --prefix) on the command line is a usage error
+    ctl("--addr", b.addr, "--etcd", etcd.url, "get", "t-on-b", check=2)
+    ctl("--addr", b.addr, "get", "t-on-b", "--prefix", prefix, check=2)
+
+
+def test_etcd_flag_beats_the_addr_variable(two, etcd):
+    a, b, prefix = two
+    dead = dead_addr()
+    out = ctl("--etcd", etcd.url, "--prefix", prefix, "--json", "get", "t-on-b",
+              env={"WORKERCTL_ADDR": dead}, check=0)
+    doc = json.loads(out.stdout)
+    assert doc["worker"] == b.addr and doc["state"] == "SUCCEEDED"
+    # --prefix alone takes the endpoints from $WORKERCTL_ETCD ...
+    out = ctl("--prefix", prefix, "--json", "get", "t-on-b",
+              env={"WORKERCTL_ADDR": dead, "WORKERCTL_ETCD": etcd.url}, check=0)
+    assert json.loads(out.stdout)["worker"] == b.addr
+    # ... and without any endpoints it is a usage error
+    out = ctl("--prefix", prefix, "get", "t-on-b", check=2)
+    assert "--prefix needs the etcd endpoints" in out.stderr
+
+
+def test_addr_variable_beats_the_etcd_variable(two, etcd):
+    a, b, prefix = two
+    # $WORKERCTL_ADDR names a, which does not know the task: NOT_FOUND from a alone,
+    # although etcd would have found it on b.
+    out = ctl("get", "t-on-b", env={"WORKERCTL_ADDR": a.addr, "WORKERCTL_ETCD": etcd.url},
+              check=3)
+    assert out.stderr.startswith("workerctl: NOT_FOUND"), out.stderr
+    dead = dead_addr()
+    out = ctl("--deadline-ms", "2000", "get", "t-on-b",
+              env={"WORKERCTL_ADDR": dead, "WORKERCTL_ETCD": etcd.url}, check=4)
+    assert "cannot reach the worker at %s ($WORKERCTL_ADDR)" % dead in out.stderr, out.stderr
+
+
+def test_etcd_variable_finds_the_task_for_every_command(two, etcd):
+    a, b, prefix = two
+    env = {"WORKERCTL_ETCD": etcd.url}
+    p = ("--prefix", prefix)
+    out = ctl(*p, "--json", "get", "t-on-b", env=env, check=0)
+    assert json.loads(out.stdout)["worker"] == b.addr
+    out = ctl(*p, "watch", "t-on-b", env=env, check=0)
+    assert "TERMINAL task t-on-b SUCCEEDED" in out.stdout
+    # submit picks a worker; get, watch and cancel find the task wherever it went
+    out = ctl(*p, "--json", "submit", "echo", '{"n": 2}', "--task-id", "t-new", env=env, check=0)
+    where = json.loads(out.stdout)["worker"]
+    assert where in (a.addr, b.addr)
+    out = ctl(*p, "--json", "watch", "t-new", env=env, check=0)
+    assert json.loads(out.stdout.splitlines()[-1])["kind"] == "TERMINAL"
+    out = ctl(*p, "--json", "cancel", "t-new", env=env, check=0)
+    assert json.loads(out.stdout)["worker"] == where
+    # tasks on two workers cannot share one stream: said, with the way out
+    if where != b.addr:
+        out = ctl(*p, "watch", "t-new", "t-on-b", env=env, check=2)
+        assert "watch them apart" in out.stderr
+    # slot names the worker it reserved on
+    out = ctl(*p, "slot", "t-slot", env=env, check=0)
+    assert re.search(r"^on worker 127\.0\.0\.1:\d+ \(submit there with --addr", out.stdout, re.M)
+    # health asks every registered worker
+    out = ctl(*p, "health", env=env, check=0)
+    assert sorted(out.stdout.split()) == sorted([a.addr, "SERVING", b.addr, "SERVING"])
+
+
+def test_etcd_errors_name_every_worker_tried(two, etcd):
+    a, b, prefix = two
+    env = {"WORKERCTL_ETCD": etcd.url}
+    out = ctl("--prefix", prefix, "get", "nobody-has-it", env=env, check=3)
+    assert "none of the 2 workers registered under %s in etcd %s has it" % (prefix, etcd.url) \
+        in out.stderr, out.stderr
+    assert "%s (NOT_FOUND)" % a.addr in out.stderr and "%s (NOT_FOUND)" % b.addr in out.stderr
+    # a registered worker that is gone is skipped, and named
+    dead = dead_addr()
+    etcd.put(prefix + dead, {"address": dead, "task_slots": 1, "free_slots": 1, "reserved_slots": 0,
+                             "running_tasks": 0, "ready": True, "draining": False,
+                             "updated_unix_ms": 1})
+    out = ctl("--deadline-ms", "2000", "--prefix", prefix, "--json", "get", "t-on-b", env=env,
+              check=0)
+    assert json.loads(out.stdout)["worker"] == b.addr
+    out = ctl("--deadline-ms", "2000", "--prefix", prefix, "get", "nobody-has-it", env=env,
+              check=3)
+    assert "%s (UNAVAILABLE)" % dead in out.stderr, out.stderr
+    # nothing registered under the prefix
+    out = ctl("--prefix", "/nothing-here/", "get", "t-on-b", env=env, check=4)
+    assert "no worker registered under /nothing-here/ in etcd %s" % etcd.url in out.stderr
+
+
+def test_the_default_is_named_when_it_does_not_answer():
+    import socket as _s
+    try:
+        _s.create_connection(("127.0.0.1", 7070), timeout=0.2).close()
+        pytest.skip("something listens on 127.0.0.1:7070")
+    except OSError:
+        pass
+    out = ctl("--deadline-ms", "2000", "get", "x", check=4)
+    assert ("cannot reach the worker at 127.0.0.1:7070 (the default; none of --addr, --etcd, "
+            "$WORKERCTL_ADDR, $WORKERCTL_ETCD is set)") in out.stderr, out.stderr
+    # submit follows the same rule: no etcd is asked unless one is given
+    out = ctl("--deadline-ms", "2000", "submit", "echo", "{}", check=4)
+    assert "127.0.0.1:7070 (the default" in out.stderr and "etcd" not in out.stderr.split(")")[1]

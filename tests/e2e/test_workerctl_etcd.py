@@ -336,9 +336,10 @@ def test_explicit_addr_keeps_todays_behaviour(etcd, full, free):
     # --addr with --etcd, or a slot id without --addr, make no sense.
     ctl("--addr", free.addr, "submit", "echo", "{}", "--etcd", etcd.endpoint, check=2)
     ctl("submit", "echo", "{}", "--slot-id", "1", "--etcd", etcd.endpoint, check=2)
-    # Other commands still default to 127.0.0.1:7070 (nothing is picked from etcd).
-    out = ctl("--deadline-ms", "1000", "get", "x-1", env=env)
-    assert out.returncode in (3, 4)
+    # Every command follows the same rule (issue 13 §4): with $WORKERCTL_ETCD, get finds
+    # the task on the registered worker that holds it (it used to ask 127.0.0.1:7070).
+    out = ctl("--deadline-ms", "1000", "--json", "get", "x-1", env=env, check=0)
+    assert last_json(out.stdout)["worker"] == free.addr
 
 
 def test_workers_lists_the_registrations(etcd, full, free):
