@@ -27,5 +27,5 @@ wk_headers(wk_grpc_server PUBLIC adapters/wk_grpc_server.h adapters/wk_grpc_auth
   adapters/wk_grpc_listener.h adapters/wk_netaddr.h)
 # PUBLIC wk_validate: wk_grpc_server.h names the methods by wk_rpc_method.h
 target_link_libraries(wk_grpc_server PUBLIC PkgConfig::GRPC wk_validate
-  PRIVATE wk_lib wk_log wk_pem wk_proto Threads::Threads)
+  PRIVATE wk_lib wk_log wk_pem wk_proto wk_reflection Threads::Threads)
 target_compile_options(wk_grpc_server PRIVATE ${WK_WARNINGS})

@@ -64,6 +64,7 @@
 #include "adapters/wk_grpc_auth.h"
 #include "adapters/wk_grpc_listener.h"
 #include "adapters/wk_pem.h"
+#include "adapters/wk_reflection.h"
 #include "adapters/wk_validate.h"
 #include "lib/wk_alloc.h"
 #include "lib/wk_send_budget.h"
@@ -106,6 +107,8 @@ typedef enum tag_kind {
   TAG_CLOSE,         /* wk_rpc: RECV_CLOSE_ON_SERVER is done */
   TAG_SEND,          /* wk_rpc: a send batch is done */
   TAG_SHUTDOWN,      /* the server has shut down */
+  TAG_REFL_REQUEST,  /* refl_slot: a reflection call arrived */
+  TAG_REFL,          /* refl_call: its batch is done */
 } tag_kind;
 
 typedef struct wk_tag {
@@ -131,6 +134,41 @@ typedef struct generic_slot {
   grpc_call_details details;
   grpc_metadata_array md;
 } generic_slot;
+
+/* Server reflection: one registered method per protocol version (v1alpha, v1). Its
+ * calls never reach the sink: the CQ thread reads each request, answers it from the
+ * embedded descriptors (wk_reflection_answer) and reads the next, one batch in flight,
+ * until the client half-closes (status OK) or the call breaks. */
+enum { REFL_VERSIONS = 2, REFL_SLOTS = 2 };
+static const char *const k_refl_paths[REFL_VERSIONS] = {
+    "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+    "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+};
+#define REFL_METHOD_NAME "ServerReflection"
+
+typedef struct refl_slot {
+  wk_tag tag;
+  wk_grpc_server *server;
+  int version;
+  grpc_call *call;
+  gpr_timespec deadline;
+  grpc_metadata_array md;
+} refl_slot;
+
+typedef enum refl_state { REFL_RECEIVING, REFL_SENDING, REFL_FINISHING } refl_state;
+
+typedef struct refl_call {
+  wk_tag tag;
+  wk_grpc_server *server;
+  grpc_call *call;
+  refl_state state;
+  bool md_sent;
+  grpc_byte_buffer *recv; /* RECV_MESSAGE's target */
+  grpc_byte_buffer *send; /* the response in flight */
+  grpc_slice details;
+  bool has_details;
+  int cancelled;
+} refl_call;
 
 typedef struct unimplemented_call {
   wk_tag tag;
@@ -200,6 +238,9 @@ struct wk_grpc_server {
   void *registered[WK_RPC_METHOD_COUNT];
   request_slot slots[WK_RPC_METHOD_COUNT][SLOTS_PER_METHOD];
   generic_slot generic[GENERIC_SLOTS];
+  void *refl_registered[REFL_VERSIONS]; /* NULL: reflection off */
+  refl_slot refl_slots[REFL_VERSIONS][REFL_SLOTS];
+  const wk_reflection *reflection;
   wk_tag shutdown_tag;
   pthread_t thread;
 
@@ -784,6 +825,161 @@ static void on_generic(generic_slot *g, bool ok) {
   answer_status(s, call, GRPC_STATUS_UNIMPLEMENTED, message);
 }
 
+/* ---- server reflection ---------------------------------------------------------- */
+
+static void post_refl_request(wk_grpc_server *s, refl_slot *slot) {
+  if (!gate_enter(s)) return;
+  grpc_call_error e = grpc_server_request_registered_call(
+      s->server, s->refl_registered[slot->version], &slot->call, &slot->deadline, &slot->md, NULL,
+      s->cq, s->cq, &slot->tag);
+  if (e != GRPC_CALL_OK) {
+    log_error("reflection: request_registered_call failed: %s", grpc_call_error_to_string(e));
+    gate_leave(s);
+  }
+}
+
+static void refl_free(refl_call *c) {
+  if (c->recv != NULL) grpc_byte_buffer_destroy(c->recv);
+  if (c->send != NULL) grpc_byte_buffer_destroy(c->send);
+  if (c->has_details) grpc_slice_unref(c->details);
+  grpc_call_unref(c->call);
+  free(c);
+}
+
+/* Starts c's next batch (ops, n); frees c when it cannot start. */
+static void refl_start(refl_call *c, const grpc_op *ops, size_t n, refl_state state) {
+  if (!gate_enter(c->server)) {
+    refl_free(c);
+    return;
+  }
+  c->state = state;
+  grpc_call_error e = grpc_call_start_batch(c->call, ops, n, &c->tag, NULL);
+  if (e != GRPC_CALL_OK) {
+    log_error("reflection: batch refused: %s", grpc_call_error_to_string(e));
+    gate_leave(c->server);
+    refl_free(c);
+  }
+}
+
+static void refl_receive(refl_call *c) {
+  grpc_op op;
+  memset(&op, 0, sizeof op);
+  op.op = GRPC_OP_RECV_MESSAGE;
+  op.data.recv_message.recv_message = &c->recv;
+  refl_start(c, &op, 1, REFL_RECEIVING);
+}
+
+/* Ends the call with code and message (NULL: none). */
+static void refl_finish(refl_call *c, grpc_status_code code, const char *message) {
+  grpc_op ops[3];
+  memset(ops, 0, sizeof ops);
+  size_t n = 0;
+  if (!c->md_sent) ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+  c->md_sent = true;
+  ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+  ops[n].data.send_status_from_server.status = code;
+  if (message != NULL) {
+    c->details = grpc_slice_from_copied_string(message);
+    c->has_details = true;
+    ops[n].data.send_status_from_server.status_details = &c->details;
+  }
+  n++;
+  ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+  ops[n].data.recv_close_on_server.cancelled = &c->cancelled;
+  n++;
+  wk_grpc_server *s = c->server;
+  if (s->cfg.on_status) s->cfg.on_status(s->cfg.on_status_ud, REFL_METHOD_NAME, (int)code);
+  refl_start(c, ops, n, REFL_FINISHING);
+}
+
+/* A request arrived: answers it (then reads the next), or ends the call. */
+static void refl_answer(refl_call *c) {
+  wk_grpc_server *s = c->server;
+  grpc_byte_buffer *bb = c->recv;
+  c->recv = NULL;
+  char err[256];
+  if (grpc_byte_buffer_length(bb) > s->cfg.max_message_bytes) {
+    grpc_byte_buffer_destroy(bb);
+    snprintf(err, sizeof err, "request message is above max_message_bytes (%zu bytes)",
+             s->cfg.max_message_bytes);
+    refl_finish(c, GRPC_STATUS_INVALID_ARGUMENT, err);
+    return;
+  }
+  grpc_byte_buffer_reader rd;
+  if (!grpc_byte_buffer_reader_init(&rd, bb)) {
+    grpc_byte_buffer_destroy(bb);
+    refl_finish(c, GRPC_STATUS_INVALID_ARGUMENT, "request is not a valid ServerReflectionRequest");
+    return;
+  }
+  grpc_slice bytes = grpc_byte_buffer_reader_readall(&rd);
+  grpc_byte_buffer_reader_destroy(&rd);
+  grpc_byte_buffer_destroy(bb);
+  uint8_t *out = NULL;
+  size_t out_len = 0;
+  int rc = wk_reflection_answer(s->reflection, GRPC_SLICE_START_PTR(bytes),
+                                GRPC_SLICE_LENGTH(bytes), &out, &out_len, err, sizeof err);
+  grpc_slice_unref(bytes);
+  if (rc != 0) {
+    refl_finish(c, GRPC_STATUS_INVALID_ARGUMENT, err);
+    return;
+  }
+  c->send = make_message(out, out_len);
+  free(out);
+  grpc_op ops[2];
+  memset(ops, 0, sizeof ops);
+  size_t n = 0;
+  if (!c->md_sent) ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+  c->md_sent = true;
+  ops[n].op = GRPC_OP_SEND_MESSAGE;
+  ops[n].data.send_message.send_message = c->send;
+  n++;
+  refl_start(c, ops, n, REFL_SENDING);
+}
+
+/* CQ thread: c's batch is done. */
+static void on_refl_done(refl_call *c, bool ok) {
+  if (c->state == REFL_FINISHING) {
+    refl_free(c);
+  } else if (!ok) { /* cancelled, or the connection went away */
+    wk_grpc_server *s = c->server;
+    if (s->cfg.on_status) {
+      s->cfg.on_status(s->cfg.on_status_ud, REFL_METHOD_NAME, (int)GRPC_STATUS_CANCELLED);
+    }
+    refl_free(c);
+  } else if (c->state == REFL_SENDING) {
+    grpc_byte_buffer_destroy(c->send);
+    c->send = NULL;
+    refl_receive(c);
+  } else if (c->recv == NULL) { /* the client is done asking */
+    refl_finish(c, GRPC_STATUS_OK, NULL);
+  } else {
+    refl_answer(c);
+  }
+}
+
+static void on_refl_request(refl_slot *slot, bool ok) {
+  wk_grpc_server *s = slot->server;
+  if (!ok) {
+    if (renew_failed_request(s)) post_refl_request(s, slot);
+    return;
+  }
+  grpc_call *call = slot->call;
+  slot->call = NULL;
+  bool authenticated = wk_grpc_auth_token_ok(s->auth_token, s->auth_token_len, &slot->md);
+  grpc_metadata_array_destroy(&slot->md);
+  grpc_metadata_array_init(&slot->md);
+  post_refl_request(s, slot);
+  if (!authenticated) {
+    answer_status(s, call, GRPC_STATUS_UNAUTHENTICATED, WK_GRPC_UNAUTHENTICATED_MESSAGE);
+    return;
+  }
+  refl_call *c = wk_xcalloc(1, sizeof *c);
+  c->tag.kind = TAG_REFL;
+  c->server = s;
+  c->call = call;
+  refl_receive(c);
+}
+
 /* ---- the completion-queue thread ---------------------------------------------- */
 
 static void dispatch_event(wk_tag *tag, bool ok) {
@@ -796,6 +992,8 @@ static void dispatch_event(wk_tag *tag, bool ok) {
     case TAG_CLOSE: on_close_done(CONTAINER_OF(tag, wk_rpc, close_tag)); break;
     case TAG_SEND: on_send_done(CONTAINER_OF(tag, wk_rpc, send_tag), ok); break;
     case TAG_SHUTDOWN: break;
+    case TAG_REFL_REQUEST: on_refl_request(CONTAINER_OF(tag, refl_slot, tag), ok); break;
+    case TAG_REFL: on_refl_done(CONTAINER_OF(tag, refl_call, tag), ok); break;
   }
 }
 
@@ -950,6 +1148,19 @@ int wk_grpc_server_start(const wk_grpc_server_config *cfg, wk_grpc_server_sink s
       return -1;
     }
   }
+  if (s->cfg.reflection) {
+    s->reflection = wk_reflection_embedded(); /* indexed now, not on the first call */
+    for (int v = 0; v < REFL_VERSIONS; v++) {
+      s->refl_registered[v] =
+          grpc_server_register_method(s->server, k_refl_paths[v], NULL, GRPC_SRM_PAYLOAD_NONE, 0);
+      if (s->refl_registered[v] == NULL) {
+        wk_errf(err, err_len, "grpc server: cannot register %s", k_refl_paths[v]);
+        wk_grpc_auth_tls_free(&tls);
+        abandon_server(s);
+        return -1;
+      }
+    }
+  }
   grpc_server_credentials *creds = wk_grpc_auth_credentials(&tls);
   bool with_tls = tls.cert != NULL;
   wk_grpc_auth_tls_free(&tls);
@@ -1006,6 +1217,16 @@ int wk_grpc_server_start(const wk_grpc_server_config *cfg, wk_grpc_server_sink s
       slot->method = (wk_rpc_method)m;
       grpc_metadata_array_init(&slot->md);
       post_request(s, slot);
+    }
+  }
+  for (int v = 0; v < REFL_VERSIONS && s->refl_registered[v] != NULL; v++) {
+    for (int i = 0; i < REFL_SLOTS; i++) {
+      refl_slot *slot = &s->refl_slots[v][i];
+      slot->tag.kind = TAG_REFL_REQUEST;
+      slot->server = s;
+      slot->version = v;
+      grpc_metadata_array_init(&slot->md);
+      post_refl_request(s, slot);
     }
   }
   for (int i = 0; i < GENERIC_SLOTS; i++) {
@@ -1091,6 +1312,9 @@ void wk_grpc_server_stop(wk_grpc_server *s) {
   for (int i = 0; i < GENERIC_SLOTS; i++) {
     grpc_call_details_destroy(&s->generic[i].details);
     grpc_metadata_array_destroy(&s->generic[i].md);
+  }
+  for (int v = 0; v < REFL_VERSIONS && s->refl_registered[v] != NULL; v++) {
+    for (int i = 0; i < REFL_SLOTS; i++) grpc_metadata_array_destroy(&s->refl_slots[v][i].md);
   }
   grpc_completion_queue_destroy(s->cq);
   s->cq = NULL;

@@ -102,6 +102,10 @@ typedef struct wk_grpc_server_config {
   const char *auth_token;         /* set = every call must send "authorization: Bearer
                                      <auth_token>"; 1..4096 printable ASCII characters,
                                      no spaces */
+  /* gRPC server reflection (grpc.reflection.v1alpha and v1 ServerReflection, answered
+   * by the server itself from the descriptors embedded at build time, wk_reflection.h);
+   * false: those methods are unknown (UNIMPLEMENTED). Behind auth_token like the rest. */
+  bool reflection;
   /* Called once per call with its method name (wk_rpc_method_name, or "unknown" for
    * an unregistered one) and the status code sent, or CANCELLED for a call that ended
    * before a status was sent (the client cancelled or went away); on the thread that

@@ -852,6 +852,7 @@ static void build_server_config(const wk_app *app, wk_grpc_server_config *scfg) 
       .tls_key_file = cfg->tls_key_file,
       .tls_client_ca_file = cfg->tls_client_ca_file,
       .auth_token = cfg->auth_token,
+      .reflection = strcmp(cfg->reflection, "true") == 0,
       .on_status = app->metrics ? wk_app_metrics_on_rpc_status : NULL,
       .on_status_ud = app->metrics,
   };

@@ -78,6 +78,7 @@ typedef struct wk_app_config {
   int64_t tick_ms;
   size_t max_message_bytes;
   uint32_t max_connections; /* gRPC TCP connections open at once; 0 = from the NOFILE limit */
+  char reflection[8];       /* "true": serve gRPC server reflection; "false": not */
   size_t max_inline_output_bytes;
   uint32_t max_calls_per_task;
   uint32_t task_window_initial; /* a task's calls in flight at first (the ramp-up's start) */

@@ -155,6 +155,10 @@ static const wk_config_item table[] = {
      .help = "gRPC TCP connections open at once; more are closed at once and counted "
              "(worker_connections_refused_total) (0 = the open-files limit less a quarter, "
              "at least 64 kept for the worker)"},
+    {FIELD(reflection), .type = WK_CONFIG_ENUM, .def = "true", .min = 1, .max = STRMAX(reflection),
+     .choices = "true|false", .meta = "BOOL",
+     .help = "serve gRPC server reflection (grpc.reflection.v1alpha and v1) so grpcurl, grpcui "
+             "and the like work without the .proto files; behind auth_token like every RPC"},
     {FIELD(max_inline_output_bytes), .type = WK_CONFIG_BYTES, .def = "4MiB", .min = 0,
      .max = 1073741824,
      .help = "largest outputs kept in a task result without a writer, counted as they arrive; at "

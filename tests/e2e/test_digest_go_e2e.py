@@ -11,28 +11,21 @@ import os
 import shutil
 import subprocess
 
-from conftest import BUILD, ROOT
-
-GOPATH_SYSTEM = "/usr/share/gocode"
+from conftest import ROOT
+from go_build import build_go
 
 
 def build_go_retry(tmp):
-    for tool in ("go", "protoc", "protoc-gen-go"):
-        assert shutil.which(tool), "%s is missing: scripts/deps.sh installs it" % tool
-    gopath = os.path.join(tmp, "gopath")
-    stubs = os.path.join(gopath, "src", "workerpb")
-    os.makedirs(stubs)
-    shutil.copytree(os.path.join(ROOT, "tests/e2e/go_retry"), os.path.join(gopath, "src", "go_retry"))
-    subprocess.run(["protoc", "-I", os.path.join(ROOT, "proto"),
-                    "--go_out=plugins=grpc,Mworker/v1/worker.proto=workerpb:" + stubs,
-                    os.path.join(ROOT, "proto/worker/v1/worker.proto")], check=True)
-    env = dict(os.environ, GOPATH=gopath + ":" + GOPATH_SYSTEM, GO111MODULE="off", GOFLAGS="",
-               GOPROXY="off", GOCACHE=os.path.join(BUILD, "go-cache"), CGO_ENABLED="0")
-    binary = os.path.join(tmp, "go_retry")
-    out = subprocess.run(["go", "build", "-o", binary, "go_retry"], env=env, capture_output=True,
-                         text=True, timeout=600)
-    assert out.returncode == 0, out.stderr
-    return binary
+    assert shutil.which("protoc-gen-go"), "protoc-gen-go is missing: scripts/deps.sh installs it"
+
+    def stubs(gopath):
+        out = os.path.join(gopath, "src", "workerpb")
+        os.makedirs(out)
+        subprocess.run(["protoc", "-I", os.path.join(ROOT, "proto"),
+                        "--go_out=plugins=grpc,Mworker/v1/worker.proto=workerpb:" + out,
+                        os.path.join(ROOT, "proto/worker/v1/worker.proto")], check=True)
+
+    return build_go(tmp, "go_retry", stubs)
 
 
 def test_go_client_retries_are_duplicates(worker_factory, tmp_path):

@@ -8,6 +8,7 @@
             here by hand from proto/worker/v1/worker.proto and health.proto)
   config    config files (YAML)
   etcd      an operation byte, a knobs byte, then etcd JSON-gateway answers
+  reflection  a mode byte, then a ServerReflectionRequest or a FileDescriptorSet
             (input formats: the comments at the top of fuzz_<name>.c)
 
 Usage: make_corpus.py [name ...]   (no name: every corpus). Files are only written,
@@ -475,8 +476,41 @@ BUILDERS_SEEDS = {
                                   '"step":9223372036854775807,"chunk":9223372036854775807}'),
 }
 
+# fuzz_reflection: byte 0 bit 0 clear, then a ServerReflectionRequest for the embedded
+# descriptors; bit 0 set, then a FileDescriptorSet to index (asked list_services).
+def refl(*fields, mode=0):
+    return bytes([mode]) + b"".join(fields)
+
+
+def fds_file(name, package=b"", body=b""):
+    return pb_bytes(1, pb_bytes(1, name) + (pb_bytes(2, package) if package else b"") + body)
+
+
+REFLECTION_SEEDS = {
+    "list_services": refl(pb_bytes(1, b"localhost"), pb_bytes(7, b"*")),
+    "file_by_filename": refl(pb_bytes(3, b"worker/v1/worker.proto")),
+    "file_by_filename_missing": refl(pb_bytes(3, b"nope.proto")),
+    "symbol_service": refl(pb_bytes(4, b"worker.v1.WorkerService")),
+    "symbol_method": refl(pb_bytes(4, b"grpc.health.v1.Health.Watch")),
+    "symbol_message_dot": refl(pb_bytes(4, b".worker.v1.TaskResult")),
+    "symbol_enum_value": refl(pb_bytes(4, b"worker.v1.TASK_STATE_SUCCEEDED")),
+    "symbol_missing": refl(pb_bytes(4, b"no.Such")),
+    "extension": refl(pb_bytes(5, pb_bytes(1, b"worker.v1.TaskResult") + pb_varint(2, 100))),
+    "extension_numbers": refl(pb_bytes(6, b"worker.v1.TaskResult")),
+    "nothing": refl(pb_bytes(1, b"h")),
+    "not_a_request": refl(b"\xff\xff\xff\xff"),
+    "set_one_file": refl(fds_file(b"a.proto", b"p", pb_bytes(6, pb_bytes(1, b"S") + pb_bytes(
+        2, pb_bytes(1, b"M") + pb_bytes(2, b".p.T") + pb_bytes(3, b".p.T"))) + pb_bytes(
+        4, pb_bytes(1, b"T") + pb_bytes(3, pb_bytes(1, b"Inner")))), mode=1),
+    "set_with_import": refl(fds_file(b"a.proto", b"p") + fds_file(
+        b"b.proto", b"q", pb_bytes(3, b"a.proto") + pb_bytes(3, b"missing.proto")), mode=1),
+    "set_nameless_file": refl(pb_bytes(1, pb_bytes(2, b"p")), mode=1),
+    "set_bad_tag": refl(b"\x12\x00", mode=1),
+}
+
 CORPORA = {
     "builders": BUILDERS_SEEDS,
+    "reflection": REFLECTION_SEEDS,
     "frame": SEEDS,
     "validate": VALIDATE_SEEDS,
     "config": CONFIG_SEEDS,
