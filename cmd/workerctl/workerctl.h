@@ -79,6 +79,9 @@ typedef enum ctl_flag_id {
   F_VERSION,
   F_CALL_TIMEOUT_MS,
   F_WAIT_MS,
+  F_OUTPUTS,
+  F_ALL,
+  F_QUIET,
   F_COUNT
 } ctl_flag_id;
 
@@ -110,6 +113,7 @@ typedef struct ctl_args {
   bool discovered;                          /* addr was picked from etcd: outputs name the worker */
   char addr_buf[256];
   bool json;
+  bool quiet; /* --quiet: a result is its state alone (submit without --watch: the task id) */
   int64_t deadline_ms;
   /* transport security (NULL: not set); any tls_* set means TLS */
   const char *tls_ca;          /* --tls-ca, else $WORKERCTL_TLS_CA */
@@ -222,7 +226,12 @@ json_t *ctl_json_u64(uint64_t v);
 /** Prints one JSON value on one line and releases it. */
 void ctl_json_print(FILE *f, json_t *v);
 
+/** Prints a TaskResult readably: a summary, then its outputs up to the limit that
+ * ctl_set_output_limit set (all by default), then how many more there are. */
 void ctl_print_result(FILE *f, const Worker__V1__TaskResult *r);
+/** How many outputs a printed result shows (SIZE_MAX: all); for the whole process. */
+void ctl_set_output_limit(size_t n);
+#define CTL_TERMINAL_OUTPUTS 10 /* outputs shown on a terminal without --outputs/--all */
 json_t *ctl_result_json(const Worker__V1__TaskResult *r);
 void ctl_print_event(FILE *f, const Worker__V1__TaskEvent *e);
 json_t *ctl_event_json(const Worker__V1__TaskEvent *e);

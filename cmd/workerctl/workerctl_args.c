@@ -2,6 +2,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "workerctl.h"
 #include "lib/wk_alloc.h"
@@ -53,13 +54,16 @@ static const ctl_flag flags[F_COUNT] = {
     [F_VERSION] = {"version", false, false},
     [F_CALL_TIMEOUT_MS] = {"call-timeout-ms", true, false},
     [F_WAIT_MS] = {"wait-ms", true, false},
+    [F_OUTPUTS] = {"outputs", true, false},
+    [F_ALL] = {"all", false, false},
+    [F_QUIET] = {"quiet", false, false},
 };
 
 #define BIT(f) ((uint64_t)1 << (f))
-#define GLOBAL_FLAGS                                                                            \
-  (BIT(F_ADDR) | BIT(F_ETCD) | BIT(F_PREFIX) | BIT(F_JSON) | BIT(F_DEADLINE_MS) | BIT(F_HELP) | \
-   BIT(F_VERSION) | BIT(F_TLS_CA) | BIT(F_TLS_CERT) | BIT(F_TLS_KEY) | BIT(F_TLS_SERVER_NAME) | \
-   BIT(F_TOKEN))
+#define GLOBAL_FLAGS                                                                       \
+  (BIT(F_ADDR) | BIT(F_ETCD) | BIT(F_PREFIX) | BIT(F_JSON) | BIT(F_OUTPUTS) | BIT(F_ALL) | \
+   BIT(F_QUIET) | BIT(F_DEADLINE_MS) | BIT(F_HELP) | BIT(F_VERSION) | BIT(F_TLS_CA) |      \
+   BIT(F_TLS_CERT) | BIT(F_TLS_KEY) | BIT(F_TLS_SERVER_NAME) | BIT(F_TOKEN))
 
 /* ---- commands ----------------------------------------------------------------------- */
 
@@ -212,6 +216,11 @@ void ctl_print_help(FILE *f) {
           "                      proto field names, enums by name (\"SUCCEEDED\"), 64-bit\n"
           "                      numbers as JSON numbers, JSON outputs embedded as JSON,\n"
           "                      bytes as base64; an error as {\"error\":{\"code\",\"message\"}}\n"
+          "  --outputs N         a result shows its first N outputs (default: 10 on a\n"
+          "                      terminal, all otherwise), then a count of the rest\n"
+          "  --all               a result shows every output, also on a terminal\n"
+          "  --quiet             a result is its state alone (SUCCEEDED ...); submit without\n"
+          "                      --watch prints the task id alone\n"
           "  --deadline-ms N     deadline of each unary call (default: %d); a watch has\n"
           "                      none unless given\n"
           "  --help              this text; `workerctl COMMAND --help` for a command\n"
@@ -342,6 +351,24 @@ void ctl_args_free(ctl_args *a) {
   }
 }
 
+/* --outputs N, --all, --quiet: how much of a result is printed. On a terminal a result
+ * shows its first CTL_TERMINAL_OUTPUTS outputs unless told otherwise; elsewhere all. */
+static int ctl_parse_display(ctl_args *a) {
+  uint64_t n = SIZE_MAX;
+  if (a->set[F_OUTPUTS] && !ctl_parse_u64(a->val[F_OUTPUTS], 0, SIZE_MAX, &n)) {
+    ctl_usage_error(a, "--outputs takes a number of outputs to show, got '%s'", a->val[F_OUTPUTS]);
+    return -1;
+  }
+  if (a->set[F_OUTPUTS] + a->set[F_ALL] + a->set[F_QUIET] + a->json > 1) {
+    ctl_usage_error(a, "--outputs, --all, --quiet and --json exclude each other");
+    return -1;
+  }
+  if (!a->set[F_OUTPUTS] && !a->set[F_ALL] && isatty(STDOUT_FILENO)) n = CTL_TERMINAL_OUTPUTS;
+  ctl_set_output_limit((size_t)n);
+  a->quiet = a->set[F_QUIET];
+  return 0;
+}
+
 int ctl_parse(int argc, char **argv, ctl_args *a) {
   memset(a, 0, sizeof *a);
   bool only_positional = false;
@@ -460,6 +487,7 @@ int ctl_parse(int argc, char **argv, ctl_args *a) {
     return -1;
   }
   a->json = a->set[F_JSON];
+  if (ctl_parse_display(a) != 0) return -1;
   a->deadline_ms = CTL_DEFAULT_DEADLINE_MS;
   if (a->set[F_DEADLINE_MS]) {
     uint64_t d;

@@ -264,7 +264,10 @@ static int call_once(ctl_args *a, const char *method, const ProtobufCMessage *re
 
 /* Prints a TaskResult and returns the exit code its state implies. */
 static int print_result(const ctl_args *a, const Worker__V1__TaskResult *r) {
-  if (a->json) {
+  if (a->quiet) {
+    char b[32];
+    printf("%s\n", ctl_enum_name(&worker__v1__task_state__descriptor, (int)r->state, b, sizeof b));
+  } else if (a->json) {
     json_t *j = ctl_result_json(r);
     if (a->discovered) json_object_set_new(j, "worker", json_string(a->addr));
     ctl_json_print(stdout, j);
@@ -315,13 +318,14 @@ static int watch_tasks(const ctl_args *a, wk_grpc_client *c, char **ids, size_t 
     bool is_terminal_event = ev->kind == WORKER__V1__TASK_EVENT__KIND__KIND_TERMINAL;
     bool terminal = ev->result && (is_terminal_event || ctl_state_terminal(ev->result->state));
     bool first_terminal = terminal && idx < n && !terminal_seen[idx];
-    if (!terminal_only) {
+    if (!terminal_only && !a->quiet) {
       if (a->json) {
         ctl_json_print(stdout, ctl_event_json(ev));
       } else {
         ctl_print_event(stdout, ev);
       }
     } else if (first_terminal) {
+      if (a->quiet && n > 1) printf("%s ", ev->task_id); /* which task each state is */
       (void)print_result(a, ev->result);
     }
     if (first_terminal) {
@@ -990,6 +994,10 @@ static int build_submit(const ctl_args *a, submit_msg *m) {
 static int show_submitted(ctl_args *a, wk_grpc_client *c, const Worker__V1__SubmitTaskResponse *r,
                           char *task_id) {
   const char *worker = a->discovered ? a->addr : NULL;
+  if (a->quiet && !a->set[F_WATCH]) {
+    printf("%s\n", task_id); /* for TASK=$(workerctl submit ... --quiet) */
+    return CTL_EXIT_OK;
+  }
   if (!a->set[F_WATCH]) {
     if (a->json) {
       ctl_json_print(stdout, ctl_submit_json(r, worker));
@@ -998,7 +1006,7 @@ static int show_submitted(ctl_args *a, wk_grpc_client *c, const Worker__V1__Subm
     }
     return CTL_EXIT_OK;
   }
-  if (!a->json) ctl_print_submit(stdout, r, worker);
+  if (!a->json && !a->quiet) ctl_print_submit(stdout, r, worker);
   char *ids[1] = {task_id};
   return watch_tasks(a, c, ids, 1, true);
 }

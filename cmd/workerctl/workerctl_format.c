@@ -192,6 +192,25 @@ static void print_output(FILE *f, const Worker__V1__CallOutput *o) {
   if (o->stderr.len) print_block(f, "    ", "stderr ", o->stderr.data, o->stderr.len);
 }
 
+static size_t output_limit = SIZE_MAX;
+
+void ctl_set_output_limit(size_t n) { output_limit = n; }
+
+/* The outputs up to the limit; past it, a count of what is not shown and how to see it. */
+static void print_outputs(FILE *f, const Worker__V1__TaskResult *r) {
+  size_t shown = r->n_outputs < output_limit ? r->n_outputs : output_limit;
+  for (size_t i = 0; i < shown; i++) print_output(f, r->outputs[i]);
+  if (shown == r->n_outputs) return;
+  size_t errors = 0;
+  for (size_t i = 0; i < r->n_outputs; i++) {
+    errors += r->outputs[i]->outcome_case == WORKER__V1__CALL_OUTPUT__OUTCOME_ERROR;
+  }
+  fprintf(f,
+          "  ... %zu more outputs not shown (%zu outputs in all: %zu values, %zu errors); "
+          "--outputs N or --all shows more, --json all of it\n",
+          r->n_outputs - shown, r->n_outputs, r->n_outputs - errors, errors);
+}
+
 void ctl_print_result(FILE *f, const Worker__V1__TaskResult *r) {
   char b1[32], b2[32];
   bool terminal = ctl_state_terminal(r->state);
@@ -227,7 +246,7 @@ void ctl_print_result(FILE *f, const Worker__V1__TaskResult *r) {
     fprintf(f, "  plugin %s: %" PRIu64 " records, %" PRIu64 " bytes -> %s\n", p->plugin, p->records,
             p->bytes, p->location);
   }
-  for (size_t i = 0; i < r->n_outputs; i++) print_output(f, r->outputs[i]);
+  print_outputs(f, r);
   fflush(f);
 }
 

@@ -268,3 +268,87 @@ def test_the_default_is_named_when_it_does_not_answer():
     # submit follows the same rule: no etcd is asked unless one is given
     out = ctl("--deadline-ms", "2000", "submit", "echo", "{}", check=4)
     assert "127.0.0.1:7070 (the default" in out.stderr and "etcd" not in out.stderr.split(")")[1]
+
+
+# ---- big results: a summary and the first outputs on a terminal ------------------------------
+
+
+def ctl_tty(*args, timeout=60):
+    """Runs workerctl with its stdout on a pseudo-terminal; returns (exit code, text)."""
+    import pty
+    import select
+    master, slave = pty.openpty()
+    e = {k: v for k, v in os.environ.items() if not k.startswith("WORKERCTL_")}
+    p = subprocess.Popen([WORKERCTL] + list(args), stdout=slave, stderr=subprocess.PIPE,
+                         env=e)
+    os.close(slave)
+    chunks = []
+    while True:
+        r, _, _ = select.select([master], [], [], timeout)
+        if not r:
+            p.kill()
+            raise AssertionError("workerctl said nothing for %d s" % timeout)
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # EIO: the terminal's other side is closed
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    rc = p.wait(timeout)
+    return rc, b"".join(chunks).decode().replace("\r\n", "\n")
+
+
+@pytest.fixture
+def big(worker):
+    """A map task of 50 calls, finished."""
+    worker.submit("big-1", "echo", list(range(50)), builder="map")
+    worker.wait_terminal("big-1")
+    return worker
+
+
+def output_lines(text):
+    return [l for l in text.splitlines() if l.startswith("  output[")]
+
+
+def test_terminal_shows_a_summary_and_the_first_outputs(big):
+    rc, text = ctl_tty("--addr", big.addr, "get", "big-1")
+    assert rc == 0, text
+    assert text.splitlines()[0].startswith("task big-1 SUCCEEDED")
+    assert "calls: 50 total, 50 succeeded" in text
+    assert len(output_lines(text)) == 10
+    assert ("  ... 40 more outputs not shown (50 outputs in all: 50 values, 0 errors); "
+            "--outputs N or --all shows more, --json all of it") in text
+    rc, text = ctl_tty("--addr", big.addr, "get", "big-1", "--outputs", "3")
+    assert len(output_lines(text)) == 3 and "47 more outputs not shown" in text
+    rc, text = ctl_tty("--addr", big.addr, "get", "big-1", "--all")
+    assert len(output_lines(text)) == 50 and "not shown" not in text
+    rc, text = ctl_tty("--addr", big.addr, "get", "big-1", "--quiet")
+    assert text == "SUCCEEDED\n"
+
+
+def test_pipes_get_everything_and_json_stays_whole(big):
+    out = ctl("--addr", big.addr, "get", "big-1", check=0)
+    assert len(output_lines(out.stdout)) == 50 and "not shown" not in out.stdout
+    out = ctl("--addr", big.addr, "get", "big-1", "--outputs", "5", check=0)
+    assert len(output_lines(out.stdout)) == 5 and "45 more outputs not shown" in out.stdout
+    out = ctl("--addr", big.addr, "--json", "get", "big-1", check=0)
+    assert len(out.stdout.splitlines()) == 1 and len(json.loads(out.stdout)["outputs"]) == 50
+    ctl("--addr", big.addr, "get", "big-1", "--json", "--quiet", check=2)
+    ctl("--addr", big.addr, "get", "big-1", "--all", "--outputs", "2", check=2)
+    ctl("--addr", big.addr, "get", "big-1", "--outputs", "many", check=2)
+
+
+def test_quiet_for_scripts(worker):
+    out = ctl("--addr", worker.addr, "submit", "echo", "{}", "--task-id", "q-1", "--quiet",
+              check=0)
+    assert out.stdout == "q-1\n"
+    out = ctl("--addr", worker.addr, "submit", "echo", "{}", "--task-id", "q-2", "--watch",
+              "--quiet", check=0)
+    assert out.stdout == "SUCCEEDED\n"
+    out = ctl("--addr", worker.addr, "submit", "boom", "{}", "--task-id", "q-3", "--watch",
+              "--quiet", check=1)
+    assert out.stdout == "FAILED\n"
+    out = ctl("--addr", worker.addr, "watch", "q-1", "q-3", "--quiet", check=1)
+    assert sorted(out.stdout.splitlines()) == ["q-1 SUCCEEDED", "q-3 FAILED"]
