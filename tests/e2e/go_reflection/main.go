@@ -15,6 +15,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"time"
 
@@ -53,6 +54,9 @@ func fail(format string, args ...interface{}) {
 // ask sends one request on the stream and returns the response.
 func ask(s grpc.ClientStream, req *rpb.ServerReflectionRequest) *rpb.ServerReflectionResponse {
 	if err := s.SendMsg(req); err != nil {
+		if err == io.EOF { // the server ended the stream: its status says why
+			err = s.RecvMsg(new(rpb.ServerReflectionResponse))
+		}
 		fail("send: %v", err)
 	}
 	resp := new(rpb.ServerReflectionResponse)
