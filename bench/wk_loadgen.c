@@ -1031,16 +1031,24 @@ static int mode_roundtrip(const opts *o, wk_grpc_client *c) {
 
 typedef struct idle_state {
   unsigned snapshots, ended, ended_ok_early;
+  sstream **streams; /* NULL once a stream has ended (it is freed then) */
 } idle_state;
+
+typedef struct idle_ref {
+  idle_state *st;
+  unsigned i;
+} idle_ref;
 
 static void idle_msg(void *ctx, const uint8_t *msg, size_t len) {
   (void)msg;
   (void)len;
-  ((idle_state *)ctx)->snapshots++;
+  ((idle_ref *)ctx)->st->snapshots++;
 }
 
 static void idle_end(void *ctx, grpc_status_code code, const char *details) {
-  idle_state *s = ctx;
+  idle_ref *r = ctx;
+  idle_state *s = r->st;
+  s->streams[r->i] = NULL; /* freed after this returns: never cancel it */
   s->ended++;
   if (code != GRPC_STATUS_CANCELLED) {
     s->ended_ok_early++;
@@ -1072,15 +1080,17 @@ static int mode_watch_idle(const opts *o, wk_grpc_client **clients) {
   printf("   %5s %8s %10s %9s %16s %16s %12s\n", "cycle", "open s", "snapshots", "held",
          "RSS open KiB", "RSS after KiB", "B/stream");
   sstream **streams = xcalloc(o->streams, sizeof *streams);
+  idle_ref *refs = xcalloc(o->streams, sizeof *refs);
   char *ids[1] = {id};
   bool good = true;
   for (unsigned cyc = 0; cyc < o->cycles; cyc++) {
-    idle_state st = {0};
+    idle_state st = {0, 0, 0, streams};
     uint64_t t0 = bench_now_ns();
     for (unsigned i = 0; i < o->streams; i++) {
       req = pack_watch(ids, 1, &len);
+      refs[i] = (idle_ref){&st, i};
       streams[i] = stream_start(wk_grpc_client_channel(clients[i % o->connections]), M_WATCH, req,
-                                len, idle_msg, idle_end, &st);
+                                len, idle_msg, idle_end, &refs[i]);
     }
     while (st.snapshots + st.ended < o->streams) {
       if (!pump(DEADLINE_MS)) break;
@@ -1091,7 +1101,9 @@ static int mode_watch_idle(const opts *o, wk_grpc_client **clients) {
     uint64_t with = pid > 0 ? bench_proc_rss_kb(pid) : 0;
     unsigned held = o->streams - st.ended;
     if (st.ended < o->streams) {
-      for (unsigned i = 0; i < o->streams; i++) stream_cancel(streams[i]); /* freed at their end */
+      for (unsigned i = 0; i < o->streams; i++) {
+        if (streams[i]) stream_cancel(streams[i]); /* ended ones are freed already */
+      }
     }
     while (st.ended < o->streams) {
       if (!pump(DEADLINE_MS)) break;
@@ -1111,6 +1123,7 @@ static int mode_watch_idle(const opts *o, wk_grpc_client **clients) {
   worker__v1__cancel_task_request__pack(&cr, req);
   (void)sync_unary(clients[0], M_CANCEL, req, len);
   free(streams);
+  free(refs);
   return good ? 0 : 1;
 }
 
