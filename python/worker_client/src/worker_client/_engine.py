@@ -1,0 +1,696 @@
+"""The asyncio engine both clients share (Client runs it on a private event-loop
+thread, AsyncClient on the caller's loop): gRPC channels per worker, submissions with
+retries and etcd failover, and the shared WatchTasks streams that deliver every task's
+events. Private; the public surface is client.Client and aio.AsyncClient."""
+
+import asyncio
+import json
+import math
+import os
+import random
+import time
+
+import grpc
+import grpc.aio
+
+from ._proto import health_pb2, health_pb2_grpc
+from ._proto import worker_pb2 as pb
+from ._proto import worker_pb2_grpc as pb_grpc
+from .discovery import EtcdError, Registry
+from .errors import NoSlot, RequestRejected, TaskCancelled, WorkerError, WorkerUnavailable, \
+    from_rpc_error
+from .results import TaskResult, progress_from_event, task_exception, task_value
+
+RETRY_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+MAX_CANDIDATES = 8  # workers tried per submit with etcd discovery, as workerctl
+
+
+class Options(object):
+    """Client tuning (every one is a keyword of Client/AsyncClient):
+    rpc_timeout       seconds each unary RPC may take (10)
+    retry_time        seconds a submit keeps retrying UNAVAILABLE/DEADLINE_EXCEEDED on
+                      its worker, with the same task id (10)
+    reconnect_time    seconds a broken watch keeps re-attaching before its tasks fail
+                      WorkerUnavailable (30; keep it under the worker's watch grace)
+    max_submits       SubmitTask RPCs in flight at once (64)
+    max_watch_ids     tasks per WatchTasks stream (1024, the worker's limit)
+    max_streams       extra streams per worker before small ones are merged (4)
+    watch_linger      seconds new tasks wait to share a new stream (0.005)
+    slot_ttl_ms       lease of a slot reserved with etcd discovery (30000)
+    max_message_bytes receive limit (64 MiB; at least the worker's max_message_bytes)
+    discovery_ttl     seconds a registry listing is reused (1.0)
+    slot_wait         seconds a submit waits for a free slot, trying again with backoff
+                      while every worker answers RESOURCE_EXHAUSTED (0: NoSlot at once)"""
+
+    def __init__(self, rpc_timeout=10.0, retry_time=10.0, reconnect_time=30.0, max_submits=64,
+                 max_watch_ids=1024, max_streams=4, watch_linger=0.005, slot_ttl_ms=30000,
+                 max_message_bytes=64 << 20, discovery_ttl=1.0, slot_wait=0.0):
+        self.slot_wait = slot_wait
+        self.rpc_timeout = rpc_timeout
+        self.retry_time = retry_time
+        self.reconnect_time = reconnect_time
+        self.max_submits = max_submits
+        self.max_watch_ids = max_watch_ids
+        self.max_streams = max_streams
+        self.watch_linger = watch_linger
+        self.slot_ttl_ms = slot_ttl_ms
+        self.max_message_bytes = max_message_bytes
+        self.discovery_ttl = discovery_ttl
+
+
+def observer_supported():
+    """True when this client's protocol has observer watches (WatchTasksRequest.observer)."""
+    return "observer" in pb.WatchTasksRequest.DESCRIPTOR.fields_by_name
+
+
+def new_task_id():
+    """t-<unix ms hex>-<64 random bits hex>, the form workerctl generates."""
+    return "t-%x-%016x" % (int(time.time() * 1000), random.SystemRandom().getrandbits(64))
+
+
+def _handler_pb(result_handler):
+    if result_handler is None:
+        return None
+    if isinstance(result_handler, str):
+        return pb.ResultHandler(type=result_handler)
+    if isinstance(result_handler, dict):
+        opts = dict(result_handler)
+        kind = opts.pop("type", "")
+        return pb.ResultHandler(type=kind, options={str(k): str(v) for k, v in opts.items()})
+    kind, opts = result_handler
+    return pb.ResultHandler(type=kind, options={str(k): str(v) for k, v in (opts or {}).items()})
+
+
+def _ms(seconds, what):
+    if seconds is None:
+        return 0
+    if seconds < 0:
+        raise ValueError("%s must be >= 0 seconds, got %r" % (what, seconds))
+    return max(1, int(math.ceil(seconds * 1000))) if seconds > 0 else 0
+
+
+def build_request(fn, args, *, builder="single", epoch=None, retries=None, timeout=None,
+                  call_timeout=None, task_id=None, labels=None, result_handler=None,
+                  options=None, entrypoint=None, max_failed_calls=None):
+    """The SubmitTaskRequest for one submit (slot 0). args: bytes travel as they are
+    (CONTENT_TYPE_BYTES), anything else as JSON (TypeError when it is not JSON
+    serialisable). retries=N: N+1 attempts per call, 100 ms doubling to 10 s, executor
+    loss retried (as workerctl --retries). timeout/call_timeout in seconds.
+    result_handler: "file", {"type": "file", "name": "x"} or ("file", {"name": "x"})."""
+    if not isinstance(fn, str) or not fn:
+        raise TypeError("fn must be the function's name (a non-empty str), got %r" % (fn,))
+    if isinstance(args, (bytes, bytearray, memoryview)):
+        data, ctype = bytes(args), pb.CONTENT_TYPE_BYTES
+    else:
+        data, ctype = json.dumps(args, separators=(",", ":")).encode(), pb.CONTENT_TYPE_JSON
+    func = pb.FunctionCallConfig(type=builder or "single", name=fn, epoch=epoch or 0,
+                                 entrypoint=entrypoint or "", args=data, content_type=ctype,
+                                 options={str(k): str(v) for k, v in (options or {}).items()})
+    req = pb.SubmitTaskRequest(task_id=task_id or new_task_id(), function=func,
+                               timeout_ms=_ms(timeout, "timeout"),
+                               call_timeout_ms=_ms(call_timeout, "call_timeout"),
+                               labels={str(k): str(v) for k, v in (labels or {}).items()})
+    rh = _handler_pb(result_handler)
+    if rh is not None:
+        req.result_handler.CopyFrom(rh)
+    if retries:
+        req.call_retry_policy.CopyFrom(pb.CallRetryPolicy(
+            max_attempts=int(retries) + 1, initial_backoff_ms=100, max_backoff_ms=10000,
+            backoff_multiplier=2.0, retry_on_executor_lost=True))
+    if max_failed_calls is not None:
+        req.call_failure_policy.CopyFrom(pb.CallFailurePolicy(
+            mode=pb.CALL_FAILURE_MODE_CONTINUE, max_failed_calls=int(max_failed_calls)))
+    return req
+
+
+class Handle(object):
+    """The engine's record of one task. The frontend sets `on_progress(Progress)` and
+    `on_finish(value, exception, TaskResult)`; the engine calls them on its loop, each
+    at most ... on_finish exactly once."""
+
+    def __init__(self, request, own=True, address=None):
+        self.request = request
+        self.task_id = request.task_id if request is not None else None
+        self.builder = request.function.type if request is not None else ""
+        self.has_handler = request is not None and request.HasField("result_handler")
+        self.own = own
+        self.address = address
+        self.duplicate = False
+        self.submit_attempts = 0
+        self.done = False
+        self.result = None
+        self.exc = None
+        self.stream = None
+        self.watch_failed_since = None
+        self.cancel_reason = None
+        self.last_progress = None
+        self.on_progress = None
+        self.on_finish = None
+        self.admitted = None  # an asyncio.Event made by the engine
+
+    def finish(self, value=None, exc=None, result=None):
+        if self.done:
+            return
+        self.done = True
+        self.result = result
+        self.exc = exc
+        if self.admitted is not None:
+            self.admitted.set()
+        if self.on_finish is not None:
+            self.on_finish(value, exc, result)
+
+    def finish_result(self, result):
+        """Ends the handle with a terminal TaskResult (value or TaskFailed/Cancelled)."""
+        if result.state == "SUCCEEDED":
+            try:
+                value = task_value(result, self.builder, self.has_handler)
+            except ValueError as e:  # an output that is not the JSON its content type says
+                self.finish(exc=WorkerError("task %s: output not decodable: %s"
+                                            % (self.task_id, e), task_id=self.task_id,
+                                            address=self.address), result=result)
+                return
+            self.finish(value=value, result=result)
+        else:
+            exc = task_exception(result, self.address)
+            if result.state == "CANCELLED" and self.cancel_reason is not None:
+                exc.by_client = True  # this client's own cancel() (the event came first)
+            self.finish(exc=exc, result=result)
+
+    def progress(self, p):
+        self.last_progress = p
+        if self.on_progress is not None:
+            self.on_progress(p)
+
+
+class _Stream(object):
+    """One WatchTasks stream over a batch of handles of one worker."""
+
+    def __init__(self, group, handles):
+        self.group = group
+        self.handles = {h.task_id: h for h in handles}
+        self.snapshots = set()
+        self.ready = asyncio.Event()
+        self.retiring = False
+        self.task = None
+        for h in handles:
+            h.stream = self
+
+    def live(self):
+        return [h for h in self.handles.values() if not h.done and h.stream is self]
+
+    async def run(self):
+        g = self.group
+        eng = g.conn.engine
+        req = pb.WatchTasksRequest(task_ids=list(self.handles))
+        if not g.own:
+            req.observer = True  # checked by observer_supported() before a handle gets here
+        err = None
+        try:
+            call = g.conn.stub.WatchTasks(req, metadata=eng.metadata)
+            async for ev in call:
+                self._event(ev)
+        except asyncio.CancelledError:
+            g.streams.discard(self)
+            return
+        except grpc.RpcError as e:
+            err = e
+        except Exception as e:  # noqa: BLE001 (a bug must not leave futures hanging)
+            err = e
+        g.streams.discard(self)
+        eng.stats["streams_open"] -= 1
+        self.ready.set()
+        left = self.live()
+        if left:
+            await g.broken(left, err)
+
+    def _event(self, ev):
+        h = self.handles.get(ev.task_id)
+        if h is None:
+            return
+        if ev.kind == pb.TaskEvent.KIND_SNAPSHOT:
+            self.snapshots.add(ev.task_id)
+            h.watch_failed_since = None
+            if len(self.snapshots) == len(self.handles):
+                self.ready.set()
+        if h.done:
+            return
+        p = progress_from_event(ev)
+        if ev.HasField("result") and (ev.kind == pb.TaskEvent.KIND_TERMINAL or p.state in (
+                "SUCCEEDED", "FAILED", "CANCELLED")):
+            h.progress(p)
+            h.finish_result(TaskResult(ev.result))
+        else:
+            h.progress(p)
+
+
+class _WatchGroup(object):
+    """The WatchTasks streams of one worker for owners (or observers): new handles
+    wait `watch_linger` to share a stream; a worker with more than needed streams
+    (ceil(live / max_watch_ids) + max_streams) gets its smallest ones merged."""
+
+    def __init__(self, conn, own):
+        self.conn = conn
+        self.own = own
+        self.pending = []
+        self.streams = set()
+        self.wake = asyncio.Event()
+        self.runner = None
+
+    def add(self, handles):
+        self.pending.extend(handles)
+        self.wake.set()
+        if self.runner is None or self.runner.done():
+            self.runner = asyncio.ensure_future(self._run())
+
+    async def _run(self):
+        eng = self.conn.engine
+        opts = eng.opts
+        while not eng.closed:
+            await self.wake.wait()
+            self.wake.clear()
+            if opts.watch_linger and len(self.pending) < opts.max_watch_ids:
+                await asyncio.sleep(opts.watch_linger)
+            while self.pending:
+                batch = [h for h in self.pending[:opts.max_watch_ids] if not h.done]
+                del self.pending[:opts.max_watch_ids]
+                if batch:
+                    self._start(batch)
+            self._consolidate()
+
+    def _start(self, batch):
+        eng = self.conn.engine
+        s = _Stream(self, batch)
+        self.streams.add(s)
+        eng.stats["streams_opened"] += 1
+        eng.stats["streams_open"] += 1
+        eng.stats["streams_peak"] = max(eng.stats["streams_peak"], eng.stats["streams_open"])
+        s.task = asyncio.ensure_future(s.run())
+        return s
+
+    def _consolidate(self):
+        opts = self.conn.engine.opts
+        active = [s for s in self.streams if not s.retiring]
+        live = sum(len(s.live()) for s in active)
+        if len(active) <= math.ceil(live / opts.max_watch_ids) + opts.max_streams:
+            return
+        active.sort(key=lambda s: len(s.live()))
+        merged, handles = [], []
+        for s in active:
+            n = len(s.live())
+            if merged and len(handles) + n > opts.max_watch_ids:
+                break
+            merged.append(s)
+            handles.extend(s.live())
+        if len(merged) < 2:
+            return
+        for s in merged:
+            s.retiring = True
+        self.conn.engine.stats["merges"] += 1
+        new = self._start(handles) if handles else None
+        asyncio.ensure_future(self._retire(new, merged))
+
+    async def _retire(self, new, old):
+        """Ends the merged streams once the new one has attached every task (its
+        SNAPSHOTs arrived), so no task is ever left without a watcher."""
+        if new is not None:
+            await new.ready.wait()
+        for s in old:
+            if s.task is not None and not s.task.done():
+                s.task.cancel()
+                self.conn.engine.stats["streams_open"] -= 1
+
+    async def broken(self, handles, err):
+        """A stream ended with tasks still live: watch them again, resolve unknown ones,
+        or fail them once the worker stayed away for reconnect_time."""
+        eng = self.conn.engine
+        code = err.code() if isinstance(err, grpc.RpcError) else None
+        now = time.monotonic()
+        if code == grpc.StatusCode.NOT_FOUND or err is None:
+            # an id the worker does not know (restarted, purged), or a stream that ended OK
+            # without a terminal event: ask about each one
+            await asyncio.gather(*(self._resolve(h) for h in handles))
+            return
+        if code is not None and code not in RETRY_CODES + (grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                                           grpc.StatusCode.CANCELLED,
+                                                           grpc.StatusCode.INTERNAL,
+                                                           grpc.StatusCode.UNKNOWN):
+            for h in handles:
+                h.finish(exc=from_rpc_error(err, task_id=h.task_id, address=self.conn.addr,
+                                            what="WatchTasks"))
+            return
+        if code is None and err is not None and not isinstance(err, grpc.RpcError):
+            for h in handles:
+                h.finish(exc=WorkerError("watching task %s failed: %r" % (h.task_id, err),
+                                         task_id=h.task_id, address=self.conn.addr))
+            return
+        again = []
+        for h in handles:
+            if h.watch_failed_since is None:
+                h.watch_failed_since = now
+            if now - h.watch_failed_since > eng.opts.reconnect_time:
+                e = from_rpc_error(err, task_id=h.task_id, address=self.conn.addr,
+                                   what="WatchTasks")
+                h.finish(exc=WorkerUnavailable(
+                    "lost task %s: its worker %s could not be watched for %.0f s (last: %s)" % (
+                        h.task_id, self.conn.addr, eng.opts.reconnect_time, e),
+                    code=e.code, details=e.details, task_id=h.task_id, address=self.conn.addr))
+            else:
+                again.append(h)
+        eng.stats["rewatches"] += len(again)
+        if again:
+            await asyncio.sleep(min(2.0, 0.1 + 0.05 * len(self.streams)) * random.uniform(0.5, 1.5))
+            self.add(again)
+
+    async def _resolve(self, h):
+        try:
+            r = await self.conn.get(h.task_id)
+        except WorkerError as e:
+            if e.code == grpc.StatusCode.NOT_FOUND:
+                h.finish(exc=RequestRejected(
+                    "task %s: the worker %s does not know it (restarted, or its result was "
+                    "purged)" % (h.task_id, self.conn.addr), code=e.code, details=e.details,
+                    task_id=h.task_id, address=self.conn.addr))
+            else:
+                self.add([h])
+            return
+        if r.terminal:
+            h.finish_result(r)
+        else:
+            self.add([h])
+
+
+class _Conn(object):
+    """One worker: its channel and stubs, and its watch groups (owners, observers)."""
+
+    def __init__(self, engine, addr):
+        self.engine = engine
+        self.addr = addr
+        options = [("grpc.max_receive_message_length", engine.opts.max_message_bytes),
+                   ("grpc.max_send_message_length", engine.opts.max_message_bytes)]
+        if engine.server_name:
+            options.append(("grpc.ssl_target_name_override", engine.server_name))
+        if engine.credentials is not None:
+            self.channel = grpc.aio.secure_channel(addr, engine.credentials, options=options)
+        else:
+            self.channel = grpc.aio.insecure_channel(addr, options=options)
+        self.stub = pb_grpc.WorkerServiceStub(self.channel)
+        self.health = health_pb2_grpc.HealthStub(self.channel)
+        self.groups = {True: _WatchGroup(self, True), False: _WatchGroup(self, False)}
+
+    async def unary(self, method, request, task_id=None, what=None):
+        try:
+            return await getattr(self.stub, method)(request, timeout=self.engine.opts.rpc_timeout,
+                                                    metadata=self.engine.metadata)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e, task_id=task_id, address=self.addr, what=what or method) from e
+
+    async def get(self, task_id):
+        r = await self.unary("GetTaskResult", pb.GetTaskResultRequest(task_id=task_id), task_id)
+        return TaskResult(r)
+
+
+class Engine(object):
+    """Shared by Client and AsyncClient; every method runs on the engine's loop."""
+
+    def __init__(self, addr, etcd, prefix, credentials, server_name, token, opts):
+        self.addr = addr
+        self.registry = Registry(etcd, prefix) if etcd else None
+        self.credentials = credentials
+        self.server_name = server_name
+        self.metadata = (("authorization", "Bearer " + token),) if token else ()
+        self.opts = opts
+        self.conns = {}
+        self.closed = False
+        self.handles = set()
+        self.submit_sem = None
+        self.stats = dict(submits=0, submit_retries=0, duplicates=0, streams_opened=0,
+                          streams_open=0, streams_peak=0, merges=0, rewatches=0,
+                          failovers=0, slot_waits=0)
+        self._cands = None
+        self._cands_at = 0.0
+        self._avoid = {}
+
+    def conn(self, addr):
+        c = self.conns.get(addr)
+        if c is None:
+            c = self.conns[addr] = _Conn(self, addr)
+        return c
+
+    def _track(self, h):
+        self.handles.add(h)
+        inner = h.on_finish
+
+        def finished(value, exc, result):
+            self.handles.discard(h)
+            if inner is not None:
+                inner(value, exc, result)
+        h.on_finish = finished
+
+    def start_submit(self, h):
+        """Submits h in the background; its outcome arrives through h.on_finish."""
+        h.admitted = asyncio.Event()
+        self._track(h)
+        if self.submit_sem is None:
+            self.submit_sem = asyncio.Semaphore(self.opts.max_submits)
+        asyncio.ensure_future(self._submit(h))
+
+    def start_attach(self, h):
+        """Watches an existing task (h.address set) until it is terminal."""
+        h.admitted = asyncio.Event()
+        h.admitted.set()
+        self._track(h)
+        self.conn(h.address).groups[h.own].add([h])
+
+    async def _submit(self, h):
+        async with self.submit_sem:
+            if self.closed:
+                h.finish(exc=WorkerError("the client was closed", task_id=h.task_id))
+                return
+            try:
+                addr, resp = await self._submit_waiting(h)
+            except WorkerError as e:
+                h.finish(exc=e)
+                return
+            except Exception as e:  # noqa: BLE001
+                h.finish(exc=WorkerError("submit of %s failed: %r" % (h.task_id, e),
+                                         task_id=h.task_id))
+                return
+        self.stats["submits"] += 1
+        h.address = addr
+        if resp is not None:
+            h.duplicate = resp.duplicate
+            if resp.duplicate:
+                self.stats["duplicates"] += 1
+        h.admitted.set()
+        if h.cancel_reason is not None:  # cancelled while the submit was on its way
+            asyncio.ensure_future(self._cancel_quietly(h))
+        if not h.done:
+            self.conn(addr).groups[h.own].add([h])
+
+    async def _submit_waiting(self, h):
+        """One submit (to the worker, or failing over through etcd), tried again while
+        it is NoSlot for up to slot_wait seconds."""
+        deadline = time.monotonic() + self.opts.slot_wait
+        delay = 0.05
+        while True:
+            try:
+                if self.registry is not None:
+                    return await self._submit_discovered(h)
+                return self.addr, await self._submit_to(self.conn(self.addr), h, 0)
+            except NoSlot:
+                if time.monotonic() + delay >= deadline or self.closed:
+                    raise
+                self.stats["slot_waits"] += 1
+                await asyncio.sleep(delay * random.uniform(0.5, 1.5))
+                delay = min(delay * 2, 1.0)
+
+    async def _submit_to(self, conn, h, slot_id):
+        """SubmitTask on one worker, retried with the same request (same task id) on
+        UNAVAILABLE and DEADLINE_EXCEEDED for up to retry_time: the worker admits by id
+        once, so a retry never runs the task twice. An ABORTED slot (its lease lapsed)
+        is reserved again on the same worker."""
+        deadline = time.monotonic() + self.opts.retry_time
+        delay = 0.05
+        req = pb.SubmitTaskRequest()
+        req.CopyFrom(h.request)
+        req.slot_id = slot_id
+        while True:
+            h.submit_attempts += 1
+            try:
+                return await conn.stub.SubmitTask(req, timeout=self.opts.rpc_timeout,
+                                                  metadata=self.metadata)
+            except grpc.RpcError as e:
+                code = e.code()
+                if code in RETRY_CODES and time.monotonic() + delay < deadline and not self.closed:
+                    self.stats["submit_retries"] += 1
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 1.0)
+                    continue
+                if code == grpc.StatusCode.ABORTED and req.slot_id and \
+                        time.monotonic() < deadline:
+                    req.slot_id = (await self._reserve(conn, h)).slot_id
+                    continue
+                raise from_rpc_error(e, task_id=h.task_id, address=conn.addr,
+                                     what="SubmitTask") from e
+
+    async def _reserve(self, conn, h):
+        return await conn.unary("RequestTaskSlot", pb.RequestTaskSlotRequest(
+            task_id=h.task_id, ttl_ms=self.opts.slot_ttl_ms), h.task_id)
+
+    async def _candidates(self):
+        now = time.monotonic()
+        self._avoid = {a: t for a, t in self._avoid.items() if t > now}
+        if self._cands is None or now - self._cands_at > self.opts.discovery_ttl:
+            loop = asyncio.get_running_loop()
+            try:
+                self._cands = await loop.run_in_executor(None, self.registry.candidates)
+            except EtcdError as e:
+                cls = WorkerUnavailable if e.unreachable else RequestRejected
+                raise cls(str(e)) from e
+            self._cands_at = now
+        return sorted(self._cands, key=lambda w: w.address in self._avoid)
+
+    async def _submit_discovered(self, h):
+        """workerctl's rule: the registered workers best first, moving on while one
+        answers RESOURCE_EXHAUSTED (not for the request's size) or UNAVAILABLE, at most
+        8 workers. The move happens at RequestTaskSlot, which runs nothing; once a worker
+        gave a slot the task goes to that worker only (SubmitTask retried there), so a
+        failover never runs a task twice."""
+        reg = self.registry
+        cands = await self._candidates()
+        where = "registered under %s in etcd %s" % (reg.prefix, ",".join(reg.endpoints))
+        if not cands:
+            self._cands = None
+            if reg.full:
+                raise NoSlot("every ready worker %s is out of slots (%d workers)" % (
+                    where, reg.full), code=grpc.StatusCode.RESOURCE_EXHAUSTED, task_id=h.task_id)
+            raise WorkerUnavailable("no ready worker with free slots %s" % where,
+                                    task_id=h.task_id)
+        last = None
+        tried = []
+        for w in cands[:MAX_CANDIDATES]:
+            conn = self.conn(w.address)
+            tried.append(w.address)
+            try:
+                slot = await self._reserve(conn, h)
+            except (NoSlot, WorkerUnavailable) as e:
+                # a reservation runs nothing: moving on after a deadline is safe too (the
+                # lease of a slot reserved there lapses)
+                last = e
+                self._avoid[w.address] = time.monotonic() + 5.0
+                self._cands = None
+                self.stats["failovers"] += 1
+                continue
+            if slot.state in (pb.TASK_STATE_SUCCEEDED, pb.TASK_STATE_FAILED,
+                              pb.TASK_STATE_CANCELLED):
+                return w.address, None  # the id already ran here: the watch delivers it
+            return w.address, await self._submit_to(conn, h, slot.slot_id)
+        msg = "none of the %d workers tried (%s) took task %s (%s); last: %s" % (
+            len(tried), ", ".join(tried), h.task_id, where, last)
+        raise type(last)(msg, code=last.code, details=last.details, task_id=h.task_id,
+                         address=last.address)
+
+    async def _cancel_quietly(self, h):
+        try:
+            await self.cancel_task(h.address, h.task_id, h.cancel_reason or "")
+        except WorkerError:
+            pass
+
+    async def cancel_task(self, addr, task_id, reason=""):
+        """CancelTask; the task's TaskResult as it stood after the request."""
+        r = await self.conn(addr).unary("CancelTask", pb.CancelTaskRequest(
+            task_id=task_id, reason=reason), task_id)
+        return TaskResult(r)
+
+    async def cancel(self, h, reason):
+        """Cancels h's task. When it was still running (or not yet admitted: CancelTask
+        follows the admission) h finishes with a TaskCancelled marked by_client, which
+        is returned; None (h finished with its result) when it had already ended."""
+        if h.done:
+            return None
+        reason = reason or "cancelled by the client"
+        h.cancel_reason = reason  # not admitted yet: _submit sends CancelTask once it is
+        if h.address is not None:
+            r = await self.cancel_task(h.address, h.task_id, reason)
+            if h.done:  # its terminal event came meanwhile
+                return h.exc if getattr(h.exc, "by_client", False) else None
+            if r.terminal and r.state != "CANCELLED":
+                # it ended before the cancel: its result (outputs included) stands
+                h.finish_result(await self.conn(h.address).get(h.task_id))
+                return None
+        exc = TaskCancelled(reason, failure_code="CANCELLED", task_id=h.task_id,
+                            address=h.address)
+        exc.by_client = True
+        h.finish(exc=exc)
+        return exc
+
+    async def get(self, task_id, addr=None):
+        return await self.conn(addr or self._default_addr()).get(task_id)
+
+    def _default_addr(self):
+        if self.addr:
+            return self.addr
+        raise ValueError("with etcd discovery, name the worker: address=HOST:PORT (a "
+                         "future's .address says where its task went)")
+
+    async def health(self, addr=None):
+        """'SERVING' or 'NOT_SERVING' (UNKNOWN...) from grpc.health.v1 on the worker."""
+        c = self.conn(addr or self._default_addr())
+        try:
+            r = await c.health.Check(health_pb2.HealthCheckRequest(),
+                                     timeout=self.opts.rpc_timeout, metadata=self.metadata)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e, address=c.addr, what="Health.Check") from e
+        return health_pb2.HealthCheckResponse.ServingStatus.Name(r.status)
+
+    async def workers(self):
+        if self.registry is None:
+            raise ValueError("workers() needs etcd discovery: Client(etcd=...)")
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(None, self.registry.workers)
+        except EtcdError as e:
+            raise (WorkerUnavailable if e.unreachable else RequestRejected)(str(e)) from e
+
+    async def close(self):
+        """Ends every stream and channel; unfinished futures fail WorkerError. Tasks this
+        client owned fail OWNER_LOST after the worker's watch grace unless re-attached."""
+        if self.closed:
+            return
+        self.closed = True
+        for h in list(self.handles):
+            h.finish(exc=WorkerError("the client was closed before task %s ended (it owned "
+                                     "the task: the worker fails it OWNER_LOST after its "
+                                     "watch grace unless someone watches it)" % h.task_id,
+                                     task_id=h.task_id, address=h.address))
+        tasks = []
+        for c in self.conns.values():
+            for g in c.groups.values():
+                if g.runner is not None:
+                    g.runner.cancel()
+                    tasks.append(g.runner)
+                for s in list(g.streams):
+                    if s.task is not None:
+                        s.task.cancel()
+                        tasks.append(s.task)
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        for c in self.conns.values():
+            await c.channel.close()
+
+
+def channel_credentials(tls, root_certificates, client_cert, client_key, server_name):
+    """grpc.ChannelCredentials, or None for plaintext. PEM arguments are bytes or file
+    paths; TLS is on when any of them (or tls=True: the system's roots) is given."""
+    def pem(v):
+        if v is None or isinstance(v, bytes):
+            return v
+        with open(os.fspath(v), "rb") as f:
+            return f.read()
+    if not (tls or root_certificates or client_cert or client_key or server_name):
+        return None
+    if bool(client_cert) != bool(client_key):
+        raise ValueError("client_cert and client_key go together")
+    return grpc.ssl_channel_credentials(root_certificates=pem(root_certificates),
+                                        private_key=pem(client_key),
+                                        certificate_chain=pem(client_cert))

@@ -1,0 +1,295 @@
+"""Client: the blocking client. Every RPC runs on one private event-loop thread (all
+tasks share a few WatchTasks streams per worker); futures complete, and their callbacks
+and progress callbacks run, on one delivery thread, so a slow callback never stalls the
+network. Two threads per Client, whatever the number of tasks."""
+
+import asyncio
+import concurrent.futures
+import queue
+import threading
+
+from . import _common
+from .errors import TaskCancelled, WorkerError
+
+
+class _Delivery(object):
+    """One thread running the callables put to it, in order."""
+
+    def __init__(self):
+        self.q = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._run, name="worker-client-delivery",
+                                       daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        while True:
+            fn = self.q.get()
+            if fn is None:
+                return
+            try:
+                fn()
+            except Exception:  # noqa: BLE001 (a user callback's error must not end delivery)
+                import traceback
+                traceback.print_exc()
+
+    def put(self, fn):
+        self.q.put(fn)
+
+    def stop(self):
+        self.q.put(None)
+        if threading.current_thread() is not self.thread:
+            self.thread.join(10)
+
+
+class TaskFuture(concurrent.futures.Future):
+    """A task on a worker, as a concurrent.futures.Future: result(timeout), exception(),
+    add_done_callback, concurrent.futures.wait / as_completed. result() is the call's
+    value (builder single), the list of values in call order (map, range), or with a
+    result_handler the writer's reports; it raises TaskFailed (failure code, message,
+    the failed call's remote traceback), TaskCancelled, NoSlot, WorkerUnavailable or
+    RequestRejected. cancel() sends CancelTask. Attributes: task_id, address (the
+    worker, once admitted), duplicate (the worker already had this id), progress (the
+    last Progress)."""
+
+    def __init__(self, client, handle):
+        super().__init__()
+        self._client = client
+        self._handle = handle
+        self._cancel_exc = None
+        self._progress_callbacks = []
+        self._plock = threading.Lock()
+        self._notified = False
+
+    task_id = property(lambda self: self._handle.task_id)
+    address = property(lambda self: self._handle.address)
+    duplicate = property(lambda self: self._handle.duplicate)
+    progress = property(lambda self: self._handle.last_progress)
+
+    def __repr__(self):
+        return "<TaskFuture %s %s>" % (self.task_id, self._state)
+
+    def cancel(self, reason=None):
+        """Cancels the task (CancelTask with `reason`). True when the future is now
+        cancelled (result() raises TaskCancelled); False when the task had already ended
+        (its result stays). A failed CancelTask raises its WorkerError."""
+        if self.done():
+            return False
+        exc = self._client._run(self._client._engine.cancel(self._handle, reason))
+        if exc is None:
+            return False
+        self._cancel_exc = exc
+        self._cancel_now()
+        return True
+
+    def _cancel_now(self):
+        with self._plock:
+            if super().cancel() and not self._notified:
+                self._notified = True
+                self.set_running_or_notify_cancel()  # wakes wait() / as_completed()
+
+    def result(self, timeout=None):
+        try:
+            return super().result(timeout)
+        except concurrent.futures.CancelledError:
+            if self._cancel_exc is not None:
+                raise self._cancel_exc from None
+            raise
+
+    def exception(self, timeout=None):
+        try:
+            return super().exception(timeout)
+        except concurrent.futures.CancelledError:
+            if self._cancel_exc is not None:
+                raise self._cancel_exc from None
+            raise
+
+    def task_result(self, timeout=None):
+        """The task's whole TaskResult once it ended (None when it never ran: a submit
+        refused, a client closed)."""
+        try:
+            self.exception(timeout)
+        except concurrent.futures.CancelledError:
+            pass
+        return self._handle.result
+
+    def snapshot(self):
+        """GetTaskResult now: the live TaskResult (calls counted so far)."""
+        return self._client.get(self.task_id, address=self.address)
+
+    def add_progress_callback(self, fn):
+        """fn(Progress) for every later progress observation (delivery thread)."""
+        with self._plock:
+            self._progress_callbacks.append(fn)
+
+    def progress_events(self, timeout=None):
+        """An iterator over the task's progress observations until it ends (the
+        terminal one included); queue.Empty after `timeout` seconds without one."""
+        q = queue.SimpleQueue()
+        self.add_progress_callback(q.put)
+        self.add_done_callback(lambda f: q.put(None))
+        while True:
+            p = q.get(timeout=timeout)
+            if p is None:
+                return
+            yield p
+            if p.kind == "terminal":
+                return
+
+    # called on the delivery thread
+    def _deliver_progress(self, p):
+        with self._plock:
+            cbs = list(self._progress_callbacks)
+        for cb in cbs:
+            cb(p)
+
+    def _deliver_finish(self, value, exc):
+        if self.done():
+            return
+        if exc is not None and getattr(exc, "by_client", False):
+            self._cancel_exc = exc
+            self._cancel_now()
+        elif exc is not None:
+            self.set_exception(exc)
+        else:
+            self.set_result(value)
+
+
+class Client(object):
+    """A client of one worker (`Client("host:port")`) or of the workers registered in
+    etcd (`Client(etcd="http://127.0.0.1:2379", prefix="/workers/")`: each submit goes to
+    the best ready worker with free slots, moving on at RESOURCE_EXHAUSTED or
+    UNAVAILABLE, as workerctl does). With neither: $WORKERCTL_ADDR, else
+    $WORKERCTL_ETCD, else 127.0.0.1:7070.
+
+    TLS: root_certificates (PEM bytes or a file path; tls=True alone trusts the
+    system's roots), client_cert and client_key for mutual TLS, server_name when the
+    certificate names another host. token: sent as "authorization: Bearer TOKEN".
+    Tuning keywords: see worker_client.Options. A context manager; close() ends it."""
+
+    def __init__(self, addr=None, *, etcd=None, prefix=None, tls=False, root_certificates=None,
+                 client_cert=None, client_key=None, server_name=None, token=None, **options):
+        self._engine = _common.make_engine(addr, etcd, prefix, tls, root_certificates,
+                                           client_cert, client_key, server_name, token, options)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="worker-client-io",
+                                        daemon=True)
+        self._thread.start()
+        self._delivery = _Delivery()
+        self._closed = False
+
+    # ---- plumbing ----
+    def _on_loop(self):
+        return threading.current_thread() is self._thread
+
+    def _run(self, coro, timeout=None):
+        if self._closed:
+            coro.close()
+            raise WorkerError("the client is closed")
+        if self._on_loop():
+            coro.close()
+            raise RuntimeError("a blocking Client method was called from a callback on the "
+                               "client's network thread")
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    def _bind(self, handle, sink):
+        fut = TaskFuture(self, handle)
+        if sink is not None:
+            fut.add_progress_callback(sink)
+        d = self._delivery
+        handle.on_progress = lambda p: d.put(lambda: fut._deliver_progress(p))
+        handle.on_finish = lambda value, exc, result: d.put(lambda: fut._deliver_finish(value, exc))
+        return fut
+
+    # ---- tasks ----
+    def submit(self, fn, args=None, *, builder="single", epoch=None, retries=None, timeout=None,
+               call_timeout=None, task_id=None, labels=None, result_handler=None, options=None,
+               entrypoint=None, max_failed_calls=None, own=True, progress=None):
+        """Submits function `fn` (its name in the code store) with `args` (JSON-able, or
+        bytes) and returns its TaskFuture at once; the SubmitTask runs in the
+        background. builder: "single", "map" or "range" (options: its options);
+        epoch: None = CURRENT; retries=N: N retries per call; timeout / call_timeout:
+        seconds for the task / each call attempt; task_id: None = generated (the same
+        id on every retry of this submit); labels: dict; result_handler: "file" or
+        {"type": "file", "name": ...}; max_failed_calls: tolerate that many failed calls
+        (CONTINUE); own: the future's watch owns the task (the worker fails it
+        OWNER_LOST if this client goes away); progress: a callable(Progress) or True for
+        a progress bar. TypeError/ValueError for bad arguments."""
+        h, sink = _common.new_handle(fn, args, own, progress, dict(
+            builder=builder, epoch=epoch, retries=retries, timeout=timeout,
+            call_timeout=call_timeout, task_id=task_id, labels=labels,
+            result_handler=result_handler, options=options, entrypoint=entrypoint,
+            max_failed_calls=max_failed_calls))
+        fut = self._bind(h, sink)
+        if self._closed:
+            raise WorkerError("the client is closed")
+        self._loop.call_soon_threadsafe(self._engine.start_submit, h)
+        return fut
+
+    def map(self, fn, items, **kw):
+        """One map task: a call of fn per item; result() is the list of values in item
+        order. Keywords as submit."""
+        return self.submit(fn, list(items), builder="map", **kw)
+
+    def range(self, fn, *start_stop, step=1, chunk=None, **kw):
+        """One range task, range(fn, stop) or range(fn, start, stop, step=1, chunk=N):
+        a call per chunk of the range with args {"start","stop","step"}; result() is the
+        list of the chunks' values in order. Keywords as submit."""
+        return self.submit(fn, _common.range_args(start_stop, step, chunk), builder="range",
+                           **kw)
+
+    def attach(self, task_id, address=None, *, own=True, builder=None, progress=None):
+        """A TaskFuture for a task already on a worker (submitted by another client, or
+        re-attached after a restart within the worker's watch grace). address: the
+        worker (required with etcd discovery). result() is the list of values, or the
+        single value with builder="single"."""
+        h, sink = _common.attach_handle(task_id, address or self._engine._default_addr(), own,
+                                        progress)
+        h.builder = builder
+        fut = self._bind(h, sink)
+        self._loop.call_soon_threadsafe(self._engine.start_attach, h)
+        return fut
+
+    def get(self, task_id, *, address=None):
+        """GetTaskResult: the task's TaskResult (live snapshot or terminal result)."""
+        return self._run(self._engine.get(task_id, address))
+
+    def cancel(self, task_id, reason="", *, address=None):
+        """CancelTask by id; the TaskResult as it stood after the request."""
+        addr = address or self._engine._default_addr()
+        return self._run(self._engine.cancel_task(addr, task_id, reason))
+
+    def health(self, *, address=None):
+        """The worker's grpc.health.v1 status: "SERVING" or "NOT_SERVING"."""
+        return self._run(self._engine.health(address))
+
+    def workers(self):
+        """The workers registered in etcd (discovery.Worker: address, ready, draining,
+        free_slots, ...), invalid entries included."""
+        return self._run(self._engine.workers())
+
+    def stats(self):
+        """Counters: submits, submit_retries, duplicates, streams_opened, streams_open,
+        streams_peak, merges, rewatches, failovers."""
+        return self._run(self._stats())
+
+    async def _stats(self):
+        return dict(self._engine.stats)
+
+    def close(self):
+        """Ends the streams and channels and the client's threads; futures not done
+        fail with WorkerError. Tasks they owned fail OWNER_LOST after the worker's
+        watch grace unless another client attaches to them."""
+        if self._closed:
+            return
+        self._run(self._engine.close())
+        self._closed = True
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()
+        self._delivery.stop()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

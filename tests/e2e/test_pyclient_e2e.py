@@ -1,0 +1,467 @@
+"""worker_client (python/worker_client) against the real worker: every method of Client,
+TaskFuture and AsyncClient, typed errors, TLS and the token, progress, ownership."""
+
+import asyncio
+import concurrent.futures
+import io
+import json
+import os
+import socket
+import subprocess
+import threading
+import time
+
+import grpc
+import pytest
+
+from conftest import Worker, pb
+from pyclient_support import deploy_all
+
+import worker_client as wc
+from worker_client import progress as wc_progress
+
+
+@pytest.fixture
+def w(worker_factory):
+    w = worker_factory("--task-slots", "64", "--watch-grace-ms", "400", "--tick-ms", "50")
+    w.wait_serving()
+    deploy_all(w)
+    return w
+
+
+@pytest.fixture
+def client(w):
+    with wc.Client(w.addr) as c:
+        yield c
+
+
+def test_submit_single_map_range_bytes(client, w):
+    f = client.submit("echo", {"a": 1}, labels={"team": "x"})
+    assert isinstance(f, concurrent.futures.Future)
+    assert f.result(timeout=60) == {"echo": {"a": 1}, "index": 0, "epoch": 1}
+    assert f.task_id.startswith("t-") and f.address == w.addr and f.duplicate is False
+    r = f.task_result()
+    assert r.state == "SUCCEEDED" and r.code_epoch == 1 and r.statistic["calls_total"] == 1
+    assert client.map("square", range(12)).result(60) == [i * i for i in range(12)]
+    assert client.map("square", iter([3])).result(60) == [9]
+    chunks = client.range("chunksum", 0, 1000, chunk=100).result(60)
+    assert chunks == [sum(range(s, s + 100)) for s in range(0, 1000, 100)]
+    assert client.range("chunksum", 10, chunk=4).result(60) == [6, 22, 17]
+    assert client.range("chunksum", 0, 10, step=3, chunk=2).result(60) == [3, 15]
+    assert client.submit("rawbytes", b"\x00abc").result(60) == b"cba\x00"
+    out = client.submit("printer", [1]).task_result(60).outputs[0]
+    assert out.value == "printed" and "to stdout [1]" in out.stdout and "to stderr" in out.stderr
+    # the wire request had the labels: the worker's audit line says so
+    assert any(e.get("task_id") == f.task_id for e in w.events("audit"))
+
+
+def test_task_failed_carries_code_message_and_remote_traceback(client):
+    f = client.submit("boom", "x")
+    with pytest.raises(wc.TaskFailed) as e:
+        f.result(60)
+    err = e.value
+    assert err.failure_code == "CALL_FAILED" and err.error_type == "ValueError"
+    assert err.error_message == "boom: x" and err.call_index == 0
+    assert "raise ValueError('boom: ' + str(args))" in err.traceback
+    assert "remote traceback" in str(err) and err.task_id == f.task_id
+    assert err.result.state == "FAILED" and f.exception() is err
+    assert not isinstance(err, concurrent.futures.CancelledError)
+    # CONTINUE: the failed call stands in the list as a CallError
+    vals = client.map("flaky", [{"v": 0, "fail": 1}, {"v": 1, "fail": 1}, {"v": 2, "fail": 1}],
+                      max_failed_calls=1).result(60)
+    assert vals[0] == 0 and vals[2] == 2
+    assert isinstance(vals[1], wc.CallError) and vals[1].type == "ValueError"
+    assert "item 1 refused" in vals[1].message and vals[1].traceback
+
+
+def test_submit_options_reach_the_worker(client, w):
+    # call_timeout: a call past it fails DeadlineExceeded; timeout: the task TASK_TIMEOUT
+    with pytest.raises(wc.TaskFailed) as e:
+        client.submit("sleepy", {"seconds": 30}, call_timeout=0.3).result(60)
+    assert e.value.error_type == "DeadlineExceeded"
+    with pytest.raises(wc.TaskFailed) as e:
+        client.submit("sleepy", {"seconds": 30}, timeout=0.5).result(60)
+    assert e.value.failure_code == "TASK_TIMEOUT"
+    # epoch: deploy a second epoch of echo, run the first one by number
+    w.deploy("echo", "def handler(args, ctx):\n    return {'v2': args, 'epoch': ctx.epoch}\n")
+    assert client.submit("echo", 1).result(60) == {"v2": 1, "epoch": 2}
+    assert client.submit("echo", 1, epoch=1).result(60)["epoch"] == 1
+    # retries: a call that fails with Retryable twice succeeds on its third attempt
+    w.deploy("retry3", "import os, worker\n"
+             "def handler(args, ctx):\n"
+             "    with open(args, 'a') as f: f.write('x')\n"
+             "    if os.path.getsize(args) < 3: raise worker.Retryable('not yet')\n"
+             "    return os.path.getsize(args)\n")
+    path = os.path.join(w.tmp, "retry3.txt")
+    assert client.submit("retry3", path, retries=2).result(60) == 3
+    # builder options and a wrong one: refused before anything runs
+    f = client.submit("square", {"xs": [2, 3]}, builder="map", options={"items": "xs"})
+    assert f.result(60) == [4, 9]
+    with pytest.raises(wc.RequestRejected) as e:
+        client.submit("square", [1], builder="map", options={"chunk": "3"}).result(60)
+    assert e.value.code == grpc.StatusCode.INVALID_ARGUMENT and "unknown option" in e.value.details
+    # an entry point other than main:handler
+    w.deploy("twoentry", "def handler(a, c):\n    return 1\ndef other(a, c):\n    return 2\n")
+    assert client.submit("twoentry", None, entrypoint="main:other").result(60) == 2
+
+
+def test_result_handler(worker_factory, tmp_path):
+    out = tmp_path / "outputs"
+    out.mkdir()
+    w = worker_factory("--output-dir", str(out))
+    w.wait_serving()
+    deploy_all(w)
+    with wc.Client(w.addr) as c:
+        f = c.map("square", [1, 2], result_handler={"type": "file", "name": "sq"})
+        reports = f.result(60)
+        assert reports[0]["plugin"] == "file" and reports[0]["records"] == 2
+        lines = open(reports[0]["location"]).read().splitlines()
+        assert [json.loads(x)["value"] for x in lines] == [1, 4]
+        assert c.submit("square", 3, result_handler="file").result(60)[0]["records"] == 1
+        with pytest.raises(wc.RequestRejected):
+            c.submit("square", 3, result_handler=("redis", {})).result(60)
+
+
+def test_given_task_id_is_idempotent(client):
+    f1 = client.submit("echo", {"k": 1}, task_id="mine-1")
+    assert f1.result(60)["echo"] == {"k": 1} and f1.task_id == "mine-1"
+    f2 = client.submit("echo", {"k": 1}, task_id="mine-1")
+    assert f2.result(60) == f1.result() and f2.duplicate is True
+    with pytest.raises(wc.RequestRejected) as e:
+        client.submit("echo", {"k": 2}, task_id="mine-1").result(60)
+    assert e.value.code == grpc.StatusCode.ALREADY_EXISTS and e.value.task_id == "mine-1"
+    assert isinstance(e.value.__cause__, grpc.RpcError)
+
+
+def test_cancel_from_the_future_and_from_elsewhere(client, w):
+    f = client.submit("sleepy", {"seconds": 30})
+    wait_state(client, f, "RUNNING")
+    assert f.cancel("not needed") is True
+    assert f.cancelled() and f.done()
+    with pytest.raises(wc.TaskCancelled) as e:
+        f.result(1)
+    assert isinstance(e.value, concurrent.futures.CancelledError)
+    r = w.wait_terminal(f.task_id)
+    assert r.state == pb.TASK_STATE_CANCELLED and "not needed" in r.failure_message
+    assert f.cancel() is False
+    # a task cancelled by someone else (client.cancel by id, like workerctl cancel)
+    g = client.submit("sleepy", {"seconds": 30})
+    wait_state(client, g, "RUNNING")
+    snap = client.cancel(g.task_id, "operator says no")
+    assert snap.task_id == g.task_id
+    with pytest.raises(wc.TaskCancelled) as e:
+        g.result(60)
+    assert not g.cancelled() and "operator says no" in e.value.message
+    # a finished task: cancel() is False and the result stays
+    h = client.submit("square", 7)
+    assert h.result(60) == 49 and h.cancel() is False and h.result() == 49
+    # cancelled right after submit, before the admission came back: still cancelled
+    k = client.submit("sleepy", {"seconds": 30})
+    assert k.cancel("early") is True
+    r = w.wait_terminal(k.task_id)
+    assert r.state == pb.TASK_STATE_CANCELLED
+
+
+def wait_state(client, fut, state, timeout=30):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if fut.address is not None and client.get(fut.task_id).state == state:
+            return
+        time.sleep(0.02)
+    raise AssertionError("task %s never reached %s" % (fut.task_id, state))
+
+
+def test_wait_as_completed_and_callbacks(client):
+    done_order = []
+    ev = threading.Event()
+    fs = [client.submit("sleepy", {"seconds": s}) for s in (1.5, 0.1)]
+    fs.append(client.submit("boom", 1))
+    fs[0].add_done_callback(lambda f: (done_order.append(f.task_id), ev.set()))
+    got = [f for f in concurrent.futures.as_completed(fs, timeout=60)]
+    assert set(got) == set(fs) and got[-1] is fs[0]
+    assert ev.wait(10) and done_order == [fs[0].task_id]
+    done, not_done = concurrent.futures.wait(fs, timeout=1)
+    assert len(done) == 3 and not not_done
+    slow = client.submit("sleepy", {"seconds": 30})
+    quick = client.submit("square", 2)
+    done, not_done = concurrent.futures.wait([slow, quick],
+                                             return_when=concurrent.futures.FIRST_COMPLETED,
+                                             timeout=60)
+    assert done == {quick} and not_done == {slow}
+    assert slow.cancel()
+    done, _ = concurrent.futures.wait([slow], timeout=10)
+    assert done == {slow}
+    with pytest.raises(concurrent.futures.TimeoutError):
+        client.submit("sleepy", {"seconds": 5}).result(timeout=0.2)
+
+
+def test_no_slot_and_unavailable(worker_factory):
+    w = worker_factory("--task-slots", "1")
+    w.wait_serving()
+    deploy_all(w)
+    with wc.Client(w.addr) as c:
+        busy = c.submit("sleepy", {"seconds": 30})
+        wait_state(c, busy, "RUNNING")
+        with pytest.raises(wc.NoSlot) as e:
+            c.submit("square", 2).result(30)
+        assert e.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED and e.value.address == w.addr
+        # slot_wait: waits for the slot instead
+        with wc.Client(w.addr, slot_wait=30) as patient:
+            f = patient.submit("square", 5)
+            time.sleep(0.3)
+            assert not f.done()
+            busy.cancel()
+            assert f.result(60) == 25 and patient.stats()["slot_waits"] > 0
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens there
+    with wc.Client("127.0.0.1:%d" % port, retry_time=0.5) as c:
+        with pytest.raises(wc.WorkerUnavailable) as e:
+            c.submit("square", 2).result(30)
+        assert e.value.code == grpc.StatusCode.UNAVAILABLE and e.value.task_id
+        with pytest.raises(wc.WorkerUnavailable):
+            c.health()
+
+
+def test_get_health_attach_stats(client, w):
+    assert client.health() == "SERVING"
+    f = client.submit("sleepy", {"seconds": 0.5})
+    f.result(60)
+    r = client.get(f.task_id)
+    assert r.state == "SUCCEEDED" and r.outputs[0].value["slept"] == 0.5
+    assert f.snapshot().state == "SUCCEEDED"
+    with pytest.raises(wc.RequestRejected) as e:
+        client.get("no-such-task")
+    assert e.value.code == grpc.StatusCode.NOT_FOUND
+    # attach to a task submitted by someone else (the raw stub)
+    w.submit("other-1", "sleepy", {"seconds": 0.5})
+    a = client.attach("other-1", builder="single")
+    assert a.result(60)["slept"] == 0.5
+    w.submit("other-2", "square", raw_args=b"[1,2]", builder="map")
+    assert client.attach("other-2").result(60) == [1, 4]
+    with pytest.raises(wc.RequestRejected):
+        client.attach("never-submitted").result(60)
+    st = client.stats()
+    assert st["submits"] >= 1 and st["streams_opened"] >= 1
+    assert set(st) >= {"submit_retries", "duplicates", "streams_open", "streams_peak", "merges"}
+
+
+def test_close_fails_futures_and_the_owned_task_is_lost(w):
+    c = wc.Client(w.addr)
+    f = c.submit("sleepy", {"seconds": 30})
+    wait_state(c, f, "RUNNING")
+    c.close()
+    with pytest.raises(wc.WorkerError):
+        f.result(10)
+    # the future owned the task: with no watcher left it fails OWNER_LOST after the grace
+    r = w.wait_terminal(f.task_id, timeout=30)
+    assert r.state == pb.TASK_STATE_FAILED and r.failure_code == pb.FAILURE_CODE_OWNER_LOST
+    with pytest.raises(wc.WorkerError):
+        c.submit("square", 1)
+    c.close()  # twice is fine
+
+
+def test_reattach_keeps_an_owned_task(w):
+    c = wc.Client(w.addr)
+    f = c.submit("sleepy", {"seconds": 2})
+    wait_state(c, f, "RUNNING")
+    task_id = f.task_id
+    c.close()
+    with wc.Client(w.addr) as c2:  # within the grace (400 ms): the task goes on
+        assert c2.attach(task_id, builder="single").result(60)["slept"] == 2
+
+
+@pytest.fixture
+def certs(tmp_path):
+    def make(name, cn, ca=None):
+        key, crt = str(tmp_path / (name + ".key")), str(tmp_path / (name + ".pem"))
+        if ca is None:
+            subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                            "-subj", "/CN=" + cn, "-addext",
+                            "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:worker.test",
+                            "-keyout", key, "-out", crt], check=True, capture_output=True)
+        else:
+            csr = str(tmp_path / (name + ".csr"))
+            subprocess.run(["openssl", "req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=" + cn,
+                            "-keyout", key, "-out", csr], check=True, capture_output=True)
+            subprocess.run(["openssl", "x509", "-req", "-in", csr, "-CA", ca[0], "-CAkey", ca[1],
+                            "-CAcreateserial", "-days", "1", "-out", crt], check=True,
+                           capture_output=True)
+        return crt, key
+    return make
+
+
+def test_tls_token_and_client_certificate(tmp_path, certs):
+    crt, key = certs("server", "127.0.0.1")
+    ca = certs("ca", "client-ca")
+    ccrt, ckey = certs("client", "client", ca=ca)
+    w = Worker(str(tmp_path / "w"), extra_args=["--tls-cert-file", crt, "--tls-key-file", key,
+                                                "--auth-token", "tok3n",
+                                                "--tls-client-ca-file", ca[0]])
+    try:
+        w.deploy("square", "def handler(a, c):\n    return a * a\n")
+        with wc.Client(w.addr, root_certificates=crt, client_cert=ccrt, client_key=open(ckey, "rb").read(),
+                       token="tok3n") as c:
+            wait_serving(c)
+            assert c.submit("square", 6).result(60) == 36
+        # the certificate names worker.test: server_name picks it for localhost's address
+        with wc.Client(w.addr, root_certificates=open(crt, "rb").read(), client_cert=ccrt,
+                       client_key=ckey, server_name="worker.test", token="tok3n") as c:
+            assert c.submit("square", 7).result(60) == 49
+        with wc.Client(w.addr, root_certificates=crt, client_cert=ccrt, client_key=ckey) as c:
+            with pytest.raises(wc.RequestRejected) as e:
+                c.submit("square", 2).result(30)
+            assert e.value.code == grpc.StatusCode.UNAUTHENTICATED
+        # no client certificate: the handshake fails, as for an unreachable worker
+        with wc.Client(w.addr, root_certificates=crt, token="tok3n", retry_time=0.5) as c:
+            with pytest.raises(wc.WorkerUnavailable):
+                c.submit("square", 2).result(30)
+        with pytest.raises(ValueError):
+            wc.Client(w.addr, root_certificates=crt, client_cert=ccrt)
+    finally:
+        w.kill()
+
+
+def wait_serving(c, timeout=30):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            if c.health() == "SERVING":
+                return
+        except wc.WorkerError:
+            pass
+        time.sleep(0.05)
+    raise AssertionError("never SERVING")
+
+
+def test_progress_callback_iterator_and_bar(client):
+    seen = []
+    f = client.map("sleepy", [{"seconds": 0.2}] * 4, progress=seen.append)
+    f.result(60)
+    deadline = time.time() + 5
+    while (not seen or seen[-1].kind != "terminal") and time.time() < deadline:
+        time.sleep(0.01)
+    kinds = [p.kind for p in seen]
+    assert kinds[0] == "snapshot" and kinds[-1] == "terminal" and "phase" in kinds
+    assert seen[-1].calls_total == 4 and seen[-1].calls_done == 4 and seen[-1].fraction == 1
+    assert seen[-1].state == "SUCCEEDED" and f.progress is seen[-1]
+    phases = [p.phase for p in seen]  # in order, whenever the watch attached
+    assert phases == sorted(phases, key=["PREPARING", "BUILDER", "CALLS", "WRITER",
+                                         "DONE"].index)
+    g = client.map("sleepy", [{"seconds": 0.2}] * 2)
+    it = list(g.progress_events(timeout=60))
+    assert it[-1].kind == "terminal" and it[-1].calls_done == 2
+    # the plain bar (tqdm is optional): one line per phase change and the end
+    buf = io.StringIO()
+    bar = wc_progress.PlainBar("t-x", file=buf)
+    for p in seen:
+        bar.update(p)
+    text = buf.getvalue()
+    assert "CALLS" in text and "SUCCEEDED 4/4 calls (100%)" in text
+    # progress=True draws a bar on stderr (tqdm when installed, else the plain one)
+    assert client.map("square", [1, 2], progress=True).result(60) == [1, 4]
+    with pytest.raises(TypeError):
+        client.submit("square", 1, progress="yes")
+
+
+def test_bad_arguments_raise_at_once(client):
+    with pytest.raises(TypeError):
+        client.submit("square", object())
+    with pytest.raises(TypeError):
+        client.submit(len, 1)
+    with pytest.raises(ValueError):
+        client.submit("square", 1, timeout=-1)
+    with pytest.raises(TypeError):
+        client.range("chunksum")
+    with pytest.raises(ValueError):
+        wc.Client("127.0.0.1:1", etcd="http://127.0.0.1:2")
+
+
+def test_default_target_follows_workerctl(monkeypatch, w):
+    monkeypatch.setenv("WORKERCTL_ADDR", w.addr)
+    monkeypatch.delenv("WORKERCTL_ETCD", raising=False)
+    with wc.Client() as c:
+        assert c.submit("square", 3).result(60) == 9
+    from worker_client import discovery
+    monkeypatch.delenv("WORKERCTL_ADDR")
+    monkeypatch.setenv("WORKERCTL_ETCD", "http://127.0.0.1:1")
+    assert discovery.default_target() == (None, "http://127.0.0.1:1")
+    monkeypatch.delenv("WORKERCTL_ETCD")
+    assert discovery.default_target() == ("127.0.0.1:7070", None)
+
+
+def test_async_client(w):
+    async def main():
+        async with wc.AsyncClient(w.addr) as c:
+            f = c.submit("square", 4)
+            assert isinstance(f, asyncio.Future) and await f == 16
+            assert f.task_id and f.address == w.addr
+            assert await c.map("square", [1, 2, 3]) == [1, 4, 9]
+            assert await c.range("chunksum", 0, 10, chunk=5) == [10, 35]
+            got = await asyncio.gather(*(c.submit("square", i) for i in range(20)))
+            assert got == [i * i for i in range(20)]
+            fs = [c.submit("sleepy", {"seconds": s}) for s in (0.6, 0.05)]
+            got = [(await x)["slept"] for x in asyncio.as_completed(fs)]
+            assert sorted(got) == [0.05, 0.6]
+            with pytest.raises(wc.TaskFailed) as e:
+                await c.submit("boom", 2)
+            assert e.value.error_type == "ValueError" and e.value.traceback
+            # progress: async for
+            g = c.map("sleepy", [{"seconds": 0.1}] * 3)
+            seen = [p async for p in g.progress_events()]
+            assert seen[0].kind == "snapshot" and seen[-1].kind == "terminal"
+            assert seen[-1].calls_done == 3 and await g == [{"slept": 0.1, "epoch": 1}] * 3
+            # cancel(): the asyncio way (wait_for's timeout cancels the task too)
+            s = c.submit("sleepy", {"seconds": 30})
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(s, 1.0)
+            assert s.cancelled()
+            r = await wait_terminal_async(c, s.task_id)
+            assert r.state == "CANCELLED"
+            s2 = c.submit("sleepy", {"seconds": 30})
+            await asyncio.sleep(0.5)
+            assert await s2.cancel_task("enough") is True and s2.cancelled()
+            assert (await wait_terminal_async(c, s2.task_id)).failure_message.endswith("enough")
+            done = c.submit("square", 1)
+            await done
+            assert await done.cancel_task() is False and done.cancel() is False
+            # remote cancel: TaskCancelled
+            s3 = c.submit("sleepy", {"seconds": 30})
+            await asyncio.sleep(0.5)
+            await c.cancel(s3.task_id, "from afar")
+            with pytest.raises(wc.TaskCancelled):
+                await s3
+            assert (await c.get(s3.task_id)).state == "CANCELLED"
+            assert await c.health() == "SERVING"
+            assert (await c.stats())["submits"] >= 25
+            a = c.attach(f.task_id, builder="single")
+            assert await a == 16 and (await a.snapshot()).state == "SUCCEEDED"
+            assert a.task_result().state == "SUCCEEDED"
+            with pytest.raises(wc.NoSlot):
+                # a worker with 64 slots: 70 sleeping tasks cannot all get one
+                many = [c.submit("sleepy", {"seconds": 3}) for _ in range(70)]
+                await asyncio.gather(*many)
+            for m in many:
+                m.cancel()
+    asyncio.run(main())
+
+
+async def wait_terminal_async(c, task_id, timeout=30):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        r = await c.get(task_id)
+        if r.terminal:
+            return r
+        await asyncio.sleep(0.05)
+    raise AssertionError("not terminal")
+
+
+def test_private_protocol_modules_coexist_with_other_stubs():
+    # conftest loaded its own worker.v1 stubs into protobuf's default pool; worker_client's
+    # live in a private pool under worker_client._proto: both work in one process
+    from worker_client._proto import worker_pb2
+    a = pb.SubmitTaskRequest(task_id="x")
+    b = worker_pb2.SubmitTaskRequest.FromString(a.SerializeToString())
+    assert b.task_id == "x" and type(b).__module__ == "worker_client._proto.worker_pb2"
+    assert worker_pb2.DESCRIPTOR.pool is not pb.DESCRIPTOR.pool
