@@ -11,4 +11,5 @@ install(TARGETS worker bundle_worker workerctl
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/python/
   DESTINATION share/worker/python
   PATTERN "__pycache__" EXCLUDE
-  PATTERN "*.pyc" EXCLUDE)
+  PATTERN "*.pyc" EXCLUDE
+  PATTERN "worker_client" EXCLUDE) # the client library is pip's to install, not the executors'

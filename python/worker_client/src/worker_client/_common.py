@@ -17,7 +17,7 @@ def make_engine(addr, etcd, prefix, tls, root_certificates, client_cert, client_
     if not addr and not etcd:
         addr, etcd = default_target()
     creds = channel_credentials(tls, root_certificates, client_cert, client_key, server_name)
-    return Engine(addr, etcd, prefix or DEFAULT_PREFIX, creds, server_name, token,
+    return Engine(addr, etcd, DEFAULT_PREFIX if prefix is None else prefix, creds, server_name, token,
                   Options(**options))
 
 

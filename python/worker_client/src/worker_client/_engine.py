@@ -269,13 +269,18 @@ class _WatchGroup(object):
             await self.wake.wait()
             self.wake.clear()
             if opts.watch_linger and len(self.pending) < opts.max_watch_ids:
-                await asyncio.sleep(opts.watch_linger)
+                # the more streams beyond what the live tasks need, the longer new tasks
+                # wait to share one (a burst of submits makes a few big streams)
+                extra = len(self.streams) - math.ceil(
+                    sum(len(s.live()) for s in self.streams) / opts.max_watch_ids)
+                await asyncio.sleep(min(opts.watch_linger * 2 ** max(0, min(extra, 10)), 0.25))
             while self.pending:
                 batch = [h for h in self.pending[:opts.max_watch_ids] if not h.done]
                 del self.pending[:opts.max_watch_ids]
                 if batch:
                     self._start(batch)
-            self._consolidate()
+            while self._consolidate():
+                pass
 
     def _start(self, batch):
         eng = self.conn.engine
@@ -292,7 +297,7 @@ class _WatchGroup(object):
         active = [s for s in self.streams if not s.retiring]
         live = sum(len(s.live()) for s in active)
         if len(active) <= math.ceil(live / opts.max_watch_ids) + opts.max_streams:
-            return
+            return False
         active.sort(key=lambda s: len(s.live()))
         merged, handles = [], []
         for s in active:
@@ -302,12 +307,13 @@ class _WatchGroup(object):
             merged.append(s)
             handles.extend(s.live())
         if len(merged) < 2:
-            return
+            return False
         for s in merged:
             s.retiring = True
         self.conn.engine.stats["merges"] += 1
         new = self._start(handles) if handles else None
         asyncio.ensure_future(self._retire(new, merged))
+        return True
 
     async def _retire(self, new, old):
         """Ends the merged streams once the new one has attached every task (its
@@ -318,6 +324,7 @@ class _WatchGroup(object):
             if s.task is not None and not s.task.done():
                 s.task.cancel()
                 self.conn.engine.stats["streams_open"] -= 1
+        self.wake.set()  # merge again if streams came meanwhile
 
     async def broken(self, handles, err):
         """A stream ended with tasks still live: watch them again, resolve unknown ones,
