@@ -49,7 +49,9 @@ def test_submit_single_map_range_bytes(client, w):
     assert client.range("chunksum", 10, chunk=4).result(60) == [6, 22, 17]
     assert client.range("chunksum", 0, 10, step=3, chunk=2).result(60) == [3, 15]
     assert client.submit("rawbytes", b"\x00abc").result(60) == b"cba\x00"
-    out = client.submit("printer", [1]).task_result(60).outputs[0]
+    res = client.submit("printer", [1]).task_result(60)
+    assert res.retries == [] and res.statistic["calls_done"] == 1
+    out = res.outputs[0]
     assert out.value == "printed" and "to stdout [1]" in out.stdout and "to stderr" in out.stderr
     # the wire request had the labels: the worker's audit line says so
     assert any(e.get("task_id") == f.task_id for e in w.events("audit"))
@@ -260,6 +262,25 @@ def test_close_fails_futures_and_the_owned_task_is_lost(w):
     with pytest.raises(wc.WorkerError):
         c.submit("square", 1)
     c.close()  # twice is fine
+
+
+def test_observer_futures_do_not_own_their_tasks(w):
+    c = wc.Client(w.addr)
+    f = c.submit("sleepy", {"seconds": 2}, own=False)
+    wait_state(c, f, "RUNNING")
+    c.close()  # an observer going away starts no grace: the task runs to its end
+    r = w.wait_terminal(f.task_id, timeout=30)
+    assert r.state == pb.TASK_STATE_SUCCEEDED
+    with wc.Client(w.addr) as c2:
+        g = c2.submit("sleepy", {"seconds": 30})
+        wait_state(c2, g, "RUNNING")
+        with wc.Client(w.addr) as c3:
+            o = c3.attach(g.task_id, own=False, builder="single")
+            time.sleep(0.2)
+        assert not g.done()  # the observer's end did not touch the task
+        g.cancel()
+        with pytest.raises(wc.WorkerError):
+            o.result(10)
 
 
 def test_reattach_keeps_an_owned_task(w):

@@ -1,8 +1,7 @@
 """What Client and AsyncClient share above the engine: their constructor arguments and
 the arguments of submit/map/range/attach turned into engine Handles."""
 
-from ._engine import Engine, Handle, Options, build_request, channel_credentials, \
-    observer_supported
+from ._engine import Engine, Handle, Options, build_request, channel_credentials
 from .discovery import DEFAULT_PREFIX, default_target
 from .progress import make_bar
 
@@ -36,17 +35,11 @@ def range_args(start_stop, step, chunk):
 def new_handle(fn, args, own, progress, kw):
     """A Handle for submit(fn, args, **kw) (the request built and checked here, in the
     caller: bad arguments raise at once), and the progress bar when progress is True."""
-    if not own and not observer_supported():
-        raise ValueError("own=False needs observer watches (WatchTasksRequest.observer), "
-                         "which this version of the protocol does not have")
     h = Handle(build_request(fn, args, **kw), own=own)
     return h, _progress_sink(h.task_id, progress)
 
 
 def attach_handle(task_id, address, own, progress):
-    if not own and not observer_supported():
-        raise ValueError("own=False needs observer watches (WatchTasksRequest.observer), "
-                         "which this version of the protocol does not have")
     h = Handle(None, own=own, address=address)
     h.task_id = task_id
     h.builder = None  # unknown: result() is the list of values (one per call)

@@ -58,11 +58,6 @@ class Options(object):
         self.discovery_ttl = discovery_ttl
 
 
-def observer_supported():
-    """True when this client's protocol has observer watches (WatchTasksRequest.observer)."""
-    return "observer" in pb.WatchTasksRequest.DESCRIPTOR.fields_by_name
-
-
 def new_task_id():
     """t-<unix ms hex>-<64 random bits hex>, the form workerctl generates."""
     return "t-%x-%016x" % (int(time.time() * 1000), random.SystemRandom().getrandbits(64))
@@ -201,9 +196,8 @@ class _Stream(object):
     async def run(self):
         g = self.group
         eng = g.conn.engine
-        req = pb.WatchTasksRequest(task_ids=list(self.handles))
-        if not g.own:
-            req.observer = True  # checked by observer_supported() before a handle gets here
+        # an observer's stream never counts for the worker's watch-disconnect grace
+        req = pb.WatchTasksRequest(task_ids=list(self.handles), observe=not g.own)
         err = None
         try:
             call = g.conn.stub.WatchTasks(req, metadata=eng.metadata)
@@ -429,6 +423,7 @@ class Engine(object):
         self.conns = {}
         self.closed = False
         self.handles = set()
+        self.cancels = set()
         self.submit_sem = None
         self.stats = dict(submits=0, submit_retries=0, duplicates=0, streams_opened=0,
                           streams_open=0, streams_peak=0, merges=0, rewatches=0,
@@ -490,7 +485,9 @@ class Engine(object):
                 self.stats["duplicates"] += 1
         h.admitted.set()
         if h.cancel_reason is not None:  # cancelled while the submit was on its way
-            asyncio.ensure_future(self._cancel_quietly(h))
+            t = asyncio.ensure_future(self._cancel_quietly(h))
+            self.cancels.add(t)
+            t.add_done_callback(self.cancels.discard)
         if not h.done:
             self.conn(addr).groups[h.own].add([h])
 
@@ -597,6 +594,13 @@ class Engine(object):
         raise type(last)(msg, code=last.code, details=last.details, task_id=h.task_id,
                          address=last.address)
 
+    def start_cancel(self, h, reason):
+        """cancel(h, reason) in the background; close() waits for it to be sent."""
+        t = asyncio.ensure_future(self.cancel(h, reason))
+        self.cancels.add(t)
+        t.add_done_callback(self.cancels.discard)
+        t.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieved: no warning
+
     async def _cancel_quietly(self, h):
         try:
             await self.cancel_task(h.address, h.task_id, h.cancel_reason or "")
@@ -665,6 +669,8 @@ class Engine(object):
         if self.closed:
             return
         self.closed = True
+        if self.cancels:  # cancels asked for just before: sent before the channels close
+            await asyncio.wait(list(self.cancels), timeout=self.opts.rpc_timeout)
         for h in list(self.handles):
             h.finish(exc=WorkerError("the client was closed before task %s ended (it owned "
                                      "the task: the worker fails it OWNER_LOST after its "

@@ -31,7 +31,7 @@ class AsyncTaskFuture(asyncio.Future):
     def cancel(self, msg=None):
         if self.done():
             return False
-        asyncio.ensure_future(self._client._engine.cancel(self._handle, msg))
+        self._client._engine.start_cancel(self._handle, msg)
         return super().cancel(msg)
 
     async def cancel_task(self, reason=None):

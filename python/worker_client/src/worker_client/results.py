@@ -58,7 +58,8 @@ class TaskResult(object):
     ...), `phase`, `failure_code` ("" when none), `failure_message`, `code_epoch`,
     `outputs` (list of CallOutput, inline outputs only), `plugin_results` (a writer's
     reports: dicts with plugin, location, records, bytes), `statistic` (dict of
-    TaskStatistic), and `raw` (the protobuf message)."""
+    TaskStatistic), `retries` (the first retried attempts: dicts with index, attempt,
+    error_type, error_message) and `raw` (the protobuf message)."""
 
     def __init__(self, raw):
         self.raw = raw
@@ -74,6 +75,8 @@ class TaskResult(object):
                                 "bytes": p.bytes} for p in raw.plugin_results]
         self.statistic = {f.name: getattr(raw.statistic, f.name)
                           for f in raw.statistic.DESCRIPTOR.fields}
+        self.retries = [{"index": r.index, "attempt": r.attempt, "error_type": r.error_type,
+                         "error_message": r.error_message} for r in raw.retries]
 
     @property
     def terminal(self):
@@ -150,23 +153,22 @@ class Progress(object):
                                              self.calls_total or "?")
 
 
-_KIND_NAMES = {1: "snapshot", 2: "phase", 3: "terminal"}
+_KIND_NAMES = {pb.TaskEvent.KIND_SNAPSHOT: "snapshot", pb.TaskEvent.KIND_PHASE_CHANGED: "phase",
+               pb.TaskEvent.KIND_TERMINAL: "terminal", pb.TaskEvent.KIND_PROGRESS: "progress"}
 
 
 def progress_from_event(event):
-    """A Progress from a TaskEvent: its counts come from the event's progress message
-    when the worker sends one, else from the result's statistic."""
+    """A Progress from a TaskEvent: a PROGRESS event's counts (TaskProgress), or the
+    counts of the result's statistic (SNAPSHOT, PHASE_CHANGED, TERMINAL)."""
     kind = _KIND_NAMES.get(event.kind, "progress")
-    result = TaskResult(event.result) if event.HasField("result") else None
+    if event.HasField("progress"):
+        p = event.progress
+        return Progress(event.task_id, kind, "RUNNING", _enum_name(pb.Phase, p.phase, "PHASE_"),
+                        calls_total=p.calls_total if p.total_known else 0,
+                        calls_succeeded=p.calls_succeeded, calls_failed=p.calls_failed,
+                        calls_retried=p.calls_retried)
+    result = TaskResult(event.result)
     st = event.result.statistic
-    counts = dict(calls_total=st.calls_total, calls_succeeded=st.calls_succeeded,
-                  calls_failed=st.calls_failed, calls_retried=st.calls_retried)
-    prog = getattr(event, "progress", None) if "progress" in event.DESCRIPTOR.fields_by_name \
-        else None
-    if prog is not None and event.HasField("progress"):
-        counts = {k: getattr(prog, k) for k in counts if k in prog.DESCRIPTOR.fields_by_name}
-        if "calls_done" in prog.DESCRIPTOR.fields_by_name and "calls_succeeded" not in counts:
-            counts["calls_succeeded"] = prog.calls_done - counts.get("calls_failed", 0)
-    state = result.state if result else "RUNNING"
-    phase = result.phase if result else ""
-    return Progress(event.task_id, kind, state, phase, **counts)
+    return Progress(event.task_id, kind, result.state, result.phase, calls_total=st.calls_total,
+                    calls_succeeded=st.calls_succeeded, calls_failed=st.calls_failed,
+                    calls_retried=st.calls_retried, result=result)

@@ -41,6 +41,16 @@ class WorkerServiceStub(object):
                 request_serializer=worker_dot_v1_dot_worker__pb2.CancelTaskRequest.SerializeToString,
                 response_deserializer=worker_dot_v1_dot_worker__pb2.TaskResult.FromString,
                 )
+        self.ListTasks = channel.unary_unary(
+                '/worker.v1.WorkerService/ListTasks',
+                request_serializer=worker_dot_v1_dot_worker__pb2.ListTasksRequest.SerializeToString,
+                response_deserializer=worker_dot_v1_dot_worker__pb2.ListTasksResponse.FromString,
+                )
+        self.GetTaskLogs = channel.unary_unary(
+                '/worker.v1.WorkerService/GetTaskLogs',
+                request_serializer=worker_dot_v1_dot_worker__pb2.GetTaskLogsRequest.SerializeToString,
+                response_deserializer=worker_dot_v1_dot_worker__pb2.GetTaskLogsResponse.FromString,
+                )
 
 
 class WorkerServiceServicer(object):
@@ -87,6 +97,22 @@ class WorkerServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListTasks(self, request, context):
+        """Live and retained tasks, newest first, a bounded page at a time (page_token from
+        the previous answer), filtered by state and labels.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetTaskLogs(self, request, context):
+        """The captured stdout and stderr of a task's calls, as this worker retains them
+        (task_log_max_bytes per task, task_logs_total_max_bytes in all).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -114,6 +140,16 @@ def add_WorkerServiceServicer_to_server(servicer, server):
                     servicer.CancelTask,
                     request_deserializer=worker_dot_v1_dot_worker__pb2.CancelTaskRequest.FromString,
                     response_serializer=worker_dot_v1_dot_worker__pb2.TaskResult.SerializeToString,
+            ),
+            'ListTasks': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTasks,
+                    request_deserializer=worker_dot_v1_dot_worker__pb2.ListTasksRequest.FromString,
+                    response_serializer=worker_dot_v1_dot_worker__pb2.ListTasksResponse.SerializeToString,
+            ),
+            'GetTaskLogs': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetTaskLogs,
+                    request_deserializer=worker_dot_v1_dot_worker__pb2.GetTaskLogsRequest.FromString,
+                    response_serializer=worker_dot_v1_dot_worker__pb2.GetTaskLogsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -209,5 +245,39 @@ class WorkerService(object):
         return grpc.experimental.unary_unary(request, target, '/worker.v1.WorkerService/CancelTask',
             worker_dot_v1_dot_worker__pb2.CancelTaskRequest.SerializeToString,
             worker_dot_v1_dot_worker__pb2.TaskResult.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def ListTasks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/worker.v1.WorkerService/ListTasks',
+            worker_dot_v1_dot_worker__pb2.ListTasksRequest.SerializeToString,
+            worker_dot_v1_dot_worker__pb2.ListTasksResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def GetTaskLogs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/worker.v1.WorkerService/GetTaskLogs',
+            worker_dot_v1_dot_worker__pb2.GetTaskLogsRequest.SerializeToString,
+            worker_dot_v1_dot_worker__pb2.GetTaskLogsResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
