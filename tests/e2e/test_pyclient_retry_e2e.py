@@ -62,13 +62,13 @@ class DroppingProxy(object):
                 data = client.recv(65536)
                 if not data:
                     break
-                server.sendall(data)
-                with self.lock:
+                with self.lock:  # held before the marker goes out: the answer cannot pass
                     if not self.triggered.is_set():
                         conn["seen"] = (conn["seen"] + data)[-65536:]
                         if self.marker in conn["seen"]:
                             conn["held"] = True
                             self.triggered.set()
+                server.sendall(data)
         except OSError:
             pass
         self._close(client, server, conn)

@@ -30,8 +30,9 @@ class Options(object):
     rpc_timeout       seconds each unary RPC may take (10)
     retry_time        seconds a submit keeps retrying UNAVAILABLE/DEADLINE_EXCEEDED on
                       its worker, with the same task id (10)
-    reconnect_time    seconds a broken watch keeps re-attaching before its tasks fail
-                      WorkerUnavailable (30; keep it under the worker's watch grace)
+    reconnect_time    seconds a broken watch keeps re-attaching (within a second or
+                      two each time, well inside the worker's watch grace) before its
+                      tasks fail WorkerUnavailable (30)
     max_submits       SubmitTask RPCs in flight at once (64)
     max_watch_ids     tasks per WatchTasks stream (1024, the worker's limit)
     max_streams       extra streams per worker before small ones are merged (4)

@@ -196,7 +196,11 @@ class Client(object):
         if sink is not None:
             fut.add_progress_callback(sink)
         d = self._delivery
-        handle.on_progress = lambda p: d.put(lambda: fut._deliver_progress(p))
+
+        def on_progress(p):  # the handle keeps the last one; only callbacks need the thread
+            if fut._progress_callbacks:
+                d.put(lambda: fut._deliver_progress(p))
+        handle.on_progress = on_progress
         handle.on_finish = lambda value, exc, result: d.put(lambda: fut._deliver_finish(value, exc))
         return fut
 
