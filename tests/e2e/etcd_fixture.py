@@ -11,6 +11,8 @@ import tempfile
 import time
 import urllib.request
 
+import pytest
+
 ETCD = "/usr/bin/etcd"
 
 
@@ -100,3 +102,11 @@ def wait_for(pred, timeout=10, step=0.05):
             return v
         time.sleep(step)
     return pred()
+
+
+@pytest.fixture
+def etcd():
+    """A real etcd for one test (import this fixture into the test module)."""
+    e = Etcd()
+    yield e
+    e.stop()

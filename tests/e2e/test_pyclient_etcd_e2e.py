@@ -10,19 +10,12 @@ import grpc
 import pytest
 
 from conftest import pb
-from etcd_fixture import Etcd, free_port, wait_for
+from etcd_fixture import etcd, free_port, wait_for  # noqa: F401 (etcd: a fixture)
 from pyclient_support import deploy_all
 
 import worker_client as wc
 
 PREFIX = "/workers/"
-
-
-@pytest.fixture
-def etcd():
-    e = Etcd()
-    yield e
-    e.stop()
 
 
 def registered(worker_factory, etcd, *extra):

@@ -59,13 +59,12 @@ def test_ten_thousand_tasks_in_flight(w, tmp_path):
         assert all(f.address == w.addr for f in fs)
         for f in fs[:: N // 20]:
             assert c.get(f.task_id).state in ("PREPARING", "RUNNING")
-        # a few shared streams: once the small ones of the burst are merged, what N tasks
-        # need at 1024 a stream plus at most max_streams (4) small ones; never near one
-        # per task, even during the burst
+        # a few shared streams: what N tasks need at 1024 a stream plus max_streams (4)
+        # small ones, and during merges the streams they replace: never near one per task
         bound = math.ceil(N / 1024) + 4
-        assert wait_for(lambda: c.stats()["streams_open"] <= bound, timeout=60), c.stats()
+        assert wait_for(lambda: c.stats()["streams_open"] <= bound, timeout=120), repr(c.stats())
         st = c.stats()
-        assert st["streams_peak"] <= N / 100 and st["streams_opened"] <= N / 50, st
+        assert st["streams_peak"] <= 4 * bound, repr(st)
         # two threads (network loop, delivery), whatever the number of tasks, besides
         # grpc.aio's one poller thread per process
         new = [t.name for t in threading.enumerate() if t.name not in threads_before]
@@ -81,7 +80,7 @@ def test_ten_thousand_tasks_in_flight(w, tmp_path):
         st = c.stats()
         assert st["submit_retries"] == 0 and st["duplicates"] == 0
         # each stream ends (OK) once its last task's TERMINAL event is read
-        assert wait_for(lambda: c.stats()["streams_open"] == 0, timeout=30), c.stats()
+        assert wait_for(lambda: c.stats()["streams_open"] == 0, timeout=60), repr(c.stats())
     worker_cpu, client_cpu = cpu_seconds(w.proc.pid) - worker_cpu0, time.process_time() - client_cpu0
     print("all %d done in %.1f s; CPU per task: client %.2f ms, worker %.2f ms (ratio %.2f)" % (
         N, time.time() - t0, 1000 * client_cpu / N, 1000 * worker_cpu / N,

@@ -11,16 +11,9 @@ import grpc
 import pytest
 
 from conftest import pb, pb_grpc
-from etcd_fixture import Etcd, wait_for
+from etcd_fixture import etcd, wait_for  # noqa: F401 (etcd: a fixture)
 
 PREFIX = "/workers/"
-
-
-@pytest.fixture
-def etcd():
-    e = Etcd()
-    yield e
-    e.stop()
 
 
 def start(worker_factory, etcd, *extra, **kw):

@@ -239,9 +239,12 @@ class _Stream(object):
 
 
 class _WatchGroup(object):
-    """The WatchTasks streams of one worker for owners (or observers): new handles
-    wait `watch_linger` to share a stream; a worker with more than needed streams
-    (ceil(live / max_watch_ids) + max_streams) gets its smallest ones merged."""
+    """The WatchTasks streams of one worker for owners (or observers). New handles wait
+    `watch_linger` (longer while there are many streams) to share a stream. Active
+    streams never exceed ceil(live / max_watch_ids) + max_streams: past that a new
+    batch is merged with the smallest streams into one new stream, which replaces them
+    once it has attached every task; one merge at a time, new batches waiting for it.
+    So a worker has at most twice that many streams open, whatever the submit rate."""
 
     def __init__(self, conn, own):
         self.conn = conn
@@ -250,12 +253,20 @@ class _WatchGroup(object):
         self.streams = set()
         self.wake = asyncio.Event()
         self.runner = None
+        self.merging = None  # the merge in flight (its _retire task)
 
     def add(self, handles):
         self.pending.extend(handles)
         self.wake.set()
         if self.runner is None or self.runner.done():
             self.runner = asyncio.ensure_future(self._run())
+
+    def _active(self):
+        return [s for s in self.streams if not s.retiring]
+
+    def _bound(self, live):
+        opts = self.conn.engine.opts
+        return math.ceil(live / opts.max_watch_ids) + opts.max_streams
 
     async def _run(self):
         eng = self.conn.engine
@@ -269,13 +280,23 @@ class _WatchGroup(object):
                 extra = len(self.streams) - math.ceil(
                     sum(len(s.live()) for s in self.streams) / opts.max_watch_ids)
                 await asyncio.sleep(min(opts.watch_linger * 2 ** max(0, min(extra, 10)), 0.25))
+            self.pending = [h for h in self.pending if not h.done]
             while self.pending:
-                batch = [h for h in self.pending[:opts.max_watch_ids] if not h.done]
-                del self.pending[:opts.max_watch_ids]
-                if batch:
+                active = self._active()
+                live = sum(len(s.live()) for s in active)
+                if len(self.pending) >= opts.max_watch_ids or \
+                        len(active) < self._bound(live + len(self.pending)):
+                    batch = self.pending[:opts.max_watch_ids]
+                    del self.pending[:opts.max_watch_ids]
                     self._start(batch)
-            while self._consolidate():
-                pass
+                elif self.merging is None:
+                    self._merge(active, self.pending)
+                    self.pending = []
+                else:
+                    break  # the merge in flight wakes this loop when it is done
+            if self.merging is None and len(self._active()) > self._bound(
+                    sum(len(s.live()) for s in self._active())):
+                self._merge(self._active(), [])
 
     def _start(self, batch):
         eng = self.conn.engine
@@ -287,39 +308,48 @@ class _WatchGroup(object):
         s.task = asyncio.ensure_future(s.run())
         return s
 
-    def _consolidate(self):
+    def _merge(self, active, fresh):
+        """One new stream for `fresh` handles plus the smallest active streams' (up to
+        max_watch_ids in all); those streams end once it has attached everything."""
         opts = self.conn.engine.opts
-        active = [s for s in self.streams if not s.retiring]
-        live = sum(len(s.live()) for s in active)
-        if len(active) <= math.ceil(live / opts.max_watch_ids) + opts.max_streams:
-            return False
-        active.sort(key=lambda s: len(s.live()))
-        merged, handles = [], []
-        for s in active:
-            n = len(s.live())
-            if merged and len(handles) + n > opts.max_watch_ids:
+        handles = list(fresh)  # fewer than max_watch_ids (else they get a stream of their own)
+        merged = []
+        for s in sorted(active, key=lambda s: len(s.live())):
+            live = s.live()
+            if len(handles) + len(live) > opts.max_watch_ids:
                 break
             merged.append(s)
-            handles.extend(s.live())
-        if len(merged) < 2:
-            return False
+            handles.extend(live)
+        if not merged and not handles:
+            return
         for s in merged:
             s.retiring = True
         self.conn.engine.stats["merges"] += 1
         new = self._start(handles) if handles else None
-        asyncio.ensure_future(self._retire(new, merged))
-        return True
+        self.merging = asyncio.ensure_future(self._retire(new, merged))
 
     async def _retire(self, new, old):
         """Ends the merged streams once the new one has attached every task (its
-        SNAPSHOTs arrived), so no task is ever left without a watcher."""
-        if new is not None:
-            await new.ready.wait()
-        for s in old:
-            if s.task is not None and not s.task.done():
-                s.task.cancel()
-                self.conn.engine.stats["streams_open"] -= 1
-        self.wake.set()  # merge again if streams came meanwhile
+        SNAPSHOTs arrived, or it ended), so no task is left without a watcher. New
+        batches wait for the merge at most rpc_timeout; the old streams end whenever the
+        new one is ready."""
+        try:
+            if new is not None:
+                try:
+                    await asyncio.wait_for(asyncio.shield(new.ready.wait()),
+                                           self.conn.engine.opts.rpc_timeout)
+                except asyncio.TimeoutError:
+                    self.merging = None  # a slow worker: the batches waiting go on
+                    self.wake.set()
+                    await new.ready.wait()
+            for s in old:
+                if s.task is not None and not s.task.done():
+                    s.task.cancel()
+                    self.conn.engine.stats["streams_open"] -= 1
+        finally:
+            if self.merging is asyncio.current_task():
+                self.merging = None
+            self.wake.set()  # batches waiting for this merge go on
 
     async def broken(self, handles, err):
         """A stream ended with tasks still live: watch them again, resolve unknown ones,

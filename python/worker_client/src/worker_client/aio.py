@@ -93,7 +93,7 @@ class AsyncTaskFuture(asyncio.Future):
             self.set_result(value)
 
 
-class AsyncClient(object):
+class AsyncClient(_common.ClientBase):
     """Client's twin for asyncio: the same constructor arguments; submit, map, range
     and attach return AsyncTaskFutures at once (call them inside the running loop);
     get, cancel, health, workers, stats and close are coroutines. `async with`."""
@@ -104,6 +104,9 @@ class AsyncClient(object):
                                            client_cert, client_key, server_name, token, options)
         self._loop = None
 
+    def _start(self, engine_method, handle):
+        engine_method(handle)
+
     def _bind(self, handle, sink):
         if self._loop is None:
             self._loop = asyncio.get_running_loop()
@@ -112,37 +115,6 @@ class AsyncClient(object):
             fut.add_progress_callback(sink)
         handle.on_progress = fut._on_progress
         handle.on_finish = fut._on_finish
-        return fut
-
-    def submit(self, fn, args=None, *, builder="single", epoch=None, retries=None, timeout=None,
-               call_timeout=None, task_id=None, labels=None, result_handler=None, options=None,
-               entrypoint=None, max_failed_calls=None, own=True, progress=None):
-        """As Client.submit; returns an AsyncTaskFuture."""
-        h, sink = _common.new_handle(fn, args, own, progress, dict(
-            builder=builder, epoch=epoch, retries=retries, timeout=timeout,
-            call_timeout=call_timeout, task_id=task_id, labels=labels,
-            result_handler=result_handler, options=options, entrypoint=entrypoint,
-            max_failed_calls=max_failed_calls))
-        fut = self._bind(h, sink)
-        self._engine.start_submit(h)
-        return fut
-
-    def map(self, fn, items, **kw):
-        """As Client.map."""
-        return self.submit(fn, list(items), builder="map", **kw)
-
-    def range(self, fn, *start_stop, step=1, chunk=None, **kw):
-        """As Client.range."""
-        return self.submit(fn, _common.range_args(start_stop, step, chunk), builder="range",
-                           **kw)
-
-    def attach(self, task_id, address=None, *, own=True, builder=None, progress=None):
-        """As Client.attach."""
-        h, sink = _common.attach_handle(task_id, address or self._engine._default_addr(), own,
-                                        progress)
-        h.builder = builder
-        fut = self._bind(h, sink)
-        self._engine.start_attach(h)
         return fut
 
     async def get(self, task_id, *, address=None):

@@ -154,7 +154,7 @@ class TaskFuture(concurrent.futures.Future):
             self.set_result(value)
 
 
-class Client(object):
+class Client(_common.ClientBase):
     """A client of one worker (`Client("host:port")`) or of the workers registered in
     etcd (`Client(etcd="http://127.0.0.1:2379", prefix="/workers/")`: each submit goes to
     the best ready worker with free slots, moving on at RESOURCE_EXHAUSTED or
@@ -164,7 +164,8 @@ class Client(object):
     TLS: root_certificates (PEM bytes or a file path; tls=True alone trusts the
     system's roots), client_cert and client_key for mutual TLS, server_name when the
     certificate names another host. token: sent as "authorization: Bearer TOKEN".
-    Tuning keywords: see worker_client.Options. A context manager; close() ends it."""
+    Tuning keywords: see worker_client.Options. A context manager; close() ends it.
+    submit, map, range and attach (see ClientBase) return TaskFutures."""
 
     def __init__(self, addr=None, *, etcd=None, prefix=None, tls=False, root_certificates=None,
                  client_cert=None, client_key=None, server_name=None, token=None, **options):
@@ -191,6 +192,11 @@ class Client(object):
                                "client's network thread")
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
 
+    def _start(self, engine_method, handle):
+        if self._closed:
+            raise WorkerError("the client is closed")
+        self._loop.call_soon_threadsafe(engine_method, handle)
+
     def _bind(self, handle, sink):
         fut = TaskFuture(self, handle)
         if sink is not None:
@@ -202,55 +208,6 @@ class Client(object):
                 d.put(lambda: fut._deliver_progress(p))
         handle.on_progress = on_progress
         handle.on_finish = lambda value, exc, result: d.put(lambda: fut._deliver_finish(value, exc))
-        return fut
-
-    # ---- tasks ----
-    def submit(self, fn, args=None, *, builder="single", epoch=None, retries=None, timeout=None,
-               call_timeout=None, task_id=None, labels=None, result_handler=None, options=None,
-               entrypoint=None, max_failed_calls=None, own=True, progress=None):
-        """Submits function `fn` (its name in the code store) with `args` (JSON-able, or
-        bytes) and returns its TaskFuture at once; the SubmitTask runs in the
-        background. builder: "single", "map" or "range" (options: its options);
-        epoch: None = CURRENT; retries=N: N retries per call; timeout / call_timeout:
-        seconds for the task / each call attempt; task_id: None = generated (the same
-        id on every retry of this submit); labels: dict; result_handler: "file" or
-        {"type": "file", "name": ...}; max_failed_calls: tolerate that many failed calls
-        (CONTINUE); own: the future's watch owns the task (the worker fails it
-        OWNER_LOST if this client goes away); progress: a callable(Progress) or True for
-        a progress bar. TypeError/ValueError for bad arguments."""
-        h, sink = _common.new_handle(fn, args, own, progress, dict(
-            builder=builder, epoch=epoch, retries=retries, timeout=timeout,
-            call_timeout=call_timeout, task_id=task_id, labels=labels,
-            result_handler=result_handler, options=options, entrypoint=entrypoint,
-            max_failed_calls=max_failed_calls))
-        fut = self._bind(h, sink)
-        if self._closed:
-            raise WorkerError("the client is closed")
-        self._loop.call_soon_threadsafe(self._engine.start_submit, h)
-        return fut
-
-    def map(self, fn, items, **kw):
-        """One map task: a call of fn per item; result() is the list of values in item
-        order. Keywords as submit."""
-        return self.submit(fn, list(items), builder="map", **kw)
-
-    def range(self, fn, *start_stop, step=1, chunk=None, **kw):
-        """One range task, range(fn, stop) or range(fn, start, stop, step=1, chunk=N):
-        a call per chunk of the range with args {"start","stop","step"}; result() is the
-        list of the chunks' values in order. Keywords as submit."""
-        return self.submit(fn, _common.range_args(start_stop, step, chunk), builder="range",
-                           **kw)
-
-    def attach(self, task_id, address=None, *, own=True, builder=None, progress=None):
-        """A TaskFuture for a task already on a worker (submitted by another client, or
-        re-attached after a restart within the worker's watch grace). address: the
-        worker (required with etcd discovery). result() is the list of values, or the
-        single value with builder="single"."""
-        h, sink = _common.attach_handle(task_id, address or self._engine._default_addr(), own,
-                                        progress)
-        h.builder = builder
-        fut = self._bind(h, sink)
-        self._loop.call_soon_threadsafe(self._engine.start_attach, h)
         return fut
 
     def get(self, task_id, *, address=None):
