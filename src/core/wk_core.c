@@ -119,10 +119,10 @@ void wk_core_destroy(wk_core *core) {
   wk_allocator_free(&a, core, sizeof *core);
 }
 
-void wk_core_set_ready(wk_core *core, bool ready) { core->ready = ready; }
-void wk_core_set_draining(wk_core *core, bool draining) { core->draining = draining; }
+static void do_set_ready(wk_core *core, bool ready) { core->ready = ready; }
+static void do_set_draining(wk_core *core, bool draining) { core->draining = draining; }
 
-void wk_core_set_admission_paused(wk_core *core, const char *reason) {
+static void do_set_admission_paused(wk_core *core, const char *reason) {
   size_t n = reason ? strlen(reason) : 0;
   if (n >= sizeof core->paused) n = sizeof core->paused - 1;
   if (n) memcpy(core->paused, reason, n);
@@ -467,8 +467,8 @@ static bool reservation_lapsed(wk_core *core, uint32_t i, int64_t now_ms) {
   return true;
 }
 
-void wk_core_handle_request_slot(wk_core *core, const char *task_id, size_t task_id_len,
-                                 int64_t ttl_ms, int64_t now_ms, wk_slot_result *out) {
+static void do_handle_request_slot(wk_core *core, const char *task_id, size_t task_id_len,
+                                   int64_t ttl_ms, int64_t now_ms, wk_slot_result *out) {
   memset(out, 0, sizeof *out);
   if (!wk_task_id_valid(task_id, task_id_len) || ttl_ms < 0) {
     out->err = WK_ERR_INVALID_ARGUMENT;
@@ -557,8 +557,8 @@ static void activate_record(wk_core *core, uint32_t i, const wk_submit_request *
   c->u.prepare.requested_epoch = req->requested_epoch;
 }
 
-void wk_core_handle_submit(wk_core *core, const wk_submit_request *req, void *adapter_ctx,
-                           int64_t now_ms, wk_submit_result *out) {
+static void do_handle_submit(wk_core *core, const wk_submit_request *req, void *adapter_ctx,
+                             int64_t now_ms, wk_submit_result *out) {
   memset(out, 0, sizeof *out);
   if (!submit_args_valid(core, req)) {
     out->err = WK_ERR_INVALID_ARGUMENT;
@@ -623,9 +623,9 @@ static uint32_t task_in_phase(const wk_core *core, const char *id, size_t len, w
   return i;
 }
 
-void wk_core_handle_activation_prepared(wk_core *core, const char *task_id, size_t task_id_len,
-                                        uint64_t slot_id, uint64_t code_epoch, int64_t now_ms,
-                                        wk_transition_result *out) {
+static void do_handle_activation_prepared(wk_core *core, const char *task_id, size_t task_id_len,
+                                          uint64_t slot_id, uint64_t code_epoch, int64_t now_ms,
+                                          wk_transition_result *out) {
   memset(out, 0, sizeof *out);
   uint32_t i = task_in_phase(core, task_id, task_id_len, WK_PHASE_PREPARING, &out->err);
   if (i == WK_NONE) return;
@@ -654,9 +654,9 @@ void wk_core_handle_activation_prepared(wk_core *core, const char *task_id, size
   push_cmd(&out->cmds, WK_CMD_START_BUILDER, t);
 }
 
-void wk_core_handle_activation_failed(wk_core *core, const char *task_id, size_t task_id_len,
-                                      wk_failure_code code, const char *message, int64_t now_ms,
-                                      wk_transition_result *out) {
+static void do_handle_activation_failed(wk_core *core, const char *task_id, size_t task_id_len,
+                                        wk_failure_code code, const char *message, int64_t now_ms,
+                                        wk_transition_result *out) {
   memset(out, 0, sizeof *out);
   if (code != WK_FAIL_ACTIVATION_FAILED && code != WK_FAIL_IO_SCOPE_FAILED) {
     out->err = WK_ERR_INVALID_ARGUMENT;
@@ -704,9 +704,9 @@ static void builder_span(wk_task_statistic *st, const wk_phase_outcome *o, int64
   st->builder_finished_ms = to;
 }
 
-void wk_core_handle_phase_finished(wk_core *core, const char *task_id, size_t task_id_len,
-                                   wk_phase phase, const wk_phase_outcome *outcome, int64_t now_ms,
-                                   wk_transition_result *out) {
+static void do_handle_phase_finished(wk_core *core, const char *task_id, size_t task_id_len,
+                                     wk_phase phase, const wk_phase_outcome *outcome,
+                                     int64_t now_ms, wk_transition_result *out) {
   memset(out, 0, sizeof *out);
   if (!outcome ||
       (phase != WK_PHASE_BUILDER && phase != WK_PHASE_CALLS && phase != WK_PHASE_WRITER) ||
@@ -767,8 +767,8 @@ void wk_core_handle_phase_finished(wk_core *core, const char *task_id, size_t ta
   WK_UNREACHABLE("phase validated above");
 }
 
-wk_err wk_core_handle_call_progress(wk_core *core, const char *task_id, size_t task_id_len,
-                                    const wk_call_stats *stats) {
+static wk_err do_handle_call_progress(wk_core *core, const char *task_id, size_t task_id_len,
+                                      const wk_call_stats *stats) {
   wk_err err;
   uint32_t i = task_in_phase(core, task_id, task_id_len, WK_PHASE_CALLS, &err);
   if (i == WK_NONE) return err;
@@ -788,8 +788,8 @@ static uint32_t active_task(const wk_core *core, const char *id, size_t len, wk_
   return i;
 }
 
-void wk_core_handle_task_timed_out(wk_core *core, const char *task_id, size_t task_id_len,
-                                   int64_t now_ms, wk_transition_result *out) {
+static void do_handle_task_timed_out(wk_core *core, const char *task_id, size_t task_id_len,
+                                     int64_t now_ms, wk_transition_result *out) {
   memset(out, 0, sizeof *out);
   uint32_t i = active_task(core, task_id, task_id_len, &out->err);
   if (i == WK_NONE) return;
@@ -802,9 +802,9 @@ void wk_core_handle_task_timed_out(wk_core *core, const char *task_id, size_t ta
            now_ms, &out->cmds);
 }
 
-void wk_core_handle_abort(wk_core *core, const char *task_id, size_t task_id_len,
-                          wk_failure_code code, const char *message, int64_t now_ms,
-                          wk_transition_result *out) {
+static void do_handle_abort(wk_core *core, const char *task_id, size_t task_id_len,
+                            wk_failure_code code, const char *message, int64_t now_ms,
+                            wk_transition_result *out) {
   memset(out, 0, sizeof *out);
   if (code != WK_FAIL_CANCELLED && code != WK_FAIL_WORKER_SHUTDOWN) {
     out->err = WK_ERR_INVALID_ARGUMENT;
@@ -833,8 +833,8 @@ void wk_core_handle_abort(wk_core *core, const char *task_id, size_t task_id_len
   converge(core, i, state, code, message, true, now_ms, &out->cmds);
 }
 
-wk_err wk_core_handle_watch_attached(wk_core *core, const char *task_id, size_t task_id_len,
-                                     int64_t now_ms) {
+static wk_err do_handle_watch_attached(wk_core *core, const char *task_id, size_t task_id_len,
+                                       int64_t now_ms) {
   (void)now_ms;
   wk_err err;
   uint32_t i = active_task(core, task_id, task_id_len, &err);
@@ -846,8 +846,8 @@ wk_err wk_core_handle_watch_attached(wk_core *core, const char *task_id, size_t 
   return WK_OK;
 }
 
-wk_err wk_core_handle_watch_detached(wk_core *core, const char *task_id, size_t task_id_len,
-                                     int64_t now_ms) {
+static wk_err do_handle_watch_detached(wk_core *core, const char *task_id, size_t task_id_len,
+                                       int64_t now_ms) {
   (void)now_ms;
   wk_err err;
   uint32_t i = active_task(core, task_id, task_id_len, &err);
@@ -858,8 +858,8 @@ wk_err wk_core_handle_watch_detached(wk_core *core, const char *task_id, size_t 
   return WK_OK;
 }
 
-wk_err wk_core_handle_watch_disconnected(wk_core *core, const char *task_id, size_t task_id_len,
-                                         int64_t now_ms) {
+static wk_err do_handle_watch_disconnected(wk_core *core, const char *task_id, size_t task_id_len,
+                                           int64_t now_ms) {
   wk_err err;
   uint32_t i = active_task(core, task_id, task_id_len, &err);
   if (i == WK_NONE || core->tasks[i].stage != WK_STAGE_ACTIVE) return err;
@@ -871,8 +871,8 @@ wk_err wk_core_handle_watch_disconnected(wk_core *core, const char *task_id, siz
   return WK_OK;
 }
 
-void wk_core_handle_watch_grace_expired(wk_core *core, const char *task_id, size_t task_id_len,
-                                        int64_t now_ms, wk_transition_result *out) {
+static void do_handle_watch_grace_expired(wk_core *core, const char *task_id, size_t task_id_len,
+                                          int64_t now_ms, wk_transition_result *out) {
   memset(out, 0, sizeof *out);
   uint32_t i = active_task(core, task_id, task_id_len, &out->err);
   if (i == WK_NONE) return;
@@ -887,8 +887,8 @@ void wk_core_handle_watch_grace_expired(wk_core *core, const char *task_id, size
            &out->cmds);
 }
 
-void wk_core_handle_slot_lease_expired(wk_core *core, uint64_t slot_id, int64_t now_ms,
-                                       wk_transition_result *out) {
+static void do_handle_slot_lease_expired(wk_core *core, uint64_t slot_id, int64_t now_ms,
+                                         wk_transition_result *out) {
   memset(out, 0, sizeof *out);
   uint32_t s = wk_slot_id_index(slot_id);
   if (s >= core->cfg.task_slots || wk_slot_id_generation(slot_id) == 0) {
@@ -983,4 +983,165 @@ wk_slot_view wk_core_slot(const wk_core *core, uint32_t index) {
     v.task_id_len = core->tasks[s->task].id_len;
   }
   return v;
+}
+
+/* ---- the input boundary (core/wk_core_tap.h) -------------------------------------
+ * Every state-changing entry point is the do_* above behind one of these: with no tap
+ * a branch, with one the input before and the answer after. */
+
+#define TAPPED(core) __builtin_expect((core)->tapped, 0)
+
+void wk_core_set_tap(wk_core *core, const wk_core_tap *tap) {
+  core->tap = tap ? *tap : (wk_core_tap){0};
+  core->tapped = core->tap.input || core->tap.output;
+}
+
+static void tap_in(const wk_core *core, const wk_core_input *in) {
+  if (core->tap.input) core->tap.input(core->tap.ctx, in);
+}
+
+static void tap_out(const wk_core *core, const wk_core_input *in, const wk_core_output *out) {
+  if (core->tap.output) core->tap.output(core->tap.ctx, in, out);
+}
+
+/* Declares `in_` and hands it to the tap when one is installed; `tapped_` says so. */
+#define BOUNDARY_IN(core, ...)          \
+  const bool tapped_ = TAPPED(core);    \
+  wk_core_input in_;                    \
+  if (tapped_) {                        \
+    in_ = (wk_core_input){__VA_ARGS__}; \
+    tap_in(core, &in_);                 \
+  }
+#define BOUNDARY_OUT(core, ...) \
+  if (tapped_) tap_out(core, &in_, &(wk_core_output){__VA_ARGS__})
+
+void wk_core_set_ready(wk_core *core, bool ready) {
+  BOUNDARY_IN(core, .kind = WK_INPUT_SET_READY, .flag = ready);
+  do_set_ready(core, ready);
+  BOUNDARY_OUT(core, .err = WK_OK);
+}
+
+void wk_core_set_draining(wk_core *core, bool draining) {
+  BOUNDARY_IN(core, .kind = WK_INPUT_SET_DRAINING, .flag = draining);
+  do_set_draining(core, draining);
+  BOUNDARY_OUT(core, .err = WK_OK);
+}
+
+void wk_core_set_admission_paused(wk_core *core, const char *reason) {
+  BOUNDARY_IN(core, .kind = WK_INPUT_SET_PAUSED, .message = reason);
+  do_set_admission_paused(core, reason);
+  BOUNDARY_OUT(core, .err = WK_OK);
+}
+
+void wk_core_handle_request_slot(wk_core *core, const char *task_id, size_t task_id_len,
+                                 int64_t ttl_ms, int64_t now_ms, wk_slot_result *out) {
+  BOUNDARY_IN(core, .kind = WK_INPUT_REQUEST_SLOT, .now_ms = now_ms, .task_id = task_id,
+              .task_id_len = task_id_len, .ttl_ms = ttl_ms);
+  do_handle_request_slot(core, task_id, task_id_len, ttl_ms, now_ms, out);
+  BOUNDARY_OUT(core, .err = out->err, .slot = out);
+}
+
+void wk_core_handle_submit(wk_core *core, const wk_submit_request *req, void *adapter_ctx,
+                           int64_t now_ms, wk_submit_result *out) {
+  BOUNDARY_IN(core, .kind = WK_INPUT_SUBMIT, .now_ms = now_ms, .task_id = req->task_id,
+              .task_id_len = req->task_id_len, .submit = req);
+  do_handle_submit(core, req, adapter_ctx, now_ms, out);
+  BOUNDARY_OUT(core, .err = out->err, .submit = out);
+}
+
+void wk_core_handle_activation_prepared(wk_core *core, const char *task_id, size_t task_id_len,
+                                        uint64_t slot_id, uint64_t code_epoch, int64_t now_ms,
+                                        wk_transition_result *out) {
+  BOUNDARY_IN(core, .kind = WK_INPUT_ACTIVATION_PREPARED, .now_ms = now_ms, .task_id = task_id,
+              .task_id_len = task_id_len, .slot_id = slot_id, .code_epoch = code_epoch);
+  do_handle_activation_prepared(core, task_id, task_id_len, slot_id, code_epoch, now_ms, out);
+  BOUNDARY_OUT(core, .err = out->err, .transition = out);
+}
+
+void wk_core_handle_activation_failed(wk_core *core, const char *task_id, size_t task_id_len,
+                                      wk_failure_code code, const char *message, int64_t now_ms,
+                                      wk_transition_result *out) {
+  BOUNDARY_IN(core, .kind = WK_INPUT_ACTIVATION_FAILED, .now_ms = now_ms, .task_id = task_id,
+              .task_id_len = task_id_len, .code = code, .message = message);
+  do_handle_activation_failed(core, task_id, task_id_len, code, message, now_ms, out);
+  BOUNDARY_OUT(core, .err = out->err, .transition = out);
+}
+
+void wk_core_handle_phase_finished(wk_core *core, const char *task_id, size_t task_id_len,
+                                   wk_phase phase, const wk_phase_outcome *outcome, int64_t now_ms,
+                                   wk_transition_result *out) {
+  BOUNDARY_IN(core, .kind = WK_INPUT_PHASE_FINISHED, .now_ms = now_ms, .task_id = task_id,
+              .task_id_len = task_id_len, .phase = phase, .outcome = outcome);
+  do_handle_phase_finished(core, task_id, task_id_len, phase, outcome, now_ms, out);
+  BOUNDARY_OUT(core, .err = out->err, .transition = out);
+}
+
+wk_err wk_core_handle_call_progress(wk_core *core, const char *task_id, size_t task_id_len,
+                                    const wk_call_stats *stats) {
+  BOUNDARY_IN(core, .kind = WK_INPUT_CALL_PROGRESS, .task_id = task_id, .task_id_len = task_id_len,
+              .stats = stats);
+  wk_err err = do_handle_call_progress(core, task_id, task_id_len, stats);
+  BOUNDARY_OUT(core, .err = err);
+  return err;
+}
+
+void wk_core_handle_task_timed_out(wk_core *core, const char *task_id, size_t task_id_len,
+                                   int64_t now_ms, wk_transition_result *out) {
+  BOUNDARY_IN(core, .kind = WK_INPUT_TASK_TIMED_OUT, .now_ms = now_ms, .task_id = task_id,
+              .task_id_len = task_id_len);
+  do_handle_task_timed_out(core, task_id, task_id_len, now_ms, out);
+  BOUNDARY_OUT(core, .err = out->err, .transition = out);
+}
+
+void wk_core_handle_abort(wk_core *core, const char *task_id, size_t task_id_len,
+                          wk_failure_code code, const char *message, int64_t now_ms,
+                          wk_transition_result *out) {
+  BOUNDARY_IN(core, .kind = WK_INPUT_ABORT, .now_ms = now_ms, .task_id = task_id,
+              .task_id_len = task_id_len, .code = code, .message = message);
+  do_handle_abort(core, task_id, task_id_len, code, message, now_ms, out);
+  BOUNDARY_OUT(core, .err = out->err, .transition = out);
+}
+
+/* The three watch inputs answer with an error code alone. */
+#define WATCH_BOUNDARY(core, k, fn)                                                               \
+  BOUNDARY_IN(core, .kind = k, .now_ms = now_ms, .task_id = task_id, .task_id_len = task_id_len); \
+  wk_err err = fn(core, task_id, task_id_len, now_ms);                                            \
+  BOUNDARY_OUT(core, .err = err);                                                                 \
+  return err
+
+wk_err wk_core_handle_watch_attached(wk_core *core, const char *task_id, size_t task_id_len,
+                                     int64_t now_ms) {
+  WATCH_BOUNDARY(core, WK_INPUT_WATCH_ATTACHED, do_handle_watch_attached);
+}
+
+wk_err wk_core_handle_watch_detached(wk_core *core, const char *task_id, size_t task_id_len,
+                                     int64_t now_ms) {
+  WATCH_BOUNDARY(core, WK_INPUT_WATCH_DETACHED, do_handle_watch_detached);
+}
+
+wk_err wk_core_handle_watch_disconnected(wk_core *core, const char *task_id, size_t task_id_len,
+                                         int64_t now_ms) {
+  WATCH_BOUNDARY(core, WK_INPUT_WATCH_DISCONNECTED, do_handle_watch_disconnected);
+}
+
+void wk_core_handle_watch_grace_expired(wk_core *core, const char *task_id, size_t task_id_len,
+                                        int64_t now_ms, wk_transition_result *out) {
+  BOUNDARY_IN(core, .kind = WK_INPUT_WATCH_GRACE_EXPIRED, .now_ms = now_ms, .task_id = task_id,
+              .task_id_len = task_id_len);
+  do_handle_watch_grace_expired(core, task_id, task_id_len, now_ms, out);
+  BOUNDARY_OUT(core, .err = out->err, .transition = out);
+}
+
+void wk_core_handle_slot_lease_expired(wk_core *core, uint64_t slot_id, int64_t now_ms,
+                                       wk_transition_result *out) {
+  BOUNDARY_IN(core, .kind = WK_INPUT_SLOT_LEASE_EXPIRED, .now_ms = now_ms, .slot_id = slot_id);
+  do_handle_slot_lease_expired(core, slot_id, now_ms, out);
+  BOUNDARY_OUT(core, .err = out->err, .transition = out);
+}
+
+size_t wk_core_purge_expired_results(wk_core *core, int64_t now_ms) {
+  BOUNDARY_IN(core, .kind = WK_INPUT_PURGE, .now_ms = now_ms);
+  size_t purged = wk_core__purge_expired_results(core, now_ms);
+  BOUNDARY_OUT(core, .err = WK_OK, .purged = purged);
+  return purged;
 }

@@ -6,6 +6,7 @@
 #include <stddef.h>
 
 #include "core/wk_core.h"
+#include "core/wk_core_tap.h"
 #include "lib/wk_hash.h"
 #include "lib/wk_heap.h"
 
@@ -88,6 +89,8 @@ struct wk_core {
   wk_core_config cfg;
   bool ready, draining;
   char paused[WK_CORE_PAUSE_REASON_MAX]; /* admission paused: why ("" = admitting) */
+  bool tapped;                           /* tap has a function: the boundary reports */
+  wk_core_tap tap;                       /* core/wk_core_tap.h */
 
   wk_slot *slots;
   uint32_t free_slot_head;
@@ -124,6 +127,10 @@ uint32_t wk_core__index_find(const wk_core *core, const char *id, size_t len, ui
 void wk_core__index_insert(wk_core *core, uint32_t t);
 /** Removes record `t`, which must be present. */
 void wk_core__index_remove(wk_core *core, uint32_t t);
+
+/* ---- wk_core_timers.c ---- */
+/** wk_core_purge_expired_results without the input boundary (wk_core.c wraps it). */
+size_t wk_core__purge_expired_results(wk_core *core, int64_t now_ms);
 
 /* ---- wk_core.c, used by the timer and check files ---- */
 /** Forgets the oldest retained result: ring, index, blobs, record back to the free list. */

@@ -39,7 +39,7 @@ size_t wk_core_watch_disconnected_tasks(const wk_core *core, int64_t now_ms, wk_
   return collect_tasks(core, &core->watch_heap, now_ms, out, max);
 }
 
-size_t wk_core_purge_expired_results(wk_core *core, int64_t now_ms) {
+size_t wk_core__purge_expired_results(wk_core *core, int64_t now_ms) {
   size_t purged = 0;
   /* retention is one duration for all, so the ring is ordered by expiry */
   while (core->retained_count > 0 && core->retained[core->retained_head].until_ms <= now_ms) {
