@@ -9,6 +9,8 @@
   config    config files (YAML)
   etcd      an operation byte, a knobs byte, then etcd JSON-gateway answers
   reflection  a mode byte, then a ServerReflectionRequest or a FileDescriptorSet
+  journal   core journal files, built here with struct and a CRC-32C of our own,
+            independently of the C writer (src/adapters/wk_journal.h)
             (input formats: the comments at the top of fuzz_<name>.c)
 
 Usage: make_corpus.py [name ...]   (no name: every corpus). Files are only written,
@@ -508,6 +510,84 @@ REFLECTION_SEEDS = {
     "set_bad_tag": refl(b"\x12\x00", mode=1),
 }
 
+
+# ---- journal: core journal files (src/adapters/wk_journal.h) -------------------------
+
+def crc32c(data):
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
+    return crc ^ 0xFFFFFFFF
+
+
+def jrec(payload):
+    return struct.pack("<II", len(payload), crc32c(payload)) + payload
+
+
+def jheader(task_slots=4, decisions=1, first_seq=0, retained=16, grace=500):
+    return jrec(struct.pack("<BBHIQQqqII", 1, decisions, 0, 0, 0x1234, first_seq,
+                            1764768000000, 1000, 4242, task_slots)
+                + struct.pack("<qqqqqq", 1000, 5000, 10000, 60000, grace, 60000)
+                + struct.pack("<IIQ", retained, 4096, 1 << 20) + b"0.1.0".ljust(32, b"\0"))
+
+
+def jinput(kind, seq, now, fields=b"", task=b"", msg=b"", flags=0):
+    return jrec(struct.pack("<BBBBHHIIQq", 2, kind, flags, 0, len(task), 0, len(msg), 0, seq, now)
+                + fields + task + msg)
+
+
+def stats(total=1, ok=1, failed=0):
+    return struct.pack("<8Q", total, ok, failed, 0, 0, 10, 5, 7)
+
+
+def jfile(*records):
+    return b"WKJOURNL" + struct.pack("<HHI", 1, 0, 0) + b"".join(records)
+
+
+def journal_lifecycle():
+    slot = (1 << 32) | 0
+    recs = [jheader(),
+            jinput(1, 0, 0, flags=1),                                          # set_ready
+            jinput(4, 1, 1000, struct.pack("<q", 300), b"lease-1"),           # request_slot
+            jinput(5, 2, 1001, struct.pack("<QQQqIIIIqqII", 0, 7, 0, 0, 0, 0, 1, 2000, 0, 0, 0, 0),
+                   b"t-1"),                                                   # submit
+            jinput(6, 3, 1002, struct.pack("<QQ", (1 << 32) | 1, 3), b"t-1"),  # activation_prepared
+            jinput(12, 4, 1002, task=b"t-1"),                                  # watch_attached
+            jinput(8, 5, 1003, struct.pack("<IIQ", 1, 0, 0) + stats() + struct.pack("<qq", 1002, 1003),
+                   b"t-1", flags=2),                                          # builder ok
+            jinput(9, 6, 0, stats(3, 2, 0), b"t-1"),                           # call_progress
+            jinput(8, 7, 1010, struct.pack("<IIQ", 2, 0, 16) + stats() + struct.pack("<qq", 0, 0),
+                   b"t-1", flags=2),                                          # calls ok, 16 B
+            jrec(struct.pack("<B7xQ", 3, 7) + b"#7 decision line"),
+            jinput(14, 8, 1011, task=b"t-1"),                                  # watch_disconnected
+            jinput(8, 9, 1012, struct.pack("<IIQ", 3, 8, 0) + stats() + struct.pack("<qq", 0, 0),
+                   b"t-1", b"writer said no"),                                # writer failed
+            jinput(16, 10, 1400, struct.pack("<Q", slot)),                     # slot_lease_expired
+            jinput(5, 11, 1401, struct.pack("<QQQqIIIIqqII", 0, 9, 0, 50, 1, 3, 1, 0, 0, 0, 1, 0),
+                   b"t-2"),
+            jinput(10, 12, 1500, task=b"t-2"),                                 # task_timed_out
+            jinput(7, 13, 1501, struct.pack("<II", 1, 0), b"t-2", b"no epoch"), # activation_failed
+            jinput(11, 14, 1502, struct.pack("<II", 11, 0), b"t-3", b"cancel"), # abort
+            jinput(15, 15, 2000, task=b"t-1"),                                 # watch_grace_expired
+            jinput(3, 16, 0, msg=b"memory"),                                   # set_paused
+            jinput(2, 17, 0, flags=1),                                         # set_draining
+            jinput(17, 18, 70000)]                                             # purge
+    return jfile(*recs)
+
+
+JOURNAL_SEEDS = {
+    "lifecycle": journal_lifecycle(),
+    "truncated": journal_lifecycle()[:-13],
+    "lost": jfile(jheader(), jinput(1, 0, 0, flags=1), jrec(struct.pack("<B7xQQ", 4, 1, 5))),
+    "mid_run": jfile(jheader(first_seq=500), jinput(13, 500, 9000, task=b"t-9"),
+                     jinput(8, 501, 9001, struct.pack("<IIQ", 2, 0, 0) + stats() +
+                            struct.pack("<qq", 0, 0), b"t-9", flags=8)),
+    "bad_config": jfile(jheader(task_slots=0)),
+    "empty": jfile(),
+}
+
 CORPORA = {
     "builders": BUILDERS_SEEDS,
     "reflection": REFLECTION_SEEDS,
@@ -515,6 +595,7 @@ CORPORA = {
     "validate": VALIDATE_SEEDS,
     "config": CONFIG_SEEDS,
     "etcd": ETCD_SEEDS,
+    "journal": JOURNAL_SEEDS,
 }
 
 
