@@ -93,6 +93,7 @@ target_link_libraries(wk_app
     wk_code_store
     wk_pem
     wk_grpc_client
+    wk_journal
     wk_log
     wk_version
     PkgConfig::JANSSON

@@ -102,6 +102,10 @@ typedef struct wk_app_config {
   char audit_deny[1024];  /* functions refused, checked first */
   char
       usage_log[WK_CONFIG_PATH_MAX]; /* usage records appended here as JSON lines ("" = log only) */
+  char core_journal_dir[WK_CONFIG_PATH_MAX]; /* incident journal of the core's inputs ("" = off) */
+  uint64_t core_journal_max_bytes;           /* its files together at most, about */
+  uint32_t core_journal_files;               /* rotated across this many files */
+  bool core_journal_decisions;               /* also record each decision's line (tests) */
   char output_dir[WK_CONFIG_PATH_MAX]; /* file writer: where <task_id>.jsonl files go ("" = off) */
   char redis_addr[1024];               /* redis writer: host:port or a redis(s):// URL ("" = off) */
   char redis_tls_ca_file[WK_CONFIG_PATH_MAX];   /* rediss: CA of the server ("" = system's) */

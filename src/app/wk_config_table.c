@@ -188,6 +188,20 @@ static const wk_config_item table[] = {
     {FIELD(usage_log), .type = WK_CONFIG_STRING, .def = "", .min = 0, .max = STRMAX(usage_log),
      .meta = "FILE",
      .help = "usage sink: one JSON usage record per task appended here (empty = the log only)"},
+    /* incident journal (README "Incident replay") */
+    {FIELD(core_journal_dir), .type = WK_CONFIG_STRING, .def = "", .min = 0,
+     .max = STRMAX(core_journal_dir), .meta = "DIR",
+     .help = "record WorkerCore's inputs here, for `workerctl replay` after an incident "
+             "(empty = off; off by default: it costs more than 1% of the core's time per task, "
+             "see bench_core --journal)"},
+    {FIELD(core_journal_max_bytes), .type = WK_CONFIG_BYTES, .def = "64MiB", .min = 65536,
+     .max = 1099511627776,
+     .help = "the journal's files together at most, about (the oldest file is removed)"},
+    {FIELD(core_journal_files), .type = WK_CONFIG_UINT, .def = "4", .min = 2, .max = 1000,
+     .help = "the journal rotates across this many files"},
+    {FIELD(core_journal_decisions), .type = WK_CONFIG_BOOL, .def = "false",
+     .help = "also record the line of every decision the core took, so `workerctl replay "
+             "--check` can compare a replay with it (tests, debugging)"},
     /* writer plugins (a plugin the profile enables runs when its setting is set) */
     {FIELD(output_dir), .type = WK_CONFIG_STRING, .def = "", .min = 0, .max = STRMAX(output_dir),
      .meta = "DIR", .help = "file writer: directory for <task_id>.jsonl outputs (empty = off)"},

@@ -81,6 +81,7 @@ struct wk_orch {
   uv_loop_t *loop;
   wk_orch_config cfg;
   wk_core *core;
+  struct wk_journal_writer *journal; /* the core's inputs recorded (core_journal_dir); NULL = off */
   wk_exec_adapter exec;
   wk_calls *calls;           /* the calls phase: DispatcherCore and the attempts */
   wk_code_cache *code_cache; /* CURRENT of each function, from memory (cfg.calls.code.cache) */

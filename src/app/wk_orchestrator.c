@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "adapters/wk_code_store.h"
+#include "adapters/wk_journal_writer.h"
 #include "app/wk_calls.h"
 #include "app/wk_code_cache.h"
 #include "app/wk_orch_int.h"
@@ -340,6 +341,24 @@ wk_orch *wk_orch_create(uv_loop_t *loop, const wk_orch_config *cfg, char *err, s
   o->cfg = *cfg;
   if (o->cfg.max_queued_rpcs == 0) o->cfg.max_queued_rpcs = WK_ORCH_DEFAULT_MAX_QUEUED_RPCS;
   o->core = wk_core_create(&cfg->core);
+  compute_wall_offset(o);
+  if (cfg->core_journal_dir && cfg->core_journal_dir[0]) {
+    /* before the core's first input: a replay starts from a fresh core */
+    wk_journal_writer_config jc = {
+        .dir = cfg->core_journal_dir,
+        .max_bytes = cfg->core_journal_max_bytes,
+        .files = cfg->core_journal_files,
+        .decisions = cfg->core_journal_decisions,
+        .version = cfg->version,
+    };
+    o->journal = wk_journal_writer_open(&jc, o->core, o->now_ms, o->now_ms + o->wall_offset_ms, err,
+                                        err_len);
+    if (!o->journal) {
+      wk_core_destroy(o->core);
+      free(o);
+      return NULL;
+    }
+  }
   wk_orch__sems_init(o);
   /* subcall targets resolve in the code root and pass the AuditGate, as tasks do */
   /* CURRENT is read from memory, invalidated by inotify (wk_code_cache.h) */
@@ -353,6 +372,7 @@ wk_orch *wk_orch_create(uv_loop_t *loop, const wk_orch_config *cfg, char *err, s
   o->cfg.calls.code.pins = o->pins;
   o->calls = wk_calls_create(&o->cfg.calls, &o->exec, wk_orch__calls_done, o, err, err_len);
   if (!o->calls) {
+    wk_journal_writer_close(o->journal);
     wk_core_destroy(o->core);
     wk_code_pins_destroy(o->pins);
     wk_code_cache_destroy(o->code_cache);
@@ -488,6 +508,7 @@ void wk_orch__maybe_free(wk_orch *o) {
   wk_subs_destroy(o->subs);
   wk_orch__health_free_all(o);
   wk_calls_destroy(o->calls);
+  wk_journal_writer_close(o->journal); /* what it holds reaches the file */
   wk_core_destroy(o->core);
   wk_orch__prune_free(o);
   wk_code_cache_destroy(o->code_cache);

@@ -88,6 +88,13 @@ typedef struct wk_orch_config {
    * page's last tasks); NULL = none. */
   void (*on_task_ended)(void *ud, const wk_task_result *r, const char *function);
   void *on_task_ended_ud;
+  /* The incident journal (adapters/wk_journal_writer.h): the core's inputs recorded from
+   * its creation on. NULL or "" = off. */
+  const char *core_journal_dir;
+  uint64_t core_journal_max_bytes;
+  uint32_t core_journal_files;
+  bool core_journal_decisions; /* also each decision's line */
+  const char *version;         /* into the journal's header */
 } wk_orch_config;
 
 /** Creates the orchestrator on `loop` with a fresh core (not ready). Returns NULL with
