@@ -21,7 +21,9 @@ add_executable(workerctl
   ${PROJECT_SOURCE_DIR}/cmd/workerctl/workerctl_format.c
   ${PROJECT_SOURCE_DIR}/cmd/workerctl/workerctl_workers.c
   ${PROJECT_SOURCE_DIR}/cmd/workerctl/workerctl_top.c
-  ${PROJECT_SOURCE_DIR}/cmd/workerctl/workerctl_target.c)
+  ${PROJECT_SOURCE_DIR}/cmd/workerctl/workerctl_target.c
+
+  ${PROJECT_SOURCE_DIR}/cmd/workerctl/workerctl_replay.c)
 target_include_directories(workerctl PRIVATE ${PROJECT_SOURCE_DIR}/cmd/workerctl)
 target_link_libraries(workerctl PRIVATE wk_grpc_client wk_code_store wk_proto wk_lib wk_version
   PkgConfig::JANSSON)
@@ -29,6 +31,8 @@ target_link_libraries(workerctl PRIVATE wk_grpc_client wk_code_store wk_proto wk
 target_link_libraries(workerctl PRIVATE wk_etcd_registry)
 # `workerctl top` reads the workers' GET /status over HTTP(S).
 target_link_libraries(workerctl PRIVATE PkgConfig::LIBCURL)
+# `workerctl replay` reads core journals and replays them through WorkerCore.
+target_link_libraries(workerctl PRIVATE wk_journal)
 target_compile_options(workerctl PRIVATE ${WK_WARNINGS})
 # the deploy check runs the source tree's executor program unless installed beside it
 target_compile_definitions(workerctl PRIVATE WK_PYTHON_DIR="${PROJECT_SOURCE_DIR}/python")

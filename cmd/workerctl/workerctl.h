@@ -82,6 +82,9 @@ typedef enum ctl_flag_id {
   F_OUTPUTS,
   F_ALL,
   F_QUIET,
+  F_TASK,     /* replay */
+  F_CHECK,    /* replay */
+  F_RECORDED, /* replay */
   F_COUNT
 } ctl_flag_id;
 
@@ -212,6 +215,9 @@ const char *ctl_etcd_prefix(const ctl_args *a);
 /** Reports a failed etcd request (rc a negative wk_etcd_rc, msg its message) on stderr,
  * and as {"error":{...}} with --json; returns 4 (unreachable) or 3 (any other error). */
 int ctl_report_etcd_error(const ctl_args *a, const char *endpoints, int rc, const char *msg);
+
+/* workerctl_replay.c */
+int ctl_cmd_replay(ctl_args *a);
 
 /* ---- output (workerctl_format.c) ---------------------------------------------------- */
 

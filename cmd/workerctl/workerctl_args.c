@@ -57,6 +57,9 @@ static const ctl_flag flags[F_COUNT] = {
     [F_OUTPUTS] = {"outputs", true, false},
     [F_ALL] = {"all", false, false},
     [F_QUIET] = {"quiet", false, false},
+    [F_TASK] = {"task", true, false},
+    [F_CHECK] = {"check", false, false},
+    [F_RECORDED] = {"recorded", false, false},
 };
 
 #define BIT(f) ((uint64_t)1 << (f))
@@ -186,6 +189,19 @@ const ctl_command ctl_commands[] = {
      "auth_token; --tls-ca when its listener has TLS. Refreshes every second\n"
      "($WORKERCTL_TOP_INTERVAL_MS).\n",
      BIT(F_ETCD) | BIT(F_PREFIX), 0, 0, ctl_cmd_top},
+    {"replay", "replay [--task ID] [--all] [--check] [--recorded] FILE...",
+     "Replays a worker's core journal (the files under its core_journal_dir) through a\n"
+     "fresh WorkerCore and prints every input with the core's decision, one line each:\n"
+     "  #SEQ TIME t=NOW INPUT [task=ID] ARGS -> ERR [RESULT] [| COMMAND ...]...\n"
+     "Files of several runs are replayed run by run. Stops, saying why, at a missing\n"
+     "file or input, a truncated tail or a corrupt record. No worker is contacted.\n"
+     "  --task ID           only the lines concerning task ID\n"
+     "  --all               also the periodic purges that purged nothing\n"
+     "  --check             compare every replayed decision with the one the worker\n"
+     "                      recorded (core_journal_decisions); exit 1 when one differs\n"
+     "  --recorded          print the decisions the worker recorded instead\n",
+     BIT(F_TASK) | BIT(F_ALL) | BIT(F_CHECK) | BIT(F_RECORDED), 1, CTL_MAX_POSITIONAL,
+     ctl_cmd_replay},
 };
 const size_t ctl_command_count = sizeof ctl_commands / sizeof ctl_commands[0];
 
