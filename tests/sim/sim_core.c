@@ -52,25 +52,7 @@ static const struct {
   uint32_t bit;
 } RELAX_NAMES[] = {{"scan-order", RELAX_SCAN_ORDER}, {"bytes-bound", RELAX_BYTES_BOUND}};
 
-/* ---- PRNG: splitmix64, ours alone --------------------------------------------- */
-
-typedef struct prng {
-  uint64_t s;
-} prng;
-
-static uint64_t prng_u64(prng *r) {
-  uint64_t z = (r->s += UINT64_C(0x9E3779B97F4A7C15));
-  z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
-  z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
-  return z ^ (z >> 31);
-}
-
-/** Uniform in [0, n); n > 0. */
-static uint32_t prng_below(prng *r, uint32_t n) {
-  return (uint32_t)(((prng_u64(r) >> 32) * (uint64_t)n) >> 32);
-}
-
-static bool prng_pct(prng *r, uint32_t pct) { return prng_below(r, 100) < pct; }
+/* ---- PRNG: splitmix64 (sim_harness.h) ------------------------------------------ */
 
 /** Uniform in [lo, hi]; hi - lo < 2^32 - 1. */
 static int64_t prng_range(prng *r, int64_t lo, int64_t hi) {

@@ -64,6 +64,26 @@ typedef struct sim_alloc {
  *  destroyed, live_bytes must be 0 and allocs == frees. */
 wk_allocator sim_allocator(sim_alloc *a);
 
+/* ---- PRNG: splitmix64, the simulations' own (never the C library's) ------------- */
+
+typedef struct prng {
+  uint64_t s;
+} prng;
+
+static inline uint64_t prng_u64(prng *r) {
+  uint64_t z = (r->s += UINT64_C(0x9E3779B97F4A7C15));
+  z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+  z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
+  return z ^ (z >> 31);
+}
+
+/** Uniform in [0, n); n > 0. */
+static inline uint32_t prng_below(prng *r, uint32_t n) {
+  return (uint32_t)(((prng_u64(r) >> 32) * (uint64_t)n) >> 32);
+}
+
+static inline bool prng_pct(prng *r, uint32_t pct) { return prng_below(r, 100) < pct; }
+
 /* ---- the command line ------------------------------------------------------------ */
 
 /** What to run: seeds first_seed .. first_seed + seeds - 1, `steps` random steps each. */
