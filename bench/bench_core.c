@@ -8,6 +8,12 @@
  *    Every core call counts as one event.
  * 2. Bytes held per retained result: the core's own accounting
  *    (wk_core_retained_bytes) and the heap as seen by a counting wk_allocator.
+ * 3. The incident journal (--journal, or all sections): the same lifecycles at 1024
+ *    slots timed with the thread's CPU clock, without a tap, with a tap that does
+ *    nothing (the input boundary's own cost), and with the journal writer recording
+ *    every input into files in a temporary directory; rounds interleaved. The figure
+ *    the default of core_journal_dir depends on: the journal's cost per event as a
+ *    share of the core's cost per task (on by default only under 1 %).
  *
  * Targets: >= 5 million events/s on one core; ns/event at 100000 slots within 1.5x
  * of 16 slots. Usage: bench_core [--quick] [--cpu] [--slots N] */
@@ -19,7 +25,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "adapters/wk_journal_writer.h"
 #include "core/wk_core.h"
+#include "core/wk_core_tap.h"
 
 #define LIFECYCLE_EVENTS 9u
 #define TICK_EVERY 256u
@@ -374,21 +382,109 @@ static memory_figures measure_retained(uint32_t n, bool failed, size_t outputs_l
   return m;
 }
 
+/* ---- 3. the incident journal ------------------------------------------------------- */
+
+static void noop_tap(void *ctx, const wk_core_input *in) {
+  (void)ctx;
+  (void)in;
+}
+
+static double cpu_s(clockid_t clock) {
+  struct timespec ts;
+  clock_gettime(clock, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void journal_section(uint64_t per_rep, int reps) {
+  clockid_t saved = bench_clock;
+  bench_clock = CLOCK_THREAD_CPUTIME_ID;
+  char dir[] = "/tmp/bench_core_journal.XXXXXX";
+  if (!mkdtemp(dir)) {
+    perror("bench_core: mkdtemp");
+    exit(1);
+  }
+  enum { OFF, NOOP, JOURNAL, RUNS };
+  static const char *const names[RUNS] = {"no tap", "tap, does nothing", "journal writer"};
+  lifecycle_run runs[RUNS];
+  for (int k = 0; k < RUNS; k++) lifecycle_begin(&runs[k], 1024);
+  wk_core_tap noop = {.input = noop_tap};
+  wk_core_set_tap(runs[NOOP].b->core, &noop);
+  char err[256];
+  wk_journal_writer_config jc = {
+      .dir = dir, .max_bytes = UINT64_C(64) << 20, .files = 4, .ring_bytes = 256u << 20};
+  wk_journal_writer *w =
+      wk_journal_writer_open(&jc, runs[JOURNAL].b->core, runs[JOURNAL].b->now, 1, err, sizeof err);
+  if (!w) {
+    fprintf(stderr, "bench_core: %s\n", err);
+    exit(1);
+  }
+  double writer_cpu = 0, ns[RUNS][16], ratio[16];
+  for (int rep = 0; rep < reps; rep++) {
+    for (int k = 0; k < RUNS; k++) {
+      double p0 = cpu_s(CLOCK_PROCESS_CPUTIME_ID), t0 = cpu_s(CLOCK_THREAD_CPUTIME_ID);
+      ns[k][rep] = lifecycle_rep(&runs[k], per_rep);
+      if (k == JOURNAL) wk_journal_writer_sync(w); /* outside the core's timing */
+      double p1 = cpu_s(CLOCK_PROCESS_CPUTIME_ID), t1 = cpu_s(CLOCK_THREAD_CPUTIME_ID);
+      if (k == JOURNAL) writer_cpu += (p1 - p0) - (t1 - t0);
+    }
+    ratio[rep] = (ns[JOURNAL][rep] - ns[OFF][rep]) / ns[OFF][rep];
+  }
+  wk_journal_stats st = wk_journal_writer_stats(w);
+  uint64_t journal_events = runs[JOURNAL].events_total;
+  wk_journal_writer_close(w);
+  /* events per lifecycle: 9, plus a tick's 4 every TICK_EVERY */
+  const double per_task = LIFECYCLE_EVENTS + 4.0 / TICK_EVERY;
+  double med[RUNS];
+  for (int k = 0; k < RUNS; k++) med[k] = median(ns[k], reps);
+  printf("\nbench_core: the incident journal (1024 slots, thread CPU time, median of %d rounds)\n",
+         reps);
+  printf("  %-20s %12s %14s %16s\n", "core", "ns/event", "ns/task", "+ns/event");
+  for (int k = 0; k < RUNS; k++) {
+    printf("  %-20s %12.1f %14.1f %16.1f\n", names[k], med[k], med[k] * per_task,
+           med[k] - med[OFF]);
+  }
+  double overhead = med[JOURNAL] - med[OFF];
+  double ratio_med = median(ratio, reps); /* sorts ratio: [0] is the lowest */
+  double share = overhead / (med[OFF] * per_task) * 100.0;
+  printf(
+      "  journal cost per event: %.1f ns = %.2f %% of the core's cost per task (%.0f ns);\n"
+      "  the whole journal per task: %.1f %% (median of the rounds' ratios, rounds %.1f..%.1f %%)\n",
+      overhead, share, med[OFF] * per_task, ratio_med * 100.0, ratio[0] * 100.0,
+      ratio[reps - 1] * 100.0);
+  printf("  writer thread: %.1f ns CPU per input; %.1f bytes per input on disk; %" PRIu64
+         " inputs, %" PRIu64 " dropped, %" PRIu64 " files\n",
+         writer_cpu * 1e9 / (double)(journal_events ? journal_events : 1),
+         (double)st.bytes / (double)(st.inputs ? st.inputs : 1), st.inputs, st.dropped, st.files);
+  printf("  default of core_journal_dir: %s (on only when the cost per event is under 1 %%)\n",
+         share < 1.0 ? "on" : "off");
+  for (int k = 0; k < RUNS; k++) {
+    if (k != OFF) wk_core_set_tap(runs[k].b->core, NULL);
+    lifecycle_end(&runs[k]);
+  }
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  if (system(cmd) != 0) fprintf(stderr, "bench_core: could not remove %s\n", dir);
+  bench_clock = saved;
+}
+
 /* ---- main ------------------------------------------------------------------------- */
 
 int main(int argc, char **argv) {
-  bool quick = false;
+  bool quick = false, only_journal = false;
   uint32_t only_slots = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--quick")) {
       quick = true;
+    } else if (!strcmp(argv[i], "--journal")) {
+      only_journal = true;
     } else if (!strcmp(argv[i], "--cpu")) {
       bench_clock = CLOCK_THREAD_CPUTIME_ID;
     } else if (!strcmp(argv[i], "--slots") && i + 1 < argc) {
       only_slots = (uint32_t)strtoul(argv[++i], NULL, 10);
     } else {
       fprintf(stderr,
-              "usage: bench_core [--quick] [--cpu] [--slots N]\n"
+              "usage: bench_core [--quick] [--cpu] [--slots N] [--journal]\n"
+              "  --journal: only the incident journal's cost (section 3)\n"
               "  --cpu: time with the thread's CPU clock instead of the wall clock\n"
               "  --slots N: only the lifecycle run at N slots (for profiling)\n");
       return 2;
@@ -397,6 +493,10 @@ int main(int argc, char **argv) {
   static const uint32_t sizes[] = {16, 1024, 100000};
   const uint64_t per_rep = quick ? 50000 : 400000;
   const int reps = quick ? 3 : 7;
+  if (only_journal) {
+    journal_section(quick ? 50000 : 200000, reps);
+    return 0;
+  }
   if (only_slots) {
     lifecycle_run one_run;
     lifecycle_begin(&one_run, only_slots);
@@ -470,5 +570,6 @@ int main(int argc, char **argv) {
   printf(
       "  (record: preallocated per task record, all records incl. index and heaps; blobs:\n"
       "   outputs, plugin results and message copies; malloc's own overhead not counted)\n");
+  journal_section(quick ? 50000 : 200000, reps);
   return 0;
 }
