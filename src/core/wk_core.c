@@ -986,10 +986,14 @@ wk_slot_view wk_core_slot(const wk_core *core, uint32_t index) {
 }
 
 /* ---- the input boundary (core/wk_core_tap.h) -------------------------------------
- * Every state-changing entry point is the do_* above behind one of these: with no tap
- * a branch, with one the input before and the answer after. */
+ * Every state-changing entry point is its do_* above (its one caller: inlined) behind
+ * a test of `tapped`. With a tap the call goes to its tapped_* twin out of line, which
+ * hands the tap the input, calls the entry point again with `tapped` off, and hands the
+ * tap the answer. The path without a tap keeps no state across the call and costs a
+ * load and a predictable branch. */
 
 #define TAPPED(core) __builtin_expect((core)->tapped, 0)
+#define TAPPED_FN static __attribute__((noinline, cold))
 
 void wk_core_set_tap(wk_core *core, const wk_core_tap *tap) {
   core->tap = tap ? *tap : (wk_core_tap){0};
@@ -1004,144 +1008,362 @@ static void tap_out(const wk_core *core, const wk_core_input *in, const wk_core_
   if (core->tap.output) core->tap.output(core->tap.ctx, in, out);
 }
 
-/* Declares `in_` and hands it to the tap when one is installed; `tapped_` says so. */
-#define BOUNDARY_IN(core, ...)          \
-  const bool tapped_ = TAPPED(core);    \
-  wk_core_input in_;                    \
-  if (tapped_) {                        \
-    in_ = (wk_core_input){__VA_ARGS__}; \
-    tap_in(core, &in_);                 \
-  }
-#define BOUNDARY_OUT(core, ...) \
-  if (tapped_) tap_out(core, &in_, &(wk_core_output){__VA_ARGS__})
+TAPPED_FN void tapped_set_ready(wk_core *core, bool ready) {
+  const wk_core_input in = {.kind = WK_INPUT_SET_READY, .flag = ready};
+  tap_in(core, &in);
+  core->tapped = false; /* the entry point itself, past its test */
+  wk_core_set_ready(core, ready);
+  core->tapped = true;
+  tap_out(core, &in, &(wk_core_output){.err = WK_OK});
+}
 
 void wk_core_set_ready(wk_core *core, bool ready) {
-  BOUNDARY_IN(core, .kind = WK_INPUT_SET_READY, .flag = ready);
+  if (TAPPED(core)) {
+    tapped_set_ready(core, ready);
+    return;
+  }
   do_set_ready(core, ready);
-  BOUNDARY_OUT(core, .err = WK_OK);
+}
+
+TAPPED_FN void tapped_set_draining(wk_core *core, bool draining) {
+  const wk_core_input in = {.kind = WK_INPUT_SET_DRAINING, .flag = draining};
+  tap_in(core, &in);
+  core->tapped = false; /* the entry point itself, past its test */
+  wk_core_set_draining(core, draining);
+  core->tapped = true;
+  tap_out(core, &in, &(wk_core_output){.err = WK_OK});
 }
 
 void wk_core_set_draining(wk_core *core, bool draining) {
-  BOUNDARY_IN(core, .kind = WK_INPUT_SET_DRAINING, .flag = draining);
+  if (TAPPED(core)) {
+    tapped_set_draining(core, draining);
+    return;
+  }
   do_set_draining(core, draining);
-  BOUNDARY_OUT(core, .err = WK_OK);
+}
+
+TAPPED_FN void tapped_set_admission_paused(wk_core *core, const char *reason) {
+  const wk_core_input in = {.kind = WK_INPUT_SET_PAUSED, .message = reason};
+  tap_in(core, &in);
+  core->tapped = false; /* the entry point itself, past its test */
+  wk_core_set_admission_paused(core, reason);
+  core->tapped = true;
+  tap_out(core, &in, &(wk_core_output){.err = WK_OK});
 }
 
 void wk_core_set_admission_paused(wk_core *core, const char *reason) {
-  BOUNDARY_IN(core, .kind = WK_INPUT_SET_PAUSED, .message = reason);
+  if (TAPPED(core)) {
+    tapped_set_admission_paused(core, reason);
+    return;
+  }
   do_set_admission_paused(core, reason);
-  BOUNDARY_OUT(core, .err = WK_OK);
+}
+
+TAPPED_FN void tapped_request_slot(wk_core *core, const char *task_id, size_t task_id_len,
+                                   int64_t ttl_ms, int64_t now_ms, wk_slot_result *out) {
+  const wk_core_input in = {.kind = WK_INPUT_REQUEST_SLOT,
+                            .now_ms = now_ms,
+                            .task_id = task_id,
+                            .task_id_len = task_id_len,
+                            .ttl_ms = ttl_ms};
+  tap_in(core, &in);
+  core->tapped = false; /* the entry point itself, past its test */
+  wk_core_handle_request_slot(core, task_id, task_id_len, ttl_ms, now_ms, out);
+  core->tapped = true;
+  tap_out(core, &in, &(wk_core_output){.err = out->err, .slot = out});
 }
 
 void wk_core_handle_request_slot(wk_core *core, const char *task_id, size_t task_id_len,
                                  int64_t ttl_ms, int64_t now_ms, wk_slot_result *out) {
-  BOUNDARY_IN(core, .kind = WK_INPUT_REQUEST_SLOT, .now_ms = now_ms, .task_id = task_id,
-              .task_id_len = task_id_len, .ttl_ms = ttl_ms);
+  if (TAPPED(core)) {
+    tapped_request_slot(core, task_id, task_id_len, ttl_ms, now_ms, out);
+    return;
+  }
   do_handle_request_slot(core, task_id, task_id_len, ttl_ms, now_ms, out);
-  BOUNDARY_OUT(core, .err = out->err, .slot = out);
+}
+
+TAPPED_FN void tapped_submit(wk_core *core, const wk_submit_request *req, void *adapter_ctx,
+                             int64_t now_ms, wk_submit_result *out) {
+  const wk_core_input in = {.kind = WK_INPUT_SUBMIT,
+                            .now_ms = now_ms,
+                            .task_id = req->task_id,
+                            .task_id_len = req->task_id_len,
+                            .submit = req};
+  tap_in(core, &in);
+  core->tapped = false; /* the entry point itself, past its test */
+  wk_core_handle_submit(core, req, adapter_ctx, now_ms, out);
+  core->tapped = true;
+  tap_out(core, &in, &(wk_core_output){.err = out->err, .submit = out});
 }
 
 void wk_core_handle_submit(wk_core *core, const wk_submit_request *req, void *adapter_ctx,
                            int64_t now_ms, wk_submit_result *out) {
-  BOUNDARY_IN(core, .kind = WK_INPUT_SUBMIT, .now_ms = now_ms, .task_id = req->task_id,
-              .task_id_len = req->task_id_len, .submit = req);
+  if (TAPPED(core)) {
+    tapped_submit(core, req, adapter_ctx, now_ms, out);
+    return;
+  }
   do_handle_submit(core, req, adapter_ctx, now_ms, out);
-  BOUNDARY_OUT(core, .err = out->err, .submit = out);
+}
+
+TAPPED_FN void tapped_activation_prepared(wk_core *core, const char *task_id, size_t task_id_len,
+                                          uint64_t slot_id, uint64_t code_epoch, int64_t now_ms,
+                                          wk_transition_result *out) {
+  const wk_core_input in = {.kind = WK_INPUT_ACTIVATION_PREPARED,
+                            .now_ms = now_ms,
+                            .task_id = task_id,
+                            .task_id_len = task_id_len,
+                            .slot_id = slot_id,
+                            .code_epoch = code_epoch};
+  tap_in(core, &in);
+  core->tapped = false; /* the entry point itself, past its test */
+  wk_core_handle_activation_prepared(core, task_id, task_id_len, slot_id, code_epoch, now_ms, out);
+  core->tapped = true;
+  tap_out(core, &in, &(wk_core_output){.err = out->err, .transition = out});
 }
 
 void wk_core_handle_activation_prepared(wk_core *core, const char *task_id, size_t task_id_len,
                                         uint64_t slot_id, uint64_t code_epoch, int64_t now_ms,
                                         wk_transition_result *out) {
-  BOUNDARY_IN(core, .kind = WK_INPUT_ACTIVATION_PREPARED, .now_ms = now_ms, .task_id = task_id,
-              .task_id_len = task_id_len, .slot_id = slot_id, .code_epoch = code_epoch);
+  if (TAPPED(core)) {
+    tapped_activation_prepared(core, task_id, task_id_len, slot_id, code_epoch, now_ms, out);
+    return;
+  }
   do_handle_activation_prepared(core, task_id, task_id_len, slot_id, code_epoch, now_ms, out);
-  BOUNDARY_OUT(core, .err = out->err, .transition = out);
+}
+
+TAPPED_FN void tapped_activation_failed(wk_core *core, const char *task_id, size_t task_id_len,
+                                        wk_failure_code code, const char *message, int64_t now_ms,
+                                        wk_transition_result *out) {
+  const wk_core_input in = {.kind = WK_INPUT_ACTIVATION_FAILED,
+                            .now_ms = now_ms,
+                            .task_id = task_id,
+                            .task_id_len = task_id_len,
+                            .code = code,
+                            .message = message};
+  tap_in(core, &in);
+  core->tapped = false; /* the entry point itself, past its test */
+  wk_core_handle_activation_failed(core, task_id, task_id_len, code, message, now_ms, out);
+  core->tapped = true;
+  tap_out(core, &in, &(wk_core_output){.err = out->err, .transition = out});
 }
 
 void wk_core_handle_activation_failed(wk_core *core, const char *task_id, size_t task_id_len,
                                       wk_failure_code code, const char *message, int64_t now_ms,
                                       wk_transition_result *out) {
-  BOUNDARY_IN(core, .kind = WK_INPUT_ACTIVATION_FAILED, .now_ms = now_ms, .task_id = task_id,
-              .task_id_len = task_id_len, .code = code, .message = message);
+  if (TAPPED(core)) {
+    tapped_activation_failed(core, task_id, task_id_len, code, message, now_ms, out);
+    return;
+  }
   do_handle_activation_failed(core, task_id, task_id_len, code, message, now_ms, out);
-  BOUNDARY_OUT(core, .err = out->err, .transition = out);
+}
+
+TAPPED_FN void tapped_phase_finished(wk_core *core, const char *task_id, size_t task_id_len,
+                                     wk_phase phase, const wk_phase_outcome *outcome,
+                                     int64_t now_ms, wk_transition_result *out) {
+  const wk_core_input in = {.kind = WK_INPUT_PHASE_FINISHED,
+                            .now_ms = now_ms,
+                            .task_id = task_id,
+                            .task_id_len = task_id_len,
+                            .phase = phase,
+                            .outcome = outcome};
+  tap_in(core, &in);
+  core->tapped = false; /* the entry point itself, past its test */
+  wk_core_handle_phase_finished(core, task_id, task_id_len, phase, outcome, now_ms, out);
+  core->tapped = true;
+  tap_out(core, &in, &(wk_core_output){.err = out->err, .transition = out});
 }
 
 void wk_core_handle_phase_finished(wk_core *core, const char *task_id, size_t task_id_len,
                                    wk_phase phase, const wk_phase_outcome *outcome, int64_t now_ms,
                                    wk_transition_result *out) {
-  BOUNDARY_IN(core, .kind = WK_INPUT_PHASE_FINISHED, .now_ms = now_ms, .task_id = task_id,
-              .task_id_len = task_id_len, .phase = phase, .outcome = outcome);
+  if (TAPPED(core)) {
+    tapped_phase_finished(core, task_id, task_id_len, phase, outcome, now_ms, out);
+    return;
+  }
   do_handle_phase_finished(core, task_id, task_id_len, phase, outcome, now_ms, out);
-  BOUNDARY_OUT(core, .err = out->err, .transition = out);
+}
+
+TAPPED_FN wk_err tapped_call_progress(wk_core *core, const char *task_id, size_t task_id_len,
+                                      const wk_call_stats *stats) {
+  const wk_core_input in = {.kind = WK_INPUT_CALL_PROGRESS,
+                            .task_id = task_id,
+                            .task_id_len = task_id_len,
+                            .stats = stats};
+  tap_in(core, &in);
+  core->tapped = false; /* the entry point itself, past its test */
+  wk_err err = wk_core_handle_call_progress(core, task_id, task_id_len, stats);
+  core->tapped = true;
+  tap_out(core, &in, &(wk_core_output){.err = err});
+  return err;
 }
 
 wk_err wk_core_handle_call_progress(wk_core *core, const char *task_id, size_t task_id_len,
                                     const wk_call_stats *stats) {
-  BOUNDARY_IN(core, .kind = WK_INPUT_CALL_PROGRESS, .task_id = task_id, .task_id_len = task_id_len,
-              .stats = stats);
-  wk_err err = do_handle_call_progress(core, task_id, task_id_len, stats);
-  BOUNDARY_OUT(core, .err = err);
-  return err;
+  if (TAPPED(core)) return tapped_call_progress(core, task_id, task_id_len, stats);
+  return do_handle_call_progress(core, task_id, task_id_len, stats);
+}
+
+TAPPED_FN void tapped_task_timed_out(wk_core *core, const char *task_id, size_t task_id_len,
+                                     int64_t now_ms, wk_transition_result *out) {
+  const wk_core_input in = {.kind = WK_INPUT_TASK_TIMED_OUT,
+                            .now_ms = now_ms,
+                            .task_id = task_id,
+                            .task_id_len = task_id_len};
+  tap_in(core, &in);
+  core->tapped = false; /* the entry point itself, past its test */
+  wk_core_handle_task_timed_out(core, task_id, task_id_len, now_ms, out);
+  core->tapped = true;
+  tap_out(core, &in, &(wk_core_output){.err = out->err, .transition = out});
 }
 
 void wk_core_handle_task_timed_out(wk_core *core, const char *task_id, size_t task_id_len,
                                    int64_t now_ms, wk_transition_result *out) {
-  BOUNDARY_IN(core, .kind = WK_INPUT_TASK_TIMED_OUT, .now_ms = now_ms, .task_id = task_id,
-              .task_id_len = task_id_len);
+  if (TAPPED(core)) {
+    tapped_task_timed_out(core, task_id, task_id_len, now_ms, out);
+    return;
+  }
   do_handle_task_timed_out(core, task_id, task_id_len, now_ms, out);
-  BOUNDARY_OUT(core, .err = out->err, .transition = out);
+}
+
+TAPPED_FN void tapped_abort(wk_core *core, const char *task_id, size_t task_id_len,
+                            wk_failure_code code, const char *message, int64_t now_ms,
+                            wk_transition_result *out) {
+  const wk_core_input in = {.kind = WK_INPUT_ABORT,
+                            .now_ms = now_ms,
+                            .task_id = task_id,
+                            .task_id_len = task_id_len,
+                            .code = code,
+                            .message = message};
+  tap_in(core, &in);
+  core->tapped = false; /* the entry point itself, past its test */
+  wk_core_handle_abort(core, task_id, task_id_len, code, message, now_ms, out);
+  core->tapped = true;
+  tap_out(core, &in, &(wk_core_output){.err = out->err, .transition = out});
 }
 
 void wk_core_handle_abort(wk_core *core, const char *task_id, size_t task_id_len,
                           wk_failure_code code, const char *message, int64_t now_ms,
                           wk_transition_result *out) {
-  BOUNDARY_IN(core, .kind = WK_INPUT_ABORT, .now_ms = now_ms, .task_id = task_id,
-              .task_id_len = task_id_len, .code = code, .message = message);
+  if (TAPPED(core)) {
+    tapped_abort(core, task_id, task_id_len, code, message, now_ms, out);
+    return;
+  }
   do_handle_abort(core, task_id, task_id_len, code, message, now_ms, out);
-  BOUNDARY_OUT(core, .err = out->err, .transition = out);
 }
 
-/* The three watch inputs answer with an error code alone. */
-#define WATCH_BOUNDARY(core, k, fn)                                                               \
-  BOUNDARY_IN(core, .kind = k, .now_ms = now_ms, .task_id = task_id, .task_id_len = task_id_len); \
-  wk_err err = fn(core, task_id, task_id_len, now_ms);                                            \
-  BOUNDARY_OUT(core, .err = err);                                                                 \
-  return err
+TAPPED_FN wk_err tapped_watch_attached(wk_core *core, const char *task_id, size_t task_id_len,
+                                       int64_t now_ms) {
+  const wk_core_input in = {.kind = WK_INPUT_WATCH_ATTACHED,
+                            .now_ms = now_ms,
+                            .task_id = task_id,
+                            .task_id_len = task_id_len};
+  tap_in(core, &in);
+  core->tapped = false; /* the entry point itself, past its test */
+  wk_err err = wk_core_handle_watch_attached(core, task_id, task_id_len, now_ms);
+  core->tapped = true;
+  tap_out(core, &in, &(wk_core_output){.err = err});
+  return err;
+}
 
 wk_err wk_core_handle_watch_attached(wk_core *core, const char *task_id, size_t task_id_len,
                                      int64_t now_ms) {
-  WATCH_BOUNDARY(core, WK_INPUT_WATCH_ATTACHED, do_handle_watch_attached);
+  if (TAPPED(core)) return tapped_watch_attached(core, task_id, task_id_len, now_ms);
+  return do_handle_watch_attached(core, task_id, task_id_len, now_ms);
+}
+
+TAPPED_FN wk_err tapped_watch_detached(wk_core *core, const char *task_id, size_t task_id_len,
+                                       int64_t now_ms) {
+  const wk_core_input in = {.kind = WK_INPUT_WATCH_DETACHED,
+                            .now_ms = now_ms,
+                            .task_id = task_id,
+                            .task_id_len = task_id_len};
+  tap_in(core, &in);
+  core->tapped = false; /* the entry point itself, past its test */
+  wk_err err = wk_core_handle_watch_detached(core, task_id, task_id_len, now_ms);
+  core->tapped = true;
+  tap_out(core, &in, &(wk_core_output){.err = err});
+  return err;
 }
 
 wk_err wk_core_handle_watch_detached(wk_core *core, const char *task_id, size_t task_id_len,
                                      int64_t now_ms) {
-  WATCH_BOUNDARY(core, WK_INPUT_WATCH_DETACHED, do_handle_watch_detached);
+  if (TAPPED(core)) return tapped_watch_detached(core, task_id, task_id_len, now_ms);
+  return do_handle_watch_detached(core, task_id, task_id_len, now_ms);
+}
+
+TAPPED_FN wk_err tapped_watch_disconnected(wk_core *core, const char *task_id, size_t task_id_len,
+                                           int64_t now_ms) {
+  const wk_core_input in = {.kind = WK_INPUT_WATCH_DISCONNECTED,
+                            .now_ms = now_ms,
+                            .task_id = task_id,
+                            .task_id_len = task_id_len};
+  tap_in(core, &in);
+  core->tapped = false; /* the entry point itself, past its test */
+  wk_err err = wk_core_handle_watch_disconnected(core, task_id, task_id_len, now_ms);
+  core->tapped = true;
+  tap_out(core, &in, &(wk_core_output){.err = err});
+  return err;
 }
 
 wk_err wk_core_handle_watch_disconnected(wk_core *core, const char *task_id, size_t task_id_len,
                                          int64_t now_ms) {
-  WATCH_BOUNDARY(core, WK_INPUT_WATCH_DISCONNECTED, do_handle_watch_disconnected);
+  if (TAPPED(core)) return tapped_watch_disconnected(core, task_id, task_id_len, now_ms);
+  return do_handle_watch_disconnected(core, task_id, task_id_len, now_ms);
+}
+
+TAPPED_FN void tapped_watch_grace_expired(wk_core *core, const char *task_id, size_t task_id_len,
+                                          int64_t now_ms, wk_transition_result *out) {
+  const wk_core_input in = {.kind = WK_INPUT_WATCH_GRACE_EXPIRED,
+                            .now_ms = now_ms,
+                            .task_id = task_id,
+                            .task_id_len = task_id_len};
+  tap_in(core, &in);
+  core->tapped = false; /* the entry point itself, past its test */
+  wk_core_handle_watch_grace_expired(core, task_id, task_id_len, now_ms, out);
+  core->tapped = true;
+  tap_out(core, &in, &(wk_core_output){.err = out->err, .transition = out});
 }
 
 void wk_core_handle_watch_grace_expired(wk_core *core, const char *task_id, size_t task_id_len,
                                         int64_t now_ms, wk_transition_result *out) {
-  BOUNDARY_IN(core, .kind = WK_INPUT_WATCH_GRACE_EXPIRED, .now_ms = now_ms, .task_id = task_id,
-              .task_id_len = task_id_len);
+  if (TAPPED(core)) {
+    tapped_watch_grace_expired(core, task_id, task_id_len, now_ms, out);
+    return;
+  }
   do_handle_watch_grace_expired(core, task_id, task_id_len, now_ms, out);
-  BOUNDARY_OUT(core, .err = out->err, .transition = out);
+}
+
+TAPPED_FN void tapped_slot_lease_expired(wk_core *core, uint64_t slot_id, int64_t now_ms,
+                                         wk_transition_result *out) {
+  const wk_core_input in = {
+      .kind = WK_INPUT_SLOT_LEASE_EXPIRED, .now_ms = now_ms, .slot_id = slot_id};
+  tap_in(core, &in);
+  core->tapped = false; /* the entry point itself, past its test */
+  wk_core_handle_slot_lease_expired(core, slot_id, now_ms, out);
+  core->tapped = true;
+  tap_out(core, &in, &(wk_core_output){.err = out->err, .transition = out});
 }
 
 void wk_core_handle_slot_lease_expired(wk_core *core, uint64_t slot_id, int64_t now_ms,
                                        wk_transition_result *out) {
-  BOUNDARY_IN(core, .kind = WK_INPUT_SLOT_LEASE_EXPIRED, .now_ms = now_ms, .slot_id = slot_id);
+  if (TAPPED(core)) {
+    tapped_slot_lease_expired(core, slot_id, now_ms, out);
+    return;
+  }
   do_handle_slot_lease_expired(core, slot_id, now_ms, out);
-  BOUNDARY_OUT(core, .err = out->err, .transition = out);
+}
+
+TAPPED_FN size_t tapped_purge_expired_results(wk_core *core, int64_t now_ms) {
+  const wk_core_input in = {.kind = WK_INPUT_PURGE, .now_ms = now_ms};
+  tap_in(core, &in);
+  core->tapped = false; /* the entry point itself, past its test */
+  size_t purged = wk_core_purge_expired_results(core, now_ms);
+  core->tapped = true;
+  tap_out(core, &in, &(wk_core_output){.err = WK_OK, .purged = purged});
+  return purged;
 }
 
 size_t wk_core_purge_expired_results(wk_core *core, int64_t now_ms) {
-  BOUNDARY_IN(core, .kind = WK_INPUT_PURGE, .now_ms = now_ms);
-  size_t purged = wk_core__purge_expired_results(core, now_ms);
-  BOUNDARY_OUT(core, .err = WK_OK, .purged = purged);
-  return purged;
+  if (TAPPED(core)) return tapped_purge_expired_results(core, now_ms);
+  return wk_core__purge_expired_results(core, now_ms);
 }
