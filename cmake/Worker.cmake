@@ -44,6 +44,9 @@ add_library(wk_app STATIC
   src/app/wk_subscriptions.c
   src/app/wk_orchestrator.c
   src/app/wk_orch_rpc.c
+  src/app/wk_orch_progress.c
+  src/app/wk_orch_tasks.c
+  src/app/wk_task_book.c
   src/app/wk_phase_jobs.c
   src/app/wk_phase_sem.c
   src/app/wk_io_scope.c

@@ -94,6 +94,8 @@ static const method_info k_methods[WK_RPC_METHOD_COUNT] = {
     [WK_RPC_CANCEL_TASK] = {"/worker.v1.WorkerService/CancelTask", "CancelTask", false},
     [WK_RPC_HEALTH_CHECK] = {"/grpc.health.v1.Health/Check", "Health.Check", false},
     [WK_RPC_HEALTH_WATCH] = {"/grpc.health.v1.Health/Watch", "Health.Watch", true},
+    [WK_RPC_LIST_TASKS] = {"/worker.v1.WorkerService/ListTasks", "ListTasks", false},
+    [WK_RPC_GET_TASK_LOGS] = {"/worker.v1.WorkerService/GetTaskLogs", "GetTaskLogs", false},
 };
 
 /* ---- types -------------------------------------------------------------------- */

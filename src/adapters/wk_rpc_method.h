@@ -12,7 +12,9 @@ typedef enum wk_rpc_method {
   WK_RPC_CANCEL_TASK = 4,       /* Worker__V1__CancelTaskRequest */
   WK_RPC_HEALTH_CHECK = 5,      /* Grpc__Health__V1__HealthCheckRequest */
   WK_RPC_HEALTH_WATCH = 6,      /* Grpc__Health__V1__HealthCheckRequest (server streaming) */
-  WK_RPC_METHOD_COUNT = 7,
+  WK_RPC_LIST_TASKS = 7,        /* Worker__V1__ListTasksRequest */
+  WK_RPC_GET_TASK_LOGS = 8,     /* Worker__V1__GetTaskLogsRequest */
+  WK_RPC_METHOD_COUNT = 9,
 } wk_rpc_method;
 
 #endif

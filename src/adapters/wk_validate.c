@@ -155,24 +155,29 @@ static bool validate_map_count(const char *field, size_t n, size_t max, char *er
   return true;
 }
 
+/* One label (a SubmitTask label, or a ListTasks label filter). */
+static bool validate_label(const char *key, const char *value, char *err, size_t err_len) {
+  char ex[EXCERPT_LEN];
+  size_t kn = str_len(key);
+  size_t vn = str_len(value);
+  if (kn > WK_LABEL_BYTES_MAX) {
+    return failf(err, err_len, "labels key \"%s\" must be at most %u bytes, got %zu",
+                 excerpt(key, ex), WK_LABEL_BYTES_MAX, kn);
+  }
+  if (vn > WK_LABEL_BYTES_MAX) {
+    return failf(err, err_len, "labels value for key \"%s\" must be at most %u bytes, got %zu",
+                 excerpt(key, ex), WK_LABEL_BYTES_MAX, vn);
+  }
+  return true;
+}
+
 static bool validate_labels(const Worker__V1__SubmitTaskRequest *req, char *err, size_t err_len) {
   if (!validate_map_count("labels", req->n_labels, WK_LABELS_MAX, err, err_len)) {
     return false;
   }
-  char ex[EXCERPT_LEN];
   for (size_t i = 0; i < req->n_labels; i++) {
     const Worker__V1__SubmitTaskRequest__LabelsEntry *e = req->labels[i];
-    if (e == NULL) continue;
-    size_t kn = str_len(e->key);
-    size_t vn = str_len(e->value);
-    if (kn > WK_LABEL_BYTES_MAX) {
-      return failf(err, err_len, "labels key \"%s\" must be at most %u bytes, got %zu",
-                   excerpt(e->key, ex), WK_LABEL_BYTES_MAX, kn);
-    }
-    if (vn > WK_LABEL_BYTES_MAX) {
-      return failf(err, err_len, "labels value for key \"%s\" must be at most %u bytes, got %zu",
-                   excerpt(e->key, ex), WK_LABEL_BYTES_MAX, vn);
-    }
+    if (e != NULL && !validate_label(e->key, e->value, err, err_len)) return false;
   }
   return true;
 }
@@ -355,6 +360,65 @@ bool wk_validate_cancel_task(const Worker__V1__CancelTaskRequest *req, char *err
   return true;
 }
 
+bool wk_validate_list_tasks(const Worker__V1__ListTasksRequest *req, char *err, size_t err_len) {
+  WK_ASSERT(req != NULL);
+  char ex[EXCERPT_LEN];
+  if (req->page_size > WK_LIST_PAGE_MAX) {
+    return failf(err, err_len, "page_size must be at most %u (0 = %u), got %u", WK_LIST_PAGE_MAX,
+                 WK_LIST_PAGE_DEFAULT, (unsigned)req->page_size);
+  }
+  uint64_t seq;
+  if (!wk_validate_page_token(req->page_token, &seq)) {
+    return failf(err, err_len,
+                 "page_token must be empty or a next_page_token this worker sent, got \"%s\"",
+                 excerpt(req->page_token, ex));
+  }
+  if (req->n_states > WK_LIST_STATES_MAX) {
+    return failf(err, err_len, "states may hold at most %u entries, got %zu", WK_LIST_STATES_MAX,
+                 req->n_states);
+  }
+  for (size_t i = 0; i < req->n_states; i++) {
+    int v = (int)req->states[i];
+    if (v < WORKER__V1__TASK_STATE__TASK_STATE_PREPARING ||
+        v > WORKER__V1__TASK_STATE__TASK_STATE_CANCELLED) {
+      return failf(err, err_len,
+                   "states[%zu] must be a TaskState from PREPARING to CANCELLED, got %d", i, v);
+    }
+  }
+  if (!validate_map_count("labels", req->n_labels, WK_LABELS_MAX, err, err_len)) return false;
+  for (size_t i = 0; i < req->n_labels; i++) {
+    const Worker__V1__ListTasksRequest__LabelsEntry *e = req->labels[i];
+    if (e != NULL && !validate_label(e->key, e->value, err, err_len)) return false;
+  }
+  return true;
+}
+
+bool wk_validate_page_token(const char *token, uint64_t *seq) {
+  *seq = 0;
+  if (token == NULL || token[0] == '\0') return true;
+  /* "s" and a decimal sequence number, at most 19 digits, no leading zero */
+  if (token[0] != 's' || token[1] < '1' || token[1] > '9') return false;
+  uint64_t v = 0;
+  size_t i = 1;
+  for (; token[i]; i++) {
+    if (token[i] < '0' || token[i] > '9' || i > 19) return false;
+    v = v * 10u + (uint64_t)(token[i] - '0');
+  }
+  *seq = v;
+  return true;
+}
+
+bool wk_validate_get_task_logs(const Worker__V1__GetTaskLogsRequest *req, char *err,
+                               size_t err_len) {
+  WK_ASSERT(req != NULL);
+  if (!wk_validate_task_id("task_id", req->task_id, err, err_len)) return false;
+  if (!req->one_call && req->call != 0) {
+    return failf(err, err_len, "call is %u but one_call is false: set one_call to pick a call",
+                 (unsigned)req->call);
+  }
+  return true;
+}
+
 bool wk_validate_health(const Grpc__Health__V1__HealthCheckRequest *req, char *err,
                         size_t err_len) {
   WK_ASSERT(req != NULL);
@@ -510,6 +574,8 @@ const ProtobufCMessageDescriptor *wk_validate_descriptor(wk_rpc_method m) {
     case WK_RPC_CANCEL_TASK: return &worker__v1__cancel_task_request__descriptor;
     case WK_RPC_HEALTH_CHECK:
     case WK_RPC_HEALTH_WATCH: return &grpc__health__v1__health_check_request__descriptor;
+    case WK_RPC_LIST_TASKS: return &worker__v1__list_tasks_request__descriptor;
+    case WK_RPC_GET_TASK_LOGS: return &worker__v1__get_task_logs_request__descriptor;
     case WK_RPC_METHOD_COUNT: break;
   }
   return NULL;
@@ -533,6 +599,10 @@ static bool validate_message(wk_rpc_method m, const ProtobufCMessage *msg,
     case WK_RPC_HEALTH_CHECK:
     case WK_RPC_HEALTH_WATCH:
       return wk_validate_health((const Grpc__Health__V1__HealthCheckRequest *)msg, err, err_len);
+    case WK_RPC_LIST_TASKS:
+      return wk_validate_list_tasks((const Worker__V1__ListTasksRequest *)msg, err, err_len);
+    case WK_RPC_GET_TASK_LOGS:
+      return wk_validate_get_task_logs((const Worker__V1__GetTaskLogsRequest *)msg, err, err_len);
     case WK_RPC_METHOD_COUNT: break;
   }
   return failf(err, err_len, "unknown method %d", (int)m);

@@ -77,6 +77,23 @@ bool wk_validate_get_task_result(const Worker__V1__GetTaskResultRequest *req, ch
 bool wk_validate_watch_tasks(const Worker__V1__WatchTasksRequest *req,
                              const wk_validate_limits *lim, char *err, size_t err_len);
 bool wk_validate_cancel_task(const Worker__V1__CancelTaskRequest *req, char *err, size_t err_len);
+
+#define WK_LIST_PAGE_DEFAULT 100u /* ListTasks.page_size 0 */
+#define WK_LIST_PAGE_MAX 1000u
+#define WK_LIST_STATES_MAX 16u
+
+/** ListTasks: page_size at most WK_LIST_PAGE_MAX, page_token empty or well formed
+ * (wk_validate_page_token), states known TaskStates (at most WK_LIST_STATES_MAX), labels
+ * as a submission's. False with the reason in err otherwise. */
+bool wk_validate_list_tasks(const Worker__V1__ListTasksRequest *req, char *err, size_t err_len);
+
+/** Parses a ListTasks page token: "" (seq 0: from the newest) or "s" and a decimal
+ * sequence number (1..19 digits, no leading zero). False when malformed. */
+bool wk_validate_page_token(const char *token, uint64_t *seq);
+
+/** GetTaskLogs: a valid task id; `call` only with one_call. */
+bool wk_validate_get_task_logs(const Worker__V1__GetTaskLogsRequest *req, char *err,
+                               size_t err_len);
 bool wk_validate_health(const Grpc__Health__V1__HealthCheckRequest *req, char *err, size_t err_len);
 
 /* ---- fields ------------------------------------------------------------------- */

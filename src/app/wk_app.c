@@ -700,6 +700,11 @@ static void build_orch_config(const wk_app *app, wk_orch_config *ocfg) {
       .scan_concurrency = cfg->scan_concurrency,
       .executor_concurrency = cfg->executor_concurrency,
       .plugin_concurrency = cfg->plugin_concurrency,
+      .progress_events_per_s = cfg->progress_events_per_s,
+      /* a GetTaskLogs answer fits in max_message_bytes, as a result does */
+      .task_logs = {.task_log_max_bytes = wk_wire_inline_output_limit(
+                        (size_t)cfg->task_log_max_bytes, cfg->max_message_bytes),
+                    .total_log_max_bytes = cfg->task_logs_total_max_bytes},
       .on_task_finished = app->metrics ? wk_app_metrics_on_task_finished : NULL,
       .on_task_finished_ud = app->metrics,
       .on_task_ended = app->status ? wk_status_on_task_ended : NULL,

@@ -21,6 +21,7 @@ struct wk_attempt {
   uint64_t call_id;
   uint64_t group;       /* for a child: its group; 0 for a top-level call */
   uint32_t index;       /* call index, or position in the group */
+  uint32_t attempt;     /* 1 = the call's first */
   void *handle;         /* the executor adapter's, while it runs */
   bool answered;        /* the executor's outcome came in */
   wk_buf output;        /* top-level: the encoded CallOutput of the answer */
@@ -175,6 +176,7 @@ static void send_attempt(wk_calls *c, const wk_disp_action *act) {
   a->call_id = act->call_id;
   a->group = act->depth ? act->group : 0;
   a->index = act->index;
+  a->attempt = act->attempt;
   a->next = rt->calls.attempts;
   if (rt->calls.attempts) rt->calls.attempts->prev = a;
   rt->calls.attempts = a;
@@ -519,6 +521,34 @@ static void finish_attempt(wk_calls *c, wk_task_rt *rt, uint64_t call_id, wk_dis
   forget_answered(c, rt, call_id);
 }
 
+/* Retries the dispatcher scheduled for the task so far; they count live in its stats. */
+static uint64_t retried_so_far(wk_calls *c, wk_task_rt *rt) {
+  wk_disp_task_info info;
+  if (rt->calls.disp_task && wk_disp_task_info_get(c->disp, rt->calls.disp_task, &info) == WK_OK)
+    rt->calls.stats.calls_retried = info.retried;
+  return rt->calls.stats.calls_retried;
+}
+
+/* The outcome of attempt `attempt` of call `index` made the dispatcher retry it: the
+ * first WK_RT_RETRIES_LISTED such attempts are listed in the result, with why. */
+static void note_retry(wk_task_rt *rt, uint32_t index, uint32_t attempt, const wk_call_outcome *o) {
+  if (rt->calls.n_retries >= WK_RT_RETRIES_LISTED) return;
+  wk_rt_retry *r = &rt->calls.retries[rt->calls.n_retries++];
+  r->index = index;
+  r->attempt = attempt;
+  const char *why = o->status == WK_CALL_EXECUTOR_LOST ? "ExecutorLost"
+                    : o->status == WK_CALL_TIMEOUT     ? "DeadlineExceeded"
+                                                       : "Retryable";
+  if (o->error_type.len) {
+    snprintf(r->type, sizeof r->type, "%.*s", (int)o->error_type.len,
+             (const char *)o->error_type.ptr);
+  } else {
+    snprintf(r->type, sizeof r->type, "%s", why);
+  }
+  snprintf(r->message, sizeof r->message, "%.*s", (int)o->error_message.len,
+           (const char *)o->error_message.ptr);
+}
+
 static wk_disp_result disp_result(wk_call_status s) {
   switch (s) {
     case WK_CALL_OK: return WK_DISP_OK;
@@ -577,7 +607,18 @@ wk_task_rt *wk_calls_on_result(wk_calls *c, void *call_ctx, const wk_call_outcom
                       o->traceback.len},
     };
   }
+  if (a->group != 0) {
+    finish_attempt(c, rt, a->call_id, disp_result(o->status));
+    return rt;
+  }
+  if (c->cfg.on_output) {
+    c->cfg.on_output(c->cfg.on_output_ud, rt->req.task_id, a->index, a->attempt, o->stdout_bytes,
+                     o->stderr_bytes);
+  }
+  uint32_t index = a->index, attempt = a->attempt; /* a may be gone after the finish */
+  uint64_t retried_before = retried_so_far(c, rt);
   finish_attempt(c, rt, a->call_id, disp_result(o->status));
+  if (retried_so_far(c, rt) > retried_before) note_retry(rt, index, attempt, o);
   return rt;
 }
 

@@ -30,6 +30,11 @@ typedef struct wk_calls_config {
    * calls are cancelled, rt->calls.over_limit is set): outputs are bounded as they
    * arrive, never after every call ran. */
   size_t max_inline_output_bytes;
+  /* Every answered attempt of a top-level call, with its captured stdout and stderr
+   * (views valid during the call only); NULL = none. */
+  void (*on_output)(void *ud, const char *task_id, uint32_t index, uint32_t attempt,
+                    wk_frame_bytes out, wk_frame_bytes err);
+  void *on_output_ud;
 } wk_calls_config;
 
 /* Called when a task's calls are over (rt->calls.ok says how). */

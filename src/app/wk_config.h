@@ -67,8 +67,11 @@ typedef struct wk_app_config {
   uint32_t max_retained_results;
   uint64_t max_retained_bytes;
   int64_t watch_disconnect_grace_ms;
-  uint64_t watch_stream_max_bytes; /* unsent event bytes per WatchTasks stream */
-  uint64_t watch_total_max_bytes;  /* ... over all streams, shared results once */
+  uint64_t watch_stream_max_bytes;    /* unsent event bytes per WatchTasks stream */
+  uint64_t watch_total_max_bytes;     /* ... over all streams, shared results once */
+  uint32_t progress_events_per_s;     /* PROGRESS events per task and second at most */
+  uint64_t task_log_max_bytes;        /* captured call output kept per task (GetTaskLogs) */
+  uint64_t task_logs_total_max_bytes; /* ... over all tasks */
   int64_t default_slot_ttl_ms;
   int64_t max_slot_ttl_ms;
   int64_t default_task_timeout_ms;

@@ -132,6 +132,17 @@ static const wk_config_item table[] = {
      .help = "unsent event bytes all WatchTasks streams together may hold, a result shared "
              "by many streams counted once; a stream whose event would pass it ends "
              "RESOURCE_EXHAUSTED"},
+    {FIELD(progress_events_per_s), .type = WK_CONFIG_UINT, .def = "10", .min = 1, .max = 1000,
+     .help = "PROGRESS events per second per task at most on WatchTasks while its calls run "
+             "(plus one at every phase change)"},
+    {FIELD(task_log_max_bytes), .type = WK_CONFIG_BYTES, .def = "1MiB", .min = 0, .max = 1073741824,
+     .help = "captured stdout/stderr of a task's calls kept for GetTaskLogs (workerctl logs); "
+             "what is over it is dropped and counted (0 = keep none; at most max_message_bytes "
+             "less 8 KiB, so an answer fits a message)"},
+    {FIELD(task_logs_total_max_bytes), .type = WK_CONFIG_BYTES, .def = "64MiB", .min = 0,
+     .max = 68719476736,
+     .help = "captured call output kept for GetTaskLogs over all tasks: the oldest tasks' logs "
+             "are evicted first"},
     /* slots and tasks */
     {FIELD(default_slot_ttl_ms), .type = WK_CONFIG_MS, .def = "30000", .min = 1, .max = 3600000,
      .alias = "slot-ttl-ms", .help = "slot lease when a request gives none"},

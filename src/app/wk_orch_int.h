@@ -5,6 +5,8 @@
  *   wk_phase_sem.c     the phase semaphores (builderSem, scanSem, executorSem, pluginSem)
  *   wk_io_scope.c      the IO scope bound (a task's scratch directory, measured on ticks)
  *   wk_usage_log.c     the task_finished log line and the usage records
+ *   wk_orch_progress.c PROGRESS events at a bounded rate per task
+ *   wk_orch_tasks.c    ListTasks and GetTaskLogs (the task book)
  * Names that cross these files carry the `wk_orch__` prefix. */
 #ifndef WK_ORCH_INT_H
 #define WK_ORCH_INT_H
@@ -114,6 +116,8 @@ struct wk_orch {
   wk_code_pins *pins; /* the code epochs tasks run (wk_task_code.c), shared with prune jobs */
   struct wk_orch__prune *prune_pending; /* functions to prune next (wk_code_prune.c) */
   bool prune_running;                   /* a prune job is on the threadpool */
+  wk_task_rt *progress_pending;         /* tasks with a PROGRESS event held back (rate) */
+  wk_task_book *book;                   /* function, labels and call output of each task */
 };
 
 /** Reads the loop's clock once for this turn into o->now_ms and returns it. */
@@ -157,6 +161,9 @@ void wk_orch__maybe_free(wk_orch *o);
 
 /* ---- wk_orch_rpc.c ------------------------------------------------------------------- */
 
+/** Replies to a unary rpc with message `m`, packed. */
+void wk_orch__reply_packed(wk_rpc *rpc, const ProtobufCMessage *m);
+
 /** Answers or starts one rpc from the event queue (releases unary rpcs). */
 void wk_orch__handle_rpc(wk_orch *o, wk_rpc *rpc);
 
@@ -171,6 +178,47 @@ void wk_orch__health_finish_all(wk_orch *o);
 
 /** Releases and forgets every Health.Watch stream. */
 void wk_orch__health_free_all(wk_orch *o);
+
+/* ---- wk_orch_progress.c -------------------------------------------------------------- */
+
+/** The calls of rt moved on: their counters reach the core (GetTaskResult and a
+ * convergence from outside the calls phase show them), and PROGRESS goes to its
+ * watchers now, or once progress_events_per_s allows (held back; the latest counters
+ * are sent then). A task no longer in its calls phase is left alone. */
+void wk_orch__progress(wk_orch *o, wk_task_rt *rt);
+
+/** A phase change of a task whose calls ran: PROGRESS from `r` now, whatever the rate
+ * (before its PHASE_CHANGED or TERMINAL event). */
+void wk_orch__progress_phase(wk_orch *o, const wk_task_result *r);
+
+/** Sends the held-back PROGRESS events that are due (from the timers). */
+void wk_orch__progress_flush(wk_orch *o);
+
+/** When the next held-back PROGRESS event is due (INT64_MAX when none). */
+int64_t wk_orch__progress_next(const wk_orch *o);
+
+/** Drops every held-back event and its reference (at close). */
+void wk_orch__progress_free(wk_orch *o);
+
+/* ---- wk_orch_tasks.c ----------------------------------------------------------------- */
+
+/** ListTasks: a page of the task book, newest first, with each task's state from the
+ * core (tasks the core forgot are skipped). Releases nothing (the caller does). */
+void wk_orch__handle_list_tasks(wk_orch *o, wk_rpc *rpc);
+
+/** GetTaskLogs: the task's captured call output from the task book. */
+void wk_orch__handle_task_logs(wk_orch *o, wk_rpc *rpc);
+
+/** Records a newly admitted task in the task book (function, builder, labels). */
+void wk_orch__book_add(wk_orch *o, const Worker__V1__SubmitTaskRequest *req);
+
+/** wk_calls' on_output (ud = the orchestrator): keeps an attempt's captured output in
+ * the task book. */
+void wk_orch__book_log(void *ud, const char *task_id, uint32_t index, uint32_t attempt,
+                       wk_frame_bytes out, wk_frame_bytes err);
+
+/** Forgets book entries of tasks the core no longer knows (a bounded number per tick). */
+void wk_orch__book_sweep(wk_orch *o);
 
 /* ---- wk_phase_jobs.c ----------------------------------------------------------------- */
 

@@ -23,7 +23,7 @@ struct wk_orch__health_watch {
 
 /* ---- replies ---------------------------------------------------------------------- */
 
-static void reply_packed(wk_rpc *rpc, const ProtobufCMessage *m) {
+void wk_orch__reply_packed(wk_rpc *rpc, const ProtobufCMessage *m) {
   size_t n = protobuf_c_message_get_packed_size(m);
   uint8_t stack[512];
   uint8_t *p = n <= sizeof stack ? stack : wk_xmalloc(n);
@@ -67,7 +67,7 @@ static void handle_request_slot(wk_orch *o, wk_rpc *rpc) {
   resp.state = res.result ? (Worker__V1__TaskState)wk_wire_task_state(res.result->state)
                           : WORKER__V1__TASK_STATE__TASK_STATE_PREPARING;
   if (!res.result || !wk_task_state_terminal(res.result->state)) {
-    reply_packed(rpc, &resp.base);
+    wk_orch__reply_packed(rpc, &resp.base);
     return;
   }
   /* terminal: append the encoded result as field 4 */
@@ -197,7 +197,7 @@ static void handle_submit(wk_orch *o, wk_rpc *rpc) {
   resp.state = (Worker__V1__TaskState)wk_wire_task_state(res.result->state);
   resp.duplicate = res.duplicate;
   resp.accepted_unix_ms = wk_wire_unix_ms(res.accepted_ms, o->wall_offset_ms);
-  reply_packed(rpc, &resp.base);
+  wk_orch__reply_packed(rpc, &resp.base);
   if (!res.duplicate && o->shadow && !is_shadow) {
     /* mirrored after the primary succeeded; the forwarder never blocks */
     size_t n = worker__v1__submit_task_request__get_packed_size(req);
@@ -206,6 +206,7 @@ static void handle_submit(wk_orch *o, wk_rpc *rpc) {
     wk_shadow_offer(o->shadow, bytes, n);
     free(bytes);
   }
+  if (!res.duplicate) wk_orch__book_add(o, req);
   if (!res.duplicate) {
     /* the audit line: who asked for what, once per accepted submission */
     json_t *a = json_pack("{s:s,s:s,s:s,s:I,s:s,s:s,s:I,s:I,s:I,s:b}", "task_id", req->task_id,
@@ -353,6 +354,8 @@ void wk_orch__handle_rpc(wk_orch *o, wk_rpc *rpc) {
     case WK_RPC_SUBMIT_TASK: handle_submit(o, rpc); break;
     case WK_RPC_GET_TASK_RESULT: handle_get_result(o, rpc); break;
     case WK_RPC_CANCEL_TASK: handle_cancel(o, rpc); break;
+    case WK_RPC_LIST_TASKS: wk_orch__handle_list_tasks(o, rpc); break;
+    case WK_RPC_GET_TASK_LOGS: wk_orch__handle_task_logs(o, rpc); break;
     case WK_RPC_WATCH_TASKS: wk_subs_watch(o->subs, rpc, o->now_ms, o->wall_offset_ms); return;
     case WK_RPC_HEALTH_CHECK: handle_health(o, rpc, false); return;
     case WK_RPC_HEALTH_WATCH: handle_health(o, rpc, true); return;

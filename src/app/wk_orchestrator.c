@@ -179,6 +179,7 @@ void wk_orch__exec_cmds(wk_orch *o, const wk_cmds *cmds) {
         if (o->cfg.on_task_finished) o->cfg.on_task_finished(o->cfg.on_task_finished_ud, r);
         if (o->cfg.on_task_ended)
           o->cfg.on_task_ended(o->cfg.on_task_ended_ud, r, rt->req.function);
+        wk_orch__progress_phase(o, r);
         wk_subs_on_terminal(o->subs, r, o->wall_offset_ms);
         wk_task_rt_unref(rt); /* the core's reference */
         break;
@@ -186,6 +187,7 @@ void wk_orch__exec_cmds(wk_orch *o, const wk_cmds *cmds) {
     if (c->kind == WK_CMD_START_BUILDER || c->kind == WK_CMD_START_CALLS ||
         c->kind == WK_CMD_START_WRITER) {
       if (wk_core_get_result(o->core, c->task_id, c->task_id_len, &r) == WK_OK) {
+        if (c->kind == WK_CMD_START_WRITER) wk_orch__progress_phase(o, r); /* the calls' last */
         wk_subs_on_phase(o->subs, r);
       }
     }
@@ -213,13 +215,6 @@ void wk_orch__run_steps(wk_orch *o) {
 
 /* ---- call results (from the pool) -------------------------------------------------- */
 
-/* The task's calls so far reach the core (snapshots and a convergence from outside the
- * calls phase report them); a task that left its calls phase is STALE there. */
-static void report_progress(wk_orch *o, const wk_task_rt *rt) {
-  (void)wk_core_handle_call_progress(o->core, rt->req.task_id, strlen(rt->req.task_id),
-                                     &rt->calls.stats);
-}
-
 void wk_orch_on_call_result(void *ud, void *call_ctx, const wk_call_outcome *outcome) {
   wk_orch *o = ud;
   /* an outcome the pool delivers from inside submit comes in the middle of this turn,
@@ -229,14 +224,14 @@ void wk_orch_on_call_result(void *ud, void *call_ctx, const wk_call_outcome *out
   if (!nested) wk_orch__loop_now(o);
   wk_task_rt *rt = wk_calls_on_result(o->calls, call_ctx, outcome, o->now_ms);
   if (nested) return;
-  report_progress(o, rt);
+  wk_orch__progress(o, rt);
   wk_orch__run_steps(o);
 }
 
 void wk_orch_on_subcalls(void *ud, void *call_ctx, const wk_frame_subcalls *req) {
   wk_orch *o = ud;
   wk_orch__loop_now(o);
-  report_progress(o, wk_calls_on_subcalls(o->calls, call_ctx, req, o->now_ms));
+  wk_orch__progress(o, wk_calls_on_subcalls(o->calls, call_ctx, req, o->now_ms));
   wk_orch__run_steps(o);
 }
 
@@ -298,6 +293,8 @@ static void tick(wk_orch *o) {
   wk_core_purge_expired_results(o->core, o->now_ms);
   wk_calls_tick(o->calls, o->now_ms);
   wk_subs_tick(o->subs);
+  wk_orch__progress_flush(o);
+  wk_orch__book_sweep(o);
   wk_orch__scope_check_all(o);
   wk_orch__run_steps(o);
   reschedule_deadline(o);
@@ -316,6 +313,8 @@ static void reschedule_deadline(wk_orch *o) {
   int64_t next = wk_core_next_deadline(o->core);
   int64_t calls_next = wk_calls_next_deadline(o->calls);
   if (calls_next < next) next = calls_next;
+  int64_t progress_next = wk_orch__progress_next(o);
+  if (progress_next < next) next = progress_next;
   if (next == INT64_MAX) {
     uv_timer_stop(&o->deadline);
     return;
@@ -368,6 +367,8 @@ wk_orch *wk_orch_create(uv_loop_t *loop, const wk_orch_config *cfg, char *err, s
                                          .audit_allow = cfg->audit_allow,
                                          .audit_deny = cfg->audit_deny};
   o->cfg.calls.max_inline_output_bytes = o->cfg.max_inline_output_bytes; /* one setting */
+  o->cfg.calls.on_output = wk_orch__book_log; /* captured call output for GetTaskLogs */
+  o->cfg.calls.on_output_ud = o;
   o->pins = wk_code_pins_create();
   o->cfg.calls.code.pins = o->pins;
   o->calls = wk_calls_create(&o->cfg.calls, &o->exec, wk_orch__calls_done, o, err, err_len);
@@ -380,6 +381,7 @@ wk_orch *wk_orch_create(uv_loop_t *loop, const wk_orch_config *cfg, char *err, s
     return NULL;
   }
   o->subs = wk_subs_create(o->core);
+  o->book = wk_task_book_create(&cfg->task_logs);
   pthread_mutex_init(&o->mu, NULL);
   uv_async_init(loop, &o->wake, on_wake);
   o->wake.data = o;
@@ -506,6 +508,7 @@ void wk_orch__maybe_free(wk_orch *o) {
   WK_ASSERT(o->scopes == NULL);
   for (int i = 0; i < WK_ORCH__SEM_COUNT; i++) WK_ASSERT(o->sems[i].head == NULL);
   wk_subs_destroy(o->subs);
+  wk_task_book_destroy(o->book);
   wk_orch__health_free_all(o);
   wk_calls_destroy(o->calls);
   wk_journal_writer_close(o->journal); /* what it holds reaches the file */
@@ -522,6 +525,7 @@ void wk_orch__maybe_free(wk_orch *o) {
 void wk_orch_close(wk_orch *o) {
   /* converge what still runs so no executor callback can outlive the orchestrator */
   wk_orch_abort_all(o, "the worker shut down before the task finished");
+  wk_orch__progress_free(o);
   o->closing = true;
   /* a waiter behind a job's semaphore is converged: nothing will hand it the semaphore
    * (the job's done callback only frees the job once closing) */

@@ -39,6 +39,7 @@
 
 #include "adapters/wk_exec_adapter.h"
 #include "app/wk_calls.h"
+#include "app/wk_task_book.h"
 
 #include "adapters/wk_grpc_server.h"
 #include "core/wk_core.h"
@@ -80,6 +81,10 @@ typedef struct wk_orch_config {
    * one more is answered UNAVAILABLE "worker event queue full" at once and never
    * reaches the loop (stream-close events are always queued: they give back a reference). */
   uint32_t max_queued_rpcs;
+  /* PROGRESS events per task and second at most (0 = 10), plus one at every phase
+   * change (the loop's clock decides; the core keeps none) */
+  uint32_t progress_events_per_s;
+  wk_task_book_limits task_logs; /* captured call output kept for GetTaskLogs */
   /* Called on the loop thread once per converged task, after its task_finished log
    * line (metrics); NULL = none. */
   void (*on_task_finished)(void *ud, const wk_task_result *r);

@@ -29,6 +29,7 @@ void wk_orch__start_calls(wk_orch *o, wk_task_rt *rt) {
   if (wk_core_live_task(o->core, rt->req.task_id, strlen(rt->req.task_id), &task) != WK_OK) return;
   wk_orch__scope_track(o, rt);
   wk_calls_start(o->calls, rt, &task, o->now_ms);
+  wk_orch__progress(o, rt); /* calls_total is known from now on: snapshots show it */
 }
 
 void wk_orch__calls_done(void *ud, wk_task_rt *rt) {
@@ -146,7 +147,14 @@ void wk_orch__report_calls(wk_orch *o, wk_task_rt *rt) {
   wk_orch__sem_release(o, WK_ORCH__SEM_SCAN, rt);
   wk_orch__sem_release(o, WK_ORCH__SEM_EXECUTOR, rt);
   wk_buf outputs = {0};
-  wk_bytes data = wk_task_rt_outputs_view(rt, &outputs); /* one call: not copied */
+  wk_bytes data;
+  if (rt->calls.n_retries == 0) {
+    data = wk_task_rt_outputs_view(rt, &outputs); /* one call: not copied */
+  } else { /* the outputs, then which calls were retried and why */
+    wk_task_rt_collect_outputs(rt, &outputs);
+    wk_task_rt_encode_retries(rt, &outputs);
+    data = (wk_bytes){outputs.data, outputs.len};
+  }
   /* the verdict: the IO scope bound overrules the calls; no calls is a success */
   bool ok = !rt->scope.exceeded && (rt->build.calls_total == 0 || rt->calls.ok);
   char msg[700];

@@ -75,8 +75,9 @@ static uint32_t owners_of(const wk_subs *s, const char *id, uint64_t h) {
   return n;
 }
 
-/* An event is a head (task_id, kind, and the tag and length of field 3) followed by
- * the encoded TaskResult (the body, shared by every stream that gets it). */
+/* An event is a head (task_id, kind, and the tag and length of field 3, or of field 4
+ * for PROGRESS) followed by the encoded TaskResult or TaskProgress (the body, shared by
+ * every stream that gets it). */
 static void encode_head(wk_buf *out, const char *task_id, Worker__V1__TaskEvent__Kind kind,
                         const wk_shared *body) {
   wk_buf_clear(out);
@@ -86,7 +87,8 @@ static void encode_head(wk_buf *out, const char *task_id, Worker__V1__TaskEvent_
   size_t n = worker__v1__task_event__get_packed_size(&ev);
   worker__v1__task_event__pack(&ev, wk_buf_reserve(out, n));
   out->len += n;
-  wk_buf_append_varint(out, (3u << 3) | 2u);
+  uint32_t field = kind == WORKER__V1__TASK_EVENT__KIND__KIND_PROGRESS ? 4u : 3u;
+  wk_buf_append_varint(out, (field << 3) | 2u);
   wk_buf_append_varint(out, body->len);
 }
 
@@ -365,6 +367,43 @@ size_t wk_subs_flush_phases(wk_subs *s, int64_t wall_offset_ms) {
 }
 
 bool wk_subs_phases_pending(const wk_subs *s) { return s->n_pending > 0; }
+
+/* The TaskProgress of `r` as it stands. */
+static wk_shared *encode_progress(const wk_task_result *r, int64_t wall_offset_ms) {
+  const wk_call_stats *c = &r->statistic.calls;
+  Worker__V1__TaskProgress p = WORKER__V1__TASK_PROGRESS__INIT;
+  p.phase = (Worker__V1__Phase)wk_wire_phase(r->phase);
+  p.calls_total = c->calls_total;
+  p.total_known = r->statistic.calls_started_ms != 0;
+  p.calls_done = c->calls_succeeded + c->calls_failed;
+  p.calls_succeeded = c->calls_succeeded;
+  p.calls_failed = c->calls_failed;
+  p.calls_retried = c->calls_retried;
+  p.calls_started_unix_ms = wk_wire_unix_ms(r->statistic.calls_started_ms, wall_offset_ms);
+  wk_buf b = {0};
+  size_t n = worker__v1__task_progress__get_packed_size(&p);
+  worker__v1__task_progress__pack(&p, wk_buf_reserve(&b, n));
+  b.len += n;
+  return wk_shared_take(&b);
+}
+
+void wk_subs_on_progress(wk_subs *s, const wk_task_result *r, int64_t wall_offset_ms) {
+  char id[WK_TASK_ID_MAX + 1];
+  result_id(r, id);
+  uint64_t h = id_hash(id);
+  wk_buf msg = {0};
+  wk_shared *body = NULL; /* encoded once, for every watcher, and only when one watches */
+  for (wk_watch_entry *e = s->buckets[h % BUCKETS]; e; e = e->next) {
+    if (e->hash != h || strcmp(e->task_id, id) != 0) continue;
+    if (body == NULL) {
+      body = encode_progress(r, wall_offset_ms);
+      encode_head(&msg, id, WORKER__V1__TASK_EVENT__KIND__KIND_PROGRESS, body);
+    }
+    (void)send_event(e->sub, &msg, body);
+  }
+  wk_shared_unref(body);
+  wk_buf_free(&msg);
+}
 
 void wk_subs_on_terminal(wk_subs *s, const wk_task_result *r, int64_t wall_offset_ms) {
   char id[WK_TASK_ID_MAX + 1];

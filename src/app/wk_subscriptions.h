@@ -49,6 +49,10 @@ void wk_subs_on_phase(wk_subs *subs, const wk_task_result *r);
 size_t wk_subs_flush_phases(wk_subs *subs, int64_t wall_offset_ms);
 /** True when a PHASE_CHANGED waits for wk_subs_flush_phases. */
 bool wk_subs_phases_pending(const wk_subs *subs);
+/** The calls of a task moved on: PROGRESS (calls done, failed, retried, total) to its
+ * watchers that asked for it (WatchTasksRequest.progress), encoded once when any does.
+ * The caller bounds the rate. */
+void wk_subs_on_progress(wk_subs *subs, const wk_task_result *r, int64_t wall_offset_ms);
 /** A task converged: TERMINAL to its watchers; streams with nothing left end OK. */
 void wk_subs_on_terminal(wk_subs *subs, const wk_task_result *r, int64_t wall_offset_ms);
 /** The client side of a stream closed; `cancelled` when it went away early. Tasks it

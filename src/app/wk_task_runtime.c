@@ -199,3 +199,19 @@ void wk_task_rt_collect_outputs(const wk_task_rt *rt, wk_buf *out) {
     wk_buf_append(out, rt->calls.outputs[i].encoded.data, rt->calls.outputs[i].encoded.len);
   }
 }
+
+void wk_task_rt_encode_retries(const wk_task_rt *rt, wk_buf *out) {
+  for (uint32_t i = 0; i < rt->calls.n_retries; i++) {
+    const wk_rt_retry *r = &rt->calls.retries[i];
+    Worker__V1__CallRetry m = WORKER__V1__CALL_RETRY__INIT;
+    m.index = r->index;
+    m.attempt = r->attempt;
+    m.error_type = (char *)(uintptr_t)r->type;
+    m.error_message = (char *)(uintptr_t)r->message;
+    size_t n = worker__v1__call_retry__get_packed_size(&m);
+    wk_buf_append_varint(out, (10u << 3) | 2u);
+    wk_buf_append_varint(out, n);
+    worker__v1__call_retry__pack(&m, wk_buf_reserve(out, n));
+    out->len += n;
+  }
+}

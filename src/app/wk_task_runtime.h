@@ -17,6 +17,7 @@
  *   writer  the writer job (wk_phase_jobs.c)
  *   sem     the phase semaphores (wk_phase_sem.c)
  *   scope   the IO scope bound (wk_io_scope.c)
+ *   progress  the PROGRESS events' rate limit (wk_orch_progress.c)
  * The final wk_task_rt_unref frees what the parts hold. */
 #ifndef WK_TASK_RUNTIME_H
 #define WK_TASK_RUNTIME_H
@@ -123,6 +124,16 @@ typedef struct wk_rt_build {
   bool calls_reported;  /* WK_PHASE_CALLS went to the core */
 } wk_rt_build;
 
+/* Retried attempts listed in a result (TaskResult.retries) at most. */
+#define WK_RT_RETRIES_LISTED 8u
+
+/* One retried attempt: which call, which attempt, and why (cut). */
+typedef struct wk_rt_retry {
+  uint32_t index, attempt;
+  char type[64];
+  char message[101];
+} wk_rt_retry;
+
 /* The calls phase as wk_calls.c drives it. */
 typedef struct wk_rt_calls {
   uint32_t disp_task;       /* 0 = not registered */
@@ -138,6 +149,8 @@ typedef struct wk_rt_calls {
   char spool_error[WK_TASK_RT_MESSAGE_MAX + 1]; /* the spool could not be written */
   wk_call_stats stats;
   char first_failure[WK_TASK_RT_MESSAGE_MAX + 1];
+  wk_rt_retry retries[WK_RT_RETRIES_LISTED]; /* the first retried attempts */
+  uint32_t n_retries;
 } wk_rt_calls;
 
 /* The writer phase on the threadpool. */
@@ -165,6 +178,13 @@ typedef struct wk_rt_scope {
   uint64_t bytes; /* last measured size of the scratch directory */
 } wk_rt_scope;
 
+/* PROGRESS events of the task: at most one per interval, on the loop's clock. */
+typedef struct wk_rt_progress {
+  int64_t last_sent_ms;    /* 0 = none sent yet */
+  bool pending;            /* a change waits for last_sent_ms + the interval */
+  struct wk_task_rt *next; /* in the orchestrator's pending list, holding a reference */
+} wk_rt_progress;
+
 struct wk_task_rt {
   uv_loop_t *loop; /* where the scratch directory is removed from */
   uint32_t refs;
@@ -177,6 +197,7 @@ struct wk_task_rt {
   wk_rt_writer writer;
   wk_rt_sem sem;
   wk_rt_scope scope;
+  wk_rt_progress progress;
 };
 
 /** Creates a runtime from a validated SubmitTaskRequest (copies what the phases use;
@@ -201,6 +222,10 @@ void wk_task_rt_unref(wk_task_rt *rt);
  * `out`; `failure` (may be NULL) gets "call N failed: Type: message" on an error. */
 void wk_task_rt_encode_output(uint32_t index, const wk_call_outcome *o, wk_buf *out, char *failure,
                               size_t failure_len);
+
+/** Appends the task's listed retries as TaskResult field-10 (CallRetry) records to
+ * `out` (writers skip them; they reach the result with the outputs). */
+void wk_task_rt_encode_retries(const wk_task_rt *rt, wk_buf *out);
 
 /** Concatenates the calls' encoded inline outputs in call order into `out` (nothing
  * for a task with a writer: its outputs are in its spool). */

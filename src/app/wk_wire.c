@@ -72,7 +72,8 @@ const char *wk_wire_error_message(wk_err err, const char *task_id, char *buf, si
   return buf;
 }
 
-_Static_assert(WK_TASK_ID_MAX + WK_CORE_FAILURE_MESSAGE_BYTES + 2048u <=
+/* the listed retries: WK_RT_RETRIES_LISTED CallRetry records of at most 190 bytes */
+_Static_assert(WK_TASK_ID_MAX + WK_CORE_FAILURE_MESSAGE_BYTES + 2048u + 8u * 190u <=
                    WK_WIRE_RESULT_OVERHEAD_BYTES,
                "a result's fields besides its outputs fit in the overhead reserved for them");
 

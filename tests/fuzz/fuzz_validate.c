@@ -2,9 +2,10 @@
  * (src/adapters/wk_validate.c), the code that sees every request's bytes first.
  *
  * Input: one byte that picks the method, then the request message bytes as they come
- * off the wire. The low three bits of the first byte are the wk_rpc_method (7 is
- * WK_RPC_METHOD_COUNT: an unknown method); bit 3 picks tight limits (timeout 1000 ms,
- * 4 watched tasks) instead of the Worker's (1 hour, 1024). Properties checked:
+ * off the wire. The low three bits of the first byte and bit 4 make the wk_rpc_method
+ * (from WK_RPC_METHOD_COUNT on: an unknown method, ListTasks and GetTaskLogs
+ * included); bit 3 picks tight limits (timeout 1000 ms, 4 watched tasks) instead of
+ * the Worker's (1 hour, 1024). Properties checked:
  *   - the decoder never reads past its input (AddressSanitizer; the bytes are copied
  *     into an allocation of exactly their size, and an empty request is passed as NULL);
  *   - a rejection leaves a non-empty, NUL-terminated reason of printable ASCII only
@@ -54,7 +55,9 @@ static void check_reason(const char *err, size_t cap) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size == 0) return 0;
-  wk_rpc_method m = (wk_rpc_method)(data[0] & 7u);
+  unsigned pick = (data[0] & 7u) | ((data[0] >> 1) & 8u);
+  wk_rpc_method m =
+      pick < (unsigned)WK_RPC_METHOD_COUNT ? (wk_rpc_method)pick : WK_RPC_METHOD_COUNT;
   wk_validate_limits lim =
       (data[0] & 8u) ? (wk_validate_limits){1000, 4} : (wk_validate_limits){3600000, 1024};
   size_t len = size - 1;

@@ -111,10 +111,13 @@ SEEDS = {
 
 
 # ---- validate: gRPC requests ---------------------------------------------------------
-# First byte: the method (low 3 bits: 0 RequestTaskSlot, 1 SubmitTask, 2 GetTaskResult,
-# 3 WatchTasks, 4 CancelTask, 5 Health.Check, 6 Health.Watch, 7 unknown), bit 3: tight
-# limits (timeout 1000 ms, 4 watched tasks).
-SLOT, SUBMIT, GET, WATCH, CANCEL, HEALTH_CHECK, HEALTH_WATCH, UNKNOWN = range(8)
+# First byte: the method (low 3 bits, plus 8 when bit 4 is set: 0 RequestTaskSlot,
+# 1 SubmitTask, 2 GetTaskResult, 3 WatchTasks, 4 CancelTask, 5 Health.Check,
+# 6 Health.Watch, 7 ListTasks, 8 GetTaskLogs, 9 and up unknown), bit 3: tight limits
+# (timeout 1000 ms, 4 watched tasks).
+SLOT, SUBMIT, GET, WATCH, CANCEL, HEALTH_CHECK, HEALTH_WATCH, LIST = range(8)
+LOGS = 0x10
+UNKNOWN = 0x17
 TIGHT = 8
 
 
@@ -229,6 +232,15 @@ VALIDATE_SEEDS = {
     "health_check_empty": req(HEALTH_CHECK),
     "health_watch_long": req(HEALTH_WATCH, pb_bytes(1, "s" * 257)),
     "unknown_method": req(UNKNOWN, pb_bytes(1, "task-1")),
+    "list_empty": req(LIST),
+    "list_full": req(LIST, pb_varint(1, 50) + pb_bytes(2, "s123") + pb_varint(3, 2)
+                     + pb_varint(3, 4) + pb_map(4, [("team", "data"), ("env", "prod")])),
+    "list_page_too_big": req(LIST, pb_varint(1, 1001)),
+    "list_bad_token": req(LIST, pb_bytes(2, "s0123")),
+    "list_bad_state": req(LIST, pb_varint(3, 9)),
+    "logs_ok": req(LOGS, pb_bytes(1, "task-1")),
+    "logs_one_call": req(LOGS, pb_bytes(1, "task-1") + pb_varint(2, 1) + pb_varint(3, 7)),
+    "logs_call_without_one": req(LOGS, pb_bytes(1, "task-1") + pb_varint(3, 7)),
 }
 
 # ---- config: YAML files ---------------------------------------------------------------

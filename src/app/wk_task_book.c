@@ -1,0 +1,310 @@
+/* wk_task_book.c: see wk_task_book.h. */
+#include "app/wk_task_book.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "lib/wk_alloc.h"
+#include "lib/wk_assert.h"
+#include "lib/wk_hash.h"
+
+/* Where one record sits in its task's log buffer. */
+typedef struct log_rec {
+  uint32_t index;
+  size_t off, len;
+} log_rec;
+
+typedef struct node {
+  wk_task_entry e;
+  struct node *next; /* in the bucket */
+  uint64_t hash;
+  size_t pos; /* in b->order */
+  wk_buf log; /* CallLog records, encoded as GetTaskLogsResponse field 2 */
+  log_rec *recs;
+  size_t n_recs, cap_recs;
+} node;
+
+/* Admission order: removed entries leave a NULL behind until the next compaction. */
+typedef struct slot {
+  uint64_t seq;
+  node *n;
+} slot;
+
+struct wk_task_book {
+  wk_task_book_limits lim;
+  node **buckets;
+  size_t n_buckets, count;
+  slot *order;
+  size_t n_order, cap_order;
+  size_t evict_pos; /* order positions below it hold no log */
+  size_t sweep_pos;
+  uint64_t next_seq;
+  uint64_t log_bytes;
+};
+
+static uint64_t id_hash(const char *id) { return wk_hash64(id, strlen(id), 0x7a5cu); }
+
+wk_task_book *wk_task_book_create(const wk_task_book_limits *limits) {
+  wk_task_book *b = wk_xcalloc(1, sizeof *b);
+  b->lim = *limits;
+  b->n_buckets = 256;
+  b->buckets = wk_xcalloc(b->n_buckets, sizeof *b->buckets);
+  b->next_seq = 1;
+  return b;
+}
+
+static void free_log(wk_task_book *b, node *n) {
+  b->log_bytes -= n->e.log_bytes;
+  n->e.log_dropped_bytes += n->e.log_bytes;
+  n->e.log_bytes = 0;
+  wk_buf_free(&n->log);
+  free(n->recs);
+  n->recs = NULL;
+  n->n_recs = n->cap_recs = 0;
+}
+
+static void free_node(wk_task_book *b, node *n) {
+  free_log(b, n);
+  for (size_t i = 0; i < n->e.n_labels; i++) {
+    free((char *)(uintptr_t)n->e.labels[i].key);
+    free((char *)(uintptr_t)n->e.labels[i].value);
+  }
+  free(n->e.labels);
+  free(n->e.task_id);
+  free(n->e.function);
+  free(n->e.builder);
+  free(n);
+}
+
+void wk_task_book_destroy(wk_task_book *b) {
+  if (!b) return;
+  for (size_t i = 0; i < b->n_order; i++) {
+    if (b->order[i].n) free_node(b, b->order[i].n);
+  }
+  free(b->order);
+  free(b->buckets);
+  free(b);
+}
+
+static node *find_node(const wk_task_book *b, const char *id, uint64_t h) {
+  for (node *n = b->buckets[h % b->n_buckets]; n; n = n->next) {
+    if (n->hash == h && strcmp(n->e.task_id, id) == 0) return n;
+  }
+  return NULL;
+}
+
+static void grow_buckets(wk_task_book *b) {
+  size_t nb = b->n_buckets * 2;
+  node **nbk = wk_xcalloc(nb, sizeof *nbk);
+  for (size_t i = 0; i < b->n_buckets; i++) {
+    for (node *n = b->buckets[i], *next; n; n = next) {
+      next = n->next;
+      n->next = nbk[n->hash % nb];
+      nbk[n->hash % nb] = n;
+    }
+  }
+  free(b->buckets);
+  b->buckets = nbk;
+  b->n_buckets = nb;
+}
+
+/* Drops the NULL slots when they are most of the order (amortised O(1) per removal). */
+static void compact(wk_task_book *b) {
+  if (b->n_order < 64 || b->count * 2 > b->n_order) return;
+  size_t w = 0;
+  size_t evict = 0, sweep = 0;
+  for (size_t r = 0; r < b->n_order; r++) {
+    if (r == b->evict_pos) evict = w;
+    if (r == b->sweep_pos) sweep = w;
+    if (!b->order[r].n) continue;
+    b->order[w] = b->order[r];
+    b->order[w].n->pos = w;
+    w++;
+  }
+  b->evict_pos = b->evict_pos >= b->n_order ? w : evict;
+  b->sweep_pos = b->sweep_pos >= b->n_order ? w : sweep;
+  b->n_order = w;
+}
+
+const wk_task_entry *wk_task_book_add(wk_task_book *b, const char *task_id, const char *function,
+                                      const char *builder, const wk_option *labels,
+                                      size_t n_labels) {
+  uint64_t h = id_hash(task_id);
+  node *n = find_node(b, task_id, h);
+  if (n) return &n->e;
+  if (b->count + 1 > b->n_buckets * 2) grow_buckets(b);
+  n = wk_xcalloc(1, sizeof *n);
+  n->hash = h;
+  n->e.seq = b->next_seq++;
+  n->e.task_id = wk_xstrdup(task_id);
+  n->e.function = wk_xstrdup(function ? function : "");
+  n->e.builder = wk_xstrdup(builder ? builder : "");
+  n->e.labels = wk_xcalloc(n_labels ? n_labels : 1, sizeof *n->e.labels);
+  for (size_t i = 0; i < n_labels; i++) {
+    n->e.labels[i].key = wk_xstrdup(labels[i].key ? labels[i].key : "");
+    n->e.labels[i].value = wk_xstrdup(labels[i].value ? labels[i].value : "");
+  }
+  n->e.n_labels = n_labels;
+  n->next = b->buckets[h % b->n_buckets];
+  b->buckets[h % b->n_buckets] = n;
+  if (b->n_order == b->cap_order) {
+    b->cap_order = b->cap_order ? b->cap_order * 2 : 64;
+    b->order = wk_xrealloc(b->order, b->cap_order * sizeof *b->order);
+  }
+  n->pos = b->n_order;
+  b->order[b->n_order++] = (slot){n->e.seq, n};
+  b->count++;
+  return &n->e;
+}
+
+const wk_task_entry *wk_task_book_find(const wk_task_book *b, const char *task_id) {
+  node *n = find_node(b, task_id, id_hash(task_id));
+  return n ? &n->e : NULL;
+}
+
+void wk_task_book_remove(wk_task_book *b, const char *task_id) {
+  uint64_t h = id_hash(task_id);
+  for (node **pp = &b->buckets[h % b->n_buckets]; *pp; pp = &(*pp)->next) {
+    node *n = *pp;
+    if (n->hash != h || strcmp(n->e.task_id, task_id) != 0) continue;
+    *pp = n->next;
+    b->order[n->pos].n = NULL;
+    b->count--;
+    free_node(b, n);
+    compact(b);
+    return;
+  }
+}
+
+size_t wk_task_book_count(const wk_task_book *b) { return b->count; }
+
+uint64_t wk_task_book_log_bytes(const wk_task_book *b) { return b->log_bytes; }
+
+/* ---- captured output ------------------------------------------------------------- */
+
+static void put_bytes_field(wk_buf *out, uint32_t field, const uint8_t *p, size_t len) {
+  if (len == 0) return;
+  wk_buf_append_varint(out, ((uint64_t)field << 3) | 2u);
+  wk_buf_append_varint(out, len);
+  wk_buf_append(out, p, len);
+}
+
+static size_t varint_len(uint64_t v) {
+  size_t n = 1;
+  while (v >= 0x80) {
+    v >>= 7;
+    n++;
+  }
+  return n;
+}
+
+/* Evicts the logs of the oldest tasks (never `keep`'s) until `need` more bytes fit. */
+static void evict_for(wk_task_book *b, uint64_t need, const node *keep) {
+  while (b->log_bytes + need > b->lim.total_log_max_bytes && b->evict_pos < b->n_order) {
+    node *n = b->order[b->evict_pos].n;
+    if (n == keep) break; /* the newest logs left are this task's own */
+    if (n) free_log(b, n);
+    b->evict_pos++;
+  }
+}
+
+void wk_task_book_log(wk_task_book *b, const char *task_id, uint32_t index, uint32_t attempt,
+                      const uint8_t *out, size_t out_len, const uint8_t *err, size_t err_len) {
+  node *n = find_node(b, task_id, id_hash(task_id));
+  if (!n) return;
+  /* the CallLog message: index, attempt, stdout, stderr */
+  size_t body = 1 + varint_len(index) + 1 + varint_len(attempt);
+  if (out_len) body += 1 + varint_len(out_len) + out_len;
+  if (err_len) body += 1 + varint_len(err_len) + err_len;
+  uint64_t rec = 1 + varint_len(body) + body;
+  if (n->e.log_bytes + rec > b->lim.task_log_max_bytes || rec > b->lim.total_log_max_bytes) {
+    n->e.log_dropped_bytes += out_len + err_len;
+    return;
+  }
+  evict_for(b, rec, n);
+  if (b->log_bytes + rec > b->lim.total_log_max_bytes) {
+    n->e.log_dropped_bytes += out_len + err_len;
+    return;
+  }
+  if (n->pos < b->evict_pos) b->evict_pos = n->pos; /* its log is the oldest kept now */
+  size_t off = n->log.len;
+  wk_buf_append_varint(&n->log, (2u << 3) | 2u);
+  wk_buf_append_varint(&n->log, body);
+  wk_buf_append_varint(&n->log, 1u << 3);
+  wk_buf_append_varint(&n->log, index);
+  wk_buf_append_varint(&n->log, 2u << 3);
+  wk_buf_append_varint(&n->log, attempt);
+  put_bytes_field(&n->log, 3, out, out_len);
+  put_bytes_field(&n->log, 4, err, err_len);
+  WK_ASSERT(n->log.len - off == rec);
+  if (n->n_recs == n->cap_recs) {
+    n->cap_recs = n->cap_recs ? n->cap_recs * 2 : 8;
+    n->recs = wk_xrealloc(n->recs, n->cap_recs * sizeof *n->recs);
+  }
+  n->recs[n->n_recs++] = (log_rec){index, off, (size_t)rec};
+  n->e.log_bytes += rec;
+  b->log_bytes += rec;
+}
+
+bool wk_task_book_logs(const wk_task_book *b, const char *task_id, bool one_call, uint32_t call,
+                       wk_buf *out) {
+  const node *n = find_node(b, task_id, id_hash(task_id));
+  if (!n) return false;
+  for (size_t i = 0; i < n->n_recs; i++) {
+    const log_rec *r = &n->recs[i];
+    if (one_call && r->index != call) continue;
+    wk_buf_append(out, n->log.data + r->off, r->len);
+  }
+  return true;
+}
+
+/* ---- listing ------------------------------------------------------------------------ */
+
+/* The first order position whose seq is >= seq (n_order when none). */
+static size_t lower_bound(const wk_task_book *b, uint64_t seq) {
+  size_t lo = 0, hi = b->n_order;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (b->order[mid].seq < seq) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
+void wk_task_book_walk(const wk_task_book *b, uint64_t before, size_t max_examined,
+                       wk_task_book_visit_fn visit, void *ud, uint64_t *next) {
+  size_t pos = before == 0 ? b->n_order : lower_bound(b, before);
+  size_t examined = 0;
+  *next = 0;
+  while (pos > 0) {
+    const slot *s = &b->order[pos - 1];
+    if (examined == max_examined) {
+      *next = s->seq + 1; /* this one is the next page's first */
+      return;
+    }
+    examined++;
+    if (s->n && !visit(ud, &s->n->e)) {
+      *next = s->seq + 1;
+      return;
+    }
+    pos--;
+  }
+}
+
+size_t wk_task_book_sweep(wk_task_book *b, bool (*known)(void *ud, const char *task_id), void *ud,
+                          size_t max) {
+  size_t removed = 0;
+  for (size_t i = 0; i < max && b->count > 0; i++) {
+    if (b->sweep_pos >= b->n_order) b->sweep_pos = 0;
+    node *n = b->order[b->sweep_pos].n;
+    b->sweep_pos++;
+    if (n && !known(ud, n->e.task_id)) { /* (a compaction moves sweep_pos along) */
+      wk_task_book_remove(b, n->e.task_id);
+      removed++;
+    }
+  }
+  return removed;
+}
