@@ -202,3 +202,29 @@ def test_task_logs_bounded(worker_factory):
     kept = sum(len(c.stdout) + len(c.stderr) for c in r.calls)
     assert 0 < len(r.calls) < 10 and kept <= 300
     assert r.dropped_bytes > 0
+
+
+FLAKY = ("import os, worker\n"
+         "def handler(args, ctx):\n"
+         "    marker = '%s-%d' % (args['marker'], ctx.call_index)\n"
+         "    if args.get('flaky') and not os.path.exists(marker):\n"
+         "        open(marker, 'w').close()\n"
+         "        raise worker.Retryable('not yet: call %d' % ctx.call_index)\n"
+         "    return ctx.call_index\n")
+
+
+def test_retries_listed_in_result(worker, tmp_path):
+    """Which calls were retried, and why, is in the result (issue 13 §6)."""
+    worker.deploy("flaky", FLAKY)
+    marker = str(tmp_path / "m")
+    items = [{"marker": marker, "flaky": i in (1, 3)} for i in range(4)]
+    worker.submit("retry-1", "flaky", items, builder="map",
+                  call_retry_policy=pb.CallRetryPolicy(max_attempts=3, initial_backoff_ms=10))
+    r = worker.wait_terminal("retry-1")
+    assert r.state == pb.TASK_STATE_SUCCEEDED, r.failure_message
+    assert r.statistic.calls_retried == 2
+    assert sorted((x.index, x.attempt) for x in r.retries) == [(1, 1), (3, 1)]
+    for x in r.retries:
+        assert x.error_type == "Retryable"
+        assert x.error_message == "not yet: call %d" % x.index
+    assert len(r.outputs) == 4
