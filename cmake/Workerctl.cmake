@@ -22,7 +22,10 @@ add_executable(workerctl
   ${PROJECT_SOURCE_DIR}/cmd/workerctl/workerctl_workers.c
   ${PROJECT_SOURCE_DIR}/cmd/workerctl/workerctl_top.c
   ${PROJECT_SOURCE_DIR}/cmd/workerctl/workerctl_target.c
-  ${PROJECT_SOURCE_DIR}/cmd/workerctl/workerctl_replay.c)
+  ${PROJECT_SOURCE_DIR}/cmd/workerctl/workerctl_replay.c
+  ${PROJECT_SOURCE_DIR}/cmd/workerctl/workerctl_progress.c
+  ${PROJECT_SOURCE_DIR}/cmd/workerctl/workerctl_tasks.c
+  ${PROJECT_SOURCE_DIR}/cmd/workerctl/workerctl_logs.c)
 target_include_directories(workerctl PRIVATE ${PROJECT_SOURCE_DIR}/cmd/workerctl)
 target_link_libraries(workerctl PRIVATE wk_grpc_client wk_code_store wk_proto wk_lib wk_version
   PkgConfig::JANSSON)

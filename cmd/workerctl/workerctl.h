@@ -85,6 +85,10 @@ typedef enum ctl_flag_id {
   F_TASK,     /* replay */
   F_CHECK,    /* replay */
   F_RECORDED, /* replay */
+  F_OWN,      /* watch: attach as the task's owner (default: observe) */
+  F_CALL,     /* logs: one call's output */
+  F_STATE,    /* tasks: only these states (comma-separated) */
+  F_LIMIT,    /* tasks: list at most this many */
   F_COUNT
 } ctl_flag_id;
 
@@ -159,6 +163,47 @@ int ctl_cmd_health(ctl_args *a);
 int ctl_cmd_deploy(ctl_args *a);
 int ctl_cmd_epochs(ctl_args *a);
 int ctl_cmd_rollback(ctl_args *a);
+
+/* Shared by the command files (workerctl_cmds.c): connect to a->addr (0 or an exit
+ * code, reported), report a failed call's status (returns 3 or 4), one unary call on a
+ * new connection (0 with *resp, which the caller frees, or an exit code), print a
+ * TaskResult (returns the exit code its state implies). */
+struct wk_grpc_client;
+struct wk_grpc_status;
+struct wk_grpc_buf;
+int ctl_open_client(ctl_args *a, struct wk_grpc_client **c);
+int ctl_report_status(const ctl_args *a, const struct wk_grpc_status *st);
+int ctl_call_once(ctl_args *a, const char *method, const ProtobufCMessage *req,
+                  struct wk_grpc_buf *resp);
+int ctl_show_result(const ctl_args *a, const Worker__V1__TaskResult *r);
+/** Reports an answer that does not decode as `what` (INTERNAL); returns 3. */
+int ctl_report_decode_error(const ctl_args *a, const char *what);
+
+/* ---- workerctl_progress.c: watching tasks ------------------------------------------ */
+
+typedef struct ctl_watch_opts {
+  bool terminal_only;     /* print only each task's first terminal result (submit --watch) */
+  bool own;               /* attach as owner; false = observer */
+  int64_t owner_grace_ms; /* the worker's grace as SubmitTask said (-1: from the SNAPSHOT) */
+} ctl_watch_opts;
+
+/** Watches `ids` (n distinct ids) on `c`: every event printed (or only each task's
+ * first terminal result), PROGRESS as a bar redrawn in place when stderr is a terminal,
+ * else as a plain line at most every few seconds per task. An owner that gets SIGINT
+ * says the task will be cancelled (OWNER_LOST) unless an owner re-attaches within the
+ * grace, with the command that re-attaches, and exits 130. Returns the worst task exit
+ * code, or 3/4 when the stream failed before every task ended. */
+int ctl_watch(const ctl_args *a, struct wk_grpc_client *c, char **ids, size_t n,
+              const ctl_watch_opts *o);
+
+/** One line of a task's progress into buf: "[#####.....] 1200/20000 calls 6% 400/s
+ * ETA 47s (3 failed, 1 retried)"; rate and ETA from `rate` (calls/s, <= 0: unknown). */
+void ctl_format_progress(char *buf, size_t len, const Worker__V1__TaskProgress *p, double rate,
+                         int bar_width);
+
+/* workerctl_tasks.c, workerctl_logs.c */
+int ctl_cmd_tasks(ctl_args *a);
+int ctl_cmd_logs(ctl_args *a);
 
 /* ---- workerctl_check.c: the deploy check --------------------------------------- */
 
@@ -248,6 +293,9 @@ json_t *ctl_submit_json(const Worker__V1__SubmitTaskResponse *r, const char *wor
 void ctl_print_slot(FILE *f, const char *task_id, const Worker__V1__RequestTaskSlotResponse *r,
                     int64_t now_unix_ms);
 json_t *ctl_slot_json(const Worker__V1__RequestTaskSlotResponse *r);
+/** Sets obj[key] to the bytes as a JSON string when they are valid UTF-8, else
+ * obj[key + "_base64"] to their base64. */
+void ctl_json_set_text_or_base64(json_t *obj, const char *key, const uint8_t *p, size_t n);
 /** Escaped preview of bytes: printable ASCII as is, the rest as \xNN; at most `max`
  * input bytes, then "..." */
 void ctl_print_escaped(FILE *f, const uint8_t *p, size_t len, size_t max);

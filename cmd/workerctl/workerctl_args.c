@@ -60,6 +60,10 @@ static const ctl_flag flags[F_COUNT] = {
     [F_TASK] = {"task", true, false},
     [F_CHECK] = {"check", false, false},
     [F_RECORDED] = {"recorded", false, false},
+    [F_OWN] = {"own", false, false},
+    [F_CALL] = {"call", true, false},
+    [F_STATE] = {"state", true, false},
+    [F_LIMIT] = {"limit", true, false},
 };
 
 #define BIT(f) ((uint64_t)1 << (f))
@@ -122,9 +126,27 @@ const ctl_command ctl_commands[] = {
     {"get", "get TASK_ID",
      "Prints the task's current snapshot or its retained result (GetTaskResult).\n", 0, 1, 1,
      ctl_cmd_get},
-    {"watch", "watch TASK_ID...",
-     "Prints each event of the tasks as it arrives (WatchTasks) until all have ended.\n", 0, 1,
-     CTL_MAX_POSITIONAL, ctl_cmd_watch},
+    {"watch", "watch TASK_ID... [--own]",
+     "Prints each event of the tasks as it arrives (WatchTasks) until all have ended;\n"
+     "progress as a bar on a terminal (calls done/total, rate, ETA), else a line every\n"
+     "few seconds. Watches as an observer: Ctrl-C leaves the tasks running.\n"
+     "  --own               watch as the tasks' owner: if this watch breaks (Ctrl-C), a\n"
+     "                      task nobody else owns fails OWNER_LOST after the worker's\n"
+     "                      watch_disconnect_grace_ms (what `submit --watch` does)\n",
+     BIT(F_OWN), 1, CTL_MAX_POSITIONAL, ctl_cmd_watch},
+    {"tasks", "tasks [--state S[,S...]] [--label K=V]... [--limit N]",
+     "Lists the worker's live and retained tasks, newest first (ListTasks): id, state,\n"
+     "function, epoch, age, calls done/total. With --json, one object per task.\n"
+     "  --state S,...       only tasks in these states (preparing, running, succeeded,\n"
+     "                      failed, cancelled)\n"
+     "  --label K=V         only tasks with this label (repeatable: all must match)\n"
+     "  --limit N           list at most N tasks (default 50; pages of at most 1000)\n",
+     BIT(F_STATE) | BIT(F_LABEL) | BIT(F_LIMIT), 0, 0, ctl_cmd_tasks},
+    {"logs", "logs TASK_ID [--call N]",
+     "Prints the captured stdout and stderr of the task's calls (GetTaskLogs), as the\n"
+     "worker keeps them (task_log_max_bytes per task; what it dropped is counted).\n"
+     "  --call N            only call N's output (each of its attempts)\n",
+     BIT(F_CALL), 1, 1, ctl_cmd_logs},
     {"cancel", "cancel TASK_ID [--reason TEXT]",
      "Requests cancellation (CancelTask) and prints the task's snapshot.\n"
      "  --reason TEXT       recorded in the task's failure_message\n",

@@ -279,75 +279,13 @@ static int print_result(const ctl_args *a, const Worker__V1__TaskResult *r) {
 
 /* ---- watch --------------------------------------------------------------------------- */
 
-/* Watches `ids` (n distinct ids). Every event is printed, or with terminal_only only
- * each task's first terminal result. Reads until every task's TERMINAL event (or the
- * end of the stream). Returns the worst task exit code, or 3/4 when the stream failed
- * before every task was seen terminal. */
+/* Watches `ids` (workerctl_progress.c): as an observer, or as the owner with
+ * terminal_only (submit --watch, which owns the task it submitted). */
 static int watch_tasks(const ctl_args *a, wk_grpc_client *c, char **ids, size_t n,
                        bool terminal_only) {
-  Worker__V1__WatchTasksRequest req;
-  worker__v1__watch_tasks_request__init(&req);
-  req.n_task_ids = n;
-  req.task_ids = ids;
-  size_t len;
-  uint8_t *buf = pack(&req.base, &len);
-  int64_t deadline = a->set[F_DEADLINE_MS] ? a->deadline_ms : 0;
-  wk_grpc_stream *s;
-  wk_grpc_status st;
-  int rc = wk_grpc_stream_open(c, M_WATCH, buf, len, NULL, 0, deadline, &s, &st);
-  free(buf);
-  if (rc != 0) return report_status(a, &st);
-
-  bool terminal_seen[CTL_MAX_POSITIONAL] = {false}; /* a result in a terminal state */
-  bool done[CTL_MAX_POSITIONAL] = {false};          /* its TERMINAL event */
-  size_t n_terminal = 0, n_done = 0;
-  int worst = CTL_EXIT_OK;
-  bool decode_failed = false;
-  wk_grpc_buf msg;
-  while (n_done < n && wk_grpc_stream_next(s, &msg) == 1) {
-    Worker__V1__TaskEvent *ev = worker__v1__task_event__unpack(NULL, msg.len, msg.data);
-    wk_grpc_buf_free(&msg);
-    if (!ev) {
-      decode_failed = true;
-      break;
-    }
-    size_t idx = n;
-    for (size_t i = 0; i < n && idx == n; i++) {
-      if (strcmp(ids[i], ev->task_id) == 0) idx = i;
-    }
-    bool is_terminal_event = ev->kind == WORKER__V1__TASK_EVENT__KIND__KIND_TERMINAL;
-    bool terminal = ev->result && (is_terminal_event || ctl_state_terminal(ev->result->state));
-    bool first_terminal = terminal && idx < n && !terminal_seen[idx];
-    if (!terminal_only && !a->quiet) {
-      if (a->json) {
-        ctl_json_print(stdout, ctl_event_json(ev));
-      } else {
-        ctl_print_event(stdout, ev);
-      }
-    } else if (first_terminal) {
-      if (a->quiet && n > 1) printf("%s ", ev->task_id); /* which task each state is */
-      (void)print_result(a, ev->result);
-    }
-    if (first_terminal) {
-      terminal_seen[idx] = true;
-      n_terminal++;
-      int e = ctl_state_exit(ev->result->state);
-      if (e > worst) worst = e;
-    }
-    if (is_terminal_event && idx < n && !done[idx]) {
-      done[idx] = true;
-      n_done++;
-    }
-    worker__v1__task_event__free_unpacked(ev, NULL);
-  }
-  grpc_status_code code = wk_grpc_stream_finish(s, &st);
-  if (decode_failed) return report_decode_error(a, "TaskEvent");
-  if (n_terminal == n) return worst; /* every task ended: how the stream ended is moot */
-  if (code != GRPC_STATUS_OK) return report_status(a, &st);
-  if (terminal_only) {
-    fprintf(stderr, "workerctl: the watch of %s ended before the task finished\n", ids[0]);
-  }
-  return worst;
+  ctl_watch_opts o = {
+      .terminal_only = terminal_only, .own = terminal_only || a->set[F_OWN], .owner_grace_ms = -1};
+  return ctl_watch(a, c, ids, n, &o);
 }
 
 /* ---- slot, get, cancel, health ----------------------------------------------------------- */
@@ -1008,7 +946,9 @@ static int show_submitted(ctl_args *a, wk_grpc_client *c, const Worker__V1__Subm
   }
   if (!a->json && !a->quiet) ctl_print_submit(stdout, r, worker);
   char *ids[1] = {task_id};
-  return watch_tasks(a, c, ids, 1, true);
+  ctl_watch_opts o = {
+      .terminal_only = true, .own = true, .owner_grace_ms = (int64_t)r->owner_grace_ms};
+  return ctl_watch(a, c, ids, 1, &o);
 }
 
 /* Sends the request (to --addr or a worker from etcd), then shows the answer. */
@@ -1180,4 +1120,22 @@ int ctl_cmd_epochs(ctl_args *a) {
   }
   free(epochs);
   return CTL_EXIT_OK;
+}
+
+/* ---- shared with the other command files (workerctl.h) ------------------------------ */
+
+int ctl_open_client(ctl_args *a, wk_grpc_client **c) { return open_client(a, c); }
+
+int ctl_report_status(const ctl_args *a, const wk_grpc_status *st) { return report_status(a, st); }
+
+int ctl_call_once(ctl_args *a, const char *method, const ProtobufCMessage *req, wk_grpc_buf *resp) {
+  return call_once(a, method, req, resp);
+}
+
+int ctl_show_result(const ctl_args *a, const Worker__V1__TaskResult *r) {
+  return print_result(a, r);
+}
+
+int ctl_report_decode_error(const ctl_args *a, const char *what) {
+  return report_decode_error(a, what);
 }

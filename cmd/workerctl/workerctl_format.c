@@ -238,8 +238,25 @@ void ctl_print_result(FILE *f, const Worker__V1__TaskResult *r) {
             "  calls: %" PRIu64 " total, %" PRIu64 " succeeded, %" PRIu64 " failed, %" PRIu64
             " retried",
             s->calls_total, s->calls_succeeded, s->calls_failed, s->calls_retried);
+    uint64_t done = s->calls_succeeded + s->calls_failed;
+    if (terminal && s->calls_total > done) {
+      fprintf(f, ", %" PRIu64 " not run", s->calls_total - done);
+    } else if (!terminal && s->calls_total > done) {
+      fprintf(f, ", %" PRIu64 " to go", s->calls_total - done);
+    }
     if (s->subcalls) fprintf(f, ", %" PRIu64 " subcalls", s->subcalls);
     fputc('\n', f);
+  }
+  for (size_t i = 0; i < r->n_retries; i++) { /* which calls were retried, and why */
+    const Worker__V1__CallRetry *x = r->retries[i];
+    fprintf(f, "  retried: call %" PRIu32 " after attempt %" PRIu32 ": %s: ", x->index, x->attempt,
+            x->error_type);
+    print_text_line(f, (const uint8_t *)x->error_message, strlen(x->error_message),
+                    TEXT_PREVIEW_MAX);
+    fputc('\n', f);
+  }
+  if (s && s->calls_retried > r->n_retries && r->n_retries > 0) {
+    fprintf(f, "  retried: ... %" PRIu64 " retries in all\n", s->calls_retried);
   }
   for (size_t i = 0; i < r->n_plugin_results; i++) {
     const Worker__V1__PluginResult *p = r->plugin_results[i];
@@ -298,6 +315,7 @@ static json_t *statistic_json(const Worker__V1__TaskStatistic *s) {
   json_object_set_new(j, "calls_succeeded", ctl_json_u64(s->calls_succeeded));
   json_object_set_new(j, "calls_failed", ctl_json_u64(s->calls_failed));
   json_object_set_new(j, "calls_retried", ctl_json_u64(s->calls_retried));
+  json_object_set_new(j, "calls_done", ctl_json_u64(s->calls_done));
   json_object_set_new(j, "subcalls", ctl_json_u64(s->subcalls));
   json_object_set_new(j, "executor_cpu_ms", ctl_json_u64(s->executor_cpu_ms));
   json_object_set_new(j, "bytes_in", ctl_json_u64(s->bytes_in));
@@ -329,6 +347,16 @@ json_t *ctl_result_json(const Worker__V1__TaskResult *r) {
   }
   json_object_set_new(j, "plugin_results", pls);
   json_object_set_new(j, "statistic", statistic_json(r->statistic));
+  json_t *retries = json_array();
+  for (size_t i = 0; i < r->n_retries; i++) {
+    json_t *x = json_object();
+    json_object_set_new(x, "call", json_integer(r->retries[i]->index));
+    json_object_set_new(x, "attempt", json_integer(r->retries[i]->attempt));
+    json_object_set_new(x, "error_type", json_str(r->retries[i]->error_type));
+    json_object_set_new(x, "error_message", json_str(r->retries[i]->error_message));
+    json_array_append_new(retries, x);
+  }
+  json_object_set_new(j, "retries", retries);
   return j;
 }
 
@@ -403,4 +431,8 @@ json_t *ctl_slot_json(const Worker__V1__RequestTaskSlotResponse *r) {
   json_object_set_new(j, "state", json_str(state_name(r->state, b, sizeof b)));
   if (r->result) json_object_set_new(j, "result", ctl_result_json(r->result));
   return j;
+}
+
+void ctl_json_set_text_or_base64(json_t *obj, const char *key, const uint8_t *p, size_t n) {
+  set_text_or_base64(obj, key, p, n);
 }

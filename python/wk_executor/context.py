@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 
 import worker  # python/worker/__init__.py, beside this package
@@ -28,7 +29,11 @@ class Context:
         self.call_index = call.call_index
         self.epoch = call.epoch
         self.function = call.function
-        self.deadline = call.deadline  # absolute time.monotonic() value; inf = none
+        # wall-clock Unix seconds, comparable with time.time(); math.inf = none. The
+        # call's own deadline stays monotonic (remaining() uses it: a clock step does
+        # not move it).
+        self.deadline = (call.deadline - time.monotonic() + time.time()
+                         if call.deadline != math.inf else math.inf)
         self.traceparent = call.traceparent
         self._call = call
         self._stderr = stderr
@@ -67,8 +72,9 @@ class Context:
             raise worker.Cancelled("call cancelled by the worker")
 
     def remaining(self) -> float:
-        """Seconds left before the deadline (inf when the call has none; may be < 0)."""
-        return self.deadline - time.monotonic()
+        """Seconds left before the deadline (inf when the call has none; may be < 0),
+        measured on the monotonic clock."""
+        return self._call.deadline - time.monotonic()
 
     def call(self, fn: str | None, args, entrypoint: str | None = None):
         """Runs one child call and returns its value; raises worker.SubcallError when it

@@ -197,6 +197,7 @@ static void handle_submit(wk_orch *o, wk_rpc *rpc) {
   resp.state = (Worker__V1__TaskState)wk_wire_task_state(res.result->state);
   resp.duplicate = res.duplicate;
   resp.accepted_unix_ms = wk_wire_unix_ms(res.accepted_ms, o->wall_offset_ms);
+  resp.owner_grace_ms = (uint64_t)o->cfg.core.watch_disconnect_grace_ms;
   wk_orch__reply_packed(rpc, &resp.base);
   if (!res.duplicate && o->shadow && !is_shadow) {
     /* mirrored after the primary succeeded; the forwarder never blocks */

@@ -381,6 +381,7 @@ wk_orch *wk_orch_create(uv_loop_t *loop, const wk_orch_config *cfg, char *err, s
     return NULL;
   }
   o->subs = wk_subs_create(o->core);
+  wk_subs_set_owner_grace(o->subs, (uint64_t)cfg->core.watch_disconnect_grace_ms);
   o->book = wk_task_book_create(&cfg->task_logs);
   pthread_mutex_init(&o->mu, NULL);
   uv_async_init(loop, &o->wake, on_wake);

@@ -185,8 +185,17 @@ void wk_orch__report_calls(wk_orch *o, wk_task_rt *rt) {
              (unsigned long long)rt->build.calls_total, o->cfg.max_inline_output_bytes);
     message = msg;
   } else if (!ok) {
-    snprintf(msg, sizeof msg, "%u of %llu calls failed; first: %s", rt->calls.failed,
-             (unsigned long long)rt->build.calls_total, rt->calls.first_failure);
+    /* the counts add up: a call the failure policy stopped is "not run", never "ok" */
+    unsigned long long total = rt->build.calls_total, done = rt->calls.done;
+    unsigned long long not_run = total > done ? total - done : 0;
+    int n = snprintf(msg, sizeof msg, "%u of %llu calls failed, %llu succeeded", rt->calls.failed,
+                     total, done - rt->calls.failed);
+    if (not_run && n > 0 && (size_t)n < sizeof msg) {
+      n += snprintf(msg + n, sizeof msg - (size_t)n,
+                    ", %llu not run (stopped by the failure policy)", not_run);
+    }
+    if (n > 0 && (size_t)n < sizeof msg)
+      snprintf(msg + n, sizeof msg - (size_t)n, "; first: %s", rt->calls.first_failure);
     message = msg;
   }
   wk_phase_outcome out = {

@@ -23,6 +23,7 @@ typedef struct wk_watch_entry {
   wk_sub *sub;
   uint64_t hash;
   bool owner;         /* false: an observer, which never counts for the core's watch grace */
+  bool progress;      /* the stream asked for PROGRESS events */
   bool phase_pending; /* a PHASE_CHANGED is due at the end of this loop turn */
   char task_id[WK_TASK_ID_MAX + 1];
 } wk_watch_entry;
@@ -50,6 +51,7 @@ typedef struct pending_phase {
 
 struct wk_subs {
   wk_core *core;
+  uint64_t owner_grace_ms; /* told in every SNAPSHOT */
   wk_sub *streams;
   uint32_t n_streams;
   wk_watch_entry *buckets[BUCKETS];
@@ -78,18 +80,24 @@ static uint32_t owners_of(const wk_subs *s, const char *id, uint64_t h) {
 /* An event is a head (task_id, kind, and the tag and length of field 3, or of field 4
  * for PROGRESS) followed by the encoded TaskResult or TaskProgress (the body, shared by
  * every stream that gets it). */
-static void encode_head(wk_buf *out, const char *task_id, Worker__V1__TaskEvent__Kind kind,
-                        const wk_shared *body) {
+static void encode_head_grace(wk_buf *out, const char *task_id, Worker__V1__TaskEvent__Kind kind,
+                              uint64_t owner_grace_ms, const wk_shared *body) {
   wk_buf_clear(out);
   Worker__V1__TaskEvent ev = WORKER__V1__TASK_EVENT__INIT;
   ev.task_id = (char *)(uintptr_t)task_id;
   ev.kind = kind;
+  ev.owner_grace_ms = owner_grace_ms;
   size_t n = worker__v1__task_event__get_packed_size(&ev);
   worker__v1__task_event__pack(&ev, wk_buf_reserve(out, n));
   out->len += n;
   uint32_t field = kind == WORKER__V1__TASK_EVENT__KIND__KIND_PROGRESS ? 4u : 3u;
   wk_buf_append_varint(out, (field << 3) | 2u);
   wk_buf_append_varint(out, body->len);
+}
+
+static void encode_head(wk_buf *out, const char *task_id, Worker__V1__TaskEvent__Kind kind,
+                        const wk_shared *body) {
+  encode_head_grace(out, task_id, kind, 0, body);
 }
 
 static wk_shared *encode_body(const wk_task_result *r, int64_t wall_offset_ms) {
@@ -141,6 +149,8 @@ static wk_shared *terminal_body(wk_subs *s, const char *id, uint64_t h, const wk
 }
 
 void wk_subs_tick(wk_subs *s) { sweep_cache(s); }
+
+void wk_subs_set_owner_grace(wk_subs *s, uint64_t ms) { s->owner_grace_ms = ms; }
 
 uint32_t wk_subs_cached_bodies(const wk_subs *s) {
   uint32_t n = 0;
@@ -258,7 +268,8 @@ void wk_subs_watch(wk_subs *s, wk_rpc *rpc, int64_t now_ms, int64_t wall_offset_
     /* a finished task's SNAPSHOT and TERMINAL carry the same result: one body */
     wk_shared *body =
         terminal ? terminal_body(s, id, h, r, wall_offset_ms) : encode_body(r, wall_offset_ms);
-    encode_head(&msg, id, WORKER__V1__TASK_EVENT__KIND__KIND_SNAPSHOT, body);
+    encode_head_grace(&msg, id, WORKER__V1__TASK_EVENT__KIND__KIND_SNAPSHOT, s->owner_grace_ms,
+                      body);
     bool ok = send_event(sub, &msg, body);
     if (ok && terminal) {
       encode_head(&msg, id, WORKER__V1__TASK_EVENT__KIND__KIND_TERMINAL, body);
@@ -277,6 +288,7 @@ void wk_subs_watch(wk_subs *s, wk_rpc *rpc, int64_t now_ms, int64_t wall_offset_
     e->sub = sub;
     e->hash = h;
     e->owner = !req->observe;
+    e->progress = req->progress;
     snprintf(e->task_id, sizeof e->task_id, "%s", id);
     bool first = e->owner && owners_of(s, id, e->hash) == 0;
     e->next = s->buckets[e->hash % BUCKETS];
@@ -394,7 +406,7 @@ void wk_subs_on_progress(wk_subs *s, const wk_task_result *r, int64_t wall_offse
   wk_buf msg = {0};
   wk_shared *body = NULL; /* encoded once, for every watcher, and only when one watches */
   for (wk_watch_entry *e = s->buckets[h % BUCKETS]; e; e = e->next) {
-    if (e->hash != h || strcmp(e->task_id, id) != 0) continue;
+    if (!e->progress || e->hash != h || strcmp(e->task_id, id) != 0) continue;
     if (body == NULL) {
       body = encode_progress(r, wall_offset_ms);
       encode_head(&msg, id, WORKER__V1__TASK_EVENT__KIND__KIND_PROGRESS, body);

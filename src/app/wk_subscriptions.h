@@ -34,6 +34,8 @@ typedef struct wk_subs wk_subs;
 
 /** Creates the manager over `core` (not owned). */
 wk_subs *wk_subs_create(wk_core *core);
+/** The watch-disconnect grace every SNAPSHOT tells its watcher (owner_grace_ms). */
+void wk_subs_set_owner_grace(wk_subs *subs, uint64_t ms);
 /** Ends every open stream with UNAVAILABLE, releases every rpc, frees the manager. */
 void wk_subs_destroy(wk_subs *subs);
 

@@ -2,6 +2,7 @@
 GetTaskResult, PROGRESS events on WatchTasks, observer streams that never count for the
 watch-disconnect grace, against the real worker."""
 
+import json
 import os
 import time
 
@@ -23,7 +24,12 @@ GATED = ("import os, time\n"
 def wait_phase(w, task_id, phase, timeout=30):
     deadline = time.time() + timeout
     while time.time() < deadline:
-        r = w.stub.GetTaskResult(pb.GetTaskResultRequest(task_id=task_id), timeout=5)
+        try:
+            r = w.stub.GetTaskResult(pb.GetTaskResultRequest(task_id=task_id), timeout=5)
+        except grpc.RpcError as e:  # not submitted yet (a workerctl started alongside)
+            assert e.code() == grpc.StatusCode.NOT_FOUND, e
+            time.sleep(0.02)
+            continue
         if r.phase == phase:
             return r
         time.sleep(0.02)
@@ -114,7 +120,8 @@ def test_progress_events_bounded(worker):
     n = 3000
     worker.submit("prog-1", "noop", [0] * n, builder="map")
     started = time.time()
-    events = list(worker.stub.WatchTasks(pb.WatchTasksRequest(task_ids=["prog-1"]), timeout=120))
+    events = list(worker.stub.WatchTasks(pb.WatchTasksRequest(task_ids=["prog-1"], progress=True),
+                                         timeout=120))
     elapsed = time.time() - started
     progress = [e.progress for e in events if e.kind == pb.TaskEvent.KIND_PROGRESS]
     assert events[-1].kind == pb.TaskEvent.KIND_TERMINAL
@@ -228,3 +235,201 @@ def test_retries_listed_in_result(worker, tmp_path):
         assert x.error_type == "Retryable"
         assert x.error_message == "not yet: call %d" % x.index
     assert len(r.outputs) == 4
+
+
+def test_progress_only_when_asked(worker):
+    """A watcher that does not ask for PROGRESS gets SNAPSHOT, PHASE_CHANGED, TERMINAL
+    only, as before."""
+    worker.submit("prog-2", "noop", [0] * 500, builder="map")
+    kinds = [e.kind for e in worker.stub.WatchTasks(pb.WatchTasksRequest(task_ids=["prog-2"]),
+                                                    timeout=60)]
+    assert pb.TaskEvent.KIND_PROGRESS not in kinds
+    assert kinds[0] == pb.TaskEvent.KIND_SNAPSHOT and kinds[-1] == pb.TaskEvent.KIND_TERMINAL
+
+
+# ---- workerctl: progress bar, summarised lines, Ctrl-C, tasks, logs ----------------------
+
+import pty  # noqa: E402
+import re  # noqa: E402
+import select  # noqa: E402
+import signal  # noqa: E402
+import subprocess  # noqa: E402
+
+from conftest import WORKERCTL  # noqa: E402
+
+NAP = "import time\ndef handler(args, ctx):\n    time.sleep(args)\n    return None\n"
+
+
+def ctl(w, *args, **kw):
+    return subprocess.run([WORKERCTL, "--addr", w.addr] + list(args), capture_output=True,
+                          text=True, timeout=kw.pop("timeout", 120), **kw)
+
+
+def run_in_pty(argv, timeout=120):
+    """Runs argv with stdout and stderr on a terminal; returns (exit status, bytes shown)."""
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.environ["TERM"] = "xterm"
+        os.execv(argv[0], argv)
+    out = b""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        r, _, _ = select.select([fd], [], [], 1)
+        if r:
+            try:
+                chunk = os.read(fd, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            out += chunk
+    _, status = os.waitpid(pid, 0)
+    os.close(fd)
+    return os.waitstatus_to_exitcode(status), out
+
+
+def test_watch_draws_a_bar_on_a_terminal(worker):
+    worker.deploy("nap", NAP)
+    worker.submit("bar-1", "nap", [0.05] * 60, builder="map")
+    rc, out = run_in_pty([WORKERCTL, "--addr", worker.addr, "watch", "bar-1"])
+    assert rc == 0, out
+    text = out.decode("utf-8", "replace")
+    redraws = text.count("\r\x1b[K")
+    assert redraws >= 2, text[-2000:]
+    assert re.search(r"\[[#.]{24}\] \d+/60 calls", text), text[-2000:]
+    assert "TERMINAL task bar-1 SUCCEEDED" in text
+    # the bar is redrawn in place: it adds no lines of its own (the events' results do)
+    lines = [x for x in text.split("\n") if not x.startswith("  output[")]
+    assert len(lines) < 15, lines
+
+
+def test_submit_watch_summarises_progress(worker):
+    """A 20,000-call range: the progress is a handful of lines on stderr, never one a
+    call; stdout holds the result only."""
+    started = time.time()
+    p = ctl(worker, "submit", "noop", '{"stop": 20000, "chunk": 1}', "--builder", "range",
+            "--watch", "--task-id", "big-1", timeout=300)
+    elapsed = time.time() - started
+    assert p.returncode == 0, p.stderr[-2000:]
+    progress = [line for line in p.stderr.splitlines() if line.startswith("PROGRESS task big-1")]
+    assert len(progress) == len(p.stderr.splitlines())
+    assert len(progress) <= elapsed / 5 + 2, (len(progress), elapsed)
+    assert "PROGRESS" not in p.stdout
+    lines = p.stdout.splitlines()
+    others = [line for line in lines if not line.startswith("  output[")]
+    assert len(others) <= 3, others
+    assert "task big-1 SUCCEEDED" in p.stdout
+
+
+def start_gated_worker(worker_factory, grace_ms):
+    w = worker_factory("--watch-disconnect-grace-ms", str(grace_ms))
+    w.wait_serving()
+    w.deploy("gated", GATED)
+    return w, os.path.join(w.tmp, "release")
+
+
+def interrupt_submit_watch(w, task_id, release):
+    """`submit --watch` of a gated task, interrupted (SIGINT) once its calls run;
+    returns what it printed on stderr."""
+    p = subprocess.Popen([WORKERCTL, "--addr", w.addr, "submit", "gated",
+                          json.dumps([{"release": release}] * 2), "--builder", "map",
+                          "--task-id", task_id, "--watch"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_phase(w, task_id, pb.PHASE_CALLS)
+    time.sleep(0.3)  # its watch is attached (the SNAPSHOT came before the calls phase)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=30)
+    assert p.returncode == 130, (p.returncode, out, err)
+    return err
+
+
+def test_ctrl_c_of_submit_watch_says_owner_lost_and_how_to_reattach(worker_factory):
+    w, release = start_gated_worker(worker_factory, 300)
+    err = interrupt_submit_watch(w, "cc-1", release)
+    assert "OWNER_LOST" in err and "grace of 0.3 s" in err, err
+    assert "workerctl --addr %s watch --own cc-1" % w.addr in err, err
+    r = w.wait_terminal("cc-1")
+    assert (r.state, r.failure_code) == (pb.TASK_STATE_FAILED, pb.FAILURE_CODE_OWNER_LOST)
+    open(release, "w").close()
+
+
+def test_the_printed_command_reattaches_in_time(worker_factory):
+    w, release = start_gated_worker(worker_factory, 3000)
+    err = interrupt_submit_watch(w, "cc-2", release)
+    command = err.split("To re-attach:\n", 1)[1].splitlines()[0].split()
+    assert command[0] == "workerctl" and command[-3:] == ["watch", "--own", "cc-2"], err
+    again = subprocess.Popen([WORKERCTL] + command[1:], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    time.sleep(4)  # past the 3 s grace: the owner is back, nothing is cancelled
+    r = w.stub.GetTaskResult(pb.GetTaskResultRequest(task_id="cc-2"), timeout=5)
+    assert r.state == pb.TASK_STATE_RUNNING, r
+    open(release, "w").close()
+    out, _ = again.communicate(timeout=60)
+    assert again.returncode == 0
+    assert "TERMINAL task cc-2 SUCCEEDED" in out
+
+
+def test_ctrl_c_of_an_observer_leaves_the_task(worker_factory):
+    w, release = start_gated_worker(worker_factory, 300)
+    w.submit("cc-3", "gated", [{"release": release}] * 2, builder="map")
+    wait_phase(w, "cc-3", pb.PHASE_CALLS)
+    p = subprocess.Popen([WORKERCTL, "--addr", w.addr, "watch", "cc-3"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.5)
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=30)
+    assert p.returncode == 130
+    assert "observer" in err and "keeps running" in err, err
+    time.sleep(1.0)  # well past the 300 ms grace
+    r = w.stub.GetTaskResult(pb.GetTaskResultRequest(task_id="cc-3"), timeout=5)
+    assert r.state == pb.TASK_STATE_RUNNING
+    open(release, "w").close()
+    assert w.wait_terminal("cc-3").state == pb.TASK_STATE_SUCCEEDED
+
+
+def test_workerctl_tasks_and_logs(worker):
+    worker.submit("cli-1", "printer", ["x", "y"], builder="map", labels={"team": "data"})
+    worker.submit("cli-2", "boom", {"n": 1})
+    worker.wait_terminal("cli-1")
+    worker.wait_terminal("cli-2")
+    p = ctl(worker, "tasks")
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert lines[0].split() == ["TASK", "STATE", "FUNCTION", "EPOCH", "AGE", "CALLS"]
+    assert lines[1].split()[:3] == ["cli-2", "FAILED", "boom"]
+    assert lines[2].split()[:3] == ["cli-1", "SUCCEEDED", "printer"]
+    assert lines[2].split()[5] == "2/2"
+    p = ctl(worker, "--json", "tasks", "--state", "succeeded", "--label", "team=data")
+    rows = [json.loads(line) for line in p.stdout.splitlines()]
+    assert [r["task_id"] for r in rows] == ["cli-1"]
+    assert rows[0]["labels"] == {"team": "data"} and rows[0]["calls_done"] == 2
+    assert ctl(worker, "tasks", "--state", "nope").returncode == 2
+    p = ctl(worker, "logs", "cli-1", "--call", "1")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines() == ["== call 1 (attempt 1) stdout ==", "to stdout y",
+                                     "== call 1 (attempt 1) stderr ==", "to stderr"]
+    p = ctl(worker, "--json", "logs", "cli-1")
+    assert sorted(json.loads(line)["call"] for line in p.stdout.splitlines()) == [0, 1]
+    p = ctl(worker, "logs", "no-such-task")
+    assert p.returncode == 3 and "NOT_FOUND" in p.stderr
+
+
+def test_get_shows_the_retry_story_and_counts_that_add_up(worker, tmp_path):
+    worker.deploy("flaky", FLAKY)
+    marker = str(tmp_path / "m")
+    p = ctl(worker, "submit", "flaky", json.dumps([{"marker": marker, "flaky": True}]),
+            "--builder", "map", "--retries", "2", "--watch", "--task-id", "story-1")
+    assert p.returncode == 0, p.stderr
+    assert "retried: call 0 after attempt 1: Retryable: not yet: call 0" in p.stdout, p.stdout
+    # fail fast: the calls the policy stopped are "not run", not counted as fine
+    p = ctl(worker, "submit", "boom", json.dumps([1, 2, 3, 4, 5, 6, 7, 8]), "--builder", "map",
+            "--watch", "--task-id", "story-2")
+    assert p.returncode == 1
+    r = worker.wait_terminal("story-2")
+    s = r.statistic
+    not_run = s.calls_total - s.calls_succeeded - s.calls_failed
+    assert "%d of 8 calls failed, %d succeeded" % (s.calls_failed, s.calls_succeeded) in \
+        r.failure_message
+    if not_run:
+        assert "%d not run" % not_run in r.failure_message
+        assert "%d not run" % not_run in p.stdout

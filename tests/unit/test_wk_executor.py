@@ -328,6 +328,28 @@ class CaptureTest(unittest.TestCase):
             out.write(b"bytes")
 
 
+class ContextDeadline(unittest.TestCase):
+    """ctx.deadline is wall-clock Unix seconds (comparable with time.time()), and
+    ctx.remaining() counts down on the monotonic clock (issue 13 §6)."""
+
+    def test_deadline_is_wall_clock(self):
+        import time
+        from wk_executor.context import Context
+        c = parse_body(p.parse_call, call_body(deadline_ms=5000), time.monotonic())
+        ctx = Context(c, Capture(64), None)
+        self.assertAlmostEqual(ctx.deadline, time.time() + 5, delta=1.0)
+        self.assertGreater(ctx.deadline, 1e9)  # not a monotonic value near boot time
+        self.assertAlmostEqual(ctx.remaining(), 5, delta=1.0)
+        self.assertLessEqual(ctx.remaining(), 5)
+
+    def test_no_deadline(self):
+        from wk_executor.context import Context
+        c = parse_body(p.parse_call, call_body(deadline_ms=0), 0.0)
+        ctx = Context(c, Capture(64), None)
+        self.assertEqual(ctx.deadline, math.inf)
+        self.assertEqual(ctx.remaining(), math.inf)
+
+
 class Shim(unittest.TestCase):
     def test_script_runs_the_package(self):
         script = os.path.join(PYTHON_DIR, "worker_executor.py")
