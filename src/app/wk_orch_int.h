@@ -126,6 +126,10 @@ int64_t wk_orch__loop_now(wk_orch *o);
 /** Queues a phase step for rt (with a reference) to run from wk_orch__run_steps. */
 void wk_orch__defer_step(wk_orch *o, wk_orch__step_kind kind, wk_task_rt *rt);
 
+/** Sets the deadline timer for the earliest of the core's, the calls' and the held-back
+ * PROGRESS events' deadlines (or stops it: the tick comes first). */
+void wk_orch__reschedule(wk_orch *o);
+
 /** Runs the deferred steps until none is left. */
 void wk_orch__run_steps(wk_orch *o);
 

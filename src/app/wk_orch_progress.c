@@ -38,6 +38,7 @@ void wk_orch__progress(wk_orch *o, wk_task_rt *rt) {
   wk_task_rt_ref(rt);
   rt->progress.next = o->progress_pending;
   o->progress_pending = rt;
+  wk_orch__reschedule(o); /* wake when it is due, not at the next tick */
 }
 
 void wk_orch__progress_phase(wk_orch *o, const wk_task_result *r) {

@@ -237,6 +237,8 @@ void wk_orch_on_subcalls(void *ud, void *call_ctx, const wk_frame_subcalls *req)
 
 static void reschedule_deadline(wk_orch *o);
 
+void wk_orch__reschedule(wk_orch *o) { reschedule_deadline(o); }
+
 static void on_wake(uv_async_t *a) {
   wk_orch *o = a->data;
   pthread_mutex_lock(&o->mu);

@@ -526,10 +526,55 @@ static void test_decode_undecodable(void **state) {
   assert_string_equal(err, "request is not a valid worker.v1.GetTaskResultRequest");
   err[0] = '\0';
   assert_null(wk_validate_decode(WK_RPC_METHOD_COUNT, junk, sizeof junk, &k_lim, err, sizeof err));
-  assert_string_equal(err, "unknown method 7");
+  char unknown[32];
+  snprintf(unknown, sizeof unknown, "unknown method %d", (int)WK_RPC_METHOD_COUNT);
+  assert_string_equal(err, unknown);
   assert_null(wk_validate_descriptor(WK_RPC_METHOD_COUNT));
   assert_ptr_equal(wk_validate_descriptor(WK_RPC_HEALTH_WATCH),
                    &grpc__health__v1__health_check_request__descriptor);
+}
+
+/* ListTasks and GetTaskLogs (issue 13 §4): bounded pages, tokens only as the worker
+ * makes them, known states, labels as a submission's; a call only with one_call. */
+static void test_list_tasks_and_logs(void **state) {
+  (void)state;
+  Worker__V1__ListTasksRequest lr = WORKER__V1__LIST_TASKS_REQUEST__INIT;
+  assert_true(wk_validate_list_tasks(&lr, err, sizeof err));
+  lr.page_size = 1000;
+  lr.page_token = (char *)(uintptr_t) "s18446744073709551";
+  assert_true(wk_validate_list_tasks(&lr, err, sizeof err));
+  lr.page_size = 1001;
+  assert_false(wk_validate_list_tasks(&lr, err, sizeof err));
+  assert_string_equal(err, "page_size must be at most 1000 (0 = 100), got 1001");
+  lr.page_size = 0;
+  const char *bad_tokens[] = {"s", "s0", "s01", "x1", "s1a", "s12345678901234567890"};
+  for (size_t i = 0; i < sizeof bad_tokens / sizeof bad_tokens[0]; i++) {
+    lr.page_token = (char *)(uintptr_t)bad_tokens[i];
+    assert_false(wk_validate_list_tasks(&lr, err, sizeof err));
+    assert_non_null(strstr(err, "page_token must be empty or a next_page_token"));
+  }
+  uint64_t seq;
+  assert_true(wk_validate_page_token("s42", &seq));
+  assert_int_equal(seq, 42);
+  lr.page_token = (char *)(uintptr_t) "";
+  Worker__V1__TaskState states[2] = {WORKER__V1__TASK_STATE__TASK_STATE_RUNNING,
+                                     (Worker__V1__TaskState)6};
+  lr.states = states;
+  lr.n_states = 2;
+  assert_false(wk_validate_list_tasks(&lr, err, sizeof err));
+  assert_string_equal(err, "states[1] must be a TaskState from PREPARING to CANCELLED, got 6");
+  lr.n_states = 1;
+  assert_true(wk_validate_list_tasks(&lr, err, sizeof err));
+
+  Worker__V1__GetTaskLogsRequest gr = WORKER__V1__GET_TASK_LOGS_REQUEST__INIT;
+  assert_false(wk_validate_get_task_logs(&gr, err, sizeof err)); /* no task id */
+  gr.task_id = (char *)(uintptr_t) "t1";
+  assert_true(wk_validate_get_task_logs(&gr, err, sizeof err));
+  gr.call = 3;
+  assert_false(wk_validate_get_task_logs(&gr, err, sizeof err));
+  assert_string_equal(err, "call is 3 but one_call is false: set one_call to pick a call");
+  gr.one_call = true;
+  assert_true(wk_validate_get_task_logs(&gr, err, sizeof err));
 }
 
 /* protobuf-c checks neither UTF-8 nor NUL bytes in strings: the wire scan does, and
@@ -616,6 +661,7 @@ int main(void) {
       cmocka_unit_test(test_decode_valid),
       cmocka_unit_test(test_decode_applies_rules),
       cmocka_unit_test(test_decode_undecodable),
+      cmocka_unit_test(test_list_tasks_and_logs),
       cmocka_unit_test(test_decode_strings),
       cmocka_unit_test(test_decode_field_zero),
   };
