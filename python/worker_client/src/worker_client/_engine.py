@@ -198,7 +198,8 @@ class _Stream(object):
         g = self.group
         eng = g.conn.engine
         # an observer's stream never counts for the worker's watch-disconnect grace
-        req = pb.WatchTasksRequest(task_ids=list(self.handles), observe=not g.own)
+        req = pb.WatchTasksRequest(task_ids=list(self.handles), observe=not g.own,
+                                   progress=True)  # PROGRESS events are opt-in
         err = None
         try:
             call = g.conn.stub.WatchTasks(req, metadata=eng.metadata)

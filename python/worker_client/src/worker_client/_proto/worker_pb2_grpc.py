@@ -82,8 +82,9 @@ class WorkerServiceServicer(object):
         raise NotImplementedError('Method not implemented!')
 
     def WatchTasks(self, request, context):
-        """A SNAPSHOT event per task first, then PHASE_CHANGED events, then one TERMINAL
-        event per task. The stream ends OK once every watched task's terminal event is sent.
+        """A SNAPSHOT event per task first, then PHASE_CHANGED events (and PROGRESS events
+        when asked for), then one TERMINAL event per task. The stream ends OK once every
+        watched task's terminal event is sent.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
