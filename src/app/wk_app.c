@@ -2,10 +2,14 @@
  * validate → code store → executor pool → gRPC server bound → ready → serve;
  * SIGTERM/SIGINT → draining → wait for running tasks up to drain_timeout_ms →
  * converge the rest WORKER_SHUTDOWN → deliver terminal events → stop gRPC → stop
- * executors → exit 0. A second signal skips the wait. */
+ * executors → exit 0. A second signal skips the wait. Everything after the drain fits
+ * in shutdown_grace_ms: the signal thread exits the process (status 1) at that
+ * deadline if the steps have not finished, so a supervisor's stop timeout of
+ * drain_timeout_ms + shutdown_grace_ms (and a margin) is never hit. */
 #include "app/wk_app.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <grpc/grpc.h>
 #include <pthread.h>
@@ -96,37 +100,70 @@ typedef struct wk_app {
   bool loop_open;                            /* loop, mutex and the two handles initialised */
   bool grpc_started;                         /* grpc_init called */
   pthread_t sig_thread;
+  int64_t exit_deadline_ms; /* CLOCK_MONOTONIC; 0 = none yet; under mu */
+  bool sig_thread_quit;     /* under mu: the next SIGUSR2 ends the signal thread */
   bool sig_thread_started;
 } wk_app;
 
 /* Not settings: how the app paces itself and sizes what it hands to its pieces. The
  * tunables are settings (app/wk_config_table.c). */
 enum {
-  PHASE_TICK_MS = 20,          /* the phase timer: capacity sync, start-up, drain */
-  METRICS_SAMPLE_MS = 250,     /* gauges and snapshot counters lag at most this */
-  MEMORY_SAMPLE_MS = 250,      /* available memory against admission_memory_floor */
-  SHADOW_STATS_LOG_MS = 30000, /* a shadow_stats log line this often */
-  READY_WAIT_MS = 15000,       /* serve once `executors` are ready, or after this anyway */
-  FLUSH_WAIT_MS = 2000,        /* after the drain, watchers get their terminal events */
-  DISPATCH_TASK_HEADROOM = 16, /* dispatcher tasks beyond task_slots: ended, not yet removed */
-  STACK_WAIT_MS = 1000,        /* a cancelled call's stack is awaited this long, then killed */
-  ESCALATION_MARGIN_MS = 500,  /* the pool's deadline comes this much before the dispatcher's */
-  STREAM_LOW_WATER = 512,      /* refill a streaming builder's calls below this many queued */
-  STREAM_BATCH = 1024,         /* calls added per refill */
-  EXECUTOR_SHUTDOWN_GRACE_MS = 2000, /* SHUTDOWN, then SIGKILL after this */
-  FRAME_OVERHEAD_BYTES = 1 << 20,    /* an executor frame: the largest message and its envelope */
-  MAX_WATCH_TASKS = 1024,            /* task_ids per WatchTasks request */
-  MAX_STREAM_QUEUE = 4096,           /* queued messages per stream before a send fails */
+  PHASE_TICK_MS = 20,             /* the phase timer: capacity sync, start-up, drain */
+  METRICS_SAMPLE_MS = 250,        /* gauges and snapshot counters lag at most this */
+  MEMORY_SAMPLE_MS = 250,         /* available memory against admission_memory_floor */
+  SHADOW_STATS_LOG_MS = 30000,    /* a shadow_stats log line this often */
+  READY_WAIT_MS = 15000,          /* serve once `executors` are ready, or after this anyway */
+  FLUSH_WAIT_MS = 2000,           /* after the drain, watchers get their terminal events (at
+                                  most half of shutdown_grace_ms) */
+  DISPATCH_TASK_HEADROOM = 16,    /* dispatcher tasks beyond task_slots: ended, not yet removed */
+  STACK_WAIT_MS = 1000,           /* a cancelled call's stack is awaited this long, then killed */
+  ESCALATION_MARGIN_MS = 500,     /* the pool's deadline comes this much before the dispatcher's */
+  STREAM_LOW_WATER = 512,         /* refill a streaming builder's calls below this many queued */
+  STREAM_BATCH = 1024,            /* calls added per refill */
+  FRAME_OVERHEAD_BYTES = 1 << 20, /* an executor frame: the largest message and its envelope */
+  MAX_WATCH_TASKS = 1024,         /* task_ids per WatchTasks request */
+  MAX_STREAM_QUEUE = 4096,        /* queued messages per stream before a send fails */
 };
 
 static sigset_t stop_signals;
 
+static int64_t monotonic_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Waits for the stop signals; once the drain has ended (exit_deadline_ms set), also
+ * for the end of shutdown_grace_ms, at which it exits the process whatever still runs
+ * (the loop stuck, an executor not yet reaped). */
 static void *signal_thread(void *arg) {
   wk_app *app = arg;
   for (;;) {
     int sig = 0;
-    if (sigwait(&stop_signals, &sig) != 0) continue;
-    if (sig == SIGUSR2) return NULL; /* our own wake-up at exit */
+    pthread_mutex_lock(&app->mu);
+    int64_t deadline = app->exit_deadline_ms;
+    pthread_mutex_unlock(&app->mu);
+    if (deadline == 0) {
+      if (sigwait(&stop_signals, &sig) != 0) continue;
+    } else {
+      int64_t left = deadline - monotonic_ms();
+      if (left <= 0) {
+        wk_log(WK_LOG_ERROR, "shutdown_grace_exceeded",
+               "not stopped %" PRId64 " ms after the drain (shutdown_grace_ms): exiting now",
+               app->cfg->shutdown_grace_ms);
+        _exit(1);
+      }
+      struct timespec ts = {.tv_sec = left / 1000, .tv_nsec = (long)(left % 1000) * 1000000};
+      sig = sigtimedwait(&stop_signals, NULL, &ts);
+      if (sig < 0) continue; /* timed out (or EINTR): look at the deadline again */
+    }
+    if (sig == SIGUSR2) {
+      pthread_mutex_lock(&app->mu);
+      bool quit = app->sig_thread_quit;
+      pthread_mutex_unlock(&app->mu);
+      if (quit) return NULL; /* our own wake-up at exit */
+      continue;              /* the exit deadline was set */
+    }
     pthread_mutex_lock(&app->mu);
     app->signals_seen++;
     pthread_mutex_unlock(&app->mu);
@@ -314,6 +351,12 @@ static void follow_memory(wk_app *app) {
   wk_log_json(WK_LOG_WARN, "admission_paused", fields);
 }
 
+/* The longest wait for watchers after the drain: half the shutdown grace at most. */
+static int64_t flush_wait_ms(const wk_app_config *cfg) {
+  int64_t half = cfg->shutdown_grace_ms / 2;
+  return half < FLUSH_WAIT_MS ? half : FLUSH_WAIT_MS;
+}
+
 static void on_phase_timer(uv_timer_t *t) {
   wk_app *app = t->data;
   int64_t now = app_now(app);
@@ -374,11 +417,15 @@ static void on_phase_timer(uv_timer_t *t) {
           wk_log(WK_LOG_WARN, "drain_incomplete", "%u tasks still running: WORKER_SHUTDOWN", left);
         wk_orch_abort_all(app->orch, "the worker shut down before the task finished");
         enter(app, APP_FLUSHING);
+        pthread_mutex_lock(&app->mu);
+        app->exit_deadline_ms = monotonic_ms() + app->cfg->shutdown_grace_ms;
+        pthread_mutex_unlock(&app->mu);
+        if (app->sig_thread_started) pthread_kill(app->sig_thread, SIGUSR2); /* and its deadline */
       }
       break;
     case APP_FLUSHING:
       /* let watchers receive their terminal events before the server goes */
-      if (wk_orch_open_streams(app->orch) == 0 || in_phase > FLUSH_WAIT_MS ||
+      if (wk_orch_open_streams(app->orch) == 0 || in_phase > flush_wait_ms(app->cfg) ||
           app->signals_handled > 1) {
         stop_everything(app);
       }
@@ -748,7 +795,7 @@ static void build_pool_config(const wk_app_config *cfg, wk_pool_config *pcfg) {
       .max_frame = (uint32_t)(cfg->max_message_bytes + FRAME_OVERHEAD_BYTES),
       .cancel_grace_ms = cfg->cancel_grace_ms,
       .stack_wait_ms = STACK_WAIT_MS,
-      .shutdown_grace_ms = EXECUTOR_SHUTDOWN_GRACE_MS,
+      .shutdown_grace_ms = cfg->shutdown_grace_ms / 2, /* the first half goes to watchers */
       .rlimit_as_mb = cfg->executor_rlimit_as_mb,
       .rlimit_nofile = cfg->executor_rlimit_nofile,
       .rlimit_cpu_s = cfg->executor_rlimit_cpu_s,
@@ -985,6 +1032,9 @@ static void app_cleanup(wk_app *app) {
   /* a start that failed before serving left the app's handles open on the loop */
   if (app->loop_open && !uv_is_closing((uv_handle_t *)&app->signal_async)) stop_partial_start(app);
   if (app->sig_thread_started) {
+    pthread_mutex_lock(&app->mu);
+    app->sig_thread_quit = true;
+    pthread_mutex_unlock(&app->mu);
     pthread_kill(app->sig_thread, SIGUSR2);
     pthread_join(app->sig_thread, NULL);
   }
