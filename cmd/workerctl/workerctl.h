@@ -89,6 +89,7 @@ typedef enum ctl_flag_id {
   F_CALL,     /* logs: one call's output */
   F_STATE,    /* tasks: only these states (comma-separated) */
   F_LIMIT,    /* tasks: list at most this many */
+  F_DEPLOYMENT,
   F_COUNT
 } ctl_flag_id;
 

@@ -64,6 +64,7 @@ static const ctl_flag flags[F_COUNT] = {
     [F_CALL] = {"call", true, false},
     [F_STATE] = {"state", true, false},
     [F_LIMIT] = {"limit", true, false},
+    [F_DEPLOYMENT] = {"deployment", true, false},
 };
 
 #define BIT(f) ((uint64_t)1 << (f))
@@ -192,16 +193,18 @@ const ctl_command ctl_commands[] = {
      "it; new tasks run EPOCH. No worker is contacted.\n"
      "  --code-root DIR     the worker's code root (default: $WORKER_CODE_ROOT)\n",
      BIT(F_CODE_ROOT), 1, 2, ctl_cmd_rollback},
-    {"workers", "workers [--etcd ENDPOINTS] [--prefix P]",
+    {"workers", "workers [--etcd ENDPOINTS] [--prefix P] [--deployment NAME]",
      "Lists the workers registered in etcd: address, state (ready, draining, not-ready),\n"
-     "free/total slots, running tasks, reserved slots, version and the age of the last\n"
-     "heartbeat. With --json, one object per worker. No worker is contacted.\n"
+     "free/total slots, running tasks, reserved slots, deployment, version and the age of\n"
+     "the last heartbeat. With --json, one object per worker. No worker is contacted.\n"
      "  --etcd ENDPOINTS    comma-separated http://host:port (default: $WORKERCTL_ETCD,\n"
      "                      else " CTL_DEFAULT_ETCD ")\n"
-     "  --prefix P          registry prefix (default: " CTL_DEFAULT_PREFIX ")\n"
+     "  --prefix P          one registry prefix (default: every deployment's,\n"
+     "                      " CTL_DEFAULT_PREFIX " and /bundle-workers/)\n"
+     "  --deployment NAME   only workers of that deployment (block, bundle)\n"
      "--deadline-ms bounds each etcd request. Exit 4 when etcd cannot be reached, 3 when\n"
      "it answers an error.\n",
-     BIT(F_ETCD) | BIT(F_PREFIX), 0, 0, ctl_cmd_workers},
+     BIT(F_ETCD) | BIT(F_PREFIX) | BIT(F_DEPLOYMENT), 0, 0, ctl_cmd_workers},
     {"top", "top [--addr STATUS_HOST:PORT | --etcd ENDPOINTS [--prefix P]] [--token T]",
      "A live view of one worker (--addr: its metrics_addr, where /status is served) or of\n"
      "every worker registered in etcd: slots, executors, tasks/s, calls/s, failures,\n"

@@ -1,5 +1,6 @@
 /* workerctl_workers.c: `workerctl workers`, the workers registered in etcd (read with
- * wk_etcd from the registry prefix; no worker is contacted). */
+ * wk_etcd from the registry prefixes; no worker is contacted). Without --prefix it reads
+ * every deployment's prefix, so bundle workers are listed beside block workers. */
 #define _GNU_SOURCE /* clock_gettime */
 
 #include <inttypes.h>
@@ -8,6 +9,7 @@
 #include <time.h>
 
 #include "adapters/wk_etcd_registry.h"
+#include "lib/wk_alloc.h"
 #include "workerctl.h"
 
 static int64_t now_unix_ms(void) {
@@ -66,17 +68,24 @@ static json_t *worker_json(const wk_etcd_worker *w, int64_t now) {
   return j;
 }
 
+/* The registry prefixes of the Profiles this repository builds (cmd/worker/profile.c,
+ * cmd/bundle_worker/profile.c): what `workers` reads without --prefix. */
+static const char *const deployment_prefixes[] = {CTL_DEFAULT_PREFIX, "/bundle-workers/"};
+
 static void print_table(FILE *f, const wk_etcd_workers *ws, int64_t now) {
   int addr_w = (int)strlen("ADDRESS");
   int ver_w = (int)strlen("VERSION");
+  int dep_w = (int)strlen("DEPLOYMENT");
   for (size_t i = 0; i < ws->n; i++) {
     int a = (int)strlen(ws->items[i].address);
     int v = (int)strlen(ws->items[i].version);
+    int d = (int)strlen(ws->items[i].deployment);
     if (a > addr_w) addr_w = a;
     if (v > ver_w) ver_w = v;
+    if (d > dep_w) dep_w = d;
   }
-  fprintf(f, "%-*s  %-9s  %10s  %7s  %8s  %-*s  %s\n", addr_w, "ADDRESS", "STATE", "FREE/SLOTS",
-          "RUNNING", "RESERVED", ver_w, "VERSION", "UPDATED");
+  fprintf(f, "%-*s  %-9s  %10s  %7s  %8s  %-*s  %-*s  %s\n", addr_w, "ADDRESS", "STATE",
+          "FREE/SLOTS", "RUNNING", "RESERVED", dep_w, "DEPLOYMENT", ver_w, "VERSION", "UPDATED");
   for (size_t i = 0; i < ws->n; i++) {
     const wk_etcd_worker *w = &ws->items[i];
     if (!w->valid) {
@@ -86,9 +95,10 @@ static void print_table(FILE *f, const wk_etcd_workers *ws, int64_t now) {
     char slots[32], age[32];
     snprintf(slots, sizeof slots, "%" PRIu32 "/%" PRIu32, w->free_slots, w->task_slots);
     format_age(now - w->updated_unix_ms, w->updated_unix_ms > 0, age, sizeof age);
-    fprintf(f, "%-*s  %-9s  %10s  %7" PRIu32 "  %8" PRIu32 "  %-*s  %s%s\n", addr_w, w->address,
-            state_name(w), slots, w->running_tasks, w->reserved_slots, ver_w,
-            *w->version ? w->version : "-", age, w->updated_unix_ms > 0 ? " ago" : "");
+    fprintf(f, "%-*s  %-9s  %10s  %7" PRIu32 "  %8" PRIu32 "  %-*s  %-*s  %s%s\n", addr_w,
+            w->address, state_name(w), slots, w->running_tasks, w->reserved_slots, dep_w,
+            *w->deployment ? w->deployment : "-", ver_w, *w->version ? w->version : "-", age,
+            w->updated_unix_ms > 0 ? " ago" : "");
   }
 }
 
@@ -119,25 +129,55 @@ int ctl_report_etcd_error(const ctl_args *a, const char *endpoints, int rc, cons
   return unreachable ? CTL_EXIT_UNREACHABLE : CTL_EXIT_STATUS;
 }
 
+/* Moves the entries of *from that --deployment keeps (all without it) to the end of
+ * *to; *from is freed. */
+static void take_workers(wk_etcd_workers *to, wk_etcd_workers *from, const char *deployment) {
+  to->items = wk_xrealloc(to->items, (to->n + from->n + 1) * sizeof *to->items);
+  for (size_t i = 0; i < from->n; i++) {
+    wk_etcd_worker *w = &from->items[i];
+    if (deployment && (!w->valid || strcmp(w->deployment, deployment) != 0)) {
+      wk_etcd_worker_clear(w);
+      continue;
+    }
+    to->items[to->n++] = *w;
+  }
+  free(from->items);
+  *from = (wk_etcd_workers){0};
+}
+
 int ctl_cmd_workers(ctl_args *a) {
   const char *endpoints = ctl_etcd_endpoints(a);
-  const char *prefix = ctl_etcd_prefix(a);
-  if (!*prefix) return ctl_usage_error(a, "--prefix is empty (it would list every etcd key)");
+  const char *one_prefix = a->set[F_PREFIX] ? a->val[F_PREFIX] : NULL;
+  if (one_prefix && !*one_prefix)
+    return ctl_usage_error(a, "--prefix is empty (it would list every etcd key)");
+  const char *deployment = a->set[F_DEPLOYMENT] ? a->val[F_DEPLOYMENT] : NULL;
+  const char *const *prefixes = one_prefix ? &one_prefix : deployment_prefixes;
+  size_t n_prefixes = one_prefix ? 1 : sizeof deployment_prefixes / sizeof deployment_prefixes[0];
   char err[256];
   wk_etcd *c = wk_etcd_new(endpoints, a->deadline_ms, err, sizeof err);
   if (!c) return ctl_usage_error(a, "%s", err);
 
-  wk_etcd_workers ws;
-  int rc = wk_etcd_list_workers(c, prefix, &ws);
-  if (rc != WK_ETCD_OK) {
-    rc = ctl_report_etcd_error(a, endpoints, rc, wk_etcd_errmsg(c));
-    wk_etcd_free(c);
-    return rc;
+  wk_etcd_workers ws = {0};
+  for (size_t p = 0; p < n_prefixes; p++) {
+    wk_etcd_workers under;
+    int rc = wk_etcd_list_workers(c, prefixes[p], &under);
+    if (rc != WK_ETCD_OK) {
+      rc = ctl_report_etcd_error(a, endpoints, rc, wk_etcd_errmsg(c));
+      wk_etcd_workers_free(&ws);
+      wk_etcd_free(c);
+      return rc;
+    }
+    take_workers(&ws, &under, deployment);
   }
   int64_t now = now_unix_ms();
   if (ws.n == 0) {
-    fprintf(stderr, "workerctl: no workers registered under '%s' at %s\n", prefix,
-            wk_etcd_endpoint(c));
+    char where[512] = "";
+    for (size_t p = 0; p < n_prefixes; p++) {
+      size_t used = strlen(where);
+      snprintf(where + used, sizeof where - used, "%s'%s'", p ? " or " : "", prefixes[p]);
+    }
+    fprintf(stderr, "workerctl: no %s%sworkers registered under %s at %s\n",
+            deployment ? deployment : "", deployment ? " " : "", where, wk_etcd_endpoint(c));
   } else if (a->json) {
     for (size_t i = 0; i < ws.n; i++) ctl_json_print(stdout, worker_json(&ws.items[i], now));
   } else {
