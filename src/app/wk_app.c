@@ -27,6 +27,7 @@
 #include "adapters/wk_cgroup.h"
 #include "adapters/wk_executor_pool.h"
 #include "adapters/wk_meminfo.h"
+#include "adapters/wk_reaper.h"
 #include "app/wk_admission.h"
 #include "adapters/wk_grpc_server.h"
 #include "adapters/wk_netaddr.h"
@@ -114,7 +115,7 @@ enum {
   SHADOW_STATS_LOG_MS = 30000,    /* a shadow_stats log line this often */
   READY_WAIT_MS = 15000,          /* serve once `executors` are ready, or after this anyway */
   FLUSH_WAIT_MS = 2000,           /* after the drain, watchers get their terminal events (at
-                                  most half of shutdown_grace_ms) */
+                                  most a quarter of shutdown_grace_ms) */
   DISPATCH_TASK_HEADROOM = 16,    /* dispatcher tasks beyond task_slots: ended, not yet removed */
   STACK_WAIT_MS = 1000,           /* a cancelled call's stack is awaited this long, then killed */
   ESCALATION_MARGIN_MS = 500,     /* the pool's deadline comes this much before the dispatcher's */
@@ -151,6 +152,7 @@ static void *signal_thread(void *arg) {
         wk_log(WK_LOG_ERROR, "shutdown_grace_exceeded",
                "not stopped %" PRId64 " ms after the drain (shutdown_grace_ms): exiting now",
                app->cfg->shutdown_grace_ms);
+        wk_reaper_sweep(false); /* what executors left: not outliving the worker */
         _exit(1);
       }
       struct timespec ts = {.tv_sec = left / 1000, .tv_nsec = (long)(left % 1000) * 1000000};
@@ -351,10 +353,12 @@ static void follow_memory(wk_app *app) {
   wk_log_json(WK_LOG_WARN, "admission_paused", fields);
 }
 
-/* The longest wait for watchers after the drain: half the shutdown grace at most. */
+/* The longest wait for watchers after the drain: a quarter of the shutdown grace at
+ * most (executors get the next quarter, the rest is for deregistering, closing the
+ * port and ending what executors left behind). */
 static int64_t flush_wait_ms(const wk_app_config *cfg) {
-  int64_t half = cfg->shutdown_grace_ms / 2;
-  return half < FLUSH_WAIT_MS ? half : FLUSH_WAIT_MS;
+  int64_t quarter = cfg->shutdown_grace_ms / 4;
+  return quarter < FLUSH_WAIT_MS ? quarter : FLUSH_WAIT_MS;
 }
 
 static void on_phase_timer(uv_timer_t *t) {
@@ -795,7 +799,7 @@ static void build_pool_config(const wk_app_config *cfg, wk_pool_config *pcfg) {
       .max_frame = (uint32_t)(cfg->max_message_bytes + FRAME_OVERHEAD_BYTES),
       .cancel_grace_ms = cfg->cancel_grace_ms,
       .stack_wait_ms = STACK_WAIT_MS,
-      .shutdown_grace_ms = cfg->shutdown_grace_ms / 2, /* the first half goes to watchers */
+      .shutdown_grace_ms = cfg->shutdown_grace_ms / 4, /* the second quarter (flush_wait_ms) */
       .rlimit_as_mb = cfg->executor_rlimit_as_mb,
       .rlimit_nofile = cfg->executor_rlimit_nofile,
       .rlimit_cpu_s = cfg->executor_rlimit_cpu_s,

@@ -155,11 +155,11 @@ static const wk_config_item table[] = {
      .alias = "max-timeout-ms", .help = "longest task timeout accepted"},
     {FIELD(drain_timeout_ms), .type = WK_CONFIG_MS, .def = "30000", .min = 0, .max = 3600000,
      .help = "on SIGTERM, wait this long for running tasks"},
-    {FIELD(shutdown_grace_ms), .type = WK_CONFIG_MS, .def = "2000", .min = 100, .max = 600000,
+    {FIELD(shutdown_grace_ms), .type = WK_CONFIG_MS, .def = "5000", .min = 100, .max = 600000,
      .help = "after the drain, the worker exits within this: watchers get their terminal events "
-             "(up to half of it), executors are asked to stop and killed at half of it; the "
-             "process exits by drain_timeout_ms + shutdown_grace_ms after SIGTERM, whatever "
-             "still runs (a supervisor's stop timeout: both plus a margin)"},
+             "(up to a quarter of it), executors are asked to stop and killed after another "
+             "quarter; the process exits by drain_timeout_ms + shutdown_grace_ms after SIGTERM, "
+             "whatever still runs (a supervisor's stop timeout: both plus a margin)"},
     {FIELD(cancel_grace_ms), .type = WK_CONFIG_MS, .def = "2000", .min = 1, .max = 600000,
      .help = "kill an executor whose cancelled call still runs after this long"},
     {FIELD(tick_ms), .type = WK_CONFIG_MS, .def = "500", .min = 10, .max = 60000,
