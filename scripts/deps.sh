@@ -6,8 +6,8 @@ set -euo pipefail
 PACKAGES=(
   # build
   build-essential cmake pkg-config clang libclang-rt-14-dev clang-format
-  # test framework and tools
-  libcmocka-dev valgrind
+  # test framework and tools (strace: the no-file-syscall test of a no-op task)
+  libcmocka-dev valgrind strace
   # runtime libraries
   libgrpc-dev protobuf-c-compiler libprotobuf-c-dev libuv1-dev
   libcurl4-openssl-dev libjansson-dev libmicrohttpd-dev
@@ -16,6 +16,8 @@ PACKAGES=(
   # protocol tooling and end-to-end test clients
   protobuf-compiler protobuf-compiler-grpc python3 python3-grpcio python3-protobuf python3-pytest
   python3-prometheus-client
+  # worker_client installed with pip into a fresh venv (tests/e2e/test_pyclient_package_e2e.py)
+  python3-venv python3-pip python3-setuptools
   # a Go client for the idempotency test (tests/e2e/test_digest_go_e2e.py): built offline
   # in GOPATH mode against /usr/share/gocode, stubs from protoc-gen-go
   golang-go golang-google-grpc-dev golang-google-protobuf-dev golang-goprotobuf-dev
