@@ -35,7 +35,7 @@ run_build() { # name, cmake args...
 run_fuzz() {
   local dir="build/fuzz"
   CC=clang cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DWK_WERROR=ON >/dev/null
-  cmake --build "$dir" -j "$jobs" --target fuzz_frame fuzz_validate fuzz_config fuzz_etcd fuzz_builders fuzz_reflection
+  cmake --build "$dir" -j "$jobs" --target fuzz_targets
   echo "== ctest in $dir"
   ctest --test-dir "$dir" --output-on-failure -j "$jobs" -L fuzz
 }
