@@ -1251,15 +1251,17 @@ void wk_core_handle_abort(wk_core *core, const char *task_id, size_t task_id_len
   do_handle_abort(core, task_id, task_id_len, code, message, now_ms, out);
 }
 
-TAPPED_FN wk_err tapped_watch_attached(wk_core *core, const char *task_id, size_t task_id_len,
-                                       int64_t now_ms) {
-  const wk_core_input in = {.kind = WK_INPUT_WATCH_ATTACHED,
-                            .now_ms = now_ms,
-                            .task_id = task_id,
-                            .task_id_len = task_id_len};
+/* The tapped path of the watch inputs, which share one shape (a task id and `now`):
+ * recorded, run by `handle` with the tap off (inputs it causes are not recorded again),
+ * and its answer recorded. */
+TAPPED_FN wk_err tapped_watch_input(wk_core *core, wk_core_input_kind kind, const char *task_id,
+                                    size_t task_id_len, int64_t now_ms,
+                                    wk_err (*handle)(wk_core *, const char *, size_t, int64_t)) {
+  const wk_core_input in = {
+      .kind = kind, .now_ms = now_ms, .task_id = task_id, .task_id_len = task_id_len};
   tap_in(core, &in);
   core->tapped = false; /* the entry point itself, past its test */
-  wk_err err = wk_core_handle_watch_attached(core, task_id, task_id_len, now_ms);
+  wk_err err = handle(core, task_id, task_id_len, now_ms);
   core->tapped = true;
   tap_out(core, &in, &(wk_core_output){.err = err});
   return err;
@@ -1267,47 +1269,25 @@ TAPPED_FN wk_err tapped_watch_attached(wk_core *core, const char *task_id, size_
 
 wk_err wk_core_handle_watch_attached(wk_core *core, const char *task_id, size_t task_id_len,
                                      int64_t now_ms) {
-  if (TAPPED(core)) return tapped_watch_attached(core, task_id, task_id_len, now_ms);
+  if (TAPPED(core))
+    return tapped_watch_input(core, WK_INPUT_WATCH_ATTACHED, task_id, task_id_len, now_ms,
+                              wk_core_handle_watch_attached);
   return do_handle_watch_attached(core, task_id, task_id_len, now_ms);
-}
-
-TAPPED_FN wk_err tapped_watch_detached(wk_core *core, const char *task_id, size_t task_id_len,
-                                       int64_t now_ms) {
-  const wk_core_input in = {.kind = WK_INPUT_WATCH_DETACHED,
-                            .now_ms = now_ms,
-                            .task_id = task_id,
-                            .task_id_len = task_id_len};
-  tap_in(core, &in);
-  core->tapped = false; /* the entry point itself, past its test */
-  wk_err err = wk_core_handle_watch_detached(core, task_id, task_id_len, now_ms);
-  core->tapped = true;
-  tap_out(core, &in, &(wk_core_output){.err = err});
-  return err;
 }
 
 wk_err wk_core_handle_watch_detached(wk_core *core, const char *task_id, size_t task_id_len,
                                      int64_t now_ms) {
-  if (TAPPED(core)) return tapped_watch_detached(core, task_id, task_id_len, now_ms);
+  if (TAPPED(core))
+    return tapped_watch_input(core, WK_INPUT_WATCH_DETACHED, task_id, task_id_len, now_ms,
+                              wk_core_handle_watch_detached);
   return do_handle_watch_detached(core, task_id, task_id_len, now_ms);
-}
-
-TAPPED_FN wk_err tapped_watch_disconnected(wk_core *core, const char *task_id, size_t task_id_len,
-                                           int64_t now_ms) {
-  const wk_core_input in = {.kind = WK_INPUT_WATCH_DISCONNECTED,
-                            .now_ms = now_ms,
-                            .task_id = task_id,
-                            .task_id_len = task_id_len};
-  tap_in(core, &in);
-  core->tapped = false; /* the entry point itself, past its test */
-  wk_err err = wk_core_handle_watch_disconnected(core, task_id, task_id_len, now_ms);
-  core->tapped = true;
-  tap_out(core, &in, &(wk_core_output){.err = err});
-  return err;
 }
 
 wk_err wk_core_handle_watch_disconnected(wk_core *core, const char *task_id, size_t task_id_len,
                                          int64_t now_ms) {
-  if (TAPPED(core)) return tapped_watch_disconnected(core, task_id, task_id_len, now_ms);
+  if (TAPPED(core))
+    return tapped_watch_input(core, WK_INPUT_WATCH_DISCONNECTED, task_id, task_id_len, now_ms,
+                              wk_core_handle_watch_disconnected);
   return do_handle_watch_disconnected(core, task_id, task_id_len, now_ms);
 }
 
