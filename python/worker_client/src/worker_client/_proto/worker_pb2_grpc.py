@@ -51,6 +51,16 @@ class WorkerServiceStub(object):
                 request_serializer=worker_dot_v1_dot_worker__pb2.GetTaskLogsRequest.SerializeToString,
                 response_deserializer=worker_dot_v1_dot_worker__pb2.GetTaskLogsResponse.FromString,
                 )
+        self.DeployCode = channel.unary_unary(
+                '/worker.v1.WorkerService/DeployCode',
+                request_serializer=worker_dot_v1_dot_worker__pb2.DeployCodeRequest.SerializeToString,
+                response_deserializer=worker_dot_v1_dot_worker__pb2.DeployCodeResponse.FromString,
+                )
+        self.SetCurrentEpoch = channel.unary_unary(
+                '/worker.v1.WorkerService/SetCurrentEpoch',
+                request_serializer=worker_dot_v1_dot_worker__pb2.SetCurrentEpochRequest.SerializeToString,
+                response_deserializer=worker_dot_v1_dot_worker__pb2.SetCurrentEpochResponse.FromString,
+                )
 
 
 class WorkerServiceServicer(object):
@@ -114,6 +124,25 @@ class WorkerServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeployCode(self, request, context):
+        """Publishes a function's code in this worker's code store under a fleet-wide epoch
+        (`workerctl deploy --fleet`). Off unless `deploy_enabled`; behind the token and
+        `deploy_allowed_clients`. The worker checks the digest, the limits and the code (as
+        `workerctl deploy` does) before anything is published. Idempotent: the same
+        function, epoch and digest again is `reused`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetCurrentEpoch(self, request, context):
+        """Moves a function's CURRENT to an epoch this worker holds (a fleet deploy's second
+        phase, or a rollback). Same gate as DeployCode.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -151,6 +180,16 @@ def add_WorkerServiceServicer_to_server(servicer, server):
                     servicer.GetTaskLogs,
                     request_deserializer=worker_dot_v1_dot_worker__pb2.GetTaskLogsRequest.FromString,
                     response_serializer=worker_dot_v1_dot_worker__pb2.GetTaskLogsResponse.SerializeToString,
+            ),
+            'DeployCode': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeployCode,
+                    request_deserializer=worker_dot_v1_dot_worker__pb2.DeployCodeRequest.FromString,
+                    response_serializer=worker_dot_v1_dot_worker__pb2.DeployCodeResponse.SerializeToString,
+            ),
+            'SetCurrentEpoch': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetCurrentEpoch,
+                    request_deserializer=worker_dot_v1_dot_worker__pb2.SetCurrentEpochRequest.FromString,
+                    response_serializer=worker_dot_v1_dot_worker__pb2.SetCurrentEpochResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -280,5 +319,39 @@ class WorkerService(object):
         return grpc.experimental.unary_unary(request, target, '/worker.v1.WorkerService/GetTaskLogs',
             worker_dot_v1_dot_worker__pb2.GetTaskLogsRequest.SerializeToString,
             worker_dot_v1_dot_worker__pb2.GetTaskLogsResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def DeployCode(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/worker.v1.WorkerService/DeployCode',
+            worker_dot_v1_dot_worker__pb2.DeployCodeRequest.SerializeToString,
+            worker_dot_v1_dot_worker__pb2.DeployCodeResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def SetCurrentEpoch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(request, target, '/worker.v1.WorkerService/SetCurrentEpoch',
+            worker_dot_v1_dot_worker__pb2.SetCurrentEpochRequest.SerializeToString,
+            worker_dot_v1_dot_worker__pb2.SetCurrentEpochResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
