@@ -248,6 +248,23 @@ int ctl_etcd_lookup_order(ctl_args *a, wk_etcd_workers *out);
 /** Sets a->addr to `addr` (copied into a->addr_buf) and marks it discovered. */
 void ctl_set_discovered(ctl_args *a, const char *addr);
 
+/* ---- workerctl_backoff.c: the per-worker back-off of the picking rule ---------- */
+
+typedef struct ctl_backoff ctl_backoff;
+/** Loads the table shared by this user's invocations (never NULL; an unreadable or
+ * missing file is an empty table). Free with ctl_backoff_save. */
+ctl_backoff *ctl_backoff_load(void);
+/** True while `addr` is backed off: within its back-off (2 s doubling to 30 s), or its
+ * record (updated_unix_ms record_updated_ms) not re-put since it failed (at most 30 s). */
+bool ctl_backoff_active(const ctl_backoff *b, const char *addr, int64_t record_updated_ms);
+/** A refusal (UNAVAILABLE, RESOURCE_EXHAUSTED for a slot) or no answer from `addr`,
+ * whose record said updated_unix_ms record_updated_ms. */
+void ctl_backoff_fail(ctl_backoff *b, const char *addr, int64_t record_updated_ms);
+/** `addr` took the request: its back-off is forgotten. */
+void ctl_backoff_ok(ctl_backoff *b, const char *addr);
+/** Merges this process's changes into the shared file (best effort) and frees b. */
+void ctl_backoff_save(ctl_backoff *b);
+
 /* workerctl_workers.c */
 #define CTL_DEFAULT_ETCD "http://127.0.0.1:2379"
 #define CTL_DEFAULT_PREFIX "/workers/"

@@ -50,7 +50,8 @@ static wk_grpc_client_options client_options(const ctl_args *a) {
 
 static int first_registered(ctl_args *a);
 static int call_discovered(ctl_args *a, const char *method, const ProtobufCMessage *req,
-                           wk_grpc_client **out, wk_grpc_buf *resp);
+                           const Worker__V1__FunctionCallConfig *fn, wk_grpc_client **out,
+                           wk_grpc_buf *resp);
 
 /* A client of a->addr; with etcd and no worker chosen yet, of the first registered
  * worker (ctl_etcd_lookup_order). 0 or an exit code (reported). */
@@ -301,7 +302,7 @@ int ctl_cmd_slot(ctl_args *a) {
   int rc;
   if (a->use_etcd) { /* a worker with a free slot, as submit picks one */
     wk_grpc_client *c = NULL;
-    rc = call_discovered(a, M_SLOT, &req.base, &c, &resp);
+    rc = call_discovered(a, M_SLOT, &req.base, NULL, &c, &resp);
     wk_grpc_client_close(c);
   } else {
     rc = call_once(a, M_SLOT, &req.base, &resp);
@@ -651,15 +652,57 @@ static bool request_too_large(const wk_grpc_status *st) {
          strstr(st->message, "max_message_bytes") != NULL;
 }
 
-/* Sends req (SubmitTask or RequestTaskSlot: `method`) to the workers registered under
- * the prefix in etcd that can take a task, best first, moving on while a worker answers
+/* Moves the candidates [from, to) that the back-off table holds back behind the
+ * others, each group in its order. */
+static void back_off_last(wk_etcd_workers *cands, size_t from, size_t to, const ctl_backoff *bo) {
+  size_t n = to - from, k = 0;
+  if (n < 2) return;
+  wk_etcd_worker *tmp = wk_xcalloc(n, sizeof *tmp);
+  for (int late = 0; late < 2; late++) {
+    for (size_t i = from; i < to; i++) {
+      const wk_etcd_worker *w = &cands->items[i];
+      if (ctl_backoff_active(bo, w->address, w->updated_unix_ms) == (late == 1)) tmp[k++] = *w;
+    }
+  }
+  memcpy(&cands->items[from], tmp, n * sizeof *tmp);
+  free(tmp);
+}
+
+/* The picking rule's order (README "Picking a worker"): the ready, not draining workers
+ * with a free slot, best first (wk_etcd_find_candidates); for a pinned epoch those whose
+ * record lists it, then those whose record cannot tell; within each group the workers
+ * backed off after a refusal last. 0, or an exit code (reported) when none is left. */
+static int order_candidates(ctl_args *a, wk_etcd_workers *cands,
+                            const Worker__V1__FunctionCallConfig *fn, const ctl_backoff *bo) {
+  size_t unknown = 0;
+  if (fn && fn->epoch) {
+    size_t before = cands->n;
+    wk_etcd_workers_order_for_epoch(cands, fn->name, fn->epoch, &unknown);
+    if (cands->n == 0) {
+      char what[256];
+      snprintf(what, sizeof what,
+               "ready worker with free slots that holds epoch %" PRIu64 " of %s (%zu without it)",
+               fn->epoch, fn->name, before);
+      return report_no_worker(a, what);
+    }
+  }
+  back_off_last(cands, 0, cands->n - unknown, bo);
+  back_off_last(cands, cands->n - unknown, cands->n, bo);
+  return 0;
+}
+
+/* Sends req (SubmitTask or RequestTaskSlot: `method`; fn: the task's function, NULL for a
+ * slot) to the workers registered under the prefix in etcd that can take a task, in the
+ * picking rule's order (order_candidates), moving on while a worker answers
  * RESOURCE_EXHAUSTED (but not for the request's size) or UNAVAILABLE (or cannot be
- * reached), at most CTL_SUBMIT_MAX_TRIES.
+ * reached), at most CTL_SUBMIT_MAX_TRIES; each such worker is backed off
+ * (workerctl_backoff.c), the one that took the request forgiven.
  * Other answers, DEADLINE_EXCEEDED included (the worker may have taken the task), end
  * the search. Returns 0 with *out the chosen worker's client (a->addr its address) and
  * *resp the answer, or an exit code after reporting the failure. */
 static int call_discovered(ctl_args *a, const char *method, const ProtobufCMessage *req,
-                           wk_grpc_client **out, wk_grpc_buf *resp) {
+                           const Worker__V1__FunctionCallConfig *fn, wk_grpc_client **out,
+                           wk_grpc_buf *resp) {
   const char *endpoints = a->etcd_endpoints;
   const char *prefix = a->etcd_prefix;
   *out = NULL;
@@ -673,6 +716,13 @@ static int call_discovered(ctl_args *a, const char *method, const ProtobufCMessa
   if (cands->n == 0) {
     wk_etcd_workers_free(cands);
     return report_no_worker(a, "ready worker with free slots");
+  }
+  ctl_backoff *bo = ctl_backoff_load();
+  int prc = order_candidates(a, cands, fn, bo);
+  if (prc != 0) {
+    ctl_backoff_save(bo);
+    wk_etcd_workers_free(cands);
+    return prc;
   }
 
   size_t len;
@@ -698,12 +748,14 @@ static int call_discovered(ctl_args *a, const char *method, const ProtobufCMessa
     } else if (wk_grpc_client_unary(c, method, buf, len, NULL, 0, a->deadline_ms, resp, &st) ==
                GRPC_STATUS_OK) {
       *out = c;
+      ctl_backoff_ok(bo, a->addr);
       rc = 0;
       break;
     }
     wk_grpc_client_close(c);
     bool skip = (st.code == GRPC_STATUS_RESOURCE_EXHAUSTED && !request_too_large(&st)) ||
                 st.code == GRPC_STATUS_UNAVAILABLE;
+    if (skip) ctl_backoff_fail(bo, a->addr, cands->items[i].updated_unix_ms);
     size_t next = next_untried(cands, i);
     if (skip && next < cands->n && tries < (size_t)CTL_SUBMIT_MAX_TRIES) {
       const char *code = wk_grpc_status_name(st.code);
@@ -728,6 +780,7 @@ static int call_discovered(ctl_args *a, const char *method, const ProtobufCMessa
     break;
   }
   free(buf);
+  ctl_backoff_save(bo);
   wk_etcd_workers_free(cands);
   return rc;
 }
@@ -957,7 +1010,7 @@ static int send_submit(ctl_args *a, submit_msg *m, bool discover) {
   wk_grpc_buf resp = {NULL, 0};
   int rc;
   if (discover) {
-    rc = call_discovered(a, M_SUBMIT, &m->req.base, &c, &resp);
+    rc = call_discovered(a, M_SUBMIT, &m->req.base, &m->fn, &c, &resp);
   } else {
     rc = open_client(a, &c);
     if (rc == 0) rc = call(a, c, M_SUBMIT, &m->req.base, &resp);

@@ -650,3 +650,37 @@ int wk_etcd_delete_if_lease(wk_etcd *c, const char *key, int64_t lease, int64_t 
   if (deleted) *deleted = d;
   return WK_ETCD_OK;
 }
+
+int wk_etcd_txn_put(wk_etcd *c, const wk_etcd_guard *guards, size_t n_guards,
+                    const wk_etcd_put_op *ops, size_t n_ops, bool *succeeded) {
+  *succeeded = false;
+  bool bad = n_ops == 0;
+  for (size_t i = 0; i < n_guards; i++) bad = bad || !guards[i].key || !*guards[i].key;
+  for (size_t i = 0; i < n_ops; i++) bad = bad || !ops[i].key || !*ops[i].key;
+  if (bad) {
+    set_err(c, "etcd txn: empty key or no put");
+    return WK_ETCD_E_INVALID;
+  }
+  json_t *compare = json_array();
+  for (size_t i = 0; i < n_guards; i++) {
+    const char *k = guards[i].key;
+    json_array_append_new(compare, json_pack("{s:s,s:s,s:o,s:o}", "result", "EQUAL", "target",
+                                             "MOD", "key", json_b64(k, strlen(k)), "mod_revision",
+                                             json_i64_string(guards[i].mod_revision)));
+  }
+  json_t *success = json_array();
+  for (size_t i = 0; i < n_ops; i++) {
+    const char *k = ops[i].key;
+    json_array_append_new(
+        success, json_pack("{s:{s:o,s:o}}", "request_put", "key", json_b64(k, strlen(k)), "value",
+                           json_b64(ops[i].value, ops[i].value_len)));
+  }
+  json_t *body = json_pack("{s:o,s:o}", "compare", compare, "success", success);
+  if (!body) abort();
+  json_t *ans;
+  int rc = request(c, "/v3/kv/txn", body, &ans);
+  if (rc != WK_ETCD_OK) return rc;
+  *succeeded = json_is_true(json_object_get(ans, "succeeded"));
+  json_decref(ans);
+  return WK_ETCD_OK;
+}

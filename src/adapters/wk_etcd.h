@@ -135,6 +135,26 @@ int wk_etcd_delete(wk_etcd *c, const char *key, int64_t *deleted);
  * NULL) gets 1 when it was deleted, 0 when absent or on another lease. */
 int wk_etcd_delete_if_lease(wk_etcd *c, const char *key, int64_t lease, int64_t *deleted);
 
+/* A guard of wk_etcd_txn_put: the key's mod_revision must equal this (0: the key must
+ * not exist). */
+typedef struct wk_etcd_guard {
+  const char *key;
+  int64_t mod_revision;
+} wk_etcd_guard;
+
+typedef struct wk_etcd_put_op {
+  const char *key;
+  const char *value;
+  size_t value_len;
+} wk_etcd_put_op;
+
+/** One etcd transaction: when every guard holds, puts every op (no lease) and sets
+ * *succeeded; otherwise changes nothing and clears it. Create-if-absent is a guard of
+ * mod_revision 0 on the key put; compare-and-swap a guard of the revision read.
+ * INVALID for an empty key or no op; other errors as for put. */
+int wk_etcd_txn_put(wk_etcd *c, const wk_etcd_guard *guards, size_t n_guards,
+                    const wk_etcd_put_op *ops, size_t n_ops, bool *succeeded);
+
 /* The registry of Workers (reading, ranking) is in wk_etcd_registry.h. */
 
 /* ---- helpers (exposed for tests) --------------------------------------------------- */

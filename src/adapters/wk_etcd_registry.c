@@ -12,8 +12,20 @@
 #include "lib/wk_alloc.h"
 #include "lib/wk_err.h"
 
+static void code_clear(wk_etcd_worker *w) {
+  for (size_t i = 0; i < w->n_code; i++) {
+    free(w->code[i].function);
+    free(w->code[i].epochs);
+  }
+  free(w->code);
+  w->code = NULL;
+  w->n_code = 0;
+  w->has_code = false;
+}
+
 void wk_etcd_worker_clear(wk_etcd_worker *w) {
   if (!w) return;
+  code_clear(w);
   free(w->key);
   free(w->address);
   free(w->deployment);
@@ -41,6 +53,69 @@ static bool u32_field(const json_t *o, const char *name, uint32_t *out) {
   if (!wk_etcd__json_i64_field(o, name, &v) || v < 0 || v > (int64_t)UINT32_MAX) return false;
   *out = (uint32_t)v;
   return true;
+}
+
+/* A positive epoch number (a JSON integer, or a decimal string as int64 fields travel). */
+static bool epoch_value(const json_t *v, uint64_t *out) {
+  if (json_is_integer(v) && json_integer_value(v) > 0) {
+    *out = (uint64_t)json_integer_value(v);
+    return true;
+  }
+  const char *s = json_string_value(v);
+  if (!s || !*s || strlen(s) > 20) return false;
+  uint64_t n = 0;
+  for (const char *p = s; *p; p++) {
+    if (*p < '0' || *p > '9' || n > (UINT64_MAX - 9) / 10) return false;
+    n = n * 10 + (uint64_t)(*p - '0');
+  }
+  *out = n;
+  return n > 0;
+}
+
+/* One function's {"current":N,"epochs":[{"epoch":N,"digest":"hex"},...]}; false when
+ * it is not of that shape. */
+static bool parse_code_fn(const char *name, const json_t *v, wk_etcd_code_fn *out) {
+  const json_t *epochs = json_object_get(v, "epochs");
+  if (!json_is_object(v) || !json_is_array(epochs)) return false;
+  uint64_t current = 0;
+  const json_t *cur = json_object_get(v, "current");
+  if (cur && !json_is_null(cur) && !epoch_value(cur, &current) &&
+      !(json_is_integer(cur) && json_integer_value(cur) == 0))
+    return false;
+  size_t n = json_array_size(epochs);
+  wk_etcd_code_epoch *list = wk_xcalloc(n ? n : 1, sizeof *list);
+  for (size_t i = 0; i < n; i++) {
+    const json_t *e = json_array_get(epochs, i);
+    const char *digest = json_string_value(json_object_get(e, "digest"));
+    if (!json_is_object(e) || !epoch_value(json_object_get(e, "epoch"), &list[i].epoch) ||
+        (digest && strlen(digest) >= sizeof list[i].digest)) {
+      free(list);
+      return false;
+    }
+    snprintf(list[i].digest, sizeof list[i].digest, "%s", digest ? digest : "");
+  }
+  *out = (wk_etcd_code_fn){
+      .function = wk_xstrdup(name), .current = current, .epochs = list, .n_epochs = n};
+  return true;
+}
+
+/* The record's "code" and "code_truncated"; a malformed "code" counts as none (the
+ * worker is then a last resort for a pinned epoch, never wrongly excluded). */
+static void parse_code(const json_t *j, wk_etcd_worker *out) {
+  const json_t *code = json_object_get(j, "code");
+  if (!json_is_object(code)) return;
+  out->code = wk_xcalloc(json_object_size(code) + 1, sizeof *out->code);
+  const char *name;
+  const json_t *v;
+  json_object_foreach((json_t *)(uintptr_t)code, name, v) {
+    if (!parse_code_fn(name, v, &out->code[out->n_code])) {
+      code_clear(out);
+      return;
+    }
+    out->n_code++;
+  }
+  out->has_code = true;
+  out->code_truncated = json_is_true(json_object_get(j, "code_truncated"));
 }
 
 void wk_etcd_worker_parse(const char *prefix, const char *key, const char *value, size_t value_len,
@@ -89,6 +164,7 @@ void wk_etcd_worker_parse(const char *prefix, const char *key, const char *value
       wk_errf(out->error, sizeof out->error, "missing or malformed \"%s\"", bad);
     }
   }
+  if (out->valid) parse_code(j, out);
   json_decref(j);
 }
 
@@ -177,4 +253,58 @@ int wk_etcd_find_candidates(const char *endpoints, const char *prefix, int64_t t
   int64_t now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
   wk_etcd_workers_rank(out, now, max_age_ms, tie_seed);
   return WK_ETCD_OK;
+}
+
+/* ---- the code a worker holds ------------------------------------------------------- */
+
+const wk_etcd_code_fn *wk_etcd_worker_code(const wk_etcd_worker *w, const char *function) {
+  for (size_t i = 0; w->has_code && i < w->n_code; i++) {
+    if (strcmp(w->code[i].function, function) == 0) return &w->code[i];
+  }
+  return NULL;
+}
+
+wk_etcd_holds wk_etcd_worker_holds(const wk_etcd_worker *w, const char *function, uint64_t epoch) {
+  if (!w->has_code) return WK_ETCD_HOLDS_UNKNOWN;
+  const wk_etcd_code_fn *f = wk_etcd_worker_code(w, function);
+  for (size_t i = 0; f && i < f->n_epochs; i++) {
+    if (f->epochs[i].epoch == epoch) return WK_ETCD_HOLDS_YES;
+  }
+  return w->code_truncated ? WK_ETCD_HOLDS_UNKNOWN : WK_ETCD_HOLDS_NO;
+}
+
+size_t wk_etcd_workers_order_for_epoch(wk_etcd_workers *ws, const char *function, uint64_t epoch,
+                                       size_t *unknown) {
+  if (unknown) *unknown = 0;
+  if (epoch == 0) return ws->n;
+  wk_etcd_worker *out = wk_xcalloc(ws->n ? ws->n : 1, sizeof *out);
+  size_t kept = 0;
+  const wk_etcd_holds order[2] = {WK_ETCD_HOLDS_YES, WK_ETCD_HOLDS_UNKNOWN};
+  for (size_t k = 0; k < 2; k++) {
+    for (size_t i = 0; i < ws->n; i++) {
+      if (ws->items[i].key && wk_etcd_worker_holds(&ws->items[i], function, epoch) == order[k]) {
+        out[kept++] = ws->items[i];
+        ws->items[i] = (wk_etcd_worker){0};
+        if (unknown && k == 1) (*unknown)++;
+      }
+    }
+  }
+  for (size_t i = 0; i < ws->n; i++) wk_etcd_worker_clear(&ws->items[i]);
+  free(ws->items);
+  ws->items = out;
+  ws->n = kept;
+  return kept;
+}
+
+uint64_t wk_etcd_workers_max_epoch(const wk_etcd_workers *ws, const char *function) {
+  uint64_t max = 0;
+  for (size_t i = 0; i < ws->n; i++) {
+    const wk_etcd_code_fn *f =
+        ws->items[i].valid ? wk_etcd_worker_code(&ws->items[i], function) : NULL;
+    for (size_t k = 0; f && k < f->n_epochs; k++) {
+      if (f->epochs[k].epoch > max) max = f->epochs[k].epoch;
+    }
+    if (f && f->current > max) max = f->current;
+  }
+  return max;
 }

@@ -14,9 +14,24 @@
 
 #include "adapters/wk_etcd.h"
 
+/* One function of a record's "code": the epochs the worker holds, highest first. */
+typedef struct wk_etcd_code_epoch {
+  uint64_t epoch;
+  char digest[65]; /* sha256 hex, "" when the worker has none recorded */
+} wk_etcd_code_epoch;
+
+typedef struct wk_etcd_code_fn {
+  char *function; /* owned */
+  uint64_t current;
+  wk_etcd_code_epoch *epochs; /* owned, n_epochs long */
+  size_t n_epochs;
+} wk_etcd_code_fn;
+
 /* The value a Worker's EtcdPublisher puts under registry_prefix + address:
  *   {"address","task_slots","reserved_slots","running_tasks","free_slots","ready",
- *    "draining","deployment","service","version","updated_unix_ms"[,"status_addr"]} */
+ *    "draining","deployment","service","version","updated_unix_ms"[,"status_addr"]
+ *    [,"code":{"<fn>":{"current":N,"epochs":[{"epoch":N,"digest":"hex"},...]}},
+ *     "code_truncated":bool]} */
 typedef struct wk_etcd_worker {
   char *key;     /* the etcd key, owned */
   char *address; /* owned; "" when absent */
@@ -28,6 +43,11 @@ typedef struct wk_etcd_worker {
   int64_t lease;
   bool valid; /* false: the value is not a worker heartbeat (error says why) */
   char error[128];
+  /* The code it holds: has_code false when the record has no (well-formed) "code";
+   * code_truncated when the worker left functions or epochs out for size. */
+  bool has_code, code_truncated;
+  wk_etcd_code_fn *code; /* owned, n_code long */
+  size_t n_code;
 } wk_etcd_worker;
 
 typedef struct wk_etcd_workers {
@@ -70,5 +90,31 @@ size_t wk_etcd_workers_rank(wk_etcd_workers *ws, int64_t now_unix_ms, int64_t ma
 int wk_etcd_find_candidates(const char *endpoints, const char *prefix, int64_t timeout_ms,
                             int64_t max_age_ms, uint64_t tie_seed, wk_etcd_workers *out, char *err,
                             size_t len);
+
+/* ---- the code a worker holds (its record's "code") ----------------------------------- */
+
+typedef enum wk_etcd_holds {
+  WK_ETCD_HOLDS_NO = 0,      /* its record lists the function's epochs, not this one */
+  WK_ETCD_HOLDS_YES = 1,     /* its record lists the epoch */
+  WK_ETCD_HOLDS_UNKNOWN = 2, /* no "code" in the record, or code_truncated without it */
+} wk_etcd_holds;
+
+/** The record's entry for `function`, or NULL when it lists none. */
+const wk_etcd_code_fn *wk_etcd_worker_code(const wk_etcd_worker *w, const char *function);
+
+/** Whether w's record says it holds `epoch` of `function` (epoch > 0). */
+wk_etcd_holds wk_etcd_worker_holds(const wk_etcd_worker *w, const char *function, uint64_t epoch);
+
+/** For a task that pins `epoch` of `function`: reorders ws (already ranked) so the
+ * workers that list the epoch come first and those whose record cannot tell
+ * (WK_ETCD_HOLDS_UNKNOWN) after them, each group in its previous order; workers whose
+ * record lists the function without that epoch are freed. epoch 0 (CURRENT) keeps
+ * everyone. Returns how many remain (ws->n); *unknown (may be NULL) gets how many of
+ * them are last resorts. */
+size_t wk_etcd_workers_order_for_epoch(wk_etcd_workers *ws, const char *function, uint64_t epoch,
+                                       size_t *unknown);
+
+/** The highest epoch of `function` any valid record in ws lists (0: none). */
+uint64_t wk_etcd_workers_max_epoch(const wk_etcd_workers *ws, const char *function);
 
 #endif

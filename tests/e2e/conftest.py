@@ -21,6 +21,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 BUILD = os.environ.get("WK_BUILD_DIR", os.path.join(ROOT, "build"))
 WORKER = os.path.join(BUILD, "worker")
 WORKERCTL = os.path.join(BUILD, "workerctl")
+# workerctl's per-worker back-off table (a file shared by a user's invocations) is off in
+# the tests, so one test's refusals never reorder another's picks; the tests of the
+# back-off (test_pick_rule_e2e.py) give each run its own directory.
+os.environ["WORKERCTL_STATE_DIR"] = ""
 
 
 def _generate_stubs():

@@ -34,6 +34,7 @@
 #include "adapters/wk_etcd.h"
 #include "adapters/wk_etcd_registry.h"
 #include "adapters/wk_etcd_publisher.h"
+#include "lib/wk_alloc.h"
 
 #define ADDR "127.0.0.1:7070"
 #define PREFIX "/workers/"
@@ -445,6 +446,98 @@ static void test_client_basics(void **state) {
   assert_true(mono_ms() - t0 < 1000);
   assert_non_null(strstr(wk_etcd_errmsg(c), eps));
   wk_etcd_free(c);
+}
+
+/* wk_etcd_txn_put: create-if-absent (a guard of revision 0) and compare-and-swap. */
+static void test_txn_put(void **state) {
+  fixture *f = *state;
+  char err[256];
+  wk_etcd *c = wk_etcd_new(f->etcd.endpoint, 1000, err, sizeof err);
+  assert_non_null(c);
+  bool ok = false;
+  wk_etcd_guard absent = {"/e/by-digest/aa", 0};
+  wk_etcd_put_op put = {"/e/by-digest/aa", "7", 1};
+  assert_int_equal(wk_etcd_txn_put(c, &absent, 1, &put, 1, &ok), WK_ETCD_OK);
+  assert_true(ok);
+  wk_etcd_put_op other = {"/e/by-digest/aa", "8", 1};
+  assert_int_equal(wk_etcd_txn_put(c, &absent, 1, &other, 1, &ok), WK_ETCD_OK);
+  assert_false(ok); /* present now: nothing changed */
+  wk_etcd_kv kv;
+  bool found = false;
+  assert_int_equal(wk_etcd_get(c, "/e/by-digest/aa", &kv, &found), WK_ETCD_OK);
+  assert_true(found);
+  assert_string_equal(kv.value, "7");
+  /* compare-and-swap on the revision read; two puts at once */
+  wk_etcd_guard same = {"/e/by-digest/aa", kv.mod_revision};
+  wk_etcd_put_op two[2] = {{"/e/counter", "9", 1}, {"/e/by-digest/aa", "9", 1}};
+  assert_int_equal(wk_etcd_txn_put(c, &same, 1, two, 2, &ok), WK_ETCD_OK);
+  assert_true(ok);
+  assert_int_equal(wk_etcd_txn_put(c, &same, 1, two, 2, &ok), WK_ETCD_OK);
+  assert_false(ok); /* the revision moved */
+  wk_etcd_kv_free(&kv);
+  assert_int_equal(wk_etcd_get(c, "/e/counter", &kv, &found), WK_ETCD_OK);
+  assert_true(found);
+  assert_string_equal(kv.value, "9");
+  wk_etcd_kv_free(&kv);
+  assert_int_equal(wk_etcd_txn_put(c, NULL, 0, NULL, 0, &ok), WK_ETCD_E_INVALID);
+  wk_etcd_free(c);
+}
+
+/* A record's "code": parsed, asked for an epoch, ordered for a pinned epoch. */
+#define RECORD_BASE                                                                       \
+  "{\"address\":\"%s\",\"task_slots\":4,\"reserved_slots\":0,\"running_tasks\":0,\"free_" \
+  "slots\":2,\"ready\":true,\"draining\":false,\"updated_unix_ms\":5%s}"
+
+static void test_record_code(void **state) {
+  (void)state;
+  const char *extra[4] = {
+      ",\"code\":{\"f\":{\"current\":7,\"epochs\":[{\"epoch\":7,\"digest\":\"ab\"},"
+      "{\"epoch\":\"3\",\"digest\":\"\"}]}},\"code_truncated\":false",
+      ",\"code\":{\"f\":{\"current\":3,\"epochs\":[{\"epoch\":3}]}}", "", /* no code: cannot tell */
+      ",\"code\":{\"g\":{\"epochs\":[]}},\"code_truncated\":true",        /* truncated */
+  };
+  wk_etcd_workers ws = {wk_xcalloc(5, sizeof(wk_etcd_worker)), 0};
+  for (int i = 0; i < 4; i++) {
+    char addr[16], value[512];
+    snprintf(addr, sizeof addr, "h:%d", i);
+    snprintf(value, sizeof value, RECORD_BASE, addr, extra[i]);
+    wk_etcd_worker_parse(PREFIX, addr, value, strlen(value), 0, &ws.items[ws.n++]);
+    assert_true(ws.items[i].valid);
+  }
+  /* a malformed "code" counts as none, the record stays valid */
+  char bad[512];
+  snprintf(bad, sizeof bad, RECORD_BASE, "h:4", ",\"code\":{\"f\":{\"epochs\":[{\"epoch\":-1}]}}");
+  wk_etcd_worker_parse(PREFIX, "h:4", bad, strlen(bad), 0, &ws.items[ws.n++]);
+  assert_true(ws.items[4].valid);
+  assert_false(ws.items[4].has_code);
+
+  assert_true(ws.items[0].has_code && !ws.items[0].code_truncated);
+  const wk_etcd_code_fn *fn = wk_etcd_worker_code(&ws.items[0], "f");
+  assert_non_null(fn);
+  assert_int_equal(fn->current, 7);
+  assert_int_equal(fn->n_epochs, 2);
+  assert_string_equal(fn->epochs[0].digest, "ab");
+  assert_int_equal(fn->epochs[1].epoch, 3);
+  assert_int_equal(wk_etcd_worker_holds(&ws.items[0], "f", 3), WK_ETCD_HOLDS_YES);
+  assert_int_equal(wk_etcd_worker_holds(&ws.items[0], "f", 5), WK_ETCD_HOLDS_NO);
+  assert_int_equal(wk_etcd_worker_holds(&ws.items[0], "other", 5), WK_ETCD_HOLDS_NO);
+  assert_int_equal(wk_etcd_worker_holds(&ws.items[2], "f", 5), WK_ETCD_HOLDS_UNKNOWN);
+  assert_int_equal(wk_etcd_worker_holds(&ws.items[3], "f", 5), WK_ETCD_HOLDS_UNKNOWN);
+  assert_int_equal(wk_etcd_workers_max_epoch(&ws, "f"), 7);
+  assert_int_equal(wk_etcd_workers_max_epoch(&ws, "g"), 0);
+
+  /* epoch 3: the holders (h:0, h:1) first, then those that cannot tell (h:2, h:3, h:4) */
+  size_t unknown = 0;
+  assert_int_equal(wk_etcd_workers_order_for_epoch(&ws, "f", 3, &unknown), 5);
+  assert_int_equal(unknown, 3);
+  assert_string_equal(ws.items[0].address, "h:0");
+  assert_string_equal(ws.items[1].address, "h:1");
+  assert_string_equal(ws.items[2].address, "h:2");
+  /* epoch 7: h:1 lists f without it and goes */
+  assert_int_equal(wk_etcd_workers_order_for_epoch(&ws, "f", 7, &unknown), 4);
+  assert_string_equal(ws.items[0].address, "h:0");
+  assert_int_equal(unknown, 3);
+  wk_etcd_workers_free(&ws);
 }
 
 /* Listing the registry and choosing candidates for a submit. */
@@ -932,6 +1025,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_helpers),
       cmocka_unit_test_setup_teardown(test_client_basics, setup_running, teardown),
+      cmocka_unit_test_setup_teardown(test_txn_put, setup_running, teardown),
+      cmocka_unit_test(test_record_code),
       cmocka_unit_test_setup_teardown(test_candidates, setup_running, teardown),
       cmocka_unit_test_setup_teardown(test_register, setup_running, teardown),
       cmocka_unit_test_setup_teardown(test_update_coalescing, setup_running, teardown),

@@ -16,7 +16,7 @@ import grpc.aio
 from ._proto import health_pb2, health_pb2_grpc
 from ._proto import worker_pb2 as pb
 from ._proto import worker_pb2_grpc as pb_grpc
-from .discovery import EtcdError, Registry
+from .discovery import Backoff, EtcdError, Registry, pick_order
 from .errors import NoSlot, RequestRejected, TaskCancelled, WorkerError, WorkerUnavailable, \
     from_rpc_error
 from .results import TaskResult, progress_from_event, task_exception, task_value
@@ -418,6 +418,7 @@ class _Conn(object):
     def __init__(self, engine, addr):
         self.engine = engine
         self.addr = addr
+        self.probe = None  # a Future while a reservation finds out whether the worker is up
         options = [("grpc.max_receive_message_length", engine.opts.max_message_bytes),
                    ("grpc.max_send_message_length", engine.opts.max_message_bytes)]
         if engine.server_name:
@@ -459,10 +460,10 @@ class Engine(object):
         self.submit_sem = None
         self.stats = dict(submits=0, submit_retries=0, duplicates=0, streams_opened=0,
                           streams_open=0, streams_peak=0, merges=0, rewatches=0,
-                          failovers=0, slot_waits=0)
+                          failovers=0, slot_waits=0, refused_by={})
         self._cands = None
         self._cands_at = 0.0
-        self._avoid = {}
+        self.backoff = Backoff()  # workers that refused or were unreachable
 
     def conn(self, addr):
         c = self.conns.get(addr)
@@ -573,9 +574,10 @@ class Engine(object):
         return await conn.unary("RequestTaskSlot", pb.RequestTaskSlotRequest(
             task_id=h.task_id, ttl_ms=self.opts.slot_ttl_ms), h.task_id)
 
-    async def _candidates(self):
+    async def _candidates(self, h):
+        """The registered candidates in the picking rule's order for h's task
+        (discovery.pick_order): the epoch it pins, then the back-off."""
         now = time.monotonic()
-        self._avoid = {a: t for a, t in self._avoid.items() if t > now}
         if self._cands is None or now - self._cands_at > self.opts.discovery_ttl:
             loop = asyncio.get_running_loop()
             try:
@@ -584,19 +586,48 @@ class Engine(object):
                 cls = WorkerUnavailable if e.unreachable else RequestRejected
                 raise cls(str(e)) from e
             self._cands_at = now
-        return sorted(self._cands, key=lambda w: w.address in self._avoid)
+        fn = h.request.function
+        return pick_order(self._cands, fn.name, fn.epoch, self.backoff)
+
+    async def _next_candidate(self, pending):
+        """Takes the next worker to try from `pending` (in the picking order). While
+        another submit is probing it (a reservation in flight on a connection that is
+        not up yet), waits for that probe (at most rpc_timeout) instead of piling on; a
+        worker backed off meanwhile goes behind the others (once)."""
+        moved = set()
+        while True:
+            w = pending[0]
+            c = self.conn(w.address)
+            probe = c.probe
+            if probe is not None and c.channel.get_state() != grpc.ChannelConnectivity.READY:
+                await asyncio.wait([asyncio.shield(probe)], timeout=self.opts.rpc_timeout)
+                if not probe.done():
+                    return pending.pop(0)  # no answer in time: go ahead
+                continue
+            if w.address not in moved and len(pending) > 1 and \
+                    self.backoff.active(w.address, w.updated_unix_ms):
+                moved.add(w.address)
+                pending.append(pending.pop(0))
+                continue
+            return pending.pop(0)
 
     async def _submit_discovered(self, h):
-        """workerctl's rule: the registered workers best first, moving on while one
-        answers RESOURCE_EXHAUSTED (not for the request's size) or UNAVAILABLE, at most
-        8 workers. The move happens at RequestTaskSlot, which runs nothing; once a worker
-        gave a slot the task goes to that worker only (SubmitTask retried there), so a
-        failover never runs a task twice."""
+        """workerctl's rule: the registered workers in the picking order, moving on
+        while one answers RESOURCE_EXHAUSTED (not for the request's size) or
+        UNAVAILABLE, at most 8 workers; each of those is backed off. The move happens
+        at RequestTaskSlot, which runs nothing; once a worker gave a slot the task goes
+        to that worker only (SubmitTask retried there), so a failover never runs a task
+        twice."""
         reg = self.registry
-        cands = await self._candidates()
+        cands, dropped = await self._candidates(h)
         where = "registered under %s in etcd %s" % (reg.prefix, ",".join(reg.endpoints))
         if not cands:
             self._cands = None
+            fn = h.request.function
+            if fn.epoch and dropped:
+                raise WorkerUnavailable("no ready worker with free slots %s holds epoch %d of %s "
+                                        "(%d without it)" % (where, fn.epoch, fn.name, dropped),
+                                        task_id=h.task_id)
             if reg.full:
                 raise NoSlot("every ready worker %s is out of slots (%d workers)" % (
                     where, reg.full), code=grpc.StatusCode.RESOURCE_EXHAUSTED, task_id=h.task_id)
@@ -604,19 +635,34 @@ class Engine(object):
                                     task_id=h.task_id)
         last = None
         tried = []
-        for w in cands[:MAX_CANDIDATES]:
+        pending = cands[:MAX_CANDIDATES]
+        while pending:
+            w = await self._next_candidate(pending)
             conn = self.conn(w.address)
             tried.append(w.address)
+            # the first reservation on a connection that is not up finds out whether the
+            # worker is there; other submits wait for it (_next_candidate)
+            probe = conn.probe is None and \
+                conn.channel.get_state() != grpc.ChannelConnectivity.READY
+            if probe:
+                conn.probe = asyncio.get_running_loop().create_future()
             try:
                 slot = await self._reserve(conn, h)
             except (NoSlot, WorkerUnavailable) as e:
                 # a reservation runs nothing: moving on after a deadline is safe too (the
                 # lease of a slot reserved there lapses)
                 last = e
-                self._avoid[w.address] = time.monotonic() + 5.0
+                self.backoff.fail(w.address, w.updated_unix_ms)
                 self._cands = None
                 self.stats["failovers"] += 1
+                self.stats["refused_by"][w.address] = self.stats["refused_by"].get(
+                    w.address, 0) + 1
                 continue
+            finally:
+                if probe:
+                    conn.probe.set_result(None)
+                    conn.probe = None
+            self.backoff.ok(w.address)
             if slot.state in (pb.TASK_STATE_SUCCEEDED, pb.TASK_STATE_FAILED,
                               pb.TASK_STATE_CANCELLED):
                 return w.address, None  # the id already ran here: the watch delivers it

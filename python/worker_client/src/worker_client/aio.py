@@ -136,7 +136,8 @@ class AsyncClient(_common.ClientBase):
 
     async def stats(self):
         """As Client.stats."""
-        return dict(self._engine.stats)
+        st = self._engine.stats
+        return dict(st, refused_by=dict(st["refused_by"]))
 
     async def close(self):
         """As Client.close."""

@@ -158,7 +158,11 @@ class Client(_common.ClientBase):
     """A client of one worker (`Client("host:port")`) or of the workers registered in
     etcd (`Client(etcd="http://127.0.0.1:2379", prefix="/workers/")`: each submit goes to
     the best ready worker with free slots, moving on at RESOURCE_EXHAUSTED or
-    UNAVAILABLE, as workerctl does). With neither: $WORKERCTL_ADDR, else
+    UNAVAILABLE, as workerctl does; a task that pins an epoch only to workers whose
+    record lists it (a record without "code" or code_truncated: a last resort); a worker
+    that refused or was unreachable is backed off, 2 s doubling to 30 s and while its
+    record is not re-put, so a killed worker's stale record costs one attempt: the
+    picking rule of discovery.py and the README's "Picking a worker"). With neither: $WORKERCTL_ADDR, else
     $WORKERCTL_ETCD, else 127.0.0.1:7070.
 
     TLS: root_certificates (PEM bytes or a file path; tls=True alone trusts the
@@ -225,16 +229,18 @@ class Client(_common.ClientBase):
 
     def workers(self):
         """The workers registered in etcd (discovery.Worker: address, ready, draining,
-        free_slots, ...), invalid entries included."""
+        free_slots, code / holds(fn, epoch) / epochs(fn), ...), invalid entries included."""
         return self._run(self._engine.workers())
 
     def stats(self):
         """Counters: submits, submit_retries, duplicates, streams_opened, streams_open,
-        streams_peak, merges, rewatches, failovers."""
+        streams_peak, merges, rewatches, failovers, slot_waits; refused_by: {address:
+        how many reservations that worker refused or did not answer} (etcd discovery)."""
         return self._run(self._stats())
 
     async def _stats(self):
-        return dict(self._engine.stats)
+        st = self._engine.stats
+        return dict(st, refused_by=dict(st["refused_by"]))
 
     def close(self):
         """Ends the streams and channels and the client's threads; futures not done

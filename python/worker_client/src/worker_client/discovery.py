@@ -4,6 +4,17 @@
 valid, ready, not draining, has free slots and an address; candidates are ordered by
 most free slots, then fewest running tasks, then a per-client random tie-break.
 
+Picking a worker (the same rule as workerctl, README "Picking a worker"):
+  - records with draining=true or ready=false are skipped;
+  - a task that pins an epoch goes to the workers whose record's "code" lists that
+    epoch of the function; a record without "code", or with code_truncated and not
+    listing it, is a last resort; one that lists the function without the epoch is
+    never picked;
+  - a worker that refused (UNAVAILABLE, RESOURCE_EXHAUSTED for a slot) or could not be
+    reached is backed off (Backoff): tried after the others for 2 s doubling to 30 s,
+    and while its record has not been re-put since (a killed worker's stale record costs
+    one attempt); the next worker is tried within the same submit.
+
 etcd is reached through its v3 JSON gateway (standard library only). Endpoints are a
 comma-separated list of http(s)://host:port: a request goes to the current endpoint and,
 when it cannot be reached, to the next; the one that answered becomes current."""
@@ -67,6 +78,34 @@ class Worker(object):
             self.valid, self.error = False, 'missing or malformed "draining"'
         self.ready = ready is True
         self.draining = draining is True
+        # "code": {fn: {"current": N, "epochs": [{"epoch": N, "digest": hex}, ...]}}; a
+        # malformed one counts as none (the worker is a last resort for pinned epochs)
+        self.code = None
+        self.code_truncated = j.get("code_truncated") is True
+        code = j.get("code")
+        if self.valid and isinstance(code, dict):
+            try:
+                self.code = {fn: {"current": int(v.get("current") or 0),
+                                  "epochs": {int(e["epoch"]): (e.get("digest") or "")
+                                             for e in v["epochs"]}}
+                             for fn, v in code.items()}
+            except (AttributeError, KeyError, TypeError, ValueError):
+                self.code = None
+
+    def holds(self, function, epoch):
+        """True when the record lists `epoch` of `function`, False when it lists the
+        code it holds without that epoch, None when it cannot tell (no "code", or
+        code_truncated without it)."""
+        if self.code is None:
+            return None
+        f = self.code.get(function)
+        if f is not None and int(epoch) in f["epochs"]:
+            return True
+        return None if self.code_truncated else False
+
+    def epochs(self, function):
+        """{epoch: digest} of `function` as the record lists them (empty: none)."""
+        return dict(((self.code or {}).get(function) or {}).get("epochs") or {})
 
     @property
     def eligible(self):
@@ -162,6 +201,73 @@ class Registry(object):
         for b in address.encode():
             h = ((h ^ b) * 1099511628211) & 0xFFFFFFFFFFFFFFFF
         return h
+
+
+class Backoff(object):
+    """Per-worker back-off of the picking rule, bounded to `max_entries` workers (the
+    one due soonest makes room). fail(addr, updated_unix_ms): the worker refused or
+    could not be reached while its record said updated_unix_ms; it is backed off for
+    2 s, doubling with each further failure up to 30 s, and while its record is not
+    re-put (at most 30 s). ok(addr) forgets it. Not thread-safe (the engine's loop)."""
+
+    FIRST, CAP = 2.0, 30.0
+
+    def __init__(self, max_entries=256, clock=None):
+        import time
+        self.max_entries = max_entries
+        self.clock = clock or time.monotonic
+        self._e = {}  # addr -> [fails, until, failed_at, seen_updated_unix_ms]
+
+    def fail(self, addr, updated_unix_ms=0):
+        now = self.clock()
+        e = self._e.get(addr)
+        if e is None:
+            if len(self._e) >= self.max_entries:
+                del self._e[min(self._e, key=lambda a: self._e[a][1])]
+            e = self._e[addr] = [0, 0.0, 0.0, 0]
+        e[0] = min(e[0] + 1, 16)
+        e[1] = now + min(self.FIRST * 2 ** (e[0] - 1), self.CAP)
+        e[2] = now
+        e[3] = updated_unix_ms
+
+    def ok(self, addr):
+        self._e.pop(addr, None)
+
+    def active(self, addr, updated_unix_ms=0):
+        """True while addr is backed off (its record's updated_unix_ms given)."""
+        e = self._e.get(addr)
+        if e is None:
+            return False
+        now = self.clock()
+        if now < e[1]:
+            return True
+        if updated_unix_ms <= e[3] and now < e[2] + self.CAP:
+            return True
+        if now >= e[2] + self.CAP:
+            del self._e[addr]
+        return False
+
+    def __len__(self):
+        return len(self._e)
+
+
+def pick_order(workers, function=None, epoch=0, backoff=None):
+    """The picking rule's order of ranked candidates: for a pinned epoch (epoch > 0)
+    the workers listing it, then those whose record cannot tell (others dropped); in
+    each group the backed-off workers last. Returns (ordered list, how many dropped)."""
+    groups = [list(workers)]
+    dropped = 0
+    if epoch:
+        yes = [w for w in workers if w.holds(function, epoch) is True]
+        unknown = [w for w in workers if w.holds(function, epoch) is None]
+        dropped = len(workers) - len(yes) - len(unknown)
+        groups = [yes, unknown]
+    out = []
+    for g in groups:
+        late = [w for w in g if backoff is not None and backoff.active(w.address,
+                                                                        w.updated_unix_ms)]
+        out += [w for w in g if w not in late] + late
+    return out, dropped
 
 
 def default_target():
