@@ -501,6 +501,12 @@ void wk_etcd_kvs_free(wk_etcd_kvs *kvs) {
 }
 
 int wk_etcd_put(wk_etcd *c, const char *key, const char *value, size_t value_len, int64_t lease) {
+  return wk_etcd_put_rev(c, key, value, value_len, lease, NULL);
+}
+
+int wk_etcd_put_rev(wk_etcd *c, const char *key, const char *value, size_t value_len, int64_t lease,
+                    int64_t *revision) {
+  if (revision) *revision = 0;
   if (!key || !*key) {
     set_err(c, "etcd put: empty key");
     return WK_ETCD_E_INVALID;
@@ -511,6 +517,10 @@ int wk_etcd_put(wk_etcd *c, const char *key, const char *value, size_t value_len
   if (lease != 0) json_object_set_new(body, "lease", json_i64_string(lease));
   json_t *ans;
   int rc = request(c, "/v3/kv/put", body, &ans);
+  if (rc == WK_ETCD_OK && revision &&
+      !wk_etcd__json_i64_field(json_object_get(ans, "header"), "revision", revision)) {
+    *revision = 0;
+  }
   json_decref(ans);
   return rc;
 }

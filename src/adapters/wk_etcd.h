@@ -118,6 +118,11 @@ void wk_etcd_kvs_free(wk_etcd_kvs *kvs);
  * does not exist. Errors otherwise as for grant. */
 int wk_etcd_put(wk_etcd *c, const char *key, const char *value, size_t value_len, int64_t lease);
 
+/** wk_etcd_put that also gives the store revision etcd answered with (the put's
+ * mod_revision) in *revision (0 when the answer has none, or on an error). */
+int wk_etcd_put_rev(wk_etcd *c, const char *key, const char *value, size_t value_len, int64_t lease,
+                    int64_t *revision);
+
 /** Reads one key; *found tells whether it exists, out is filled when it does (free
  * it with wk_etcd_kv_free). */
 int wk_etcd_get(wk_etcd *c, const char *key, wk_etcd_kv *out, bool *found);

@@ -38,6 +38,8 @@ struct wk_etcd_publisher {
   char *key, *address, *deployment, *service, *version;
   char *status_addr; /* "" = none */
   int64_t ttl_s, refresh_ms, timeout_ms, coalesce_ms, backoff_initial_ms, backoff_max_ms;
+  void (*on_published)(void *ud);
+  void *on_published_ud;
 
   pthread_t thread;
   pthread_mutex_t mu;
@@ -49,6 +51,7 @@ struct wk_etcd_publisher {
   bool have_hb;
   uint64_t hb_gen;     /* bumped by every update that changes hb */
   int64_t dirty_since; /* mono ms of the first change not yet put; 0: none */
+  bool urgent;         /* draining turned on: put at once, even during a backoff */
   wk_etcd_publisher_stats stats;
 
   /* the thread's own (and stop()'s after the join) */
@@ -168,9 +171,9 @@ static char *build_value(const wk_etcd_publisher *p, const wk_etcd_heartbeat *hb
   return text;
 }
 
-static int put_value(wk_etcd_publisher *p, const wk_etcd_heartbeat *hb) {
+static int put_value(wk_etcd_publisher *p, const wk_etcd_heartbeat *hb, int64_t *revision) {
   char *value = build_value(p, hb);
-  int rc = wk_etcd_put(p->etcd, p->key, value, strlen(value), p->lease);
+  int rc = wk_etcd_put_rev(p->etcd, p->key, value, strlen(value), p->lease, revision);
   free(value);
   if (rc == WK_ETCD_OK) {
     STAT_INC(p, puts_ok);
@@ -180,10 +183,10 @@ static int put_value(wk_etcd_publisher *p, const wk_etcd_heartbeat *hb) {
   return rc;
 }
 
-/* Grants a lease if needed, sends a keepalive if due, puts the value if due. Returns
- * WK_ETCD_OK or the first failure. */
+/* Grants a lease if needed, sends a keepalive if due, puts the value if due (at once
+ * when urgent). Returns WK_ETCD_OK or the first failure. */
 static int step(wk_etcd_publisher *p, int64_t now, const wk_etcd_heartbeat *hb, uint64_t gen,
-                int64_t dirty_since) {
+                int64_t dirty_since, bool urgent) {
   int rc;
   if (p->lease == 0) {
     rc = grant(p);
@@ -204,15 +207,16 @@ static int step(wk_etcd_publisher *p, int64_t now, const wk_etcd_heartbeat *hb, 
     }
   }
   if (!hb) return WK_ETCD_OK; /* nothing to publish before the first update */
-  bool dirty = gen != p->put_gen && now >= dirty_since + p->coalesce_ms;
+  bool dirty = gen != p->put_gen && (urgent || now >= dirty_since + p->coalesce_ms);
   bool refresh = now >= p->last_put_ms + p->refresh_ms;
   if (!p->need_put && !dirty && !refresh) return WK_ETCD_OK;
-  rc = put_value(p, hb);
+  int64_t revision = 0;
+  rc = put_value(p, hb, &revision);
   if (rc == WK_ETCD_E_LEASE_NOT_FOUND) {
     lease_gone(p);
     rc = grant(p);
     if (rc != WK_ETCD_OK) return rc;
-    rc = put_value(p, hb);
+    rc = put_value(p, hb, &revision);
   }
   if (rc != WK_ETCD_OK) return rc;
   p->put_gen = gen;
@@ -235,8 +239,11 @@ static int step(wk_etcd_publisher *p, int64_t now, const wk_etcd_heartbeat *hb, 
   pthread_mutex_lock(&p->mu);
   p->stats.registered = true;
   p->stats.last_put_unix_ms = wall_ms();
+  p->stats.put_gen = gen;
+  p->stats.put_revision = revision;
   p->dirty_since = p->hb_gen == gen ? 0 : wk_etcd_mono_ms(); /* changed during the put */
   pthread_mutex_unlock(&p->mu);
+  if (p->on_published) p->on_published(p->on_published_ud);
   return WK_ETCD_OK;
 }
 
@@ -262,6 +269,7 @@ static void on_failure(wk_etcd_publisher *p, int rc) {
 
 /* Next time the thread has something to do (mono ms). Under mu. */
 static int64_t next_due(const wk_etcd_publisher *p, int64_t now) {
+  if (p->urgent) return now;
   if (p->retry_at_ms > now) return p->retry_at_ms;
   if (p->lease == 0) return now;
   int64_t due = p->last_keepalive_ms + keepalive_interval_ms(p);
@@ -293,9 +301,11 @@ static void *run(void *arg) {
     bool have = p->have_hb;
     uint64_t gen = p->hb_gen;
     int64_t dirty_since = p->dirty_since;
+    bool urgent = p->urgent;
+    p->urgent = false;
     pthread_mutex_unlock(&p->mu);
 
-    int rc = step(p, now, have ? &hb : NULL, gen, dirty_since);
+    int rc = step(p, now, have ? &hb : NULL, gen, dirty_since, urgent);
     if (rc == WK_ETCD_OK) {
       p->backoff_ms = p->backoff_initial_ms;
       p->retry_at_ms = 0;
@@ -371,6 +381,8 @@ wk_etcd_publisher *wk_etcd_publisher_start(const wk_etcd_publisher_config *cfg, 
   p->backoff_initial_ms = b0;
   p->backoff_max_ms = b1;
   p->backoff_ms = b0;
+  p->on_published = cfg->on_published;
+  p->on_published_ud = cfg->on_published_ud;
   p->etcd = etcd;
   p->state = PUB_STARTING;
   atomic_init(&p->stopping, false);
@@ -417,17 +429,20 @@ static bool hb_equal(const wk_etcd_heartbeat *a, const wk_etcd_heartbeat *b) {
          a->free == b->free && a->ready == b->ready && a->draining == b->draining;
 }
 
-void wk_etcd_publisher_update(wk_etcd_publisher *p, const wk_etcd_heartbeat *hb) {
+uint64_t wk_etcd_publisher_update(wk_etcd_publisher *p, const wk_etcd_heartbeat *hb) {
   pthread_mutex_lock(&p->mu);
   p->stats.updates++;
   if (!p->have_hb || !hb_equal(&p->hb, hb)) {
+    if (hb->draining && !(p->have_hb && p->hb.draining)) p->urgent = true;
     p->hb = *hb;
     p->have_hb = true;
     p->hb_gen++;
     if (p->dirty_since == 0) p->dirty_since = wk_etcd_mono_ms();
     pthread_cond_signal(&p->cv);
   }
+  uint64_t gen = p->hb_gen;
   pthread_mutex_unlock(&p->mu);
+  return gen;
 }
 
 void wk_etcd_publisher_stats_get(wk_etcd_publisher *p, wk_etcd_publisher_stats *out) {

@@ -14,7 +14,9 @@
  * Behaviour:
  *  - Nothing is put before the first update(); the lease is granted at once.
  *  - A changed heartbeat is put within coalesce_ms (a burst of updates → one put);
- *    the value is re-put at least every refresh_interval_ms (with a fresh
+ *    a heartbeat that turns `draining` on is put at once (no coalescing, and one
+ *    attempt even during a backoff), so clients see a drain as early as possible.
+ *    The value is re-put at least every refresh_interval_ms (with a fresh
  *    updated_unix_ms), so a key deleted by someone else comes back at the next refresh.
  *  - The lease (lease_ttl_s) gets a keepalive every TTL/3. A keepalive answer without a
  *    TTL, or a put refused with "lease not found", means the lease is gone: a new one is
@@ -56,6 +58,10 @@ typedef struct wk_etcd_publisher_config {
   const char *service;
   const char *version;
   const char *status_addr; /* host:port of the status page; NULL or "" = not in the value */
+  /* Called on the publisher's thread after every successful put (NULL = none): must be
+   * quick and thread-safe (e.g. uv_async_send to wake the caller's loop). */
+  void (*on_published)(void *ud);
+  void *on_published_ud;
 } wk_etcd_publisher_config;
 
 /* The dynamic part of the value; the Worker maps wk_core_derive_heartbeat() into it. */
@@ -78,6 +84,8 @@ typedef struct wk_etcd_publisher_stats {
   int64_t lease_id;         /* current lease, 0 when none */
   int64_t granted_ttl_s;    /* as granted by etcd */
   int64_t last_put_unix_ms; /* wall clock of the last successful put, 0 if none */
+  uint64_t put_gen;         /* the update generation (see update()) etcd last acknowledged */
+  int64_t put_revision;     /* etcd's revision of that put (its mod_revision), 0 if none */
   char last_error[512];     /* the last failure ("" if none yet) */
   char endpoint[256];       /* the endpoint last used */
 } wk_etcd_publisher_stats;
@@ -91,9 +99,11 @@ wk_etcd_publisher *wk_etcd_publisher_start(const wk_etcd_publisher_config *cfg, 
                                            size_t len);
 
 /** Hands over the latest heartbeat (copied). Coalesced: an unchanged heartbeat costs
- * nothing; a changed one is put within coalesce_ms, the newest winning. Never blocks
- * on etcd. */
-void wk_etcd_publisher_update(wk_etcd_publisher *p, const wk_etcd_heartbeat *hb);
+ * nothing; a changed one is put within coalesce_ms (at once when it turns draining
+ * on), the newest winning. Never blocks on etcd. Returns the generation of the
+ * heartbeat now held (bumped by every change): once stats' put_gen reaches it, etcd
+ * has acknowledged this heartbeat or a newer one. */
+uint64_t wk_etcd_publisher_update(wk_etcd_publisher *p, const wk_etcd_heartbeat *hb);
 
 /** Copies the counters and the last error. */
 void wk_etcd_publisher_stats_get(wk_etcd_publisher *p, wk_etcd_publisher_stats *out);

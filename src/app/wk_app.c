@@ -1,6 +1,8 @@
 /* wk_app.c: wiring and the start-up / shutdown sequence (DESIGN.md §7):
  * validate → code store → executor pool → gRPC server bound → ready → serve;
- * SIGTERM/SIGINT → draining → wait for running tasks up to drain_timeout_ms →
+ * SIGTERM/SIGINT → health NOT_SERVING and `draining` put to etcd → once etcd
+ * acknowledged it, or after drain_publish_timeout_ms, new slots and submits are refused
+ * → wait for running tasks up to drain_timeout_ms (counted from the signal) →
  * converge the rest WORKER_SHUTDOWN → deliver terminal events → stop gRPC → stop
  * executors → exit 0. A second signal skips the wait. Everything after the drain fits
  * in shutdown_grace_ms: the signal thread exits the process (status 1) at that
@@ -52,6 +54,7 @@
 typedef enum app_phase {
   APP_STARTING,
   APP_SERVING,
+  APP_ANNOUNCING, /* draining said (health, etcd), tasks still admitted: see begin_drain */
   APP_DRAINING,
   APP_FLUSHING,
   APP_STOPPING
@@ -67,8 +70,10 @@ typedef struct wk_app {
   bool admission_paused;     /* under it (with hysteresis) at the last sample */
   int64_t memory_sampled_ms;
   wk_grpc_server *server;
-  uv_async_t signal_async;
+  uv_async_t signal_async; /* a stop signal, or the publisher's acknowledged put */
   uv_timer_t phase_timer;
+  bool drain_announced; /* health NOT_SERVING and `draining` handed to the publisher */
+  uint64_t drain_gen;   /* the publisher's generation of the first draining heartbeat */
   int signals_seen;
   int signals_handled;
   pthread_mutex_t mu;
@@ -191,9 +196,10 @@ static void on_pool_stopped(void *arg) {
   uv_close((uv_handle_t *)&app->signal_async, NULL);
 }
 
-/* The registration value follows the slot table (the publisher coalesces). */
-static void publish(wk_app *app) {
-  if (!app->publisher || !app->orch) return;
+/* The registration value follows the slot table (the publisher coalesces). Returns the
+ * publisher's generation of the value handed over (0: nothing is published). */
+static uint64_t publish(wk_app *app) {
+  if (!app->publisher || !app->orch) return 0;
   wk_heartbeat hb = wk_orch_heartbeat(app->orch);
   wk_etcd_heartbeat eh = {
       .task_slots = hb.task_slots,
@@ -201,9 +207,16 @@ static void publish(wk_app *app) {
       .running = hb.running,
       .free = hb.free,
       .ready = hb.ready && !app->executors_unavailable && !app->accept_blocked,
-      .draining = hb.draining,
+      .draining = hb.draining || app->drain_announced, /* announced before the core drains */
   };
-  wk_etcd_publisher_update(app->publisher, &eh);
+  return wk_etcd_publisher_update(app->publisher, &eh);
+}
+
+/* The publisher's thread, after each put etcd acknowledged: the loop looks whether the
+ * drain may go on (on_signal runs the phase timer's step). */
+static void on_published(void *ud) {
+  wk_app *app = ud;
+  uv_async_send(&app->signal_async);
 }
 
 /* The status page's address as others reach it: metrics_addr's host with the bound
@@ -240,6 +253,8 @@ static void start_registration(wk_app *app) {
       .deployment = wk_deployment_name(app->profile->deployment),
       .service = app->profile->service,
       .version = WK_VERSION,
+      .on_published = on_published,
+      .on_published_ud = app,
   };
   char status_addr[WK_CONFIG_ADDR_MAX + 8];
   if (app->status) {
@@ -361,6 +376,44 @@ static int64_t flush_wait_ms(const wk_app_config *cfg) {
   return quarter < FLUSH_WAIT_MS ? quarter : FLUSH_WAIT_MS;
 }
 
+/* Whether the announced drain may start refusing: etcd acknowledged the draining
+ * value, or drain_publish_timeout_ms passed, or a second signal came. Logs which. */
+static bool drain_may_refuse(wk_app *app, int64_t waited_ms) {
+  wk_etcd_publisher_stats st;
+  wk_etcd_publisher_stats_get(app->publisher, &st);
+  if (st.put_gen >= app->drain_gen) {
+    wk_log_json(WK_LOG_INFO, "drain_published",
+                json_pack("{s:I,s:I,s:s}", "revision", (json_int_t)st.put_revision, "waited_ms",
+                          (json_int_t)waited_ms, "msg",
+                          "etcd says draining: refusing new slots and submits from now on"));
+    return true;
+  }
+  int64_t bound = app->cfg->drain_publish_timeout_ms; /* and never past the drain's end */
+  if (bound > app->cfg->drain_timeout_ms) bound = app->cfg->drain_timeout_ms;
+  if (waited_ms >= bound) {
+    wk_log_json(WK_LOG_WARN, "drain_publish_timeout",
+                json_pack("{s:I,s:s,s:s}", "waited_ms", (json_int_t)waited_ms, "last_error",
+                          st.last_error, "msg",
+                          "etcd has not acknowledged `draining` within drain_publish_timeout_ms: "
+                          "refusing new slots and submits anyway"));
+    return true;
+  }
+  if (app->signals_handled > 1) {
+    wk_log(WK_LOG_INFO, "drain_publish_skipped",
+           "second signal: refusing without waiting for etcd (%" PRId64 " ms waited)", waited_ms);
+    return true;
+  }
+  return false;
+}
+
+/* The core starts refusing new slots and submits (WorkerCore is the one truth for that;
+ * the app only chose when). phase_started_ms stays the signal's: drain_timeout_ms counts
+ * from the signal, so the time spent announcing is part of it. */
+static void refuse_new_work(wk_app *app) {
+  wk_orch_set_draining(app->orch);
+  app->phase = APP_DRAINING;
+}
+
 static void on_phase_timer(uv_timer_t *t) {
   wk_app *app = t->data;
   int64_t now = app_now(app);
@@ -413,6 +466,9 @@ static void on_phase_timer(uv_timer_t *t) {
       }
       break;
     case APP_SERVING: break;
+    case APP_ANNOUNCING:
+      if (drain_may_refuse(app, in_phase)) refuse_new_work(app);
+      break;
     case APP_DRAINING:
       if (wk_orch_live_tasks(app->orch) == 0 || in_phase >= app->cfg->drain_timeout_ms ||
           app->signals_handled > 1) {
@@ -438,6 +494,23 @@ static void on_phase_timer(uv_timer_t *t) {
   }
 }
 
+/* The first stop signal: clients are told before anything is refused. Health turns
+ * NOT_SERVING and the registration's value says draining (put at once, not coalesced);
+ * WorkerCore goes on admitting until etcd acknowledged that put, or for at most
+ * drain_publish_timeout_ms when etcd is slow or unreachable (the worker never hangs
+ * on etcd). Without a registration (stand-alone, or a signal during start-up), or with
+ * drain_publish_timeout_ms 0, it refuses at once, health having gone first. Tasks
+ * accepted meanwhile are drained like any other. */
+static void begin_drain(wk_app *app) {
+  wk_log(WK_LOG_INFO, "worker_draining", "signal received: draining (%u tasks running)",
+         wk_orch_live_tasks(app->orch));
+  wk_orch_announce_drain(app->orch);
+  app->drain_announced = true;
+  app->drain_gen = publish(app);
+  enter(app, APP_ANNOUNCING);
+  if (app->drain_gen == 0 || app->cfg->drain_publish_timeout_ms == 0) refuse_new_work(app);
+}
+
 static void on_signal(uv_async_t *a) {
   wk_app *app = a->data;
   pthread_mutex_lock(&app->mu);
@@ -447,10 +520,7 @@ static void on_signal(uv_async_t *a) {
     app->signals_handled++;
     if (app->phase == APP_STOPPING) continue;
     if (app->signals_handled == 1) {
-      wk_log(WK_LOG_INFO, "worker_draining", "signal received: draining (%u tasks running)",
-             wk_orch_live_tasks(app->orch));
-      wk_orch_set_draining(app->orch);
-      enter(app, APP_DRAINING);
+      begin_drain(app);
     } else {
       wk_log(WK_LOG_INFO, "worker_draining", "second signal: not waiting for running tasks");
     }
@@ -504,6 +574,7 @@ static const char *phase_name(app_phase p) {
   switch (p) {
     case APP_STARTING: return "starting";
     case APP_SERVING: return "serving";
+    case APP_ANNOUNCING: /* the drain's first step: shown as draining */
     case APP_DRAINING: return "draining";
     case APP_FLUSHING: return "flushing";
     case APP_STOPPING: return "stopping";

@@ -77,7 +77,8 @@ typedef struct wk_app_config {
   int64_t default_task_timeout_ms;
   int64_t max_task_timeout_ms;
   int64_t drain_timeout_ms;
-  int64_t shutdown_grace_ms; /* after the drain: flush, stop, exit within this */
+  int64_t shutdown_grace_ms;        /* after the drain: flush, stop, exit within this */
+  int64_t drain_publish_timeout_ms; /* refuse once etcd says draining, or after this */
   int64_t cancel_grace_ms;
   int64_t tick_ms;
   size_t max_message_bytes;

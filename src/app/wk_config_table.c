@@ -155,6 +155,11 @@ static const wk_config_item table[] = {
      .alias = "max-timeout-ms", .help = "longest task timeout accepted"},
     {FIELD(drain_timeout_ms), .type = WK_CONFIG_MS, .def = "30000", .min = 0, .max = 3600000,
      .help = "on SIGTERM, wait this long for running tasks"},
+    {FIELD(drain_publish_timeout_ms), .type = WK_CONFIG_MS, .def = "1000", .min = 0, .max = 60000,
+     .help = "on SIGTERM, health turns NOT_SERVING and etcd is told `draining` first; new slots "
+             "and submits are refused once etcd acknowledged that, or after this long when it "
+             "does not answer (still accepting meanwhile; counted in drain_timeout_ms; 0 = "
+             "refuse at once)"},
     {FIELD(shutdown_grace_ms), .type = WK_CONFIG_MS, .def = "5000", .min = 100, .max = 600000,
      .help = "after the drain, the worker exits within this: watchers get their terminal events "
              "(up to a quarter of it), executors are asked to stop and killed after another "

@@ -109,6 +109,7 @@ struct wk_orch {
   wk_orch__health_watch *health_watchers;
   bool executors_unavailable; /* executors cannot start: health NOT_SERVING */
   bool accept_blocked;        /* the gRPC port cannot accept: health NOT_SERVING */
+  bool drain_announced;       /* a drain is coming: health NOT_SERVING, tasks still admitted */
   bool closing;
   int handles_open;
   uint32_t jobs;      /* wk_orch__jobs on the threadpool: the orchestrator outlives them */

@@ -257,7 +257,8 @@ static void handle_cancel(wk_orch *o, wk_rpc *rpc) {
 
 static int serving_status(const wk_orch *o) {
   wk_heartbeat hb = wk_core_derive_heartbeat(o->core, o->now_ms);
-  return (hb.ready && !hb.draining && !o->executors_unavailable && !o->accept_blocked)
+  return (hb.ready && !hb.draining && !o->drain_announced && !o->executors_unavailable &&
+          !o->accept_blocked)
              ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
              : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
 }

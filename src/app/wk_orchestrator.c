@@ -427,6 +427,11 @@ void wk_orch_set_accept_blocked(wk_orch *o, bool blocked) {
   wk_orch__health_changed(o);
 }
 
+void wk_orch_announce_drain(wk_orch *o) {
+  o->drain_announced = true;
+  wk_orch__health_changed(o);
+}
+
 void wk_orch_set_draining(wk_orch *o) {
   wk_core_set_draining(o->core, true);
   wk_orch__loop_now(o);

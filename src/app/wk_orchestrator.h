@@ -144,6 +144,11 @@ void wk_orch_set_executors_unavailable(wk_orch *orch, bool unavailable);
  * cannot). While it cannot, health is NOT_SERVING on the connections already open. */
 void wk_orch_set_accept_blocked(wk_orch *orch, bool blocked);
 
+/** Announces a drain that has not started yet: health (Check and every Watch stream)
+ * says NOT_SERVING while WorkerCore still admits new slots and submits, so clients can
+ * turn away before wk_orch_set_draining makes the core refuse them. Not undone. */
+void wk_orch_announce_drain(wk_orch *orch);
+
 /** Starts draining: new slots and submits are UNAVAILABLE, health NOT_SERVING. */
 void wk_orch_set_draining(wk_orch *orch);
 
