@@ -20,6 +20,16 @@ target_compile_definitions(wk_executor_pool PRIVATE _GNU_SOURCE)
 target_compile_options(wk_executor_pool PRIVATE ${WK_WARNINGS})
 target_link_libraries(wk_executor_pool PUBLIC wk_adapters_frame PkgConfig::LIBUV PRIVATE wk_lib wk_log)
 
+# sd_notify to systemd (READY, STOPPING, WATCHDOG), when libsystemd was found.
+add_library(wk_sdnotify STATIC src/adapters/wk_sdnotify.c)
+wk_headers(wk_sdnotify PUBLIC adapters/wk_sdnotify.h)
+target_compile_options(wk_sdnotify PRIVATE ${WK_WARNINGS})
+target_link_libraries(wk_sdnotify PRIVATE wk_lib wk_log PkgConfig::JANSSON)
+if(LIBSYSTEMD_FOUND)
+  target_compile_definitions(wk_sdnotify PRIVATE WK_HAVE_LIBSYSTEMD=1)
+  target_link_libraries(wk_sdnotify PRIVATE PkgConfig::LIBSYSTEMD)
+endif()
+
 # The status page, embedded in the binary (served on metrics_addr, src/app/wk_status.h).
 add_custom_command(
   OUTPUT ${CMAKE_CURRENT_BINARY_DIR}/wk_status_page.c
@@ -98,6 +108,7 @@ target_link_libraries(wk_app
     wk_grpc_client
     wk_journal
     wk_log
+    wk_sdnotify
     wk_version
     PkgConfig::JANSSON
     PkgConfig::YAML

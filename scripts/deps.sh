@@ -13,6 +13,9 @@ PACKAGES=(
   libcurl4-openssl-dev libjansson-dev libmicrohttpd-dev
   # the code store's sha256 digests (libcrypto)
   libssl-dev
+  # sd_notify for systemd's Type=notify (src/adapters/wk_sdnotify.c), and systemd-analyze
+  # for the unit file's test (tests/e2e/test_systemd_notify_e2e.py)
+  libsystemd-dev systemd
   # protocol tooling and end-to-end test clients
   protobuf-compiler protobuf-compiler-grpc python3 python3-grpcio python3-protobuf python3-pytest
   python3-prometheus-client

@@ -1,12 +1,12 @@
 /* wk_app.c: wiring and the start-up / shutdown sequence (DESIGN.md §7):
- * validate → code store → executor pool → gRPC server bound → ready → serve;
- * SIGTERM/SIGINT → health NOT_SERVING and `draining` put to etcd → once etcd
- * acknowledged it, or after drain_publish_timeout_ms, new slots and submits are refused
- * → wait for running tasks up to drain_timeout_ms (counted from the signal) →
- * converge the rest WORKER_SHUTDOWN → deliver terminal events → stop gRPC → stop
- * executors → exit 0. A second signal skips the wait. Everything after the drain fits
- * in shutdown_grace_ms: the signal thread exits the process (status 1) at that
- * deadline if the steps have not finished, so a supervisor's stop timeout of
+ * validate → code store → executor pool → gRPC server bound → ready → serve (READY=1
+ * to systemd); SIGTERM/SIGINT (STOPPING=1) → health NOT_SERVING and `draining` put to
+ * etcd → once etcd acknowledged it, or after drain_publish_timeout_ms, new slots and
+ * submits are refused → wait for running tasks up to drain_timeout_ms (counted from
+ * the signal) → converge the rest WORKER_SHUTDOWN → deliver terminal events → stop
+ * gRPC → stop executors → exit 0. A second signal skips the wait. Everything after the
+ * drain fits in shutdown_grace_ms: the signal thread exits the process (status 1) at
+ * that deadline if the steps have not finished, so a supervisor's stop timeout of
  * drain_timeout_ms + shutdown_grace_ms (and a margin) is never hit. */
 #include "app/wk_app.h"
 
@@ -30,6 +30,7 @@
 #include "adapters/wk_executor_pool.h"
 #include "adapters/wk_meminfo.h"
 #include "adapters/wk_reaper.h"
+#include "adapters/wk_sdnotify.h"
 #include "app/wk_admission.h"
 #include "adapters/wk_grpc_server.h"
 #include "adapters/wk_netaddr.h"
@@ -72,8 +73,10 @@ typedef struct wk_app {
   wk_grpc_server *server;
   uv_async_t signal_async; /* a stop signal, or the publisher's acknowledged put */
   uv_timer_t phase_timer;
-  bool drain_announced; /* health NOT_SERVING and `draining` handed to the publisher */
-  uint64_t drain_gen;   /* the publisher's generation of the first draining heartbeat */
+  uv_timer_t watchdog_timer; /* WATCHDOG=1 to systemd; started only with WATCHDOG_USEC */
+  uint64_t watchdog_usec;    /* the service manager's watchdog timeout; 0 = none */
+  bool drain_announced;      /* health NOT_SERVING and `draining` handed to the publisher */
+  uint64_t drain_gen;        /* the publisher's generation of the first draining heartbeat */
   int signals_seen;
   int signals_handled;
   pthread_mutex_t mu;
@@ -193,6 +196,7 @@ static void on_pool_stopped(void *arg) {
   app->pool = NULL;
   wk_status_close(app->status); /* its last document says "stopping" */
   uv_close((uv_handle_t *)&app->phase_timer, NULL);
+  uv_close((uv_handle_t *)&app->watchdog_timer, NULL);
   uv_close((uv_handle_t *)&app->signal_async, NULL);
 }
 
@@ -376,6 +380,15 @@ static int64_t flush_wait_ms(const wk_app_config *cfg) {
   return quarter < FLUSH_WAIT_MS ? quarter : FLUSH_WAIT_MS;
 }
 
+/* READY=1 to systemd: the port serves (health SERVING, or NOT_SERVING with the reason
+ * logged when executors cannot start) and the etcd registration has been started. */
+static void notify_ready(wk_app *app) {
+  char state[WK_CONFIG_ADDR_MAX + 64];
+  snprintf(state, sizeof state, "READY=1\nSTATUS=serving on %s%s", app->advertise_addr,
+           app->executors_unavailable ? " (executors unavailable)" : "");
+  wk_sdnotify(state);
+}
+
 /* Whether the announced drain may start refusing: etcd acknowledged the draining
  * value, or drain_publish_timeout_ms passed, or a second signal came. Logs which. */
 static bool drain_may_refuse(wk_app *app, int64_t waited_ms) {
@@ -463,6 +476,7 @@ static void on_phase_timer(uv_timer_t *t) {
               json_pack("{s:i,s:i}", "executors_ready", (int)wk_pool_ready_executors(app->pool),
                         "task_slots", (int)app->cfg->task_slots));
         }
+        notify_ready(app);
       }
       break;
     case APP_SERVING: break;
@@ -504,6 +518,7 @@ static void on_phase_timer(uv_timer_t *t) {
 static void begin_drain(wk_app *app) {
   wk_log(WK_LOG_INFO, "worker_draining", "signal received: draining (%u tasks running)",
          wk_orch_live_tasks(app->orch));
+  wk_sdnotify("STOPPING=1\nSTATUS=draining");
   wk_orch_announce_drain(app->orch);
   app->drain_announced = true;
   app->drain_gen = publish(app);
@@ -671,7 +686,27 @@ static void init_loop(wk_app *app) {
   app->signal_async.data = app;
   uv_timer_init(&app->loop, &app->phase_timer);
   app->phase_timer.data = app;
+  uv_timer_init(&app->loop, &app->watchdog_timer);
+  app->watchdog_timer.data = app;
   app->loop_open = true;
+}
+
+/* WATCHDOG=1 from the loop: it fires only while the loop turns, so a wedged loop stops
+ * the pings and systemd (WatchdogSec) restarts the worker. */
+static void on_watchdog_timer(uv_timer_t *t) {
+  (void)t;
+  wk_sdnotify("WATCHDOG=1");
+}
+
+/* What the service manager asked for (wk_sdnotify_start logs it): the watchdog pings
+ * every half of its timeout, from the loop, from start-up to exit. */
+static void start_sdnotify(wk_app *app) {
+  app->watchdog_usec = wk_sdnotify_start();
+  if (!app->watchdog_usec) return;
+  uint64_t every_ms = app->watchdog_usec / 2000;
+  if (every_ms == 0) every_ms = 1;
+  wk_sdnotify("WATCHDOG=1");
+  uv_timer_start(&app->watchdog_timer, on_watchdog_timer, every_ms, every_ms);
 }
 
 /* Removes what dead workers left in `dir` (wk_rundir.h), and says so. */
@@ -1068,6 +1103,7 @@ static int app_start(wk_app *app) {
   if (rc != 0) return rc;
   block_stop_signals();
   init_loop(app); /* before the metrics server: the status page wakes the loop */
+  start_sdnotify(app);
   if ((rc = start_metrics(app, err, sizeof err)) != 0) return rc;
   if ((rc = make_scratch_root(app)) != 0) return rc;
   if ((rc = resolve_paths(app)) != 0) return rc;
