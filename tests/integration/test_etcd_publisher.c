@@ -716,6 +716,47 @@ static void test_update_coalescing(void **state) {
   assert_int_equal(stats(f->pub).puts_ok, s1.puts_ok);
 }
 
+static void on_published_count(void *ud) { __atomic_add_fetch((int *)ud, 1, __ATOMIC_SEQ_CST); }
+
+/* A heartbeat that turns draining on is put at once (not after coalesce_ms), and the
+ * stats say which generation etcd acknowledged, at which revision: the worker waits for
+ * exactly that before refusing new work. */
+static void test_draining_put_at_once_and_acknowledged(void **state) {
+  fixture *f = *state;
+  wk_etcd_publisher_config cfg = base_config(f);
+  int published = 0;
+  cfg.refresh_interval_ms = 60000;
+  cfg.coalesce_ms = 1000; /* the longest: an ordinary change waits this long */
+  cfg.on_published = on_published_count;
+  cfg.on_published_ud = &published;
+  f->pub = start_pub(&cfg);
+  wk_etcd_heartbeat hb = hb_make(8, 0, 0);
+  uint64_t g0 = wk_etcd_publisher_update(f->pub, &hb);
+  assert_true(WAIT_FOR(stats(f->pub).put_gen >= g0, 5000) >= 0);
+  assert_true(__atomic_load_n(&published, __ATOMIC_SEQ_CST) >= 1);
+
+  hb = hb_make(8, 1, 0); /* an ordinary change: coalesced for 1 s */
+  uint64_t g1 = wk_etcd_publisher_update(f->pub, &hb);
+  hb.draining = true;
+  uint64_t g2 = wk_etcd_publisher_update(f->pub, &hb);
+  assert_true(g2 > g1 && g1 > g0);
+  int64_t took = WAIT_FOR(stats(f->pub).put_gen >= g2, 5000);
+  fprintf(stderr, "  draining acknowledged %" PRId64 " ms after the update (coalesce_ms 1000)\n",
+          took);
+  assert_true(took >= 0 && took < 1000);
+  wk_etcd_publisher_stats s = stats(f->pub);
+  wk_etcd_kv kv;
+  bool found = false;
+  assert_int_equal(wk_etcd_get(f->check, KEY, &kv, &found), WK_ETCD_OK);
+  assert_true(found);
+  assert_non_null(strstr(kv.value, "\"draining\":true"));
+  assert_true(s.put_revision > 0);
+  assert_int_equal(kv.mod_revision, s.put_revision);
+  wk_etcd_kv_free(&kv);
+  /* unchanged afterwards: nothing more is due */
+  assert_int_equal(wk_etcd_publisher_update(f->pub, &hb), g2);
+}
+
 /* Stops the fixture's publisher and forgets it first, so that a failed assertion on
  * the result never has the teardown stop it a second time. */
 static int stop_pub(fixture *f, bool deregister) {
@@ -1030,6 +1071,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_candidates, setup_running, teardown),
       cmocka_unit_test_setup_teardown(test_register, setup_running, teardown),
       cmocka_unit_test_setup_teardown(test_update_coalescing, setup_running, teardown),
+      cmocka_unit_test_setup_teardown(test_draining_put_at_once_and_acknowledged, setup_running,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_stop_deregister, setup_running, teardown),
       cmocka_unit_test_setup_teardown(test_expires_without_deregister, setup_running, teardown),
       cmocka_unit_test_setup_teardown(test_key_deleted_comes_back, setup_running, teardown),
