@@ -283,8 +283,10 @@ static void sample_metrics(wk_app *app) {
   if (app->shadow) wk_shadow_stats_get(app->shadow, &shadow);
   wk_grpc_conn_stats conns;
   wk_grpc_server_conn_stats(app->server, &conns);
+  wk_heartbeat hb = wk_orch_heartbeat(app->orch);
+  hb.draining = hb.draining || app->drain_announced; /* as the registration says it */
   wk_app_metrics_sample s = {
-      .heartbeat = wk_orch_heartbeat(app->orch),
+      .heartbeat = hb,
       .live_tasks = wk_orch_live_tasks(app->orch),
       .open_streams = wk_orch_open_streams(app->orch),
       .pool = &pool,

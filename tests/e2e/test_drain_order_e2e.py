@@ -13,6 +13,7 @@ before or after the first refusal a watcher saw the draining record)."""
 import base64
 import http.client
 import json
+import re
 import signal
 import threading
 import time
@@ -208,16 +209,19 @@ def test_etcd_says_draining_before_the_first_refusal(worker_factory, etcd):
 
 def test_frozen_etcd_bounds_the_wait_and_work_accepted_meanwhile_is_drained(worker_factory):
     """etcd frozen (SIGSTOP): the draining put is never acknowledged. The worker keeps
-    accepting (health already NOT_SERVING) for drain_publish_timeout_ms, then refuses;
-    a task accepted in that window runs to SUCCEEDED, and the worker exits 0."""
+    accepting (health NOT_SERVING, the worker_draining gauge 1 already) for
+    drain_publish_timeout_ms, then refuses; a task accepted in that window runs to
+    SUCCEEDED, and the worker exits 0."""
     etcd = Etcd()
     try:
-        w, key = start_worker(worker_factory, etcd, "--drain-publish-timeout-ms", "3000")
+        w, key = start_worker(worker_factory, etcd, "--drain-publish-timeout-ms", "4000",
+                              "--metrics-addr", "127.0.0.1:0")
         etcd.proc.send_signal(signal.SIGSTOP)
         t0 = time.monotonic()
         w.proc.send_signal(signal.SIGTERM)
         assert wait_for(lambda: not_serving(w), timeout=10)
-        # within the window: not yet refusing (3 s is generous against a busy machine)
+        assert wait_for(lambda: draining_gauge(w) == 1.0, timeout=3), draining_gauge(w)
+        # within the window: not yet refusing (4 s is generous against a busy machine)
         in_window = Watched(w, "in-window", 1)
         refused_at = None
         deadline = time.monotonic() + 20
@@ -232,9 +236,9 @@ def test_frozen_etcd_bounds_the_wait_and_work_accepted_meanwhile_is_drained(work
                 break
             time.sleep(0.05)
         assert refused_at is not None, "never started refusing"
-        print("refusing %.2f s after SIGTERM with etcd frozen (drain_publish_timeout_ms 3000)" %
+        print("refusing %.2f s after SIGTERM with etcd frozen (drain_publish_timeout_ms 4000)" %
               (refused_at - t0))
-        assert refused_at - t0 < 3.0 + 10.0  # the bound, and a margin for a loaded machine
+        assert refused_at - t0 < 4.0 + 10.0  # the bound, and a margin for a loaded machine
         assert w.events("drain_publish_timeout"), w.logs[-10:]
         assert not w.events("drain_published")
         etcd.proc.send_signal(signal.SIGCONT)
@@ -245,6 +249,14 @@ def test_frozen_etcd_bounds_the_wait_and_work_accepted_meanwhile_is_drained(work
         if etcd.proc.poll() is None:
             etcd.proc.send_signal(signal.SIGCONT)
         etcd.stop()
+
+
+def draining_gauge(w):
+    port = w.events("metrics_listening")[0]["port"]
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5) as r:
+        text = r.read().decode()
+    m = re.search(r"^worker_draining(?:\{[^}]*\})? (\S+)$", text, re.M)
+    return float(m.group(1)) if m else None
 
 
 def not_serving(w):
