@@ -11,27 +11,47 @@
 #include "worker/v1/worker.pb-c.h"
 #include "lib/wk_alloc.h"
 
-#define BUCKETS 4096u
 /* Encoded terminal results kept for streams that attach later (see wk_subs_tick). */
 #define BODY_CACHE 64u
+/* Buckets of the two tables (tasks watched, streams by rpc) when they are first used;
+ * each doubles when it holds more entries than buckets and is never shrunk (a peak of
+ * N watched tasks or streams keeps N bucket pointers). */
+#define TABLE_MIN 64u
 
 typedef struct wk_sub wk_sub;
+typedef struct watched_task watched_task;
 
-/* One (stream, task) pair still waiting for its terminal event. */
+/* One (stream, task) pair still waiting for its terminal event: in its task's list and
+ * in its stream's list, so a terminal event, a detach and a stream's close each touch
+ * only the entries concerned. */
 typedef struct wk_watch_entry {
-  struct wk_watch_entry *next; /* in the bucket */
+  struct wk_watch_entry *tnext, *tprev; /* the watchers of its task */
+  struct wk_watch_entry *snext, *sprev; /* the entries of its stream */
   wk_sub *sub;
-  uint64_t hash;
+  watched_task *task;
   bool owner;         /* false: an observer, which never counts for the core's watch grace */
   bool progress;      /* the stream asked for PROGRESS events */
   bool phase_pending; /* a PHASE_CHANGED is due at the end of this loop turn */
-  char task_id[WK_TASK_ID_MAX + 1];
 } wk_watch_entry;
 
+/* A task with at least one entry; freed with its last entry. */
+struct watched_task {
+  watched_task *bnext; /* in its bucket of the task table */
+  wk_watch_entry *watchers;
+  uint64_t hash;
+  uint32_t owners;   /* entries that are owners */
+  uint32_t progress; /* entries that asked for PROGRESS */
+  size_t pending_at; /* 1 + its index in wk_subs.pending; 0: no PHASE_CHANGED due */
+  size_t id_len;
+  char task_id[]; /* NUL-terminated */
+};
+
 struct wk_sub {
-  wk_sub *next, *prev;
+  wk_sub *next, *prev; /* every stream (for destroy) */
+  wk_sub *bnext;       /* in its bucket of the rpc table */
   wk_rpc *rpc;
-  uint32_t remaining; /* tasks without their terminal event yet */
+  wk_watch_entry *entries;
+  uint32_t remaining; /* tasks without their terminal event yet (= entries) */
   bool finished;      /* status sent */
   bool overflowed;    /* ended for a bound: a disconnected watcher when it closes */
 };
@@ -43,20 +63,17 @@ typedef struct cached_body {
   wk_shared *body; /* NULL: a free entry */
 } cached_body;
 
-/* A task whose phase changed this loop turn (wk_subs_flush_phases sends the latest). */
-typedef struct pending_phase {
-  uint64_t hash;
-  char task_id[WK_TASK_ID_MAX + 1];
-} pending_phase;
-
 struct wk_subs {
   wk_core *core;
   uint64_t owner_grace_ms; /* told in every SNAPSHOT */
   wk_sub *streams;
   uint32_t n_streams;
-  wk_watch_entry *buckets[BUCKETS];
+  wk_sub **sub_buckets; /* streams by rpc pointer */
+  size_t n_sub_buckets;
+  watched_task **task_buckets; /* tasks by id */
+  size_t n_task_buckets, n_tasks;
   cached_body cache[BODY_CACHE];
-  pending_phase *pending; /* each task once, with its entries marked phase_pending */
+  watched_task **pending; /* tasks with a PHASE_CHANGED due, each once */
   size_t n_pending, cap_pending;
 };
 
@@ -66,15 +83,142 @@ wk_subs *wk_subs_create(wk_core *core) {
   return s;
 }
 
-static uint64_t id_hash(const char *id) { return wk_hash64(id, strlen(id), 0x5eedu); }
+static uint64_t id_hash(const char *id, size_t len) { return wk_hash64(id, len, 0x5eedu); }
 
-/* The owners watching task `id`: only they count for the core's watch grace. */
-static uint32_t owners_of(const wk_subs *s, const char *id, uint64_t h) {
-  uint32_t n = 0;
-  for (const wk_watch_entry *e = s->buckets[h % BUCKETS]; e; e = e->next) {
-    if (e->owner && e->hash == h && strcmp(e->task_id, id) == 0) n++;
+static uint64_t rpc_hash(const wk_rpc *rpc) {
+  return wk_hash64_mix(0x5eedu, (uint64_t)(uintptr_t)rpc);
+}
+
+/* ---- the task table ------------------------------------------------------------------ */
+
+static watched_task *task_find(const wk_subs *s, const char *id, size_t len, uint64_t h) {
+  if (s->n_task_buckets == 0) return NULL;
+  for (watched_task *t = s->task_buckets[h & (s->n_task_buckets - 1)]; t; t = t->bnext) {
+    if (t->hash == h && t->id_len == len && memcmp(t->task_id, id, len) == 0) return t;
   }
-  return n;
+  return NULL;
+}
+
+/* Doubles the bucket array of a table (TABLE_MIN buckets when it has none yet) and
+ * moves each element `x` of type `type` (chained by its `bnext`) to the bucket of
+ * `hash_expr`. */
+#define REHASH(type, buckets, n_buckets, hash_expr)      \
+  do {                                                   \
+    size_t nb = (n_buckets) ? (n_buckets)*2 : TABLE_MIN; \
+    type **nbk = wk_xcalloc(nb, sizeof *nbk);            \
+    for (size_t i = 0; i < (n_buckets); i++) {           \
+      type *x = (buckets)[i];                            \
+      while (x) {                                        \
+        type *nx = x->bnext;                             \
+        size_t b = (size_t)(hash_expr) & (nb - 1);       \
+        x->bnext = nbk[b];                               \
+        nbk[b] = x;                                      \
+        x = nx;                                          \
+      }                                                  \
+    }                                                    \
+    free(buckets);                                       \
+    (buckets) = nbk;                                     \
+    (n_buckets) = nb;                                    \
+  } while (0)
+
+/* The task entry of `id`, made (with no watchers) when there is none. */
+static watched_task *task_get(wk_subs *s, const char *id, size_t len, uint64_t h) {
+  watched_task *t = task_find(s, id, len, h);
+  if (t != NULL) return t;
+  if (s->n_tasks >= s->n_task_buckets) {
+    REHASH(watched_task, s->task_buckets, s->n_task_buckets, x->hash);
+  }
+  t = wk_xcalloc(1, sizeof *t + len + 1);
+  t->hash = h;
+  t->id_len = len;
+  memcpy(t->task_id, id, len);
+  watched_task **b = &s->task_buckets[h & (s->n_task_buckets - 1)];
+  t->bnext = *b;
+  *b = t;
+  s->n_tasks++;
+  return t;
+}
+
+static void pending_remove(wk_subs *s, watched_task *t) {
+  if (t->pending_at == 0) return;
+  size_t i = t->pending_at - 1;
+  watched_task *last = s->pending[--s->n_pending];
+  s->pending[i] = last;
+  last->pending_at = i + 1;
+  t->pending_at = 0;
+}
+
+/* Frees `t` once its last entry is gone. */
+static void task_release_if_empty(wk_subs *s, watched_task *t) {
+  if (t->watchers != NULL) return;
+  pending_remove(s, t);
+  watched_task **pp = &s->task_buckets[t->hash & (s->n_task_buckets - 1)];
+  while (*pp != t) pp = &(*pp)->bnext;
+  *pp = t->bnext;
+  s->n_tasks--;
+  free(t);
+}
+
+/* ---- entries ------------------------------------------------------------------------- */
+
+static wk_watch_entry *entry_add(watched_task *t, wk_sub *sub, bool owner, bool progress) {
+  wk_watch_entry *e = wk_xcalloc(1, sizeof *e);
+  e->sub = sub;
+  e->task = t;
+  e->owner = owner;
+  e->progress = progress;
+  e->tnext = t->watchers;
+  if (t->watchers) t->watchers->tprev = e;
+  t->watchers = e;
+  e->snext = sub->entries;
+  if (sub->entries) sub->entries->sprev = e;
+  sub->entries = e;
+  sub->remaining++;
+  t->owners += owner;
+  t->progress += progress;
+  return e;
+}
+
+/* Unlinks `e` from its task and its stream and frees it (not its task). */
+static void entry_remove(wk_watch_entry *e) {
+  watched_task *t = e->task;
+  wk_sub *sub = e->sub;
+  if (e->tprev) {
+    e->tprev->tnext = e->tnext;
+  } else {
+    t->watchers = e->tnext;
+  }
+  if (e->tnext) e->tnext->tprev = e->tprev;
+  if (e->sprev) {
+    e->sprev->snext = e->snext;
+  } else {
+    sub->entries = e->snext;
+  }
+  if (e->snext) e->snext->sprev = e->sprev;
+  sub->remaining--;
+  t->owners -= e->owner;
+  t->progress -= e->progress;
+  free(e);
+}
+
+/* ---- the stream table ---------------------------------------------------------------- */
+
+static void sub_index(wk_subs *s, wk_sub *sub) {
+  if (s->n_streams >= s->n_sub_buckets) {
+    REHASH(wk_sub, s->sub_buckets, s->n_sub_buckets, rpc_hash(x->rpc));
+  }
+  wk_sub **b = &s->sub_buckets[rpc_hash(sub->rpc) & (s->n_sub_buckets - 1)];
+  sub->bnext = *b;
+  *b = sub;
+}
+
+static wk_sub *find_sub(const wk_subs *s, const wk_rpc *rpc) {
+  if (s->n_sub_buckets == 0) return NULL;
+  for (wk_sub *sub = s->sub_buckets[rpc_hash(rpc) & (s->n_sub_buckets - 1)]; sub;
+       sub = sub->bnext) {
+    if (sub->rpc == rpc) return sub;
+  }
+  return NULL;
 }
 
 /* An event is a head (task_id, kind, and the tag and length of field 3, or of field 4
@@ -165,32 +309,28 @@ static void unlink_sub(wk_subs *s, wk_sub *sub) {
     s->streams = sub->next;
   }
   if (sub->next) sub->next->prev = sub->prev;
+  wk_sub **pp = &s->sub_buckets[rpc_hash(sub->rpc) & (s->n_sub_buckets - 1)];
+  while (*pp != sub) pp = &(*pp)->bnext;
+  *pp = sub->bnext;
   s->n_streams--;
 }
 
-/* Removes every entry of `sub`; for live tasks left without a watcher, tells the core
+/* Removes every entry of `sub`; for live tasks left without an owner, tells the core
  * the stream broke (disconnected) or left cleanly. */
 static void drop_entries(wk_subs *s, wk_sub *sub, bool disconnected, int64_t now_ms) {
-  for (uint32_t b = 0; b < BUCKETS && sub->remaining; b++) {
-    wk_watch_entry **pp = &s->buckets[b];
-    while (*pp) {
-      wk_watch_entry *e = *pp;
-      if (e->sub != sub) {
-        pp = &e->next;
-        continue;
+  while (sub->entries) {
+    wk_watch_entry *e = sub->entries;
+    watched_task *t = e->task;
+    bool owner = e->owner;
+    entry_remove(e);
+    if (owner && t->owners == 0) {
+      if (disconnected) {
+        wk_core_handle_watch_disconnected(s->core, t->task_id, t->id_len, now_ms);
+      } else {
+        wk_core_handle_watch_detached(s->core, t->task_id, t->id_len, now_ms);
       }
-      *pp = e->next;
-      sub->remaining--;
-      if (e->owner && owners_of(s, e->task_id, e->hash) == 0) {
-        size_t len = strlen(e->task_id);
-        if (disconnected) {
-          wk_core_handle_watch_disconnected(s->core, e->task_id, len, now_ms);
-        } else {
-          wk_core_handle_watch_detached(s->core, e->task_id, len, now_ms);
-        }
-      }
-      free(e);
     }
+    task_release_if_empty(s, t);
   }
 }
 
@@ -256,14 +396,16 @@ void wk_subs_watch(wk_subs *s, wk_rpc *rpc, int64_t now_ms, int64_t wall_offset_
   sub->next = s->streams;
   if (s->streams) s->streams->prev = sub;
   s->streams = sub;
+  sub_index(s, sub);
   s->n_streams++;
 
   wk_buf msg = {0};
   for (size_t i = 0; i < req->n_task_ids; i++) {
     const char *id = req->task_ids[i];
-    uint64_t h = id_hash(id);
+    size_t len = strlen(id);
+    uint64_t h = id_hash(id, len);
     const wk_task_result *r;
-    wk_core_get_result(s->core, id, strlen(id), &r);
+    wk_core_get_result(s->core, id, len, &r);
     bool terminal = wk_task_state_terminal(r->state);
     /* a finished task's SNAPSHOT and TERMINAL carry the same result: one body */
     wk_shared *body =
@@ -284,95 +426,83 @@ void wk_subs_watch(wk_subs *s, wk_rpc *rpc, int64_t now_ms, int64_t wall_offset_
       return;
     }
     if (terminal) continue;
-    wk_watch_entry *e = wk_xcalloc(1, sizeof *e);
-    e->sub = sub;
-    e->hash = h;
-    e->owner = !req->observe;
-    e->progress = req->progress;
-    snprintf(e->task_id, sizeof e->task_id, "%s", id);
-    bool first = e->owner && owners_of(s, id, e->hash) == 0;
-    e->next = s->buckets[e->hash % BUCKETS];
-    s->buckets[e->hash % BUCKETS] = e;
-    sub->remaining++;
-    if (first) wk_core_handle_watch_attached(s->core, id, strlen(id), now_ms);
+    watched_task *t = task_get(s, id, len, h);
+    bool first = !req->observe && t->owners == 0;
+    (void)entry_add(t, sub, !req->observe, req->progress);
+    if (first) wk_core_handle_watch_attached(s->core, id, len, now_ms);
   }
   wk_buf_free(&msg);
   if (sub->remaining == 0) finish(sub, GRPC_STATUS_OK, "");
 }
 
-/* Sends `r` as a `kind` event to the watchers of task `id` (hash h); a PHASE_CHANGED
- * only to those marked phase_pending (their marks are cleared). */
-static void notify(wk_subs *s, const char *id, uint64_t h, const wk_task_result *r,
+/* Sends `r` as a `kind` event to the watchers of task `t`; a PHASE_CHANGED only to
+ * those marked phase_pending (their marks are cleared); after a TERMINAL every entry
+ * of `t` is gone and so is `t`. */
+static void notify(wk_subs *s, watched_task *t, const wk_task_result *r,
                    Worker__V1__TaskEvent__Kind kind, int64_t wall_offset_ms) {
   wk_buf msg = {0};
   wk_shared *body = NULL; /* encoded once, for every watcher */
   bool terminal = kind == WORKER__V1__TASK_EVENT__KIND__KIND_TERMINAL;
-  wk_watch_entry **pp = &s->buckets[h % BUCKETS];
-  while (*pp) {
-    wk_watch_entry *e = *pp;
-    if (e->hash != h || strcmp(e->task_id, id) != 0 || (!terminal && !e->phase_pending)) {
-      pp = &e->next;
+  wk_watch_entry *e = t->watchers;
+  while (e) {
+    wk_watch_entry *next = e->tnext;
+    if (!terminal && !e->phase_pending) {
+      e = next;
       continue;
     }
     e->phase_pending = false;
     if (body == NULL) {
-      body = terminal ? terminal_body(s, id, h, r, wall_offset_ms) : encode_body(r, wall_offset_ms);
-      encode_head(&msg, id, kind, body);
+      body = terminal ? terminal_body(s, t->task_id, t->hash, r, wall_offset_ms)
+                      : encode_body(r, wall_offset_ms);
+      encode_head(&msg, t->task_id, kind, body);
     }
     wk_sub *sub = e->sub;
     (void)send_event(sub, &msg, body);
     if (terminal) {
-      *pp = e->next;
-      free(e);
-      sub->remaining--;
+      entry_remove(e);
       if (sub->remaining == 0) finish(sub, GRPC_STATUS_OK, "");
-    } else {
-      pp = &e->next;
     }
+    e = next;
   }
+  if (terminal) task_release_if_empty(s, t);
   wk_shared_unref(body);
   wk_buf_free(&msg);
 }
 
-static void result_id(const wk_task_result *r, char id[WK_TASK_ID_MAX + 1]) {
-  memcpy(id, r->task_id, r->task_id_len);
-  id[r->task_id_len] = '\0';
+/* The watched task of result `r`, NULL when nobody watches it. */
+static watched_task *task_of(const wk_subs *s, const wk_task_result *r) {
+  if (s->n_tasks == 0) return NULL;
+  return task_find(s, r->task_id, r->task_id_len, id_hash(r->task_id, r->task_id_len));
 }
 
 void wk_subs_on_phase(wk_subs *s, const wk_task_result *r) {
-  char id[WK_TASK_ID_MAX + 1];
-  result_id(r, id);
-  uint64_t h = id_hash(id);
-  bool watched = false, queued = false;
-  for (wk_watch_entry *e = s->buckets[h % BUCKETS]; e; e = e->next) {
-    if (e->hash != h || strcmp(e->task_id, id) != 0) continue;
-    watched = true;
-    queued = queued || e->phase_pending; /* already due this turn: it sends the latest */
-    e->phase_pending = true;
-  }
-  if (!watched || queued) return;
+  watched_task *t = task_of(s, r);
+  if (t == NULL) return;
+  for (wk_watch_entry *e = t->watchers; e; e = e->tnext) e->phase_pending = true;
+  if (t->pending_at != 0) return; /* already due this turn: it sends the latest */
   if (s->n_pending == s->cap_pending) {
     s->cap_pending = s->cap_pending ? s->cap_pending * 2 : 64;
     s->pending = wk_xrealloc(s->pending, s->cap_pending * sizeof *s->pending);
   }
-  pending_phase *p = &s->pending[s->n_pending++];
-  p->hash = h;
-  memcpy(p->task_id, id, sizeof id);
+  s->pending[s->n_pending++] = t;
+  t->pending_at = s->n_pending;
 }
 
 size_t wk_subs_flush_phases(wk_subs *s, int64_t wall_offset_ms) {
+  /* sending a PHASE_CHANGED frees no task (only a TERMINAL or a close does), so the
+   * list stays as it is while it is walked */
   size_t n = s->n_pending;
   for (size_t i = 0; i < n; i++) {
-    const pending_phase *p = &s->pending[i];
+    watched_task *t = s->pending[i];
+    t->pending_at = 0;
     const wk_task_result *r;
     /* the task's state now: the latest phase; a task that converged since sent its
-     * TERMINAL already (and dropped its watchers' marks), one forgotten has none left */
-    if (wk_core_get_result(s->core, p->task_id, strlen(p->task_id), &r) != WK_OK ||
+     * TERMINAL already (and is gone from the list), one forgotten has none left */
+    if (wk_core_get_result(s->core, t->task_id, t->id_len, &r) != WK_OK ||
         wk_task_state_terminal(r->state)) {
       continue;
     }
-    notify(s, p->task_id, p->hash, r, WORKER__V1__TASK_EVENT__KIND__KIND_PHASE_CHANGED,
-           wall_offset_ms);
+    notify(s, t, r, WORKER__V1__TASK_EVENT__KIND__KIND_PHASE_CHANGED, wall_offset_ms);
   }
   s->n_pending = 0;
   return n;
@@ -400,34 +530,22 @@ static wk_shared *encode_progress(const wk_task_result *r, int64_t wall_offset_m
 }
 
 void wk_subs_on_progress(wk_subs *s, const wk_task_result *r, int64_t wall_offset_ms) {
-  char id[WK_TASK_ID_MAX + 1];
-  result_id(r, id);
-  uint64_t h = id_hash(id);
+  watched_task *t = task_of(s, r);
+  if (t == NULL || t->progress == 0) return;
   wk_buf msg = {0};
-  wk_shared *body = NULL; /* encoded once, for every watcher, and only when one watches */
-  for (wk_watch_entry *e = s->buckets[h % BUCKETS]; e; e = e->next) {
-    if (!e->progress || e->hash != h || strcmp(e->task_id, id) != 0) continue;
-    if (body == NULL) {
-      body = encode_progress(r, wall_offset_ms);
-      encode_head(&msg, id, WORKER__V1__TASK_EVENT__KIND__KIND_PROGRESS, body);
-    }
-    (void)send_event(e->sub, &msg, body);
+  wk_shared *body = encode_progress(r, wall_offset_ms); /* once, for every watcher */
+  encode_head(&msg, t->task_id, WORKER__V1__TASK_EVENT__KIND__KIND_PROGRESS, body);
+  for (wk_watch_entry *e = t->watchers; e; e = e->tnext) {
+    if (e->progress) (void)send_event(e->sub, &msg, body);
   }
   wk_shared_unref(body);
   wk_buf_free(&msg);
 }
 
 void wk_subs_on_terminal(wk_subs *s, const wk_task_result *r, int64_t wall_offset_ms) {
-  char id[WK_TASK_ID_MAX + 1];
-  result_id(r, id);
-  notify(s, id, id_hash(id), r, WORKER__V1__TASK_EVENT__KIND__KIND_TERMINAL, wall_offset_ms);
-}
-
-static wk_sub *find_sub(const wk_subs *s, const wk_rpc *rpc) {
-  for (wk_sub *sub = s->streams; sub; sub = sub->next) {
-    if (sub->rpc == rpc) return sub;
-  }
-  return NULL;
+  watched_task *t = task_of(s, r);
+  if (t == NULL) return;
+  notify(s, t, r, WORKER__V1__TASK_EVENT__KIND__KIND_TERMINAL, wall_offset_ms);
 }
 
 bool wk_subs_owns(const wk_subs *s, const wk_rpc *rpc) { return find_sub(s, rpc) != NULL; }
@@ -456,5 +574,7 @@ void wk_subs_destroy(wk_subs *s) {
   }
   for (uint32_t i = 0; i < BODY_CACHE; i++) wk_shared_unref(s->cache[i].body);
   free(s->pending);
+  free(s->task_buckets);
+  free(s->sub_buckets);
   free(s);
 }

@@ -614,6 +614,244 @@ static void test_observers_never_own(void **state) {
   FX_INV(f->core);
 }
 
+/* ---- many watchers on many tasks, in random order ---------------------------------- */
+
+#define R_TASKS 48
+#define R_STREAMS 400
+#define R_SLOTS 64
+
+static uint64_t r_next(uint64_t *x) { /* splitmix64 */
+  uint64_t z = (*x += 0x9e3779b97f4a7c15u);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+  return z ^ (z >> 31);
+}
+
+typedef struct r_stream {
+  wk_rpc *rpc; /* NULL once closed */
+  size_t tasks[MAX_IDS];
+  size_t n_tasks;
+  bool owner;
+  size_t phases_seen[MAX_IDS]; /* PHASE_CHANGED expected so far, per task */
+  bool terminal_seen[MAX_IDS]; /* TERMINAL expected */
+} r_stream;
+
+typedef struct r_world {
+  fixture *f;
+  char ids[R_TASKS][16];
+  uint64_t slots[R_TASKS];
+  int phase[R_TASKS]; /* 0 builder, 1 calls, 2 writer, 3 converged */
+  r_stream streams[R_STREAMS];
+  size_t n_streams;
+  int owners[R_TASKS]; /* the model's owners per task */
+  int attached, detached, disconnected;
+  int64_t now;
+} r_world;
+
+static void r_check_core(const r_world *w) {
+  assert_int_equal(g_core_events.attached, w->attached);
+  assert_int_equal(g_core_events.detached, w->detached);
+  assert_int_equal(g_core_events.disconnected, w->disconnected);
+}
+
+/* Every event of stream `st` so far, against the model: one SNAPSHOT per task first,
+ * the expected number of PHASE_CHANGED, and one TERMINAL exactly when the task
+ * converged while the stream watched it; the stream ended OK once every TERMINAL went. */
+static void r_check_stream(const r_world *w, const r_stream *st) {
+  const wk_rpc *rpc = st->rpc;
+  size_t terminals = 0;
+  for (size_t k = 0; k < st->n_tasks; k++) {
+    const char *id = w->ids[st->tasks[k]];
+    size_t snap = 0, phases = 0, term = 0;
+    for (size_t i = 0; i < rpc->n_events; i++) {
+      const event *e = &rpc->events[i];
+      if (strcmp(e->task_id, id) != 0) continue;
+      if (e->kind == SNAPSHOT) {
+        assert_int_equal(snap + phases + term, 0); /* the first of its events */
+        snap++;
+      } else if (e->kind == PHASE_CHANGED) {
+        assert_int_equal(term, 0);
+        phases++;
+      } else if (e->kind == TERMINAL) {
+        term++;
+      }
+    }
+    assert_int_equal(snap, 1);
+    assert_int_equal(phases, st->phases_seen[k]);
+    assert_int_equal(term, st->terminal_seen[k] ? 1 : 0);
+    terminals += term;
+  }
+  assert_int_equal(rpc->ended, terminals == st->n_tasks);
+  if (rpc->ended) assert_int_equal(rpc->code, GRPC_STATUS_OK);
+}
+
+static void r_open(r_world *w, uint64_t *rng) {
+  size_t live[R_TASKS], n_live = 0;
+  for (size_t t = 0; t < R_TASKS; t++) {
+    if (w->phase[t] < 3) live[n_live++] = t;
+  }
+  if (n_live == 0 || w->n_streams == R_STREAMS) return;
+  r_stream *st = &w->streams[w->n_streams++];
+  memset(st, 0, sizeof *st);
+  size_t want = 1 + (size_t)(r_next(rng) % MAX_IDS);
+  while (st->n_tasks < want && st->n_tasks < n_live) {
+    size_t t = live[r_next(rng) % n_live];
+    bool dup = false;
+    for (size_t k = 0; k < st->n_tasks; k++) dup = dup || st->tasks[k] == t;
+    if (!dup) st->tasks[st->n_tasks++] = t;
+  }
+  wk_rpc *rpc = calloc(1, sizeof *rpc);
+  assert_non_null(rpc);
+  worker__v1__watch_tasks_request__init(&rpc->req);
+  for (size_t k = 0; k < st->n_tasks; k++) {
+    snprintf(rpc->id_buf[k], sizeof rpc->id_buf[k], "%s", w->ids[st->tasks[k]]);
+    rpc->ids[k] = rpc->id_buf[k];
+  }
+  rpc->req.n_task_ids = st->n_tasks;
+  rpc->req.task_ids = rpc->ids;
+  st->owner = r_next(rng) % 4 != 0; /* a quarter observe */
+  rpc->req.observe = !st->owner;
+  rpc->req.progress = r_next(rng) % 2 == 0;
+  st->rpc = rpc;
+  for (size_t k = 0; k < st->n_tasks; k++) {
+    if (st->owner && w->owners[st->tasks[k]]++ == 0) w->attached++;
+  }
+  wk_subs_watch(w->f->subs, rpc, w->now, 0);
+  assert_true(wk_subs_owns(w->f->subs, rpc));
+}
+
+static void r_close(r_world *w, r_stream *st, bool cancelled) {
+  bool broken = cancelled || !st->rpc->ended;
+  for (size_t k = 0; k < st->n_tasks; k++) {
+    size_t t = st->tasks[k];
+    if (!st->owner || st->terminal_seen[k]) continue;
+    if (--w->owners[t] == 0) {
+      if (broken) {
+        w->disconnected++;
+      } else {
+        w->detached++;
+      }
+    }
+  }
+  r_check_stream(w, st);
+  close_stream(w->f, st->rpc, cancelled, w->now);
+  st->rpc = NULL;
+}
+
+/* A task moves on a phase (then the turn ends), or converges (cancelled). */
+static void r_task_event(r_world *w, size_t t, bool converge) {
+  fixture *f = w->f;
+  const char *id = w->ids[t];
+  size_t len = strlen(id);
+  if (converge || w->phase[t] == 2) {
+    wk_transition_result out;
+    wk_core_handle_abort(f->core, id, len, WK_FAIL_CANCELLED, "stop", w->now, &out);
+    assert_int_equal(out.err, WK_OK);
+    w->phase[t] = 3;
+    w->owners[t] = 0; /* a terminal task needs no detach */
+    for (size_t i = 0; i < w->n_streams; i++) {
+      r_stream *st = &w->streams[i];
+      if (st->rpc == NULL) continue;
+      for (size_t k = 0; k < st->n_tasks; k++) {
+        if (st->tasks[k] == t) st->terminal_seen[k] = true;
+      }
+    }
+    wk_subs_on_terminal(f->subs, fx_get_at(f->core, id, len, FX_AT), 0);
+    return;
+  }
+  if (w->phase[t] == 0) {
+    fx_builder_ok_at(f->core, id, len, w->slots[t], &ctx_a, NULL, false, w->now, FX_AT);
+  } else {
+    fx_calls_ok_at(f->core, id, len, w->slots[t], &ctx_a, NULL, 0, w->now, FX_AT);
+  }
+  w->phase[t]++;
+  for (size_t i = 0; i < w->n_streams; i++) {
+    r_stream *st = &w->streams[i];
+    if (st->rpc == NULL) continue;
+    for (size_t k = 0; k < st->n_tasks; k++) {
+      if (st->tasks[k] == t) st->phases_seen[k]++;
+    }
+  }
+  wk_subs_on_phase(f->subs, fx_get_at(f->core, id, len, FX_AT));
+  (void)wk_subs_flush_phases(f->subs, 0);
+}
+
+/* Hundreds of streams (owners and observers) on dozens of tasks, opened, closed
+ * (cancelled or not) and served in a random order: every stream gets each of its
+ * events exactly once, the TERMINAL of a task is one encoding for all, and the core
+ * hears one attach for each task's first owner and one detach or disconnect for its
+ * last. */
+static void test_many_watchers_random_order(void **state) {
+  (void)state;
+  for (uint64_t seed = 1; seed <= 8; seed++) {
+    memset(&g_core_events, 0, sizeof g_core_events);
+    wk_core_config cfg = fx_config(R_SLOTS);
+    void *core_state = NULL;
+    assert_int_equal(fx_setup_cfg(&core_state, &cfg), 0);
+    fixture fx = {.core = core_state, .subs = NULL};
+    fx.subs = wk_subs_create(fx.core);
+    static r_world w;
+    memset(&w, 0, sizeof w);
+    w.f = &fx;
+    w.now = 1000;
+    for (size_t t = 0; t < R_TASKS; t++) {
+      snprintf(w.ids[t], sizeof w.ids[t], "r%zu", t);
+      w.slots[t] = fx_run_to_builder_at(fx.core, w.ids[t], strlen(w.ids[t]), &ctx_a, w.now, FX_AT);
+    }
+    uint64_t rng = seed;
+    for (int step = 0; step < 3000; step++) {
+      w.now++;
+      uint64_t op = r_next(&rng) % 10;
+      if (op < 4) {
+        r_open(&w, &rng);
+      } else if (op < 7) {
+        size_t open[R_STREAMS], n_open = 0;
+        for (size_t i = 0; i < w.n_streams; i++) {
+          if (w.streams[i].rpc != NULL) open[n_open++] = i;
+        }
+        if (n_open) r_close(&w, &w.streams[open[r_next(&rng) % n_open]], r_next(&rng) % 2 == 0);
+      } else {
+        size_t t = (size_t)(r_next(&rng) % R_TASKS);
+        if (w.phase[t] < 3) r_task_event(&w, t, r_next(&rng) % 8 == 0);
+      }
+      r_check_core(&w);
+    }
+    /* what is left converges, then every stream closes */
+    for (size_t t = 0; t < R_TASKS; t++) {
+      if (w.phase[t] < 3) r_task_event(&w, t, true);
+    }
+    for (size_t i = 0; i < w.n_streams; i++) {
+      r_stream *st = &w.streams[i];
+      if (st->rpc == NULL) continue;
+      assert_true(st->rpc->ended);
+      /* every TERMINAL of one task is the same encoding */
+      for (size_t e = 0; e < st->rpc->n_events; e++) {
+        if (st->rpc->events[e].kind != TERMINAL) continue;
+        for (size_t j = 0; j < i; j++) {
+          const wk_rpc *o = w.streams[j].rpc;
+          if (o == NULL) continue;
+          for (size_t e2 = 0; e2 < o->n_events; e2++) {
+            if (o->events[e2].kind == TERMINAL &&
+                strcmp(o->events[e2].task_id, st->rpc->events[e].task_id) == 0) {
+              assert_ptr_equal(o->events[e2].body, st->rpc->events[e].body);
+            }
+          }
+        }
+      }
+    }
+    for (size_t i = 0; i < w.n_streams; i++) {
+      if (w.streams[i].rpc != NULL) r_close(&w, &w.streams[i], false);
+    }
+    r_check_core(&w);
+    assert_int_equal(wk_subs_streams(fx.subs), 0);
+    assert_true(w.attached > 20);
+    assert_true(w.disconnected > 5);
+    fx_inv_at(fx.core, FX_AT);
+    wk_subs_destroy(fx.subs);
+    wk_core_destroy(fx.core);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_first_attach, setup, teardown),
@@ -626,6 +864,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_grace_expiry_owner_lost, setup, teardown),
       cmocka_unit_test_setup_teardown(test_unknown_task_not_found, setup, teardown),
       cmocka_unit_test_setup_teardown(test_full_stream_and_shutdown, setup, teardown),
+      cmocka_unit_test(test_many_watchers_random_order),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
