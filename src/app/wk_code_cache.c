@@ -156,6 +156,27 @@ static bool watch(wk_code_cache *c, entry *e) {
   return true;
 }
 
+/* Under c->mu, drained: the cached answer for `e`, when it has one that fits. */
+static bool hit(wk_code_cache *c, const entry *e, uint64_t *epoch, char *path, size_t path_len) {
+  if (!e || !e->valid) return false;
+  size_t n = strlen(e->path);
+  if (n >= path_len) return false;
+  *epoch = e->epoch;
+  memcpy(path, e->path, n + 1);
+  c->stats.hits++;
+  return true;
+}
+
+bool wk_code_cache_lookup(wk_code_cache *c, const char *function, uint64_t requested_epoch,
+                          uint64_t *epoch, char *path, size_t path_len) {
+  if (requested_epoch != 0 || c->fd < 0) return false;
+  pthread_mutex_lock(&c->mu);
+  drain(c);
+  bool ok = hit(c, find(c, function), epoch, path, path_len);
+  pthread_mutex_unlock(&c->mu);
+  return ok;
+}
+
 int wk_code_cache_resolve(wk_code_cache *c, const char *function, uint64_t requested_epoch,
                           uint64_t *epoch, char *path, size_t path_len, char *err, size_t err_len) {
   if (requested_epoch != 0 || c->fd < 0 || !wk_code_store_valid_function_name(function)) {
@@ -165,10 +186,7 @@ int wk_code_cache_resolve(wk_code_cache *c, const char *function, uint64_t reque
   pthread_mutex_lock(&c->mu);
   drain(c);
   entry *e = find(c, function);
-  if (e && e->valid && strlen(e->path) < path_len) {
-    *epoch = e->epoch;
-    memcpy(path, e->path, strlen(e->path) + 1);
-    c->stats.hits++;
+  if (hit(c, e, epoch, path, path_len)) {
     pthread_mutex_unlock(&c->mu);
     return 0;
   }

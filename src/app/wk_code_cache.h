@@ -40,6 +40,13 @@ void wk_code_cache_destroy(wk_code_cache *c);
 int wk_code_cache_resolve(wk_code_cache *c, const char *function, uint64_t requested_epoch,
                           uint64_t *epoch, char *path, size_t path_len, char *err, size_t err_len);
 
+/** The part of wk_code_cache_resolve that needs no disk: true with *epoch and `path`
+ * when CURRENT of `function` (requested_epoch 0) is cached and unchanged (counted as a
+ * hit); false, and nothing read or counted, when only the disk can answer (not cached
+ * yet, changed, not watched, a pinned requested_epoch, a path over path_len). */
+bool wk_code_cache_lookup(wk_code_cache *c, const char *function, uint64_t requested_epoch,
+                          uint64_t *epoch, char *path, size_t path_len);
+
 /** Whether a prune of `function` may remove an epoch now that a task that ran `epoch`
  * ended: true when the function's directory changed since the last call that returned
  * true (a deploy, a rollback, an epoch removed), when `epoch` is not the CURRENT cached,

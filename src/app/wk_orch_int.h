@@ -35,12 +35,14 @@ typedef enum wk_orch__step_kind {
   WK_ORCH__STEP_WRITER = 2,
   WK_ORCH__STEP_CALLS_DONE = 3,
   WK_ORCH__STEP_CALLS = 4,
+  WK_ORCH__STEP_ACTIVATED = 5, /* activation done on the loop: report it (slot_id) */
 } wk_orch__step_kind;
 
 typedef struct wk_orch__step {
   struct wk_orch__step *next;
   wk_orch__step_kind kind;
   wk_task_rt *rt;
+  uint64_t slot_id; /* STEP_ACTIVATED: the task's slot */
 } wk_orch__step;
 
 /* ---- wk_code_prune.c ------------------------------------------------------------------ */
@@ -118,14 +120,16 @@ struct wk_orch {
   struct wk_orch__prune *prune_pending; /* functions to prune next (wk_code_prune.c) */
   bool prune_running;                   /* a prune job is on the threadpool */
   wk_task_rt *progress_pending;         /* tasks with a PROGRESS event held back (rate) */
+  int64_t progress_due;                 /* the earliest of theirs (INT64_MAX: none) */
   wk_task_book *book;                   /* function, labels and call output of each task */
 };
 
 /** Reads the loop's clock once for this turn into o->now_ms and returns it. */
 int64_t wk_orch__loop_now(wk_orch *o);
 
-/** Queues a phase step for rt (with a reference) to run from wk_orch__run_steps. */
-void wk_orch__defer_step(wk_orch *o, wk_orch__step_kind kind, wk_task_rt *rt);
+/** Queues a phase step for rt (with a reference) to run from wk_orch__run_steps;
+ * returns it (owned by the queue) for the caller to fill in slot_id. */
+wk_orch__step *wk_orch__defer_step(wk_orch *o, wk_orch__step_kind kind, wk_task_rt *rt);
 
 /** Sets the deadline timer for the earliest of the core's, the calls' and the held-back
  * PROGRESS events' deadlines (or stops it: the tick comes first). */
@@ -189,7 +193,8 @@ void wk_orch__health_free_all(wk_orch *o);
 /** The calls of rt moved on: their counters reach the core (GetTaskResult and a
  * convergence from outside the calls phase show them), and PROGRESS goes to its
  * watchers now, or once progress_events_per_s allows (held back; the latest counters
- * are sent then). A task no longer in its calls phase is left alone. */
+ * are sent then). A task no longer in its calls phase is left alone, and so is one no
+ * watcher asked PROGRESS of (nothing to send: nothing is held back). */
 void wk_orch__progress(wk_orch *o, wk_task_rt *rt);
 
 /** A phase change of a task whose calls ran: PROGRESS from `r` now, whatever the rate
@@ -199,7 +204,7 @@ void wk_orch__progress_phase(wk_orch *o, const wk_task_result *r);
 /** Sends the held-back PROGRESS events that are due (from the timers). */
 void wk_orch__progress_flush(wk_orch *o);
 
-/** When the next held-back PROGRESS event is due (INT64_MAX when none). */
+/** When the next held-back PROGRESS event is due (INT64_MAX when none). O(1). */
 int64_t wk_orch__progress_next(const wk_orch *o);
 
 /** Drops every held-back event and its reference (at close). */
@@ -227,8 +232,16 @@ void wk_orch__book_sweep(wk_orch *o);
 
 /* ---- wk_phase_jobs.c ----------------------------------------------------------------- */
 
-/** PREPARE_ACTIVATION for `slot_id`: queues the activation job of rt on the threadpool. */
+/** PREPARE_ACTIVATION for `slot_id`: activates rt at once when nothing in it needs the
+ * disk (the code cache answers from memory, no writer spool file) and defers
+ * STEP_ACTIVATED to report it; otherwise queues the activation job on the threadpool.
+ * Calls no core entry point (it runs inside command execution, I2). */
 void wk_orch__start_activation(wk_orch *o, wk_task_rt *rt, uint64_t slot_id);
+
+/** The activation of rt over (status: the threadpool job's, 0 inline): lets go of the
+ * function's hold, adopts and pins the epoch, and reports ActivationPrepared or
+ * ActivationFailed to the core unless the task converged meanwhile. On the loop. */
+void wk_orch__activation_finished(wk_orch *o, wk_task_rt *rt, uint64_t slot_id, int status);
 
 /** The builder phase: under the builder semaphore, the builder runs as a threadpool
  * job (never on the loop: a large map takes a while to parse); its done callback

@@ -4,7 +4,9 @@
  * report their counters to the core after every call; the first change after
  * 1000 / progress_events_per_s ms goes out at once, the others are held back (the
  * task joins the pending list once) and the latest counters go out when the interval
- * is over (the deadline timer wakes for it). A phase change sends one at once. */
+ * is over (the deadline timer wakes for it). A phase change sends one at once. A task
+ * no watcher asked PROGRESS of is never held back: the core has its counters for any
+ * SNAPSHOT, and the first change after a watcher asks goes out at once. */
 #include "app/wk_orch_int.h"
 
 #include <string.h>
@@ -30,7 +32,9 @@ void wk_orch__progress(wk_orch *o, wk_task_rt *rt) {
                                    &rt->calls.stats) != WK_OK)
     return;
   if (rt->progress.pending) return; /* the held-back event will carry this change too */
-  if (rt->progress.last_sent_ms == 0 || o->now_ms - rt->progress.last_sent_ms >= interval_ms(o)) {
+  if (!wk_subs_progress_wanted(o->subs, rt->req.task_id, strlen(rt->req.task_id))) return;
+  int64_t every = interval_ms(o);
+  if (rt->progress.last_sent_ms == 0 || o->now_ms - rt->progress.last_sent_ms >= every) {
     send_now(o, rt);
     return;
   }
@@ -38,7 +42,10 @@ void wk_orch__progress(wk_orch *o, wk_task_rt *rt) {
   wk_task_rt_ref(rt);
   rt->progress.next = o->progress_pending;
   o->progress_pending = rt;
-  wk_orch__reschedule(o); /* wake when it is due, not at the next tick */
+  if (rt->progress.last_sent_ms + every < o->progress_due) {
+    o->progress_due = rt->progress.last_sent_ms + every;
+    wk_orch__reschedule(o); /* wake when it is due, not at the next tick */
+  }
 }
 
 void wk_orch__progress_phase(wk_orch *o, const wk_task_result *r) {
@@ -49,10 +56,13 @@ void wk_orch__progress_phase(wk_orch *o, const wk_task_result *r) {
 void wk_orch__progress_flush(wk_orch *o) {
   int64_t every = interval_ms(o);
   wk_task_rt **pp = &o->progress_pending;
+  o->progress_due = INT64_MAX; /* recomputed over those that stay */
   while (*pp) {
     wk_task_rt *rt = *pp;
     bool gone = wk_orch__converged(o, rt); /* its phase change sent the last one */
     if (!gone && o->now_ms - rt->progress.last_sent_ms < every) {
+      if (rt->progress.last_sent_ms + every < o->progress_due)
+        o->progress_due = rt->progress.last_sent_ms + every;
       pp = &rt->progress.next;
       continue;
     }
@@ -64,13 +74,7 @@ void wk_orch__progress_flush(wk_orch *o) {
   }
 }
 
-int64_t wk_orch__progress_next(const wk_orch *o) {
-  int64_t next = INT64_MAX, every = interval_ms(o);
-  for (const wk_task_rt *rt = o->progress_pending; rt; rt = rt->progress.next) {
-    if (rt->progress.last_sent_ms + every < next) next = rt->progress.last_sent_ms + every;
-  }
-  return next;
-}
+int64_t wk_orch__progress_next(const wk_orch *o) { return o->progress_due; }
 
 void wk_orch__progress_free(wk_orch *o) {
   while (o->progress_pending) {
@@ -79,4 +83,5 @@ void wk_orch__progress_free(wk_orch *o) {
     rt->progress.pending = false;
     wk_task_rt_unref(rt);
   }
+  o->progress_due = INT64_MAX;
 }

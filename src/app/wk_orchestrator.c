@@ -100,7 +100,7 @@ wk_grpc_server_sink wk_orch_sink(wk_orch *o) {
 
 /* ---- deferred phase steps ---------------------------------------------------- */
 
-void wk_orch__defer_step(wk_orch *o, wk_orch__step_kind kind, wk_task_rt *rt) {
+wk_orch__step *wk_orch__defer_step(wk_orch *o, wk_orch__step_kind kind, wk_task_rt *rt) {
   WK_ASSERT(rt != NULL);
   WK_ASSERT((o->steps_head == NULL) == (o->steps_tail == NULL));
   wk_orch__step *s = wk_xcalloc(1, sizeof *s);
@@ -113,6 +113,7 @@ void wk_orch__defer_step(wk_orch *o, wk_orch__step_kind kind, wk_task_rt *rt) {
     o->steps_head = s;
   }
   o->steps_tail = s;
+  return s;
 }
 
 /* ---- threadpool jobs -------------------------------------------------------------- */
@@ -200,12 +201,15 @@ void wk_orch__run_steps(wk_orch *o) {
     WK_ASSERT(s->rt != NULL);
     o->steps_head = s->next;
     if (!o->steps_head) o->steps_tail = NULL;
-    if (!wk_orch__converged(o, s->rt)) {
+    if (s->kind == WK_ORCH__STEP_ACTIVATED) { /* reported even when converged: it unholds */
+      wk_orch__activation_finished(o, s->rt, s->slot_id, 0);
+    } else if (!wk_orch__converged(o, s->rt)) {
       switch (s->kind) {
         case WK_ORCH__STEP_BUILDER: wk_orch__run_builder(o, s->rt); break;
         case WK_ORCH__STEP_WRITER: wk_orch__run_writer(o, s->rt); break;
         case WK_ORCH__STEP_CALLS_DONE: wk_orch__report_calls(o, s->rt); break;
         case WK_ORCH__STEP_CALLS: wk_orch__start_calls(o, s->rt); break;
+        case WK_ORCH__STEP_ACTIVATED: break; /* above */
       }
     }
     wk_task_rt_unref(s->rt);
@@ -383,6 +387,7 @@ wk_orch *wk_orch_create(uv_loop_t *loop, const wk_orch_config *cfg, char *err, s
     return NULL;
   }
   o->subs = wk_subs_create(o->core);
+  o->progress_due = INT64_MAX; /* nothing held back */
   wk_subs_set_owner_grace(o->subs, (uint64_t)cfg->core.watch_disconnect_grace_ms);
   o->book = wk_task_book_create(&cfg->task_logs);
   pthread_mutex_init(&o->mu, NULL);

@@ -326,18 +326,43 @@ static int name_scratch_dir(wk_rt_activation *a, const char *task_id, uint64_t s
   return 0;
 }
 
+/* The AuditGate (allow/deny lists); false with a->rc -1, its code and error. */
+static bool audit_permits(wk_task_rt *rt, const wk_orch_config *cfg) {
+  wk_rt_activation *a = &rt->act;
+  a->rc = -1;
+  if (wk_audit_permits(cfg->audit_allow, cfg->audit_deny, rt->req.function, rt->req.entrypoint,
+                       a->error, sizeof a->error)) {
+    return true;
+  }
+  a->code = WK_FAIL_ACTIVATION_FAILED;
+  return false;
+}
+
+/* Activation without the threadpool, when nothing in it needs the disk: the AuditGate,
+ * CURRENT from the code cache's memory, the scratch directory's name. True when
+ * rt->act holds the outcome (rc 0, or -1 with code and error); false when only the
+ * threadpool job can finish it (a code-cache miss or no cache, a pinned epoch, a
+ * writer's spool file to create), and then it is run from the start there. */
+static bool activate_from_memory(wk_task_rt *rt, uint64_t slot_id, const wk_orch_config *cfg) {
+  if (rt->req.result_handler[0]) return false;
+  wk_rt_activation *a = &rt->act;
+  if (!audit_permits(rt, cfg)) return true;
+  if (!wk_task_code_lookup(&cfg->calls.code, rt->req.function, rt->req.requested_epoch, &a->epoch,
+                           a->code_dir, sizeof a->code_dir)) {
+    return false;
+  }
+  if (name_scratch_dir(a, rt->req.task_id, slot_id, cfg) != 0) return true;
+  a->rc = 0;
+  return true;
+}
+
 /* Activation, on a threadpool thread: checks the AuditGate (allow/deny lists), resolves
  * and pins the epoch in code_root, names the scratch directory under scratch_root (made
  * on first use) and, for a task with a writer, creates its outputs spool.
  * Sets rt->act.rc 0, or -1 with its code and error. */
 static void activate(wk_task_rt *rt, uint64_t slot_id, const wk_orch_config *cfg) {
   wk_rt_activation *a = &rt->act;
-  a->rc = -1;
-  if (!wk_audit_permits(cfg->audit_allow, cfg->audit_deny, rt->req.function, rt->req.entrypoint,
-                        a->error, sizeof a->error)) {
-    a->code = WK_FAIL_ACTIVATION_FAILED;
-    return;
-  }
+  if (!audit_permits(rt, cfg)) return;
   if (wk_task_code_resolve(&cfg->calls.code, rt->req.function, rt->req.requested_epoch, &a->epoch,
                            a->code_dir, sizeof a->code_dir, a->error, sizeof a->error) != 0) {
     a->code = WK_FAIL_ACTIVATION_FAILED;
@@ -362,12 +387,7 @@ static void on_activation_work(uv_work_t *w) {
   activate(j->rt, j->slot_id, cfg);
 }
 
-static void on_activation_done(uv_work_t *w, int status) {
-  uint64_t slot_id = ((const wk_orch__job *)w->data)->slot_id;
-  wk_task_rt *rt;
-  wk_orch *o = wk_orch__job_end(w, &rt); /* NULL: the task was converged at close */
-  if (!o) return;
-  wk_orch__loop_now(o);
+void wk_orch__activation_finished(wk_orch *o, wk_task_rt *rt, uint64_t slot_id, int status) {
   WK_ASSERT(slot_id != 0); /* PREPARE_ACTIVATION names the task's slot */
   bool converged = wk_orch__converged(o, rt);
   if (!converged && status == 0 && rt->act.rc == 0) wk_task_code_adopt(rt, &o->cfg.calls.code);
@@ -385,13 +405,26 @@ static void on_activation_done(uv_work_t *w, int status) {
     }
     wk_orch__exec_cmds(o, &tr.cmds);
   }
+}
+
+static void on_activation_done(uv_work_t *w, int status) {
+  uint64_t slot_id = ((const wk_orch__job *)w->data)->slot_id;
+  wk_task_rt *rt;
+  wk_orch *o = wk_orch__job_end(w, &rt); /* NULL: the task was converged at close */
+  if (!o) return;
+  wk_orch__loop_now(o);
+  wk_orch__activation_finished(o, rt, slot_id, status);
   wk_task_rt_unref(rt);
   wk_orch__run_steps(o);
 }
 
 void wk_orch__start_activation(wk_orch *o, wk_task_rt *rt, uint64_t slot_id) {
-  /* held before any file is read: no epoch of the function is removed until activation
-   * has pinned the one it resolved (on_activation_done) */
+  /* held before anything is resolved: no epoch of the function is removed until
+   * activation has pinned the one it resolved (wk_orch__activation_finished) */
   wk_code_pins_hold(o->pins, rt->req.function);
+  if (activate_from_memory(rt, slot_id, &o->cfg)) { /* no threadpool round trip */
+    wk_orch__defer_step(o, WK_ORCH__STEP_ACTIVATED, rt)->slot_id = slot_id;
+    return;
+  }
   wk_orch__queue_job(o, rt, slot_id, on_activation_work, on_activation_done);
 }

@@ -542,6 +542,12 @@ void wk_subs_on_progress(wk_subs *s, const wk_task_result *r, int64_t wall_offse
   wk_buf_free(&msg);
 }
 
+bool wk_subs_progress_wanted(const wk_subs *s, const char *id, size_t len) {
+  if (s->n_tasks == 0) return false;
+  const watched_task *t = task_find(s, id, len, id_hash(id, len));
+  return t != NULL && t->progress > 0;
+}
+
 void wk_subs_on_terminal(wk_subs *s, const wk_task_result *r, int64_t wall_offset_ms) {
   watched_task *t = task_of(s, r);
   if (t == NULL) return;

@@ -55,6 +55,8 @@ bool wk_subs_phases_pending(const wk_subs *subs);
  * watchers that asked for it (WatchTasksRequest.progress), encoded once when any does.
  * The caller bounds the rate. */
 void wk_subs_on_progress(wk_subs *subs, const wk_task_result *r, int64_t wall_offset_ms);
+/** True when a watcher of task `id` (len bytes) asked for PROGRESS events. O(1). */
+bool wk_subs_progress_wanted(const wk_subs *subs, const char *id, size_t len);
 /** A task converged: TERMINAL to its watchers; streams with nothing left end OK. */
 void wk_subs_on_terminal(wk_subs *subs, const wk_task_result *r, int64_t wall_offset_ms);
 /** The client side of a stream closed; `cancelled` when it went away early. Tasks it

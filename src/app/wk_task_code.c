@@ -38,6 +38,12 @@ int wk_task_code_resolve(const wk_task_code_env *env, const char *function,
                                err, err_len);
 }
 
+bool wk_task_code_lookup(const wk_task_code_env *env, const char *function,
+                         uint64_t requested_epoch, uint64_t *epoch, char *path, size_t path_len) {
+  return env->cache != NULL &&
+         wk_code_cache_lookup(env->cache, function, requested_epoch, epoch, path, path_len);
+}
+
 void wk_task_code_adopt(wk_task_rt *rt, const wk_task_code_env *env) {
   WK_ASSERT(rt->code.count == 0);
   WK_ASSERT(!rt->code.unpinned);

@@ -34,6 +34,12 @@ typedef struct wk_task_code_env {
   const char *audit_allow, *audit_deny;
 } wk_task_code_env;
 
+/** wk_task_code_resolve answered from memory only (wk_code_cache_lookup): true with
+ * *epoch and `path` on a cache hit; false (nothing resolved, no disk read) without a
+ * cache or when only the disk can answer. Thread-safe. */
+bool wk_task_code_lookup(const wk_task_code_env *env, const char *function,
+                         uint64_t requested_epoch, uint64_t *epoch, char *path, size_t path_len);
+
 /** Resolves `function` at `requested_epoch` (0: CURRENT) in env's code root, through its
  * cache when it has one: wk_code_store_resolve's results and errors. Thread-safe. */
 int wk_task_code_resolve(const wk_task_code_env *env, const char *function,

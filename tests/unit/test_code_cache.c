@@ -174,6 +174,32 @@ static void test_not_deployed_and_bad_names(void **state) {
   assert_int_equal(current(f, "nope"), 1);
 }
 
+/* The memory-only lookup (activation on the loop): false until a resolve read the disk,
+ * then the cached epoch, and false again at once after a deploy (the caller then
+ * resolves from the disk, off the loop); never for a pinned epoch. */
+static void test_lookup_from_memory_only(void **state) {
+  fx *f = *state;
+  uint64_t epoch = 0;
+  char path[1024];
+  deploy(f, "fn", "v = 1\n");
+  assert_false(wk_code_cache_lookup(f->cache, "fn", 0, &epoch, path, sizeof path));
+  assert_int_equal(wk_code_cache_get_stats(f->cache).misses, 0); /* nothing read */
+  assert_int_equal(current(f, "fn"), 1);
+  assert_true(wk_code_cache_lookup(f->cache, "fn", 0, &epoch, path, sizeof path));
+  assert_int_equal(epoch, 1);
+  char want[1024];
+  snprintf(want, sizeof want, "%s/fn/1", f->root);
+  assert_string_equal(path, want);
+  assert_false(wk_code_cache_lookup(f->cache, "fn", 0, &epoch, path, 4)); /* too long */
+  assert_false(wk_code_cache_lookup(f->cache, "fn", 1, &epoch, path, sizeof path));
+  deploy(f, "fn", "v = 2\n");
+  assert_false(wk_code_cache_lookup(f->cache, "fn", 0, &epoch, path, sizeof path));
+  assert_int_equal(current(f, "fn"), 2);
+  assert_true(wk_code_cache_lookup(f->cache, "fn", 0, &epoch, path, sizeof path));
+  assert_int_equal(epoch, 2);
+  assert_false(wk_code_cache_lookup(f->cache, "other", 0, &epoch, path, sizeof path));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_hits_until_a_deploy_then_the_new_epoch_at_once, setup,
@@ -184,6 +210,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_prune_due_only_after_a_change_or_an_old_epoch, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_not_deployed_and_bad_names, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_lookup_from_memory_only, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -632,6 +632,7 @@ typedef struct r_stream {
   size_t tasks[MAX_IDS];
   size_t n_tasks;
   bool owner;
+  bool progress;
   size_t phases_seen[MAX_IDS]; /* PHASE_CHANGED expected so far, per task */
   bool terminal_seen[MAX_IDS]; /* TERMINAL expected */
 } r_stream;
@@ -652,6 +653,18 @@ static void r_check_core(const r_world *w) {
   assert_int_equal(g_core_events.attached, w->attached);
   assert_int_equal(g_core_events.detached, w->detached);
   assert_int_equal(g_core_events.disconnected, w->disconnected);
+  /* PROGRESS is wanted of a task exactly while a stream that asked for it waits for
+   * the task's TERMINAL */
+  for (size_t t = 0; t < R_TASKS; t++) {
+    bool want = false;
+    for (size_t i = 0; i < w->n_streams; i++) {
+      const r_stream *st = &w->streams[i];
+      if (st->rpc == NULL || !st->progress) continue;
+      for (size_t k = 0; k < st->n_tasks; k++)
+        want = want || (st->tasks[k] == t && !st->terminal_seen[k]);
+    }
+    assert_int_equal(wk_subs_progress_wanted(w->f->subs, w->ids[t], strlen(w->ids[t])), want);
+  }
 }
 
 /* Every event of stream `st` so far, against the model: one SNAPSHOT per task first,
@@ -711,7 +724,8 @@ static void r_open(r_world *w, uint64_t *rng) {
   rpc->req.task_ids = rpc->ids;
   st->owner = r_next(rng) % 4 != 0; /* a quarter observe */
   rpc->req.observe = !st->owner;
-  rpc->req.progress = r_next(rng) % 2 == 0;
+  st->progress = r_next(rng) % 2 == 0;
+  rpc->req.progress = st->progress;
   st->rpc = rpc;
   for (size_t k = 0; k < st->n_tasks; k++) {
     if (st->owner && w->owners[st->tasks[k]]++ == 0) w->attached++;
