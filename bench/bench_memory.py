@@ -98,8 +98,9 @@ def part_tasks(build, args):
         s = rss_samples(out)
         f = flat(s)
         if f is not None:
-            print("tasks: worker RSS over %d no-op tasks, samples after the first: max/min %.3f "
-                  "(target <= 1.10: %s)" % (args.tasks, f, verdict(f <= 1.10)))
+            print("tasks: worker RSS over %d no-op tasks: first sample %d KiB (after %d), last "
+                  "%d KiB (after %d); samples after the first: max/min %.3f (target <= 1.10: %s)"
+                  % (args.tasks, s[0][1], s[0][0], s[-1][1], s[-1][0], f, verdict(f <= 1.10)))
         return rc
     finally:
         w.stop()

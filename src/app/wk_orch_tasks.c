@@ -19,6 +19,13 @@
 #define LIST_EXAMINE_MAX 10000u
 /* Book entries checked against the core per tick. */
 #define SWEEP_PER_TICK 512u
+/* ... and per admitted task: more than one, so the sweep outpaces admissions and the
+ * book holds at most 4/3 of the tasks the core knows (with 512 per tick alone, a
+ * worker admitting thousands of tasks a second kept hundreds of thousands of entries
+ * of forgotten tasks). */
+#define BOOK_SWEEP_PER_ADD 4u
+
+static bool core_knows(void *ud, const char *task_id);
 
 void wk_orch__book_add(wk_orch *o, const Worker__V1__SubmitTaskRequest *req) {
   wk_option labels[WK_LABELS_MAX];
@@ -28,6 +35,7 @@ void wk_orch__book_add(wk_orch *o, const Worker__V1__SubmitTaskRequest *req) {
   const char *builder =
       (req->function->type && req->function->type[0]) ? req->function->type : "single";
   wk_task_book_add(o->book, req->task_id, req->function->name, builder, labels, n);
+  (void)wk_task_book_sweep(o->book, core_knows, o, BOOK_SWEEP_PER_ADD);
 }
 
 void wk_orch__book_log(void *ud, const char *task_id, uint32_t index, uint32_t attempt,

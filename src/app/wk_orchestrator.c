@@ -489,6 +489,8 @@ wk_heartbeat wk_orch_heartbeat(wk_orch *o) {
   return wk_core_derive_heartbeat(o->core, wk_orch__loop_now(o));
 }
 
+size_t wk_orch_book_entries(const wk_orch *o) { return wk_task_book_count(o->book); }
+
 uint32_t wk_orch_open_streams(const wk_orch *o) {
   return wk_subs_streams(o->subs); /* health watches stay until the server stops */
 }

@@ -186,6 +186,10 @@ size_t wk_orch_list_tasks(const wk_orch *orch, wk_orch_task_view *out, size_t ma
 /** Tasks submitted and not yet terminal. */
 uint32_t wk_orch_live_tasks(const wk_orch *orch);
 
+/** Entries in the task book (what ListTasks and GetTaskLogs read): tasks the core
+ * knows, and forgotten ones not yet swept. On the loop thread (or while it is parked). */
+size_t wk_orch_book_entries(const wk_orch *orch);
+
 /** WatchTasks streams still open (Health.Watch streams are not counted). */
 uint32_t wk_orch_open_streams(const wk_orch *orch);
 

@@ -734,6 +734,33 @@ static void test_i5_converge_releases_everything(void **state) {
   wait_scratch_empty(h);
 }
 
+/* The task book forgets the tasks the core forgot as fast as tasks come in, not only
+ * at the tick (512 entries per tick): with the tick out of the way and 4 results
+ * retained, 150 tasks later the book holds a few entries, not 150. */
+static void few_retained_no_tick(wk_orch_config *cfg) {
+  cfg->tick_ms = 60000;
+  cfg->core.max_retained_results = 4;
+}
+static int setup_few_retained(void **state) {
+  tweak_config = few_retained_no_tick;
+  return setup(state);
+}
+
+static void test_book_forgets_as_fast_as_tasks_come(void **state) {
+  harness *h = *state;
+  for (int i = 0; i < 150; i++) {
+    char id[32];
+    snprintf(id, sizeof id, "book-%d", i);
+    assert_int_equal(submit(h, id, "1", 0, NULL), GRPC_STATUS_OK);
+    worker__v1__task_result__free_unpacked(wait_terminal(h, id), NULL);
+  }
+  block_loop(h);
+  size_t entries = wk_orch_book_entries(h->orch);
+  unblock_loop(h);
+  assert_true(entries >= 4);
+  assert_true(entries <= 16);
+}
+
 /* ---- builders off the loop, under the builder semaphore ------------------------------ */
 
 /* The builder spans of finished tasks (monotonic ms, from on_task_finished on the loop). */
@@ -982,6 +1009,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_i3_job_after_converge_is_dropped, setup, teardown),
       cmocka_unit_test_setup_teardown(test_i4_facts_come_from_the_core, setup, teardown),
       cmocka_unit_test_setup_teardown(test_i5_converge_releases_everything, setup_i5, teardown),
+      cmocka_unit_test_setup_teardown(test_book_forgets_as_fast_as_tasks_come, setup_few_retained,
+                                      teardown),
       cmocka_unit_test_setup_teardown(test_builder_concurrency_one_serialises, setup_builders,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_a_writer_job_holds_its_semaphore_past_its_task,
