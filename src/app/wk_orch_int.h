@@ -105,7 +105,9 @@ struct wk_orch {
 
   uv_timer_t tick;
   uv_timer_t deadline;
-  uv_check_t turn_end; /* after each loop turn's callbacks: the coalesced PHASE_CHANGEDs */
+  uv_check_t turn_end;      /* after each loop turn's callbacks: the coalesced PHASE_CHANGEDs,
+                          the turn's log lines */
+  uv_prepare_t before_wait; /* log lines of timers and close callbacks */
   wk_orch__step *steps_head, *steps_tail;
   wk_orch__sem sems[WK_ORCH__SEM_COUNT];
   wk_orch__health_watch *health_watchers;

@@ -13,6 +13,7 @@
 #include "app/wk_calls.h"
 #include "app/wk_code_cache.h"
 #include "app/wk_orch_int.h"
+#include "lib/wk_log.h"
 #include "app/wk_subscriptions.h"
 #include "lib/wk_alloc.h"
 #include "lib/wk_assert.h"
@@ -312,6 +313,15 @@ static void on_tick(uv_timer_t *t) { tick(t->data); }
 static void on_turn_end(uv_check_t *h) {
   wk_orch *o = h->data;
   if (wk_subs_phases_pending(o->subs)) wk_subs_flush_phases(o->subs, o->wall_offset_ms);
+  wk_log_hold(true); /* (the loop thread's: from its first turn on) */
+  wk_log_flush();    /* the turn's log lines, in one write */
+}
+
+/* Before the loop waits: what the callbacks since the last check logged (timers, close
+ * callbacks) is written, so no line waits for the next event. */
+static void on_before_wait(uv_prepare_t *h) {
+  (void)h;
+  wk_log_flush();
 }
 
 static void reschedule_deadline(wk_orch *o) {
@@ -401,6 +411,10 @@ wk_orch *wk_orch_create(uv_loop_t *loop, const wk_orch_config *cfg, char *err, s
   o->turn_end.data = o;
   uv_check_start(&o->turn_end, on_turn_end);
   uv_unref((uv_handle_t *)&o->turn_end); /* runs every turn, keeps no loop alive */
+  uv_prepare_init(loop, &o->before_wait);
+  o->before_wait.data = o;
+  uv_prepare_start(&o->before_wait, on_before_wait);
+  uv_unref((uv_handle_t *)&o->before_wait);
   compute_wall_offset(o);
   uv_timer_start(&o->tick, on_tick, (uint64_t)cfg->tick_ms, (uint64_t)cfg->tick_ms);
   return o;
@@ -548,8 +562,10 @@ void wk_orch_close(wk_orch *o) {
   /* events already queued: answer them (closing) before the handles go */
   on_wake(&o->wake);
   wk_orch__health_finish_all(o);
-  o->handles_open = 4;
+  wk_log_hold(false); /* from here on, every line at once: the loop may stop */
+  o->handles_open = 5;
   uv_close((uv_handle_t *)&o->turn_end, on_handle_closed);
+  uv_close((uv_handle_t *)&o->before_wait, on_handle_closed);
   uv_close((uv_handle_t *)&o->wake, on_handle_closed);
   uv_close((uv_handle_t *)&o->tick, on_handle_closed);
   uv_close((uv_handle_t *)&o->deadline, on_handle_closed);

@@ -28,30 +28,107 @@ int wk_log_parse_level(const char *s) {
   return -1;
 }
 
+/* Bytes a holding thread keeps before it writes them without waiting for a flush. */
+#define HOLD_MAX ((size_t)64 << 10)
+
+/* Per thread: the held lines (wk_log_hold), and the "YYYY-MM-DDTHH:MM:SS" of the last
+ * second a stamp was made for (gmtime and strftime once a second, not once a line). */
+static _Thread_local struct {
+  bool holding;
+  char *buf;
+  size_t len, cap;
+  time_t stamp_sec;
+  char stamp[32];
+} tl;
+
+static void write_all(const char *p, size_t n) {
+  while (n > 0) {
+    ssize_t w = write(STDERR_FILENO, p, n);
+    if (w <= 0) return; /* nowhere to report it */
+    p += w;
+    n -= (size_t)w;
+  }
+}
+
+void wk_log_hold(bool on) {
+  if (!on) wk_log_flush();
+  tl.holding = on;
+}
+
+void wk_log_flush(void) {
+  if (tl.len == 0) return;
+  write_all(tl.buf, tl.len);
+  tl.len = 0;
+}
+
+/* Appends n bytes to the held buffer (grown as needed). */
+static void hold_append(const char *p, size_t n) {
+  if (tl.len + n > tl.cap) {
+    size_t cap = tl.cap ? tl.cap : 4096;
+    while (cap < tl.len + n) cap *= 2;
+    char *b = realloc(tl.buf, cap);
+    if (!b) { /* out of memory: write what is held and this line as they are */
+      wk_log_flush();
+      write_all(p, n);
+      return;
+    }
+    tl.buf = b;
+    tl.cap = cap;
+  }
+  memcpy(tl.buf + tl.len, p, n);
+  tl.len += n;
+}
+
 void wk_log_json_write(wk_log_level level, const char *event, json_t *fields) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
-  struct tm tm;
-  gmtime_r(&ts.tv_sec, &tm);
-  char stamp[40];
-  size_t n = strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%S", &tm);
-  snprintf(stamp + n, sizeof stamp - n, ".%03ldZ", ts.tv_nsec / 1000000);
-
-  json_t *line = json_object();
-  json_object_set_new(line, "ts", json_string(stamp));
-  json_object_set_new(line, "level", json_string(level_name(level)));
-  json_object_set_new(line, "event", json_string(event));
-  if (fields) {
-    json_object_update(line, fields);
-    json_decref(fields);
+  if (ts.tv_sec != tl.stamp_sec || tl.stamp[0] == '\0') {
+    struct tm tm;
+    gmtime_r(&ts.tv_sec, &tm);
+    strftime(tl.stamp, sizeof tl.stamp, "%Y-%m-%dT%H:%M:%S", &tm);
+    tl.stamp_sec = ts.tv_sec;
   }
-  char *text = json_dumps(line, JSON_COMPACT);
-  json_decref(line);
-  if (!text) return;
-  size_t len = strlen(text);
-  text[len] = '\n'; /* json_dumps leaves room: replace the NUL, write len+1 */
-  ssize_t w = write(STDERR_FILENO, text, len + 1);
-  (void)w;
+  /* the head is written here and the fields' object is dumped after it (its "{"
+   * dropped): no second object to copy every field into; event names are the
+   * program's own identifiers, never text that needs escaping */
+  char head[160];
+  int hn = snprintf(head, sizeof head, "{\"ts\":\"%s.%03ldZ\",\"level\":\"%s\",\"event\":\"%s\"",
+                    tl.stamp, ts.tv_nsec / 1000000, level_name(level), event);
+  if (hn < 0 || (size_t)hn >= sizeof head) {
+    json_decref(fields);
+    return;
+  }
+  char *text = NULL;
+  if (fields) {
+    text = json_dumps(fields, JSON_COMPACT);
+    json_decref(fields);
+    if (!text) return;
+  }
+  /* text is "{}" or "{...}": after the head, "}" or ",..." */
+  const char *rest = (text && text[1] != '}') ? text + 1 : "}";
+  size_t rn = strlen(rest);
+  if (tl.holding) {
+    hold_append(head, (size_t)hn);
+    if (rest == text + 1) hold_append(",", 1);
+    hold_append(rest, rn);
+    hold_append("\n", 1);
+    if (tl.len >= HOLD_MAX) wk_log_flush();
+  } else {
+    /* one write per line: lines of several threads never interleave */
+    size_t len = (size_t)hn + 1 + rn + 1;
+    char stack[2048];
+    char *line = len <= sizeof stack ? stack : malloc(len);
+    if (line) {
+      size_t at = (size_t)hn;
+      memcpy(line, head, at);
+      if (rest == text + 1) line[at++] = ',';
+      memcpy(line + at, rest, rn);
+      at += rn;
+      line[at++] = '\n';
+      write_all(line, at);
+      if (line != stack) free(line);
+    }
+  }
   free(text);
 }
 

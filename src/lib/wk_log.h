@@ -1,6 +1,7 @@
 /* wk_log.h: JSON-lines logging on stderr, one object per line:
  *   {"ts":"2026-12-02T09:00:00.123Z","level":"info","event":"task_finished",...}
- * Thread-safe (one write per line). The cores never log; adapters and the app do. */
+ * Thread-safe (one write per line, or per held batch of whole lines: wk_log_hold).
+ * The cores never log; adapters and the app do. */
 #ifndef WK_LOG_H
 #define WK_LOG_H
 
@@ -29,6 +30,16 @@ static inline bool wk_log_enabled(wk_log_level level) { return level >= wk_log_m
 /** Writes one line with `event` and the fields of `fields` (a JSON object, may be
  * NULL), whatever the level. Steals the reference to `fields`. */
 void wk_log_json_write(wk_log_level level, const char *event, json_t *fields);
+
+/** on: from now on, lines written on the calling thread are kept in a buffer of that
+ * thread and written together by wk_log_flush (or at once when 64 KiB are held), so
+ * an event loop writes one batch per turn instead of one write per line. Lines stay
+ * whole and in order; a crash loses what the thread held. Other threads write each
+ * line at once as before. off: writes what is held, and each line at once again. */
+void wk_log_hold(bool on);
+
+/** Writes what the calling thread holds (one write; nothing when it holds nothing). */
+void wk_log_flush(void);
 
 /** A line with `event` and a "msg" built printf-style, whatever the level. */
 void wk_log_write(wk_log_level level, const char *event, const char *fmt, ...)

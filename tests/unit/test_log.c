@@ -90,11 +90,81 @@ static void test_macro_is_one_statement(void **state) {
   wk_log_set_level(WK_LOG_INFO);
 }
 
+/* Lines held by a thread (wk_log_hold) reach stderr only at wk_log_flush, whole, in
+ * order, with the same bytes as lines written at once; past 64 KiB held they go at
+ * once; holding off writes what is held. A record without fields is a whole object. */
+static size_t stderr_bytes(int fd) { return (size_t)lseek(fd, 0, SEEK_END); }
+
+static void test_held_lines_written_at_flush(void **state) {
+  (void)state;
+  char path[] = "/tmp/wk-test-log-XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  unlink(path);
+  fflush(stderr);
+  int saved = dup(STDERR_FILENO);
+  dup2(fd, STDERR_FILENO);
+  wk_log_json_write(WK_LOG_INFO, "direct", json_pack("{s:s}", "k", "v"));
+  size_t direct = stderr_bytes(fd);
+  wk_log_hold(true);
+  wk_log_json_write(WK_LOG_INFO, "held", json_pack("{s:s}", "k", "v"));
+  wk_log_json_write(WK_LOG_WARN, "bare", NULL);
+  wk_log_json_write(WK_LOG_WARN, "empty", json_object());
+  size_t before_flush = stderr_bytes(fd);
+  wk_log_flush();
+  size_t after_flush = stderr_bytes(fd);
+  wk_log_flush(); /* nothing held: nothing written */
+  size_t again = stderr_bytes(fd);
+  /* 64 KiB of lines: written without a flush */
+  char big[1024];
+  memset(big, 'x', sizeof big - 1);
+  big[sizeof big - 1] = '\0';
+  for (int i = 0; i < 80; i++) wk_log_json_write(WK_LOG_INFO, "big", json_pack("{s:s}", "b", big));
+  size_t past_bound = stderr_bytes(fd);
+  wk_log_json_write(WK_LOG_INFO, "last", json_pack("{s:i}", "n", 7));
+  wk_log_hold(false); /* writes it */
+  size_t end = stderr_bytes(fd);
+  dup2(saved, STDERR_FILENO);
+  close(saved);
+  char *text = calloc(1, end + 1);
+  assert_int_equal(pread(fd, text, end, 0), (ssize_t)end);
+  close(fd);
+
+  assert_true(direct > 0);
+  assert_int_equal(before_flush, direct); /* held */
+  assert_true(after_flush > before_flush);
+  assert_int_equal(again, after_flush);
+  assert_true(past_bound >= after_flush + (64u << 10));
+  assert_true(end > past_bound);
+  /* the same bytes as a line written at once, but the event */
+  const char *d = strstr(text, "\"level\":\"info\",\"event\":\"direct\",\"k\":\"v\"}\n");
+  const char *h = strstr(text, "\"level\":\"info\",\"event\":\"held\",\"k\":\"v\"}\n");
+  assert_non_null(d);
+  assert_non_null(h);
+  assert_true(strncmp(text, "{\"ts\":\"", 7) == 0);
+  assert_non_null(strstr(text, "\"level\":\"warn\",\"event\":\"bare\"}\n"));
+  assert_non_null(strstr(text, "\"level\":\"warn\",\"event\":\"empty\"}\n"));
+  assert_non_null(strstr(text, "\"event\":\"last\",\"n\":7}\n"));
+  /* every line whole: 1 + 3 + 80 + 1 lines, each a JSON object */
+  size_t lines = 0;
+  for (char *line = text, *nl; (nl = strchr(line, '\n')) != NULL; line = nl + 1) {
+    json_error_t e;
+    json_t *j = json_loadb(line, (size_t)(nl - line), 0, &e);
+    assert_non_null(j);
+    assert_true(json_is_string(json_object_get(j, "ts")));
+    json_decref(j);
+    lines++;
+  }
+  assert_int_equal(lines, 85);
+  free(text);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_arguments_not_evaluated_when_the_level_is_off),
       cmocka_unit_test(test_records_written_when_the_level_is_on),
       cmocka_unit_test(test_macro_is_one_statement),
+      cmocka_unit_test(test_held_lines_written_at_flush),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
