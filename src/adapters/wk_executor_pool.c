@@ -1083,11 +1083,24 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
 
 /* ---- dispatch ----------------------------------------------------------------------- */
 
+/* How long the running call may have run for another call to be sent behind it: the
+ * pipeline's time budget (PIPELINE_QUEUED_NS), or, for calls that get one call ahead
+ * (up to PIPELINE_AHEAD_MAX_NS), their usual time and a half. With the budget alone a
+ * 10 ms call's follower could only be sent in its first 2 ms: when the loop was late
+ * to read the RESULT before it (a busy machine), the executor then idled through the
+ * next RESULT's round trip. */
+static uint64_t send_budget_ns(const wk_executor *e) {
+  if (e->service_ns == 0 || e->service_ns > PIPELINE_AHEAD_MAX_NS) return PIPELINE_QUEUED_NS;
+  uint64_t b = e->service_ns + e->service_ns / 2;
+  if (b > PIPELINE_AHEAD_MAX_NS) b = PIPELINE_AHEAD_MAX_NS;
+  return b > PIPELINE_QUEUED_NS ? b : PIPELINE_QUEUED_NS;
+}
+
 /* Room for one more call that would start soon: not behind a cancelled, overdue or
  * long call (blocked). */
 static bool can_take(const wk_pool *pool, wk_executor *e) {
   return e->running && e->conn && !e->conn->closing && !e->retiring &&
-         active(e) < depth_of(pool, e) && !blocked(e, PIPELINE_QUEUED_NS);
+         active(e) < depth_of(pool, e) && !blocked(e, send_budget_ns(e));
 }
 
 /* Executors cannot start: every queued call fails at once with the reason. Runs from
