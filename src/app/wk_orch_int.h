@@ -223,7 +223,7 @@ void wk_orch__handle_task_logs(wk_orch *o, wk_rpc *rpc);
 
 /** Records a newly admitted task in the task book (function, builder, labels), and
  * checks the next few entries against the core (BOOK_SWEEP_PER_ADD): the book is
- * swept faster than tasks are admitted, so it holds at most 4/3 of the tasks the core
+ * swept faster than tasks are admitted, so it holds at most 16/15 of the tasks the core
  * knows, whatever the rate. */
 void wk_orch__book_add(wk_orch *o, const Worker__V1__SubmitTaskRequest *req);
 
