@@ -154,3 +154,39 @@ def test_executor_that_closes_its_output_pipes_is_served_and_stopped(worker_fact
         assert w.wait_terminal("after-%d" % i).state == pb.TASK_STATE_SUCCEEDED
     rc = w.stop()
     assert rc == 0, "worker exited %s; logs: %s" % (rc, w.logs[-20:])
+
+
+PID_AFTER_SLEEP = ("import os, time\n"
+                   "def handler(args, ctx):\n"
+                   "    time.sleep(args['seconds'])\n"
+                   "    return os.getpid()\n")
+
+
+def test_a_function_running_alone_gets_every_executor(worker_factory):
+    """executor_isolation=function (the default), 2 executors: both serve function A;
+    once A is idle, a burst of calls of function B runs on two executors, not only on
+    the one recycled for B's first call (the executor still bound to A, idle, is
+    recycled too once it has sat idle 250 ms with none of A's calls waiting). Before,
+    B kept one executor and its calls ran one after another."""
+    from conftest import output_json
+    w = worker_factory("--executors-max", "2", executors=2)
+    w.wait_serving()
+    w.deploy("a", PID_AFTER_SLEEP)
+    w.deploy("b", PID_AFTER_SLEEP)
+    for i in range(4):  # both executors serve A
+        w.submit("a-%d" % i, "a", {"seconds": 0.2})
+    a_pids = {output_json(w.wait_terminal("a-%d" % i, timeout=20)) for i in range(4)}
+    assert len(a_pids) == 2, a_pids
+    time.sleep(0.5)  # A is idle
+    n = 16
+    for i in range(n):
+        w.submit("b-%d" % i, "b", {"seconds": 0.15})
+    b_pids = []
+    for i in range(n):
+        r = w.wait_terminal("b-%d" % i, timeout=60)
+        assert r.state == pb.TASK_STATE_SUCCEEDED, r.failure_message
+        b_pids.append(output_json(r))
+    assert not a_pids & set(b_pids)  # A's executors never ran B (isolation holds)
+    assert len(set(b_pids)) == 2, b_pids
+    rc = w.stop()
+    assert rc == 0, "worker exited %s; logs: %s" % (rc, w.logs[-20:])
