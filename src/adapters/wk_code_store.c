@@ -20,6 +20,7 @@
 #include <sys/types.h>
 #include <openssl/evp.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <unistd.h>
 
 #include "lib/wk_alloc.h"
@@ -31,6 +32,8 @@
 #define CS_CURRENT "CURRENT"
 #define CS_LOCK ".deploy.lock"
 #define CS_DIGEST_SUFFIX ".sha256"
+_Static_assert(WK_CODE_STORE_PATH_MAX == 1024u && WK_CODE_STORE_MAX_DEPTH == 32u,
+               "path_problem's messages name these numbers");
 
 /* ---- errors ------------------------------------------------------------------ */
 
@@ -539,7 +542,48 @@ static int mkdir_p(const char *path, char *err, size_t err_len) {
   return 0;
 }
 
+/* mkdir -p root, then root/function: *created when this call made the latter. */
+static int make_fn_dir(const char *root, const char *fn_dir, bool *created, char *err,
+                       size_t err_len) {
+  *created = false;
+  if (mkdir_p(root, err, err_len) != 0) return -1;
+  if (mkdir(fn_dir, 0755) == 0) {
+    *created = true;
+  } else if (errno != EEXIST || !is_dir(fn_dir)) {
+    wk_errf(err, err_len, "cannot create %s: %s", fn_dir,
+            errno == EEXIST ? "exists and is not a directory" : strerror(errno));
+    return -1;
+  }
+  return 0;
+}
+
+/* The highest published epoch and CURRENT (when readable) of fn_dir; under the lock. */
+static int locked_state(const char *fn_dir, const char *function, uint64_t *highest, uint64_t *cur,
+                        bool *have_current, char *err, size_t err_len) {
+  size_t n = 0;
+  if (scan_epochs(fn_dir, highest, NULL, &n, err, err_len) != 0) return -1;
+  char ignored[8];
+  *have_current = read_current(fn_dir, function, cur, ignored, sizeof ignored) == CUR_OK;
+  return 0;
+}
+
 /* ---- deploy: publishing ------------------------------------------------------------ */
+
+/* rename(from, to) that never replaces an existing `to` (EEXIST / ENOTEMPTY then). */
+static int rename_noreplace(const char *from, const char *to) {
+  int rc = renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE);
+  if (rc != 0 && (errno == EINVAL || errno == ENOSYS)) {
+    /* No RENAME_NOREPLACE on this file system. Check, then rename(), which refuses a
+     * non-empty target; epochs are published under the deploy lock, so only a
+     * deployer ignoring the lock could race between the two. */
+    if (is_dir(to)) {
+      errno = EEXIST;
+      return -1;
+    }
+    rc = rename(from, to);
+  }
+  return rc;
+}
 
 /* Moves staging to fn_dir/<epoch>, trying the next epochs when one is taken. */
 static int publish(const char *staging, const char *fn_dir, const char *function, uint64_t *epoch,
@@ -551,17 +595,7 @@ static int publish(const char *staging, const char *fn_dir, const char *function
       wk_errf(err, err_len, "code root path too long: %s", fn_dir);
       return -1;
     }
-    int rc = renameat2(AT_FDCWD, staging, AT_FDCWD, target, RENAME_NOREPLACE);
-    if (rc != 0 && (errno == EINVAL || errno == ENOSYS)) {
-      /* No RENAME_NOREPLACE on this file system. Check, then rename(), which refuses a
-       * non-empty target; epochs are published under the deploy lock, so only a
-       * deployer ignoring the lock could race between the two. */
-      if (is_dir(target)) {
-        errno = EEXIST;
-      } else {
-        rc = rename(staging, target);
-      }
-    }
+    int rc = rename_noreplace(staging, target);
     if (rc == 0) {
       if (fsync_path(fn_dir, O_DIRECTORY) != 0) {
         wk_errf(err, err_len, "epoch %" PRIu64 " of '%s' published but %s cannot be synced: %s",
@@ -865,15 +899,8 @@ int wk_code_store_deploy_opts(const char *root, const char *function, const char
     wk_errf(err, err_len, "code root path too long: %s", root);
     return -1;
   }
-  if (mkdir_p(root, err, err_len) != 0) return -1;
   bool created_fn = false;
-  if (mkdir(fn_dir, 0755) == 0) {
-    created_fn = true;
-  } else if (errno != EEXIST || !is_dir(fn_dir)) {
-    wk_errf(err, err_len, "cannot create %s: %s", fn_dir,
-            errno == EEXIST ? "exists and is not a directory" : strerror(errno));
-    return -1;
-  }
+  if (make_fn_dir(root, fn_dir, &created_fn, err, err_len) != 0) return -1;
 
   int rc = -1;
   char staging[CS_PATH_MAX] = "";
@@ -899,10 +926,8 @@ int wk_code_store_deploy_opts(const char *root, const char *function, const char
 
   /* Under the lock: the next epoch is above every published one and above CURRENT. */
   uint64_t highest = 0, cur = 0;
-  size_t n = 0;
-  if (scan_epochs(fn_dir, &highest, NULL, &n, err, err_len) != 0) goto out;
-  char ignored[8];
-  bool have_current = read_current(fn_dir, function, &cur, ignored, sizeof ignored) == CUR_OK;
+  bool have_current = false;
+  if (locked_state(fn_dir, function, &highest, &cur, &have_current, err, err_len) != 0) goto out;
   if (have_current && cur > highest) highest = cur;
   if (highest >= CS_EPOCH_MAX) {
     wk_errf(err, err_len, "function '%s' has run out of epochs", function);
@@ -967,52 +992,10 @@ out:
 int wk_code_store_set_current(const char *root, const char *function, uint64_t epoch, uint64_t *now,
                               char *err, size_t err_len) {
   WK_ASSERT(now);
-  *now = 0;
-  char fn_dir[CS_PATH_MAX];
-  if (function_dir(root, function, fn_dir, sizeof fn_dir, err, err_len) != 0) return -1;
-  if (!is_dir(fn_dir)) {
-    wk_errf(err, err_len, "function '%s' is not deployed (no directory %s)", function, fn_dir);
-    return -1;
-  }
-  int lock_fd = lock_function(fn_dir, err, err_len);
-  if (lock_fd < 0) return -1;
-  int rc = -1;
-  uint64_t highest = 0, *all = NULL, cur = 0;
-  size_t n = 0;
-  if (scan_epochs(fn_dir, &highest, &all, &n, err, err_len) != 0) goto out;
-  char cur_err[256];
-  bool have_current = read_current(fn_dir, function, &cur, cur_err, sizeof cur_err) == CUR_OK;
-  if (epoch == 0) {
-    if (!have_current) {
-      wk_errf(err, err_len, "%s; name the epoch to make CURRENT", cur_err);
-      goto out;
-    }
-    for (size_t i = 0; i < n; i++) {
-      if (all[i] < cur) epoch = all[i]; /* sorted: the last one below CURRENT */
-    }
-    if (epoch == 0) {
-      wk_errf(err, err_len,
-              "function '%s' has no published epoch below CURRENT (%" PRIu64 ") to roll back to",
-              function, cur);
-      goto out;
-    }
-  }
-  bool published = false;
-  for (size_t i = 0; i < n; i++) published = published || all[i] == epoch;
-  if (!published) {
-    wk_errf(err, err_len,
-            "epoch %" PRIu64 " of '%s' is not published (epochs: %zu, highest %" PRIu64 ")", epoch,
-            function, n, highest);
-    goto out;
-  }
-  if ((!have_current || cur != epoch) && switch_current(fn_dir, function, epoch, err, err_len) != 0)
-    goto out;
-  *now = epoch;
-  rc = 0;
-out:
-  free(all);
-  close(lock_fd);
-  return rc;
+  return wk_code_store_set_current_digest(root, function, epoch, NULL, now, NULL, err, err_len) ==
+                 WK_CODE_STORE_OK
+             ? 0
+             : -1;
 }
 
 /* ---- pins ------------------------------------------------------------------------- */
@@ -1141,4 +1124,526 @@ int wk_code_store_prune(const char *root, const char *function, uint32_t keep, w
   free(all);
   close(lock_fd);
   return rc;
+}
+
+/* ---- deploys from a list of files -------------------------------------------------- */
+
+/* A printable excerpt of a path for messages (at most 80 bytes of it). */
+static void path_excerpt(const char *p, char *out, size_t len) {
+  size_t n = strlen(p);
+  escape_preview(p, n > 80 ? 80 : n, out, len);
+  if (n > 80 && strlen(out) + 4 < len) strcat(out, "...");
+}
+
+/* Why `p` is not a usable relative file path, or NULL when it is. */
+static const char *path_problem(const char *p) {
+  size_t n = strlen(p);
+  if (n == 0) return "is empty";
+  if (n > WK_CODE_STORE_PATH_MAX)
+    return "is longer than "
+           "1024"
+           " bytes";
+  if (p[0] == '/')
+    return "is absolute (starts with '/'): paths are relative to the function's tree";
+  unsigned parts = 0;
+  for (const char *c = p;;) {
+    const char *end = strchr(c, '/');
+    size_t len = end ? (size_t)(end - c) : strlen(c);
+    if (len == 0) return "has an empty component ('//' or a trailing '/')";
+    if ((len == 1 && c[0] == '.') || (len == 2 && c[0] == '.' && c[1] == '.'))
+      return "has a '.' or '..' component";
+    if (len == 11 && memcmp(c, "__pycache__", 11) == 0)
+      return "is under __pycache__ (leave compiled files out: the store never publishes them)";
+    for (size_t i = 0; i < len; i++) {
+      unsigned char ch = (unsigned char)c[i];
+      if (ch < 0x20 || ch == 0x7f) return "holds a control character";
+    }
+    if (++parts > WK_CODE_STORE_MAX_DEPTH)
+      return "has more than "
+             "32"
+             " components";
+    if (!end) break;
+    c = end + 1;
+  }
+  return NULL;
+}
+
+/* Traversal order of the digest: component by component, each compared as strcmp
+ * does (so '/' sorts below every byte a name can hold). */
+static int tree_order(const char *a, const char *b) {
+  for (;; a++, b++) {
+    unsigned char x = (unsigned char)*a, y = (unsigned char)*b;
+    if (x == '/') x = 1;
+    if (y == '/') y = 1;
+    if (x != y || x == 0) return (x > y) - (x < y);
+  }
+}
+
+static int by_path_ptr(const void *a, const void *b) {
+  const wk_code_file *x = *(const wk_code_file *const *)a, *y = *(const wk_code_file *const *)b;
+  return tree_order(x->path, y->path);
+}
+
+/* The files in the digest's traversal order (malloc'd array of pointers). */
+static const wk_code_file **sorted_files(const wk_code_file *files, size_t n) {
+  const wk_code_file **v = wk_xcalloc(n ? n : 1, sizeof *v);
+  for (size_t i = 0; i < n; i++) v[i] = &files[i];
+  qsort(v, n, sizeof *v, by_path_ptr);
+  return v;
+}
+
+/* Whether the first `len` bytes of p name a file of the sorted list (tree order). */
+static bool is_listed(const wk_code_file **v, size_t n, const char *p, size_t len) {
+  char key[WK_CODE_STORE_PATH_MAX + 1];
+  memcpy(key, p, len);
+  key[len] = '\0';
+  size_t lo = 0, hi = n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    int c = tree_order(v[mid]->path, key);
+    if (c == 0) return true;
+    if (c < 0) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return false;
+}
+
+int wk_code_store_check_files(const wk_code_file *files, size_t n, size_t max_files,
+                              uint64_t max_bytes, char *err, size_t err_len) {
+  WK_ASSERT(files || n == 0);
+  if (n == 0) {
+    wk_errf(err, err_len, "no files: a deploy needs at least one (e.g. main.py)");
+    return -1;
+  }
+  if (max_files && n > max_files) {
+    wk_errf(err, err_len, "%zu files, more than the %zu allowed", n, max_files);
+    return -1;
+  }
+  uint64_t total = 0;
+  for (size_t i = 0; i < n; i++) {
+    char shown[400];
+    const char *p = files[i].path ? files[i].path : "";
+    const char *why = path_problem(p);
+    if (why) {
+      path_excerpt(p, shown, sizeof shown);
+      wk_errf(err, err_len, "files[%zu].path \"%s\" %s", i, shown, why);
+      return -1;
+    }
+    if (files[i].len > 0 && !files[i].content) {
+      wk_errf(err, err_len, "files[%zu] has no content", i);
+      return -1;
+    }
+    total += files[i].len;
+    if (max_bytes && total > max_bytes) {
+      wk_errf(err, err_len, "the files' contents exceed %" PRIu64 " bytes (at files[%zu])",
+              max_bytes, i);
+      return -1;
+    }
+  }
+  const wk_code_file **v = sorted_files(files, n);
+  int rc = 0;
+  for (size_t i = 0; i < n && rc == 0; i++) {
+    char shown[400];
+    if (i > 0 && strcmp(v[i]->path, v[i - 1]->path) == 0) {
+      path_excerpt(v[i]->path, shown, sizeof shown);
+      wk_errf(err, err_len, "path \"%s\" is listed twice", shown);
+      rc = -1;
+      break;
+    }
+    for (const char *s = strchr(v[i]->path, '/'); s; s = strchr(s + 1, '/')) {
+      if (is_listed(v, n, v[i]->path, (size_t)(s - v[i]->path))) {
+        path_excerpt(v[i]->path, shown, sizeof shown);
+        wk_errf(err, err_len,
+                "path \"%s\" lies under \"%.*s\", which is listed as a file: a path cannot be "
+                "both a file and a directory",
+                shown, (int)(s - v[i]->path), v[i]->path);
+        rc = -1;
+        break;
+      }
+    }
+  }
+  free(v);
+  return rc;
+}
+
+/* Feeds one file the way digest_tree does: "F rel\0x|- size\0content". */
+static void digest_one_file(EVP_MD_CTX *md, const wk_code_file *f) {
+  char head[48];
+  int hn = snprintf(head, sizeof head, "%c %lld", f->executable ? 'x' : '-', (long long)f->len);
+  EVP_DigestUpdate(md, "F ", 2);
+  EVP_DigestUpdate(md, f->path, strlen(f->path) + 1);
+  EVP_DigestUpdate(md, head, (size_t)hn + 1);
+  if (f->len) EVP_DigestUpdate(md, f->content, f->len);
+}
+
+int wk_code_store_digest_files(const wk_code_file *files, size_t n, char *hex, char *err,
+                               size_t err_len) {
+  WK_ASSERT(hex && (files || n == 0));
+  EVP_MD_CTX *md = EVP_MD_CTX_new();
+  if (!md || EVP_DigestInit_ex(md, EVP_sha256(), NULL) != 1) {
+    EVP_MD_CTX_free(md);
+    wk_errf(err, err_len, "sha256 is not available from libcrypto");
+    return -1;
+  }
+  const wk_code_file **v = sorted_files(files, n);
+  for (size_t i = 0; i < n; i++) {
+    const char *p = v[i]->path, *prev = i > 0 ? v[i - 1]->path : NULL;
+    /* each directory once, as the walk enters it: "D rel\0" */
+    for (const char *s = strchr(p, '/'); s; s = strchr(s + 1, '/')) {
+      size_t len = (size_t)(s - p);
+      if (prev && strncmp(prev, p, len) == 0 && prev[len] == '/') continue; /* entered */
+      EVP_DigestUpdate(md, "D ", 2);
+      EVP_DigestUpdate(md, p, len);
+      EVP_DigestUpdate(md, "", 1);
+    }
+    digest_one_file(md, v[i]);
+  }
+  free(v);
+  unsigned char d[EVP_MAX_MD_SIZE];
+  unsigned int dn = 0;
+  int ok = EVP_DigestFinal_ex(md, d, &dn);
+  EVP_MD_CTX_free(md);
+  if (ok != 1) {
+    wk_errf(err, err_len, "sha256 failed");
+    return -1;
+  }
+  WK_ASSERT(dn * 2 == WK_CODE_STORE_DIGEST_HEX);
+  for (unsigned i = 0; i < dn; i++) snprintf(hex + 2 * i, 3, "%02x", d[i]);
+  return 0;
+}
+
+static bool valid_hex_digest(const char *s) {
+  if (!s || strlen(s) != WK_CODE_STORE_DIGEST_HEX) return false;
+  for (const char *c = s; *c; c++)
+    if (!((*c >= '0' && *c <= '9') || (*c >= 'a' && *c <= 'f'))) return false;
+  return true;
+}
+
+static _Thread_local int fsync_dirs_failed; /* nftw's callback has no context */
+
+static int fsync_dir_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+  (void)st;
+  (void)ftw;
+  if (flag == FTW_DP && fsync_path(path, O_DIRECTORY) != 0) fsync_dirs_failed = errno;
+  return 0;
+}
+
+/* Writes the files under `staging` (directories 0755, files fsynced, read-only), then
+ * syncs every directory. */
+static int write_files(const char *staging, const wk_code_file *files, size_t n, char *err,
+                       size_t err_len) {
+  for (size_t i = 0; i < n; i++) {
+    char path[CS_PATH_MAX];
+    if (!join(path, sizeof path, staging, files[i].path)) {
+      wk_errf(err, err_len, "path too long under %s", staging);
+      return -1;
+    }
+    size_t base = strlen(staging) + 1;
+    for (char *s = strchr(path + base, '/'); s; s = strchr(s + 1, '/')) {
+      *s = '\0';
+      int rc = mkdir(path, 0755);
+      int e = errno;
+      *s = '/';
+      if (rc != 0 && e != EEXIST) {
+        wk_errf(err, err_len, "cannot create a directory for %s: %s", path, strerror(e));
+        return -1;
+      }
+    }
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) {
+      wk_errf(err, err_len, "cannot create %s: %s", path, strerror(errno));
+      return -1;
+    }
+    bool ok =
+        (files[i].len == 0 || write_all(fd, (const char *)files[i].content, files[i].len) == 0) &&
+        fchmod(fd, files[i].executable ? 0555 : 0444) == 0 && fsync(fd) == 0;
+    int e = errno;
+    if (close(fd) != 0 && ok) {
+      ok = false;
+      e = errno;
+    }
+    if (!ok) {
+      wk_errf(err, err_len, "cannot write %s: %s", path, strerror(e));
+      return -1;
+    }
+  }
+  fsync_dirs_failed = 0;
+  (void)nftw(staging, fsync_dir_one, 16, FTW_DEPTH | FTW_PHYS);
+  if (fsync_dirs_failed) {
+    wk_errf(err, err_len, "cannot sync the directories under %s: %s", staging,
+            strerror(fsync_dirs_failed));
+    return -1;
+  }
+  return 0;
+}
+
+static bool epoch_published(const char *fn_dir, uint64_t e) {
+  char dir[CS_PATH_MAX];
+  int w = snprintf(dir, sizeof dir, "%s/%" PRIu64, fn_dir, e);
+  return w > 0 && (size_t)w < sizeof dir && is_dir(dir);
+}
+
+static atomic_uint staging_seq; /* staging names unique among this process's threads */
+
+int wk_code_store_publish_files(const char *root, const char *function, const wk_code_file *files,
+                                size_t n, const wk_code_publish_opts *opts,
+                                wk_code_publish_result *out, char *err, size_t err_len) {
+  WK_ASSERT(opts && out && (files || n == 0));
+  WK_ASSERT(err || err_len == 0);
+  memset(out, 0, sizeof *out);
+  char fn_dir[CS_PATH_MAX], lock_path[CS_PATH_MAX];
+  if (function_dir(root, function, fn_dir, sizeof fn_dir, err, err_len) != 0)
+    return WK_CODE_STORE_E_INVALID;
+  if (!valid_hex_digest(opts->digest)) {
+    wk_errf(err, err_len,
+            "digest must be the 64 lowercase hex characters of the files' sha256 by the code "
+            "store's rule (workerctl deploy prints it)");
+    return WK_CODE_STORE_E_INVALID;
+  }
+  if (opts->epoch >= CS_EPOCH_MAX) {
+    wk_errf(err, err_len, "epoch %" PRIu64 " is out of range (1..%llu, or 0 for the next)",
+            opts->epoch, CS_EPOCH_MAX - 1);
+    return WK_CODE_STORE_E_INVALID;
+  }
+  if (wk_code_store_check_files(files, n, opts->max_files, opts->max_bytes, err, err_len) != 0)
+    return WK_CODE_STORE_E_INVALID;
+  /* the digest first, from memory: a mismatch creates nothing at all */
+  if (wk_code_store_digest_files(files, n, out->digest, err, err_len) != 0)
+    return WK_CODE_STORE_E_IO;
+  if (strcmp(out->digest, opts->digest) != 0) {
+    wk_errf(err, err_len,
+            "digest mismatch: the request names %s but the files digest to %s (sha256 over the "
+            "sorted paths, executable bits and contents): send the digest of exactly these files",
+            opts->digest, out->digest);
+    return WK_CODE_STORE_E_DIGEST;
+  }
+  if (!join(lock_path, sizeof lock_path, fn_dir, CS_LOCK)) {
+    wk_errf(err, err_len, "code root path too long: %s", root);
+    return WK_CODE_STORE_E_INVALID;
+  }
+  bool created_fn = false;
+  if (make_fn_dir(root, fn_dir, &created_fn, err, err_len) != 0) return WK_CODE_STORE_E_IO;
+  int rc = WK_CODE_STORE_E_IO;
+  char staging[CS_PATH_MAX] = "";
+  char digest_file[CS_PATH_MAX] = "";
+  int lock_fd = lock_function(fn_dir, err, err_len);
+  if (lock_fd < 0) goto out;
+
+  uint64_t highest = 0, cur = 0;
+  bool have_current = false;
+  if (locked_state(fn_dir, function, &highest, &cur, &have_current, err, err_len) != 0) goto out;
+  out->previous = out->current = have_current ? cur : 0;
+  uint64_t e = opts->epoch;
+  bool reuse = false;
+  if (e == 0) {
+    e = epoch_with_digest(fn_dir, out->digest);
+    reuse = e != 0;
+    if (!reuse) {
+      uint64_t top = have_current && cur > highest ? cur : highest;
+      if (top + 1 >= CS_EPOCH_MAX) {
+        wk_errf(err, err_len, "function '%s' has run out of epochs", function);
+        goto out;
+      }
+      e = top + 1;
+    }
+  } else if (epoch_published(fn_dir, e)) {
+    char had[WK_CODE_STORE_DIGEST_HEX + 1];
+    bool recorded = read_digest(fn_dir, e, had) == 0;
+    if (!recorded || strcmp(had, out->digest) != 0) {
+      wk_errf(err, err_len,
+              "this code root got epoch %" PRIu64
+              " of '%s' from another deploy (digest %s); "
+              "this deploy's digest is %s: deploy under a new epoch, or remove %s/%" PRIu64
+              " if nothing needs it",
+              e, function, recorded ? had : "not recorded", out->digest, fn_dir, e);
+      rc = WK_CODE_STORE_E_CONFLICT;
+      goto out;
+    }
+    reuse = true;
+  }
+  if (!reuse) {
+    char sname[80];
+    snprintf(sname, sizeof sname, ".staging-%" PRIu64 "-%ld-%u", e, (long)getpid(),
+             atomic_fetch_add(&staging_seq, 1u));
+    if (!join(staging, sizeof staging, fn_dir, sname)) {
+      wk_errf(err, err_len, "code root path too long: %s", root);
+      staging[0] = '\0';
+      goto out;
+    }
+    if (mkdir(staging, 0755) != 0) {
+      wk_errf(err, err_len, "cannot create %s: %s", staging, strerror(errno));
+      staging[0] = '\0';
+      goto out;
+    }
+    if (write_files(staging, files, n, err, err_len) != 0) goto out;
+    char buf_digest[WK_CODE_STORE_DIGEST_HEX + 1];
+    char *buf = wk_xmalloc(CS_COPY_BUF);
+    int drc = digest_dir(staging, buf, buf_digest, err, err_len);
+    free(buf);
+    if (drc != 0) goto out;
+    if (strcmp(buf_digest, out->digest) != 0) { /* what was written is not what was sent */
+      wk_errf(err, err_len, "the files written to %s digest to %s, not %s: check the disk", staging,
+              buf_digest, out->digest);
+      goto out;
+    }
+    if (opts->check && opts->check(opts->check_ud, staging, err, err_len) != 0) {
+      rc = WK_CODE_STORE_E_CHECK;
+      goto out;
+    }
+    /* the digest first: an epoch is never seen without its digest */
+    if (!digest_path(fn_dir, e, digest_file, sizeof digest_file) ||
+        write_digest(fn_dir, e, out->digest, err, err_len) != 0) {
+      digest_file[0] = '\0';
+      goto out;
+    }
+    char target[CS_PATH_MAX], num[24];
+    snprintf(num, sizeof num, "%" PRIu64, e);
+    if (!join(target, sizeof target, fn_dir, num)) {
+      wk_errf(err, err_len, "code root path too long: %s", root);
+      goto out;
+    }
+    if (rename_noreplace(staging, target) != 0) {
+      wk_errf(err, err_len, "cannot publish %s as %s: %s", staging, target,
+              errno == EEXIST || errno == ENOTEMPTY
+                  ? "the epoch was published meanwhile by a deploy that ignores the lock"
+                  : strerror(errno));
+      goto out;
+    }
+    staging[0] = '\0';
+    digest_file[0] = '\0'; /* it belongs to the epoch now */
+    created_fn = false;
+    if (fsync_path(fn_dir, O_DIRECTORY) != 0) {
+      wk_errf(err, err_len, "epoch %" PRIu64 " of '%s' published but %s cannot be synced: %s", e,
+              function, fn_dir, strerror(errno));
+      goto out;
+    }
+  }
+  created_fn = false;
+  out->epoch = e;
+  out->reused = reuse;
+  if (opts->make_current && (!have_current || cur != e)) {
+    if (switch_current(fn_dir, function, e, err, err_len) != 0) goto out;
+  }
+  if (opts->make_current) out->current = e;
+  rc = WK_CODE_STORE_OK;
+out:
+  if (staging[0]) rm_tree(staging);
+  if (digest_file[0]) (void)unlink(digest_file);
+  if (rc != WK_CODE_STORE_OK && created_fn) {
+    (void)unlink(lock_path);
+    (void)rmdir(fn_dir);
+  }
+  if (lock_fd >= 0) close(lock_fd);
+  return rc;
+}
+
+int wk_code_store_set_current_digest(const char *root, const char *function, uint64_t epoch,
+                                     const char *digest, uint64_t *now, uint64_t *previous,
+                                     char *err, size_t err_len) {
+  WK_ASSERT(now);
+  *now = 0;
+  if (previous) *previous = 0;
+  char fn_dir[CS_PATH_MAX];
+  if (function_dir(root, function, fn_dir, sizeof fn_dir, err, err_len) != 0)
+    return WK_CODE_STORE_E_INVALID;
+  bool check_digest = digest && digest[0];
+  if (check_digest && !valid_hex_digest(digest)) {
+    wk_errf(err, err_len, "digest must be empty or 64 lowercase hex characters");
+    return WK_CODE_STORE_E_INVALID;
+  }
+  if (!is_dir(fn_dir)) {
+    wk_errf(err, err_len, "function '%s' is not deployed (no directory %s)", function, fn_dir);
+    return WK_CODE_STORE_E_NOT_FOUND;
+  }
+  int lock_fd = lock_function(fn_dir, err, err_len);
+  if (lock_fd < 0) return WK_CODE_STORE_E_IO;
+  int rc = WK_CODE_STORE_E_IO;
+  uint64_t highest = 0, *all = NULL, cur = 0;
+  size_t n = 0;
+  if (scan_epochs(fn_dir, &highest, &all, &n, err, err_len) != 0) goto out;
+  char cur_err[256];
+  bool have_current = read_current(fn_dir, function, &cur, cur_err, sizeof cur_err) == CUR_OK;
+  if (previous) *previous = have_current ? cur : 0;
+  if (epoch == 0) {
+    if (!have_current) {
+      wk_errf(err, err_len, "%s; name the epoch to make CURRENT", cur_err);
+      rc = WK_CODE_STORE_E_NOT_FOUND;
+      goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+      if (all[i] < cur) epoch = all[i]; /* sorted: the last one below CURRENT */
+    }
+    if (epoch == 0) {
+      wk_errf(err, err_len,
+              "function '%s' has no published epoch below CURRENT (%" PRIu64 ") to roll back to",
+              function, cur);
+      rc = WK_CODE_STORE_E_NOT_FOUND;
+      goto out;
+    }
+  }
+  bool published = false;
+  for (size_t i = 0; i < n; i++) published = published || all[i] == epoch;
+  if (!published) {
+    wk_errf(err, err_len,
+            "epoch %" PRIu64 " of '%s' is not published (epochs: %zu, highest %" PRIu64 ")", epoch,
+            function, n, highest);
+    rc = WK_CODE_STORE_E_NOT_FOUND;
+    goto out;
+  }
+  if (check_digest) {
+    char had[WK_CODE_STORE_DIGEST_HEX + 1];
+    bool recorded = read_digest(fn_dir, epoch, had) == 0;
+    if (!recorded || strcmp(had, digest) != 0) {
+      wk_errf(err, err_len,
+              "epoch %" PRIu64 " of '%s' holds digest %s here, not %s: CURRENT not moved", epoch,
+              function, recorded ? had : "(not recorded)", digest);
+      rc = WK_CODE_STORE_E_CONFLICT;
+      goto out;
+    }
+  }
+  if ((!have_current || cur != epoch) && switch_current(fn_dir, function, epoch, err, err_len) != 0)
+    goto out;
+  *now = epoch;
+  rc = WK_CODE_STORE_OK;
+out:
+  free(all);
+  close(lock_fd);
+  return rc;
+}
+
+static int cmp_str_ptr(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int wk_code_store_functions(const char *root, char ***names, size_t *count, char *err,
+                            size_t err_len) {
+  WK_ASSERT(names && count);
+  *names = NULL;
+  *count = 0;
+  DIR *d = opendir(root ? root : "");
+  if (!d) {
+    if (errno == ENOENT) return 0;
+    wk_errf(err, err_len, "cannot list %s: %s", root ? root : "(no code root)", strerror(errno));
+    return -1;
+  }
+  char **v = NULL;
+  size_t cap = 0;
+  struct dirent *de;
+  while ((de = readdir(d)) != NULL) {
+    if (!wk_code_store_valid_function_name(de->d_name)) continue;
+    char p[CS_PATH_MAX];
+    if (!join(p, sizeof p, root, de->d_name) || !is_dir(p)) continue;
+    if (*count == cap) {
+      cap = cap ? cap * 2 : 16;
+      v = wk_xrealloc(v, cap * sizeof *v);
+    }
+    v[(*count)++] = wk_xstrdup(de->d_name);
+  }
+  closedir(d);
+  if (v) qsort(v, *count, sizeof *v, cmp_str_ptr);
+  *names = v;
+  return 0;
 }

@@ -107,6 +107,100 @@ int wk_code_store_digest(const char *root, const char *function, uint64_t epoch,
 int wk_code_store_set_current(const char *root, const char *function, uint64_t epoch, uint64_t *now,
                               char *err, size_t err_len);
 
+/* ---- deploys from a list of files (the DeployCode RPC) ------------------------- */
+
+#define WK_CODE_STORE_PATH_MAX 1024u /* bytes of one file path in a deployed tree */
+
+/** One file of a tree handed over as a list: directories are implied by the paths and
+ * there are no links. `path` is relative and '/'-separated (wk_code_store_check_files). */
+typedef struct wk_code_file {
+  const char *path;       /* NUL-terminated */
+  const uint8_t *content; /* may be NULL when len is 0 */
+  size_t len;
+  bool executable; /* published as 0555 rather than 0444 */
+} wk_code_file;
+
+/** Checks a file list before anything touches the disk: 1..max_files files whose
+ * contents add up to at most max_bytes (0 = no bound of that kind); each path 1..
+ * WK_CODE_STORE_PATH_MAX bytes, relative (no leading '/'), without an empty, "." or
+ * ".." component (so no "a//b", no trailing '/'), without control characters, at most
+ * WK_CODE_STORE_MAX_DEPTH components, none named __pycache__ (the store never
+ * publishes one); no path twice, and no path that is also another's directory ("a"
+ * and "a/b"). Pure (no I/O). Returns 0, or -1 with the first problem in err, naming
+ * the file by its index and a printable excerpt of its path. */
+int wk_code_store_check_files(const wk_code_file *files, size_t n, size_t max_files,
+                              uint64_t max_bytes, char *err, size_t err_len);
+
+/** The digest wk_code_store_deploy_opts would record for the tree these files make
+ * (the same rule: the same files give the same hex wherever they come from), into hex
+ * (WK_CODE_STORE_DIGEST_HEX + 1 bytes). The list must pass wk_code_store_check_files.
+ * Pure computation. Returns 0, or -1 when sha256 is unavailable. */
+int wk_code_store_digest_files(const wk_code_file *files, size_t n, char *hex, char *err,
+                               size_t err_len);
+
+/* Why a publish failed (wk_code_store_publish_files and wk_code_store_set_current_digest
+ * return one of these; 0 = success). */
+typedef enum wk_code_store_rc {
+  WK_CODE_STORE_OK = 0,
+  WK_CODE_STORE_E_IO = -1,       /* the disk: cannot write, sync, lock, rename */
+  WK_CODE_STORE_E_INVALID = -2,  /* the request: bad name, file list, epoch or digest text */
+  WK_CODE_STORE_E_DIGEST = -3,   /* the files do not have the digest the caller named */
+  WK_CODE_STORE_E_CONFLICT = -4, /* the epoch is published with another (or no) digest */
+  WK_CODE_STORE_E_CHECK = -5,    /* the code check refused the code */
+  WK_CODE_STORE_E_NOT_FOUND = -6 /* set_current: function or epoch not published */
+} wk_code_store_rc;
+
+typedef struct wk_code_publish_opts {
+  uint64_t epoch;     /* publish under this epoch; 0 = the next local epoch */
+  const char *digest; /* the digest the caller computed (64 lowercase hex); required */
+  bool make_current;  /* move CURRENT to the epoch once it is published (or reused) */
+  size_t max_files;   /* wk_code_store_check_files bounds (0 = none) */
+  uint64_t max_bytes;
+  wk_code_check_fn check; /* NULL: no check */
+  void *check_ud;
+} wk_code_publish_opts;
+
+typedef struct wk_code_publish_result {
+  uint64_t epoch;                            /* the epoch that holds the files */
+  char digest[WK_CODE_STORE_DIGEST_HEX + 1]; /* its digest */
+  bool reused;       /* that epoch already held this digest: nothing was copied */
+  uint64_t current;  /* CURRENT after the call (0 = none) */
+  uint64_t previous; /* CURRENT before the call (0 = none) */
+} wk_code_publish_result;
+
+/** Publishes `files` as an epoch of `function`, under the deploy lock, by the rules of
+ * wk_code_store_deploy_opts (a staging directory, files fsynced and read-only, one
+ * rename). With opts->epoch E > 0:
+ *   - E published with the same digest: reused (nothing copied or checked again);
+ *   - E published with another digest, or with none recorded: refused
+ *     (WK_CODE_STORE_E_CONFLICT, naming both digests);
+ *   - E free: published as E, even when the same digest is also another epoch here.
+ * With epoch 0: the epoch that already has this digest is reused, else the next local
+ * epoch is published. The files are written to staging and digested again: a digest
+ * other than opts->digest is WK_CODE_STORE_E_DIGEST (both in the message). Then the
+ * check runs on the staged copy (WK_CODE_STORE_E_CHECK). CURRENT moves only with
+ * make_current. On any failure nothing is left behind: no staging directory, no new
+ * epoch, CURRENT unchanged (a new function directory is removed again). Creates the
+ * code root when missing. Returns a wk_code_store_rc with one line in err. */
+int wk_code_store_publish_files(const char *root, const char *function, const wk_code_file *files,
+                                size_t n, const wk_code_publish_opts *opts,
+                                wk_code_publish_result *out, char *err, size_t err_len);
+
+/** wk_code_store_set_current, with the epoch's recorded digest checked first when
+ * `digest` is not NULL or "" (a mismatch, or no digest recorded, is
+ * WK_CODE_STORE_E_CONFLICT), and CURRENT before the call written to *previous (0 =
+ * none; previous may be NULL). A function or epoch that is not published is
+ * WK_CODE_STORE_E_NOT_FOUND. Returns a wk_code_store_rc with one line in err. */
+int wk_code_store_set_current_digest(const char *root, const char *function, uint64_t epoch,
+                                     const char *digest, uint64_t *now, uint64_t *previous,
+                                     char *err, size_t err_len);
+
+/** The functions that have a directory under `root` (valid names only), sorted, as a
+ * malloc'd array of malloc'd strings (free each, then the array; *names is NULL when
+ * there are none). A missing root has none. Returns 0, or -1 with err on an I/O error. */
+int wk_code_store_functions(const char *root, char ***names, size_t *count, char *err,
+                            size_t err_len);
+
 /* ---- pins and removal of old epochs -------------------------------------------- */
 
 /** What a process pins: epochs of functions that tasks run, and functions being

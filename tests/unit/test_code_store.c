@@ -686,6 +686,221 @@ static void test_prune_keeps_the_newest_current_and_pinned(void **state) {
   wk_code_pins_destroy(pins);
 }
 
+/* ---- deploys from a list of files ------------------------------------------------ */
+
+#define FILE_OF(p, c) \
+  { .path = (p), .content = (const uint8_t *)(c), .len = sizeof(c) - 1 }
+
+static int pub(fx *f, const char *fn, const wk_code_file *files, size_t n, uint64_t epoch,
+               const char *digest, bool make_current, wk_code_publish_result *r, char *err,
+               size_t err_len) {
+  wk_code_publish_opts o = {
+      .epoch = epoch, .digest = digest, .make_current = make_current, .max_files = 100};
+  return wk_code_store_publish_files(f->root, fn, files, n, &o, r, err, err_len);
+}
+
+static void digest_of(const wk_code_file *files, size_t n, char *hex) {
+  char err[256];
+  assert_int_equal(wk_code_store_digest_files(files, n, hex, err, sizeof err), 0);
+}
+
+static void test_files_digest_matches_a_deployed_tree(void **state) {
+  fx *f = *state;
+  /* names chosen so the walk's order differs from a plain sort of the paths */
+  put(f->src, "main.py", "x = 1\n");
+  put(f->src, "a/b.py", "b\n");
+  put(f->src, "a.txt", "t\n");
+  put(f->src, "a-b/c/d.py", "d\n");
+  put(f->src, "run.sh", "#!/bin/sh\n");
+  char p[700];
+  snprintf(p, sizeof p, "%s/run.sh", f->src);
+  assert_int_equal(chmod(p, 0755), 0);
+  wk_code_deploy_result r;
+  assert_int_equal(deploy_r(f, "fn", NULL, &r), 1);
+  wk_code_file files[] = {FILE_OF("run.sh", "#!/bin/sh\n"), FILE_OF("a.txt", "t\n"),
+                          FILE_OF("main.py", "x = 1\n"), FILE_OF("a-b/c/d.py", "d\n"),
+                          FILE_OF("a/b.py", "b\n")};
+  files[0].executable = true;
+  char hex[WK_CODE_STORE_DIGEST_HEX + 1];
+  digest_of(files, 5, hex);
+  assert_string_equal(hex, r.digest);
+  files[0].executable = false; /* the bit counts */
+  digest_of(files, 5, hex);
+  assert_string_not_equal(hex, r.digest);
+}
+
+static void test_publish_files_at_a_given_epoch(void **state) {
+  fx *f = *state;
+  wk_code_file v1[] = {FILE_OF("main.py", "def handler(a, c):\n    return 1\n"),
+                       FILE_OF("lib/u.py", "u = 1\n")};
+  wk_code_file v2[] = {FILE_OF("main.py", "def handler(a, c):\n    return 2\n")};
+  char d1[WK_CODE_STORE_DIGEST_HEX + 1], d2[WK_CODE_STORE_DIGEST_HEX + 1], err[1024];
+  digest_of(v1, 2, d1);
+  digest_of(v2, 1, d2);
+  wk_code_publish_result r;
+  /* epoch 7 is free: published there, CURRENT untouched (none yet) */
+  assert_int_equal(pub(f, "fn", v1, 2, 7, d1, false, &r, err, sizeof err), WK_CODE_STORE_OK);
+  assert_int_equal(r.epoch, 7);
+  assert_false(r.reused);
+  assert_int_equal(r.current, 0);
+  assert_int_equal(r.previous, 0);
+  char dir[600], buf[128], hex[WK_CODE_STORE_DIGEST_HEX + 1];
+  snprintf(dir, sizeof dir, "%s/fn", f->root);
+  assert_false(exists(dir, "CURRENT"));
+  assert_true(get(dir, "7/lib/u.py", buf, sizeof buf));
+  assert_string_equal(buf, "u = 1\n");
+  assert_int_equal(wk_code_store_digest(f->root, "fn", 7, hex), 0);
+  assert_string_equal(hex, d1);
+  struct stat st;
+  char p[700];
+  snprintf(p, sizeof p, "%s/7/main.py", dir);
+  assert_int_equal(stat(p, &st), 0);
+  assert_int_equal(st.st_mode & 0777, 0444); /* read-only */
+  /* the same again: reused, nothing copied; make_current moves CURRENT */
+  assert_int_equal(pub(f, "fn", v1, 2, 7, d1, true, &r, err, sizeof err), WK_CODE_STORE_OK);
+  assert_true(r.reused);
+  assert_int_equal(r.current, 7);
+  assert_int_equal(count_prefix(dir, ".staging"), 0);
+  /* other content under 7: refused, naming both digests; nothing changes */
+  assert_int_equal(pub(f, "fn", v2, 1, 7, d2, true, &r, err, sizeof err), WK_CODE_STORE_E_CONFLICT);
+  assert_non_null(strstr(err, "got epoch 7 of 'fn' from another deploy"));
+  assert_non_null(strstr(err, d1));
+  assert_non_null(strstr(err, d2));
+  assert_true(get(dir, "7/main.py", buf, sizeof buf));
+  assert_non_null(strstr(buf, "return 1"));
+  /* the same digest under a free epoch 9: published there too */
+  assert_int_equal(pub(f, "fn", v1, 2, 9, d1, false, &r, err, sizeof err), WK_CODE_STORE_OK);
+  assert_int_equal(r.epoch, 9);
+  assert_false(r.reused);
+  assert_int_equal(r.current, 7); /* not asked to move */
+  /* epoch 0: the next local epoch (above 9), or the one with this digest */
+  assert_int_equal(pub(f, "fn", v2, 1, 0, d2, true, &r, err, sizeof err), WK_CODE_STORE_OK);
+  assert_int_equal(r.epoch, 10);
+  assert_int_equal(r.previous, 7);
+  assert_int_equal(r.current, 10);
+  assert_int_equal(pub(f, "fn", v2, 1, 0, d2, false, &r, err, sizeof err), WK_CODE_STORE_OK);
+  assert_int_equal(r.epoch, 10);
+  assert_true(r.reused);
+  /* an epoch from a local deploy (no digest recorded) is a conflict too */
+  char legacy[700];
+  snprintf(legacy, sizeof legacy, "%s/fn/10.sha256", f->root);
+  assert_int_equal(unlink(legacy), 0);
+  assert_int_equal(pub(f, "fn", v2, 1, 10, d2, false, &r, err, sizeof err),
+                   WK_CODE_STORE_E_CONFLICT);
+  assert_non_null(strstr(err, "not recorded"));
+}
+
+static void test_publish_files_refusals_change_nothing(void **state) {
+  fx *f = *state;
+  wk_code_file good[] = {FILE_OF("main.py", "x = 1\n")};
+  char dg[WK_CODE_STORE_DIGEST_HEX + 1], err[1024];
+  digest_of(good, 1, dg);
+  wk_code_publish_result r;
+  char dir[600];
+  snprintf(dir, sizeof dir, "%s/fn", f->root);
+  /* a wrong digest: nothing created at all, both digests named */
+  char wrong[WK_CODE_STORE_DIGEST_HEX + 1];
+  memset(wrong, 'a', WK_CODE_STORE_DIGEST_HEX);
+  wrong[WK_CODE_STORE_DIGEST_HEX] = '\0';
+  assert_int_equal(pub(f, "fn", good, 1, 3, wrong, true, &r, err, sizeof err),
+                   WK_CODE_STORE_E_DIGEST);
+  assert_non_null(strstr(err, wrong));
+  assert_non_null(strstr(err, dg));
+  assert_false(exists(f->dir, "root"));
+  assert_int_equal(pub(f, "fn", good, 1, 3, "", true, &r, err, sizeof err),
+                   WK_CODE_STORE_E_INVALID);
+  /* bad paths */
+  const char *bad[] = {"../x", "/abs",   "a//b",          "a/./b", "a/",
+                       ".",    "a/../b", "__pycache__/x", "a\nb",  ""};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    wk_code_file fl[] = {FILE_OF("main.py", "x = 1\n"), {.path = bad[i]}};
+    assert_int_equal(pub(f, "fn", fl, 2, 3, dg, true, &r, err, sizeof err),
+                     WK_CODE_STORE_E_INVALID);
+    assert_non_null(strstr(err, "files[1].path"));
+  }
+  char deep[200] = "";
+  for (int i = 0; i < 33; i++) strcat(deep, i ? "/d" : "d");
+  wk_code_file fd[] = {{.path = deep}};
+  assert_int_equal(pub(f, "fn", fd, 1, 3, dg, true, &r, err, sizeof err), WK_CODE_STORE_E_INVALID);
+  assert_non_null(strstr(err, "components"));
+  char longp[WK_CODE_STORE_PATH_MAX + 2];
+  memset(longp, 'x', sizeof longp - 1);
+  longp[sizeof longp - 1] = '\0';
+  wk_code_file fl2[] = {{.path = longp}};
+  assert_int_equal(pub(f, "fn", fl2, 1, 3, dg, true, &r, err, sizeof err), WK_CODE_STORE_E_INVALID);
+  /* duplicates, a file that is another's directory, too many, too big, none */
+  wk_code_file dup[] = {FILE_OF("a.py", "1"), FILE_OF("b.py", "2"), FILE_OF("a.py", "3")};
+  assert_int_equal(pub(f, "fn", dup, 3, 3, dg, true, &r, err, sizeof err), WK_CODE_STORE_E_INVALID);
+  assert_non_null(strstr(err, "listed twice"));
+  wk_code_file both[] = {FILE_OF("a", "1"), FILE_OF("a-b", "2"), FILE_OF("a/b.py", "3")};
+  assert_int_equal(pub(f, "fn", both, 3, 3, dg, true, &r, err, sizeof err),
+                   WK_CODE_STORE_E_INVALID);
+  assert_non_null(strstr(err, "both a file and a directory"));
+  assert_int_equal(wk_code_store_check_files(dup, 3, 2, 0, err, sizeof err), -1);
+  assert_non_null(strstr(err, "more than the 2 allowed"));
+  assert_int_equal(wk_code_store_check_files(good, 1, 0, 5, err, sizeof err), -1);
+  assert_non_null(strstr(err, "exceed 5 bytes"));
+  assert_int_equal(wk_code_store_check_files(good, 0, 0, 0, err, sizeof err), -1);
+  assert_false(exists(f->dir, "root"));
+  /* a failed check: no epoch, no digest file, no staging, no function directory */
+  int calls = 0;
+  wk_code_publish_opts o = {
+      .epoch = 3, .digest = dg, .make_current = true, .check = refuse, .check_ud = &calls};
+  assert_int_equal(wk_code_store_publish_files(f->root, "fn", good, 1, &o, &r, err, sizeof err),
+                   WK_CODE_STORE_E_CHECK);
+  assert_int_equal(calls, 1);
+  assert_false(exists(dir, ""));
+  /* with an existing function: CURRENT and the epochs stay */
+  assert_int_equal(pub(f, "fn", good, 1, 2, dg, true, &r, err, sizeof err), WK_CODE_STORE_OK);
+  wk_code_file other[] = {FILE_OF("main.py", "x = 2\n")};
+  char d2[WK_CODE_STORE_DIGEST_HEX + 1];
+  digest_of(other, 1, d2);
+  o.digest = d2;
+  assert_int_equal(wk_code_store_publish_files(f->root, "fn", other, 1, &o, &r, err, sizeof err),
+                   WK_CODE_STORE_E_CHECK);
+  assert_false(exists(dir, "3"));
+  assert_false(exists(dir, "3.sha256"));
+  assert_int_equal(count_prefix(dir, ".staging"), 0);
+  char buf[32];
+  assert_true(get(dir, "CURRENT", buf, sizeof buf));
+  assert_string_equal(buf, "2\n");
+}
+
+static void test_set_current_with_digest(void **state) {
+  fx *f = *state;
+  wk_code_file v1[] = {FILE_OF("main.py", "x = 1\n")};
+  wk_code_file v2[] = {FILE_OF("main.py", "x = 2\n")};
+  char d1[WK_CODE_STORE_DIGEST_HEX + 1], d2[WK_CODE_STORE_DIGEST_HEX + 1], err[1024];
+  digest_of(v1, 1, d1);
+  digest_of(v2, 1, d2);
+  wk_code_publish_result r;
+  assert_int_equal(pub(f, "fn", v1, 1, 4, d1, true, &r, err, sizeof err), WK_CODE_STORE_OK);
+  assert_int_equal(pub(f, "fn", v2, 1, 5, d2, false, &r, err, sizeof err), WK_CODE_STORE_OK);
+  uint64_t now = 0, prev = 0;
+  assert_int_equal(
+      wk_code_store_set_current_digest(f->root, "fn", 5, d1, &now, &prev, err, sizeof err),
+      WK_CODE_STORE_E_CONFLICT);
+  assert_non_null(strstr(err, d2));
+  assert_int_equal(
+      wk_code_store_set_current_digest(f->root, "fn", 6, NULL, &now, &prev, err, sizeof err),
+      WK_CODE_STORE_E_NOT_FOUND);
+  assert_int_equal(
+      wk_code_store_set_current_digest(f->root, "nope", 5, NULL, &now, &prev, err, sizeof err),
+      WK_CODE_STORE_E_NOT_FOUND);
+  assert_int_equal(
+      wk_code_store_set_current_digest(f->root, "fn", 5, d2, &now, &prev, err, sizeof err),
+      WK_CODE_STORE_OK);
+  assert_int_equal(now, 5);
+  assert_int_equal(prev, 4);
+  char **names = NULL;
+  size_t n = 0;
+  assert_int_equal(wk_code_store_functions(f->root, &names, &n, err, sizeof err), 0);
+  assert_int_equal(n, 1);
+  assert_string_equal(names[0], "fn");
+  free(names[0]);
+  free(names);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_valid_function_names),
@@ -708,6 +923,10 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_rollback_moves_current, setup, teardown),
       cmocka_unit_test_setup_teardown(test_prune_keeps_the_newest_current_and_pinned, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(test_files_digest_matches_a_deployed_tree, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_publish_files_at_a_given_epoch, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_publish_files_refusals_change_nothing, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_set_current_with_digest, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
