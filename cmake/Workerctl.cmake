@@ -8,8 +8,9 @@ wk_headers(wk_grpc_client PUBLIC adapters/wk_grpc_client.h)
 target_link_libraries(wk_grpc_client PUBLIC PkgConfig::GRPC PRIVATE wk_lib wk_pem)
 target_compile_options(wk_grpc_client PRIVATE ${WK_WARNINGS})
 
-add_library(wk_code_store STATIC ${PROJECT_SOURCE_DIR}/src/adapters/wk_code_store.c)
-wk_headers(wk_code_store PUBLIC adapters/wk_code_store.h)
+add_library(wk_code_store STATIC ${PROJECT_SOURCE_DIR}/src/adapters/wk_code_store.c
+  ${PROJECT_SOURCE_DIR}/src/adapters/wk_code_check.c)
+wk_headers(wk_code_store PUBLIC adapters/wk_code_store.h adapters/wk_code_check.h)
 target_compile_options(wk_code_store PRIVATE ${WK_WARNINGS})
 target_link_libraries(wk_code_store PRIVATE wk_lib PkgConfig::LIBCRYPTO Threads::Threads)
 

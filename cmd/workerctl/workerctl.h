@@ -13,6 +13,7 @@
 
 #include <jansson.h>
 
+#include "adapters/wk_code_check.h"
 #include "adapters/wk_etcd_registry.h"
 #include "worker/v1/worker.pb-c.h"
 
@@ -208,15 +209,10 @@ int ctl_cmd_logs(ctl_args *a);
 
 /* ---- workerctl_check.c: the deploy check --------------------------------------- */
 
-#define CTL_CHECK_TIMEOUT_MS 30000 /* default bound of the deploy check */
+#define CTL_CHECK_TIMEOUT_MS WK_CODE_CHECK_TIMEOUT_MS /* default bound of the deploy check */
 
-/* How `workerctl deploy` checks code before publishing it. */
-typedef struct ctl_check {
-  const char *python;     /* the interpreter (an executable path) */
-  const char *script;     /* the executor program: worker_executor.py */
-  const char *entrypoint; /* module:attr that must load */
-  int64_t timeout_ms;     /* the check is killed after this long */
-} ctl_check;
+/* How `workerctl deploy` checks code before publishing it (adapters/wk_code_check.h). */
+typedef wk_code_check ctl_check;
 
 /** Fills `c` from --python ($WORKER_PYTHON, else /usr/bin/python3), --executor-script
  * ($WORKER_EXECUTOR_SCRIPT, else the installed or the source tree's worker_executor.py),
@@ -224,7 +220,7 @@ typedef struct ctl_check {
  * exit code (printed). */
 int ctl_check_from_args(ctl_args *a, ctl_check *c);
 
-/** A wk_code_check_fn (ud: a ctl_check): runs `python -B script --check-code DIR
+/** wk_code_check_run (ud: a ctl_check): runs `python -B script --check-code DIR
  * --entrypoint EP` in its own process group with stdout and stderr captured, killed
  * after timeout_ms. 0 when it exits 0; otherwise -1 with why in err (the tail of its
  * output, the timeout, or why it could not run). */
