@@ -50,6 +50,9 @@ add_library(wk_app STATIC
   src/app/wk_code_cache.c
   src/app/wk_output_spool.c
   src/app/wk_code_prune.c
+  src/app/wk_deploy.c
+  src/app/wk_deploy_acl.c
+  src/app/wk_code_registry.c
   src/app/wk_calls.c
   src/app/wk_subscriptions.c
   src/app/wk_orchestrator.c

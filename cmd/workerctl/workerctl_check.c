@@ -50,6 +50,8 @@ int ctl_check_from_args(ctl_args *a, ctl_check *c) {
   c->entrypoint = a->set[F_ENTRYPOINT] ? a->val[F_ENTRYPOINT] : "main:handler";
   c->timeout_ms = CTL_CHECK_TIMEOUT_MS;
   c->env = NULL; /* workerctl's own environment */
+  c->before_fork = NULL;
+  c->after_fork = c->reaped = NULL;
   c->uid = c->gid = 0;
   if (a->set[F_CHECK_TIMEOUT_MS]) {
     uint64_t v = 0;

@@ -41,7 +41,9 @@ int wk_code_check_run(void *ud, const char *dir, char *err, size_t err_len) {
     snprintf(err, err_len, "cannot check the code: pipe: %s", strerror(errno));
     return -1;
   }
+  if (c->before_fork) c->before_fork();
   pid_t pid = fork();
+  if (pid != 0 && c->after_fork) c->after_fork(pid);
   if (pid < 0) {
     close(fds[0]);
     close(fds[1]);
@@ -103,6 +105,7 @@ int wk_code_check_run(void *ud, const char *dir, char *err, size_t err_len) {
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
+  if (c->reaped) c->reaped(pid);
   if (!timed_out) kill(-pid, SIGKILL); /* anything the import left running */
   if (timed_out) {
     snprintf(err, err_len,

@@ -8,6 +8,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #define WK_CODE_CHECK_TIMEOUT_MS 30000 /* default bound of the check */
 
@@ -22,6 +23,12 @@ typedef struct wk_code_check {
   const char *const *env;
   uint32_t uid, gid; /* uid != 0: the check runs as uid:gid with no supplementary groups
                         (the worker's executor_user); 0 = the caller's own ids */
+  /* A process that reaps children it does not know (the worker, adapters/wk_reaper.h)
+   * learns of the check's: before_fork right before fork(), after_fork with the pid (or
+   * -1) right after it, reaped once waited for. NULL = none (workerctl). */
+  void (*before_fork)(void);
+  void (*after_fork)(pid_t pid);
+  void (*reaped)(pid_t pid);
 } wk_code_check;
 
 /** A wk_code_check_fn (wk_code_store.h; ud: a wk_code_check): runs `python -B script

@@ -49,6 +49,8 @@ struct wk_etcd_publisher {
   /* shared, under mu */
   wk_etcd_heartbeat hb;
   bool have_hb;
+  char *code;          /* the "code" field's JSON (wk_etcd_publisher_set_code); NULL = none */
+  bool code_truncated; /* → "code_truncated" */
   uint64_t hb_gen;     /* bumped by every update that changes hb */
   int64_t dirty_since; /* mono ms of the first change not yet put; 0: none */
   bool urgent;         /* draining turned on: put at once, even during a backoff */
@@ -156,7 +158,7 @@ static void lease_gone(wk_etcd_publisher *p) {
   pthread_mutex_unlock(&p->mu);
 }
 
-static char *build_value(const wk_etcd_publisher *p, const wk_etcd_heartbeat *hb) {
+static char *build_value(wk_etcd_publisher *p, const wk_etcd_heartbeat *hb) {
   json_t *v = json_pack("{s:s,s:I,s:I,s:I,s:I,s:b,s:b,s:s,s:s,s:s,s:I}", "address", p->address,
                         "task_slots", (json_int_t)hb->task_slots, "reserved_slots",
                         (json_int_t)hb->reserved, "running_tasks", (json_int_t)hb->running,
@@ -165,6 +167,14 @@ static char *build_value(const wk_etcd_publisher *p, const wk_etcd_heartbeat *hb
                         "version", p->version, "updated_unix_ms", (json_int_t)wall_ms());
   if (!v) abort();
   if (p->status_addr[0]) json_object_set_new(v, "status_addr", json_string(p->status_addr));
+  pthread_mutex_lock(&p->mu); /* the code is set from another thread */
+  json_t *code = p->code ? json_loads(p->code, 0, NULL) : NULL;
+  bool truncated = p->code_truncated;
+  pthread_mutex_unlock(&p->mu);
+  if (code) {
+    json_object_set_new(v, "code", code);
+    json_object_set_new(v, "code_truncated", json_boolean(truncated));
+  }
   char *text = json_dumps(v, JSON_COMPACT | JSON_PRESERVE_ORDER);
   json_decref(v);
   if (!text) abort();
@@ -445,6 +455,23 @@ uint64_t wk_etcd_publisher_update(wk_etcd_publisher *p, const wk_etcd_heartbeat 
   return gen;
 }
 
+void wk_etcd_publisher_set_code(wk_etcd_publisher *p, const char *code_json, bool truncated) {
+  pthread_mutex_lock(&p->mu);
+  bool same = (p->code == NULL) == (code_json == NULL) &&
+              (!code_json || strcmp(p->code, code_json) == 0) && p->code_truncated == truncated;
+  if (!same) {
+    free(p->code);
+    p->code = code_json ? wk_xstrdup(code_json) : NULL;
+    p->code_truncated = truncated;
+    if (p->have_hb) { /* put within coalesce_ms, as a changed heartbeat is */
+      p->hb_gen++;
+      if (p->dirty_since == 0) p->dirty_since = wk_etcd_mono_ms();
+      pthread_cond_signal(&p->cv);
+    }
+  }
+  pthread_mutex_unlock(&p->mu);
+}
+
 void wk_etcd_publisher_stats_get(wk_etcd_publisher *p, wk_etcd_publisher_stats *out) {
   pthread_mutex_lock(&p->mu);
   *out = p->stats;
@@ -501,6 +528,7 @@ int wk_etcd_publisher_stop(wk_etcd_publisher *p, bool deregister_key) {
   free(p->service);
   free(p->version);
   free(p->status_addr);
+  free(p->code);
   free(p);
   return rc;
 }

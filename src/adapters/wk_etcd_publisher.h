@@ -3,9 +3,11 @@
  * JSON value:
  *
  *   {"address","task_slots","reserved_slots","running_tasks","free_slots","ready",
- *    "draining","deployment","service","version","updated_unix_ms"[,"status_addr"]}
+ *    "draining","deployment","service","version","updated_unix_ms"[,"status_addr"]
+ *    [,"code","code_truncated"]}
  *
- * ("status_addr": where its status page and /status are served, when they are.)
+ * ("status_addr": where its status page and /status are served, when they are. "code":
+ * the functions, epochs and digests the worker holds, wk_etcd_publisher_set_code.)
  *
  * It runs its own thread; the API is thread-safe and never waits for etcd (update()
  * takes a mutex that the thread holds only to copy a few fields). The Worker keeps
@@ -104,6 +106,12 @@ wk_etcd_publisher *wk_etcd_publisher_start(const wk_etcd_publisher_config *cfg, 
  * heartbeat now held (bumped by every change): once stats' put_gen reaches it, etcd
  * has acknowledged this heartbeat or a newer one. */
 uint64_t wk_etcd_publisher_update(wk_etcd_publisher *p, const wk_etcd_heartbeat *hb);
+
+/** Sets the value's "code" field to `code_json` (a JSON object's text, copied; NULL
+ * leaves "code" and "code_truncated" out) and "code_truncated" to `truncated`. A change
+ * is put within coalesce_ms, like a changed heartbeat; the same text again costs nothing.
+ * Thread-safe, never blocks on etcd. */
+void wk_etcd_publisher_set_code(wk_etcd_publisher *p, const char *code_json, bool truncated);
 
 /** Copies the counters and the last error. */
 void wk_etcd_publisher_stats_get(wk_etcd_publisher *p, wk_etcd_publisher_stats *out);

@@ -190,3 +190,31 @@ grpc_server_credentials *wk_grpc_auth_credentials(const wk_grpc_auth_tls *t) {
   if (opts == NULL) return NULL;
   return grpc_ssl_server_credentials_create_with_options(opts);
 }
+
+/* ---- the client's certificate ---------------------------------------------------- */
+
+char *wk_grpc_auth_peer_identities(grpc_call *call) {
+  grpc_auth_context *ctx = grpc_call_auth_context(call);
+  if (ctx == NULL) return NULL;
+  char *out = NULL;
+  size_t len = 0;
+  if (grpc_auth_context_peer_is_authenticated(ctx)) {
+    const char *kinds[] = {GRPC_X509_CN_PROPERTY_NAME, GRPC_X509_SAN_PROPERTY_NAME};
+    for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
+      grpc_auth_property_iterator it = grpc_auth_context_find_properties_by_name(ctx, kinds[k]);
+      const grpc_auth_property *p;
+      while ((p = grpc_auth_property_iterator_next(&it)) != NULL) {
+        if (p->value == NULL || p->value_length == 0 || memchr(p->value, '\n', p->value_length) ||
+            memchr(p->value, '\0', p->value_length))
+          continue;
+        out = wk_xrealloc(out, len + p->value_length + 2);
+        if (len > 0) out[len++] = '\n';
+        memcpy(out + len, p->value, p->value_length);
+        len += p->value_length;
+        out[len] = '\0';
+      }
+    }
+  }
+  grpc_auth_context_release(ctx);
+  return out;
+}

@@ -52,6 +52,13 @@ bool wk_grpc_auth_md_get(const wk_grpc_auth_md *m, const char *key, char *buf, s
 /** Frees what wk_grpc_auth_md_copy allocated and zeroes *m. */
 void wk_grpc_auth_md_free(wk_grpc_auth_md *m);
 
+/* ---- the client's certificate ---------------------------------------------------- */
+
+/** The names in the call's verified client certificate (mutual TLS): the subject common
+ * name and every subject alternative name, '\n'-separated, malloc'd (free it); NULL
+ * when the peer is not authenticated by a certificate. */
+char *wk_grpc_auth_peer_identities(grpc_call *call);
+
 /* ---- TLS ------------------------------------------------------------------------- */
 
 /* The TLS files' PEM text, read at start (NULL: not configured). */

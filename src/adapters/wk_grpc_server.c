@@ -96,6 +96,9 @@ static const method_info k_methods[WK_RPC_METHOD_COUNT] = {
     [WK_RPC_HEALTH_WATCH] = {"/grpc.health.v1.Health/Watch", "Health.Watch", true},
     [WK_RPC_LIST_TASKS] = {"/worker.v1.WorkerService/ListTasks", "ListTasks", false},
     [WK_RPC_GET_TASK_LOGS] = {"/worker.v1.WorkerService/GetTaskLogs", "GetTaskLogs", false},
+    [WK_RPC_DEPLOY_CODE] = {"/worker.v1.WorkerService/DeployCode", "DeployCode", false},
+    [WK_RPC_SET_CURRENT_EPOCH] = {"/worker.v1.WorkerService/SetCurrentEpoch", "SetCurrentEpoch",
+                                  false},
 };
 
 /* ---- types -------------------------------------------------------------------- */
@@ -201,6 +204,7 @@ struct wk_rpc {
   grpc_call *call; /* NULL once stop has detached the rpc (then closed is true) */
   ProtobufCMessage *request;
   char *peer;         /* gpr_malloc'ed by gRPC */
+  char *identities;   /* the client certificate's names, '\n'-separated (deploy methods) */
   wk_grpc_auth_md md; /* the request metadata but "authorization" */
 
   wk_tag close_tag;
@@ -426,6 +430,7 @@ static void rpc_free(wk_rpc *r) {
   free(r->finish_message);
   if (r->request != NULL) protobuf_c_message_free_unpacked(r->request, NULL);
   if (r->peer != NULL) gpr_free(r->peer);
+  free(r->identities);
   wk_grpc_auth_md_free(&r->md);
   pthread_mutex_destroy(&r->mu);
   free(r);
@@ -479,6 +484,9 @@ static wk_rpc *rpc_new(wk_grpc_server *s, wk_rpc_method m, grpc_call *call,
   if (pthread_mutex_init(&r->mu, NULL) != 0) abort();
   wk_grpc_auth_md_copy(&r->md, md);
   r->peer = grpc_call_get_peer(call);
+  if (m == WK_RPC_DEPLOY_CODE || m == WK_RPC_SET_CURRENT_EPOCH) {
+    r->identities = wk_grpc_auth_peer_identities(call); /* for deploy_allowed_clients */
+  }
   atomic_fetch_add_explicit(&s->refs, 1, memory_order_relaxed);
 
   lock(&s->list_mu);
@@ -646,6 +654,14 @@ static void post_generic(wk_grpc_server *s, generic_slot *g) {
   }
 }
 
+/* The largest request method m takes: max_message_bytes, or for DeployCode
+ * deploy_max_message_bytes when that is larger. */
+static size_t message_limit(const wk_grpc_server *s, wk_rpc_method m) {
+  if (m == WK_RPC_DEPLOY_CODE && s->cfg.deploy_max_message_bytes > s->cfg.max_message_bytes)
+    return s->cfg.deploy_max_message_bytes;
+  return s->cfg.max_message_bytes;
+}
+
 /* Decodes and validates the request; answers INVALID_ARGUMENT itself or hands the
  * rpc to the sink. Consumes payload. */
 static void dispatch_request(wk_grpc_server *s, wk_rpc *r, grpc_byte_buffer *payload) {
@@ -654,7 +670,15 @@ static void dispatch_request(wk_grpc_server *s, wk_rpc *r, grpc_byte_buffer *pay
   if (payload == NULL) {
     wk_errf(err, sizeof err, "request message is missing: %s expects one %s",
             k_methods[r->method].name, wk_validate_descriptor(r->method)->name);
-  } else if (grpc_byte_buffer_length(payload) > s->cfg.max_message_bytes) {
+  } else if (r->method == WK_RPC_DEPLOY_CODE &&
+             grpc_byte_buffer_length(payload) > message_limit(s, r->method)) {
+    wk_errf(err, sizeof err,
+            "DeployCode request is %zu bytes, above the %zu this worker takes (deploy_max_bytes "
+            "of content plus max_message_bytes for the rest): deploy less code, or raise "
+            "deploy_max_bytes on the worker",
+            grpc_byte_buffer_length(payload), message_limit(s, r->method));
+    grpc_byte_buffer_destroy(payload);
+  } else if (grpc_byte_buffer_length(payload) > message_limit(s, r->method)) {
     /* gRPC's own limit is off (see wk_grpc_server_start): this is the size check */
     wk_errf(err, sizeof err,
             "request message is %zu bytes, above max_message_bytes (%zu bytes): send a "
@@ -1339,6 +1363,11 @@ const void *wk_rpc_request(const wk_rpc *rpc) {
 bool wk_rpc_metadata(const wk_rpc *rpc, const char *key, char *buf, size_t buf_len) {
   WK_ASSERT(rpc != NULL);
   return wk_grpc_auth_md_get(&rpc->md, key, buf, buf_len);
+}
+
+const char *wk_rpc_peer_identities(const wk_rpc *rpc) {
+  WK_ASSERT(rpc != NULL);
+  return rpc->identities != NULL ? rpc->identities : "";
 }
 
 const char *wk_rpc_peer(const wk_rpc *rpc) {

@@ -77,14 +77,16 @@ typedef struct wk_grpc_server_sink {
 #define WK_GRPC_BATCH_EVENTS_MAX 64u
 
 typedef struct wk_grpc_server_config {
-  const char *listen_addr;   /* "host:port"; port 0 picks a free one */
-  size_t max_message_bytes;  /* larger requests: INVALID_ARGUMENT naming max_message_bytes */
-  uint32_t max_connections;  /* TCP connections open at once; more are closed at once
+  const char *listen_addr;         /* "host:port"; port 0 picks a free one */
+  size_t max_message_bytes;        /* larger requests: INVALID_ARGUMENT naming max_message_bytes */
+  size_t deploy_max_message_bytes; /* DeployCode requests may be this large when it is above
+                                      max_message_bytes (0 = no exception) */
+  uint32_t max_connections;        /* TCP connections open at once; more are closed at once
                                 (wk_grpc_listener.h); 0 = no cap */
-  uint64_t max_ttl_ms;       /* ttl_ms above this is capped by the core, above 2^40 invalid */
-  uint64_t max_timeout_ms;   /* timeout_ms above this: INVALID_ARGUMENT */
-  uint32_t max_watch_tasks;  /* task_ids per WatchTasks request */
-  uint32_t max_stream_queue; /* queued messages per stream before wk_rpc_send fails */
+  uint64_t max_ttl_ms;             /* ttl_ms above this is capped by the core, above 2^40 invalid */
+  uint64_t max_timeout_ms;         /* timeout_ms above this: INVALID_ARGUMENT */
+  uint32_t max_watch_tasks;        /* task_ids per WatchTasks request */
+  uint32_t max_stream_queue;       /* queued messages per stream before wk_rpc_send fails */
   /* Unsent bytes (queued, and the message gRPC has not yet taken) per stream, and over
    * all streams with a shared body counted once (lib/wk_send_budget.h): a message over
    * either is refused (wk_rpc_send_parts). A stream with nothing unsent always takes
@@ -155,6 +157,10 @@ const void *wk_rpc_request(const wk_rpc *rpc);
  * Keys match case-insensitively. "authorization" is consumed by the server and
  * always absent here (the token never reaches the sink). */
 bool wk_rpc_metadata(const wk_rpc *rpc, const char *key, char *buf, size_t buf_len);
+/** The names of the client's verified certificate (mutual TLS): its subject common name
+ * and subject alternative names, '\n'-separated; "" without a verified certificate.
+ * Collected for DeployCode and SetCurrentEpoch only ("" for other methods). */
+const char *wk_rpc_peer_identities(const wk_rpc *rpc);
 /** Peer address as gRPC reports it ("ipv4:127.0.0.1:5555"). */
 const char *wk_rpc_peer(const wk_rpc *rpc);
 

@@ -99,6 +99,13 @@ void wk_reaper_own(pid_t pid) {
   pthread_mutex_unlock(&lock);
 }
 
+void wk_reaper_fork_begin(void) { pthread_mutex_lock(&lock); }
+
+void wk_reaper_fork_end(pid_t pid) {
+  if (pid > 0) own_locked(pid);
+  pthread_mutex_unlock(&lock);
+}
+
 void wk_reaper_disown(pid_t pid) {
   pthread_mutex_lock(&lock);
   for (size_t i = 0; i < n_owned; i++) {

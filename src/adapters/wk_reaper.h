@@ -29,6 +29,13 @@ int wk_reaper_start(char *err, size_t len);
  * or reaped by a sweep until wk_reaper_disown. */
 void wk_reaper_own(pid_t pid);
 
+/** A child forked outside libuv that its forker waits for (the deploy's code check):
+ * wk_reaper_fork_begin before fork() holds off every sweep, wk_reaper_fork_end(pid)
+ * after it registers pid (when > 0, as wk_reaper_own) and lets sweeps go on, so no
+ * sweep sees the new child unregistered. wk_reaper_disown once it is reaped. */
+void wk_reaper_fork_begin(void);
+void wk_reaper_fork_end(pid_t pid);
+
 /** `pid` was reaped by its owner: forgets it. */
 void wk_reaper_disown(pid_t pid);
 

@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <stdarg.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,26 +112,31 @@ bool wk_validate_task_id(const char *field, const char *id, char *err, size_t er
   return true;
 }
 
-static bool validate_function_name(const char *name, char *err, size_t err_len) {
+static bool validate_name_field(const char *field, const char *name, char *err, size_t err_len) {
   size_t n = str_len(name);
   char ex[EXCERPT_LEN];
   if (n == 0 || n > WK_FUNCTION_NAME_MAX) {
-    return failf(err, err_len, "function.name " NAME_RULE ", got %zu bytes", n);
+    return failf(err, err_len, "%s " NAME_RULE ", got %zu bytes", field, n);
   }
   if (name[0] == '.') {
-    return failf(err, err_len, "function.name " NAME_RULE ", got \"%s\"", excerpt(name, ex));
+    return failf(err, err_len, "%s " NAME_RULE ", got \"%s\"", field, excerpt(name, ex));
   }
   for (size_t i = 0; i < n; i++) {
     unsigned char c = (unsigned char)name[i];
     if (!(is_ident_char(c) || c == '.' || c == '-')) {
-      return failf(err, err_len, "function.name " NAME_RULE ", got byte 0x%02x at offset %zu",
+      return failf(err, err_len, "%s " NAME_RULE ", got byte 0x%02x at offset %zu", field,
                    (unsigned)c, i);
     }
   }
   return true;
 }
 
-static bool validate_entrypoint(const char *ep, char *err, size_t err_len) {
+static bool validate_function_name(const char *name, char *err, size_t err_len) {
+  return validate_name_field("function.name", name, err, err_len);
+}
+
+static bool validate_entrypoint_field(const char *field, const char *ep, char *err,
+                                      size_t err_len) {
   size_t n = str_len(ep);
   if (n == 0) return true;
   char ex[EXCERPT_LEN];
@@ -141,10 +147,13 @@ static bool validate_entrypoint(const char *ep, char *err, size_t err_len) {
     ok = dotted_identifiers(ep, mod_len) && dotted_identifiers(colon + 1, n - mod_len - 1);
   }
   if (!ok) {
-    return failf(err, err_len, "function.entrypoint " ENTRYPOINT_RULE ", got \"%s\"",
-                 excerpt(ep, ex));
+    return failf(err, err_len, "%s " ENTRYPOINT_RULE ", got \"%s\"", field, excerpt(ep, ex));
   }
   return true;
+}
+
+static bool validate_entrypoint(const char *ep, char *err, size_t err_len) {
+  return validate_entrypoint_field("function.entrypoint", ep, err, err_len);
 }
 
 /* protobuf-c map fields are repeated entry messages with char *key, char *value. */
@@ -419,6 +428,53 @@ bool wk_validate_get_task_logs(const Worker__V1__GetTaskLogsRequest *req, char *
   return true;
 }
 
+bool wk_validate_deploy_code(const Worker__V1__DeployCodeRequest *req, char *err, size_t err_len) {
+  WK_ASSERT(req != NULL);
+  if (!validate_name_field("function", req->function, err, err_len)) return false;
+  if (req->epoch > WK_DEPLOY_EPOCH_MAX) {
+    return failf(err, err_len,
+                 "epoch must be at most %" PRIu64 " (0 = the next local epoch), got %" PRIu64,
+                 WK_DEPLOY_EPOCH_MAX, req->epoch);
+  }
+  if (!wk_validate_digest_hex("digest", req->digest, false, err, err_len)) return false;
+  if (!validate_entrypoint_field("entrypoint", req->entrypoint, err, err_len)) return false;
+  for (size_t i = 0; i < req->n_files; i++) {
+    if (req->files[i] == NULL) return failf(err, err_len, "files[%zu] is missing", i);
+  }
+  return true;
+}
+
+bool wk_validate_set_current_epoch(const Worker__V1__SetCurrentEpochRequest *req, char *err,
+                                   size_t err_len) {
+  WK_ASSERT(req != NULL);
+  if (!validate_name_field("function", req->function, err, err_len)) return false;
+  if (req->epoch == 0 || req->epoch > WK_DEPLOY_EPOCH_MAX) {
+    return failf(err, err_len,
+                 "epoch must be 1..%" PRIu64 " (an epoch this worker holds), got %" PRIu64,
+                 WK_DEPLOY_EPOCH_MAX, req->epoch);
+  }
+  return wk_validate_digest_hex("digest", req->digest, true, err, err_len);
+}
+
+bool wk_validate_digest_hex(const char *field, const char *hex, bool empty_ok, char *err,
+                            size_t err_len) {
+  size_t n = str_len(hex);
+  if (n == 0 && empty_ok) return true;
+  bool ok = n == 64;
+  for (size_t i = 0; ok && i < n; i++) {
+    char c = hex[i];
+    ok = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+  }
+  if (!ok) {
+    char ex[EXCERPT_LEN];
+    return failf(err, err_len,
+                 "%s must be%s the 64 lowercase hex characters of the code's sha256 (the code "
+                 "store's digest rule), got \"%s\" (%zu bytes)",
+                 field, empty_ok ? " empty or" : "", excerpt(hex, ex), n);
+  }
+  return true;
+}
+
 bool wk_validate_health(const Grpc__Health__V1__HealthCheckRequest *req, char *err,
                         size_t err_len) {
   WK_ASSERT(req != NULL);
@@ -576,6 +632,8 @@ const ProtobufCMessageDescriptor *wk_validate_descriptor(wk_rpc_method m) {
     case WK_RPC_HEALTH_WATCH: return &grpc__health__v1__health_check_request__descriptor;
     case WK_RPC_LIST_TASKS: return &worker__v1__list_tasks_request__descriptor;
     case WK_RPC_GET_TASK_LOGS: return &worker__v1__get_task_logs_request__descriptor;
+    case WK_RPC_DEPLOY_CODE: return &worker__v1__deploy_code_request__descriptor;
+    case WK_RPC_SET_CURRENT_EPOCH: return &worker__v1__set_current_epoch_request__descriptor;
     case WK_RPC_METHOD_COUNT: break;
   }
   return NULL;
@@ -603,6 +661,11 @@ static bool validate_message(wk_rpc_method m, const ProtobufCMessage *msg,
       return wk_validate_list_tasks((const Worker__V1__ListTasksRequest *)msg, err, err_len);
     case WK_RPC_GET_TASK_LOGS:
       return wk_validate_get_task_logs((const Worker__V1__GetTaskLogsRequest *)msg, err, err_len);
+    case WK_RPC_DEPLOY_CODE:
+      return wk_validate_deploy_code((const Worker__V1__DeployCodeRequest *)msg, err, err_len);
+    case WK_RPC_SET_CURRENT_EPOCH:
+      return wk_validate_set_current_epoch((const Worker__V1__SetCurrentEpochRequest *)msg, err,
+                                           err_len);
     case WK_RPC_METHOD_COUNT: break;
   }
   return failf(err, err_len, "unknown method %d", (int)m);

@@ -38,6 +38,7 @@
 #define WK_OPTIONS_MAX 64u      /* function.options, result_handler.options */
 #define WK_CANCEL_REASON_MAX 1024u
 #define WK_HEALTH_SERVICE_MAX 256u
+#define WK_DEPLOY_EPOCH_MAX UINT64_C(999999999999999999) /* the code store's epochs */
 
 /* Limits that come from configuration. */
 typedef struct wk_validate_limits {
@@ -94,6 +95,20 @@ bool wk_validate_page_token(const char *token, uint64_t *seq);
 /** GetTaskLogs: a valid task id; `call` only with one_call. */
 bool wk_validate_get_task_logs(const Worker__V1__GetTaskLogsRequest *req, char *err,
                                size_t err_len);
+
+/** DeployCode: function a valid function name, epoch 0..WK_DEPLOY_EPOCH_MAX, digest 64
+ * lowercase hex. The files (paths, counts, sizes) are checked by the deploy handler,
+ * after its gate, by wk_code_store_check_files. */
+bool wk_validate_deploy_code(const Worker__V1__DeployCodeRequest *req, char *err, size_t err_len);
+/** SetCurrentEpoch: a valid function name, epoch 1..WK_DEPLOY_EPOCH_MAX, digest empty or
+ * 64 lowercase hex. */
+bool wk_validate_set_current_epoch(const Worker__V1__SetCurrentEpochRequest *req, char *err,
+                                   size_t err_len);
+/** A sha256 as 64 lowercase hex characters (or, with empty_ok, ""); the message names
+ * `field`. */
+bool wk_validate_digest_hex(const char *field, const char *hex, bool empty_ok, char *err,
+                            size_t err_len);
+
 bool wk_validate_health(const Grpc__Health__V1__HealthCheckRequest *req, char *err, size_t err_len);
 
 /* ---- fields ------------------------------------------------------------------- */

@@ -46,6 +46,8 @@
 #include "app/wk_wire.h"
 #include "adapters/wk_etcd_publisher.h"
 #include "adapters/wk_shadow.h"
+#include "app/wk_code_registry.h"
+#include "app/wk_deploy.h"
 #include "app/wk_orchestrator.h"
 #include "app/wk_profile.h"
 #include "plugins/wk_writers.h"
@@ -99,6 +101,12 @@ typedef struct wk_app {
   wk_app_metrics *metrics; /* NULL without metrics_addr */
   wk_metrics_server *metrics_server;
   int64_t metrics_sampled_ms;
+  wk_deploy *deploy;   /* DeployCode / SetCurrentEpoch (answers even when off) */
+  uv_work_t code_scan; /* the registry's "code" field, read on the threadpool */
+  bool code_scan_running, code_scan_due;
+  int64_t code_scanned_ms;
+  char *code_text; /* the scan's result, handed to the publisher */
+  bool code_truncated;
   wk_status *status;                    /* the status page's document; NULL = off */
   char status_addr[WK_CONFIG_ADDR_MAX]; /* host:port of the page (the bound port) */
   /* what start-up made, for the one cleanup path */
@@ -240,6 +248,47 @@ static void registry_status_addr(const wk_app *app, char *out, size_t len) {
   snprintf(out, len, "%.*s%s", ahost, app->advertise_addr, colon);
 }
 
+/* ---- the registry's "code" field -------------------------------------------------- */
+
+static void code_scan_work(uv_work_t *w) {
+  wk_app *app = w->data;
+  app->code_text = wk_code_registry_build(app->code_root, (size_t)app->cfg->registry_code_max_bytes,
+                                          &app->code_truncated);
+}
+
+static void follow_code(wk_app *app, int64_t now);
+
+static void code_scan_done(uv_work_t *w, int status) {
+  wk_app *app = w->data;
+  app->code_scan_running = false;
+  if (status == 0 && app->publisher && app->code_text)
+    wk_etcd_publisher_set_code(app->publisher, app->code_text, app->code_truncated);
+  free(app->code_text);
+  app->code_text = NULL;
+  if (app->code_scan_due && app->publisher) follow_code(app, app_now(app));
+}
+
+/* Reads which code the store holds again every heartbeat_interval_ms (so a local
+ * `workerctl deploy`, rollback or prune shows within one), and at once after a deploy
+ * RPC changed it; one scan at a time, on the threadpool. */
+static void follow_code(wk_app *app, int64_t now) {
+  if (!app->publisher || app->code_scan_running) return;
+  if (!app->code_scan_due && now - app->code_scanned_ms < app->cfg->heartbeat_interval_ms) return;
+  app->code_scan_due = false;
+  app->code_scanned_ms = now;
+  app->code_scan.data = app;
+  if (uv_queue_work(&app->loop, &app->code_scan, code_scan_work, code_scan_done) == 0)
+    app->code_scan_running = true;
+}
+
+/* The deploy handler changed the code store: the registry hears of it now. */
+static void on_code_changed(void *ud, const char *function) {
+  wk_app *app = ud;
+  (void)function;
+  app->code_scan_due = true;
+  follow_code(app, app_now(app));
+}
+
 static void start_registration(wk_app *app) {
   const wk_app_config *cfg = app->cfg;
   if (!cfg->etcd_endpoints[0]) {
@@ -271,6 +320,8 @@ static void start_registration(wk_app *app) {
     return;
   }
   publish(app);
+  app->code_scan_due = true; /* the first value lists the code */
+  follow_code(app, app_now(app));
 }
 
 /* Copies what the pool, the core, the publisher and the shadow own into the metrics. */
@@ -306,6 +357,9 @@ static void stop_everything(wk_app *app) {
     wk_etcd_publisher_stop(app->publisher, true);
     app->publisher = NULL;
   }
+  wk_orch_set_deploy_handler(app->orch, NULL, NULL);
+  wk_deploy_close(app->deploy); /* a deploy running ends first; waiting ones are refused */
+  app->deploy = NULL;
   wk_log(WK_LOG_INFO, "worker_stopping", "stopping the gRPC server and the executors");
   wk_grpc_server_stop(app->server);
   app->server = NULL;
@@ -458,6 +512,7 @@ static void on_phase_timer(uv_timer_t *t) {
       wk_orch_set_capacity(app->orch, capacity);
     }
   }
+  follow_code(app, now);
   if (app->orch && app->pool) follow_executors(app);
   if (app->orch && app->server) follow_listener(app);
   if (now - app->memory_sampled_ms >= MEMORY_SAMPLE_MS &&
@@ -968,7 +1023,33 @@ static int start_pool(wk_app *app, char *err, size_t len) {
                            .on_scratch = wk_orch_on_scratch,
                            .ud = app->orch};
   app->pool = wk_pool_start(&app->loop, &pcfg, ecb, err, len);
-  wk_executor_env_free(env); /* the pool keeps its own copy */
+  if (app->pool) {
+    const wk_app_config *cfg = app->cfg;
+    wk_deploy_config dcfg = {
+        .enabled = cfg->deploy_enabled,
+        .allowed_clients = cfg->deploy_allowed_clients,
+        .code_root = app->code_root,
+        .max_bytes = cfg->deploy_max_bytes,
+        .max_files = cfg->deploy_max_files,
+        .python = cfg->python,
+        .script = cfg->executor_script,
+        .python_path = cfg->python_path,
+        .executor_env = (const char *const *)env,
+        .check_timeout_ms = cfg->deploy_check_timeout_ms,
+        .uid = pcfg.uid,
+        .gid = pcfg.gid,
+        .on_changed = on_code_changed,
+        .on_changed_ud = app,
+    };
+    app->deploy = wk_deploy_create(&app->loop, &dcfg, err, len);
+    if (!app->deploy) { /* validated already */
+      fprintf(stderr, "%s: %s\n", program_invocation_short_name, err);
+      wk_executor_env_free(env);
+      return 2;
+    }
+    wk_orch_set_deploy_handler(app->orch, wk_deploy_handle, app->deploy);
+  }
+  wk_executor_env_free(env); /* the pool and the deploy handler keep their own copies */
   if (!app->pool) {
     fprintf(stderr, "%s: %s\n", program_invocation_short_name, err);
     return 1;
@@ -1010,6 +1091,9 @@ static void build_server_config(const wk_app *app, wk_grpc_server_config *scfg) 
   *scfg = (wk_grpc_server_config){
       .listen_addr = cfg->listen_addr,
       .max_message_bytes = cfg->max_message_bytes,
+      /* a DeployCode carries up to deploy_max_bytes of files plus paths and framing */
+      .deploy_max_message_bytes =
+          cfg->deploy_enabled ? (size_t)cfg->deploy_max_bytes + cfg->max_message_bytes : 0,
       .max_connections = max_connections(app),
       .max_ttl_ms = (uint64_t)cfg->max_slot_ttl_ms,
       .max_timeout_ms = (uint64_t)cfg->max_task_timeout_ms,
@@ -1090,7 +1174,9 @@ static int start_signal_thread(wk_app *app) {
 
 static void size_threadpool(const wk_app_config *cfg) {
   if (getenv("UV_THREADPOOL_SIZE")) return;
-  uint64_t n = (uint64_t)cfg->builder_concurrency + cfg->plugin_concurrency + THREADPOOL_SHORT_JOBS;
+  uint64_t n = (uint64_t)cfg->builder_concurrency + cfg->plugin_concurrency +
+               THREADPOOL_SHORT_JOBS +
+               (cfg->deploy_enabled ? 1u : 0u); /* a deploy's code check may take seconds */
   char v[16];
   snprintf(v, sizeof v, "%u", (unsigned)(n < THREADPOOL_MAX ? n : THREADPOOL_MAX));
   setenv("UV_THREADPOOL_SIZE", v, 1);
@@ -1122,6 +1208,9 @@ static int app_start(wk_app *app) {
 /* What a failed start leaves on the loop, stopped as stop_everything would (without
  * the registration, which starts only once serving). */
 static void stop_partial_start(wk_app *app) {
+  if (app->orch) wk_orch_set_deploy_handler(app->orch, NULL, NULL);
+  wk_deploy_close(app->deploy);
+  app->deploy = NULL;
   wk_grpc_server_stop(app->server);
   app->server = NULL;
   if (app->shadow) {

@@ -102,9 +102,16 @@ typedef struct wk_app_config {
   char auth_token_file[WK_CONFIG_PATH_MAX]; /* auth_token read from this file ("" = none) */
   uint64_t io_scope_max_mb;                 /* a task's scratch directory at most (0 = unbounded) */
   uint32_t
-      code_epochs_kept;   /* newest epochs kept per function besides CURRENT and pins (0 = all) */
-  char audit_allow[1024]; /* functions allowed (comma-separated, '*' suffix); "" = all */
-  char audit_deny[1024];  /* functions refused, checked first */
+      code_epochs_kept; /* newest epochs kept per function besides CURRENT and pins (0 = all) */
+  bool deploy_enabled;  /* the DeployCode / SetCurrentEpoch RPCs are served */
+  char deploy_allowed_clients[1024]; /* who may call them: addresses, networks, certificate
+                                        names (comma-separated); "" = any client with the token */
+  uint64_t deploy_max_bytes;         /* a DeployCode's file contents together at most */
+  uint32_t deploy_max_files;         /* files in one DeployCode at most */
+  int64_t deploy_check_timeout_ms;   /* the code check (compile + import) is killed after this */
+  uint64_t registry_code_max_bytes;  /* the registry value's "code" field at most */
+  char audit_allow[1024];            /* functions allowed (comma-separated, '*' suffix); "" = all */
+  char audit_deny[1024];             /* functions refused, checked first */
   char
       usage_log[WK_CONFIG_PATH_MAX]; /* usage records appended here as JSON lines ("" = log only) */
   char core_journal_dir[WK_CONFIG_PATH_MAX]; /* incident journal of the core's inputs ("" = off) */

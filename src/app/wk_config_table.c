@@ -31,6 +31,27 @@ static const wk_config_item table[] = {
     {FIELD(code_epochs_kept), .type = WK_CONFIG_UINT, .def = "5", .min = 0, .max = 1000000,
      .help = "code epochs kept per function: the newest N, CURRENT and every epoch a task pins; "
              "older ones are removed once no task pins them (0 = keep all)"},
+    {FIELD(deploy_enabled), .type = WK_CONFIG_BOOL, .def = "false",
+     .help = "serve DeployCode and SetCurrentEpoch (workerctl deploy --fleet): whoever may call "
+             "them runs code as the executor user; off = both answer UNIMPLEMENTED"},
+    {FIELD(deploy_allowed_clients), .type = WK_CONFIG_STRING, .def = "", .min = 0,
+     .max = STRMAX(deploy_allowed_clients), .meta = "LIST",
+     .help = "who may deploy, by commas: peer IP addresses or CIDR networks (10.0.0.0/8, ::1), "
+             "and names of mutual-TLS client certificates (subject CN or a SAN); empty = any "
+             "client that passed auth_token (others get PERMISSION_DENIED)"},
+    {FIELD(deploy_max_bytes), .type = WK_CONFIG_BYTES, .def = "32MiB", .min = 1, .max = 1073741824,
+     .help = "a DeployCode's file contents together at most; its request may be this plus "
+             "max_message_bytes (paths, framing), whatever max_message_bytes says for other RPCs"},
+    {FIELD(deploy_max_files), .type = WK_CONFIG_UINT, .def = "10000", .min = 1, .max = 100000,
+     .help = "files in one DeployCode at most"},
+    {FIELD(deploy_check_timeout_ms), .type = WK_CONFIG_MS, .def = "30000", .min = 100,
+     .max = 3600000,
+     .help = "a DeployCode's code check (compile every file, import the entry point, as "
+             "workerctl deploy does) is killed after this long and the deploy refused"},
+    {FIELD(registry_code_max_bytes), .type = WK_CONFIG_BYTES, .def = "8KiB", .min = 256,
+     .max = 1048576,
+     .help = "the etcd record's \"code\" field (functions, epochs, digests) at most: the lowest "
+             "epochs, then functions, are left out and code_truncated set"},
     {FIELD(scratch_root), .type = WK_CONFIG_STRING, .def = "", .min = 0,
      .max = STRMAX(scratch_root), .meta = "DIR",
      .help = "parent of per-task scratch dirs (empty = a fresh directory under $TMPDIR)"},

@@ -14,8 +14,10 @@
 
 #include "app/wk_config_int.h"
 #include "app/wk_admission.h"
+#include "app/wk_deploy_acl.h"
 #include "app/wk_executor_env.h"
 #include "app/wk_executor_user.h"
+#include "lib/wk_alloc.h"
 
 typedef struct vctx {
   const wk_app_config *cfg;
@@ -207,6 +209,11 @@ static int validate(const wk_app_config *c, const wk_config_sources *sources, wk
     vfail(&v, wk_config__index_of("admission_memory_floor"), NO_ITEM, "admission_memory_floor: %s",
           floor_why);
   }
+  wk_deploy_acl *acl = wk_xmalloc(sizeof *acl);
+  if (wk_deploy_acl_parse(c->deploy_allowed_clients, acl, env_why, sizeof env_why) != 0) {
+    vfail(&v, wk_config__index_of("deploy_allowed_clients"), NO_ITEM, "%s", env_why);
+  }
+  free(acl);
   if (wk_executor_env_check(c->executor_env, env_why, sizeof env_why) != 0) {
     vfail(&v, wk_config__index_of("executor_env"), NO_ITEM, "%s", env_why);
   }

@@ -361,6 +361,14 @@ void wk_orch__handle_rpc(wk_orch *o, wk_rpc *rpc) {
     case WK_RPC_WATCH_TASKS: wk_subs_watch(o->subs, rpc, o->now_ms, o->wall_offset_ms); return;
     case WK_RPC_HEALTH_CHECK: handle_health(o, rpc, false); return;
     case WK_RPC_HEALTH_WATCH: handle_health(o, rpc, true); return;
+    case WK_RPC_DEPLOY_CODE:
+    case WK_RPC_SET_CURRENT_EPOCH:
+      if (o->deploy_handle) {
+        o->deploy_handle(o->deploy_ud, rpc); /* answers and releases it */
+        return;
+      }
+      wk_rpc_fail(rpc, GRPC_STATUS_UNIMPLEMENTED, "this worker does not serve deploys");
+      break;
     case WK_RPC_METHOD_COUNT: wk_rpc_fail(rpc, GRPC_STATUS_UNIMPLEMENTED, "unknown method"); break;
   }
   wk_rpc_release(rpc);

@@ -424,6 +424,11 @@ void wk_orch_set_executor(wk_orch *o, wk_exec_adapter exec) { o->exec = exec; }
 
 void wk_orch_set_shadow(wk_orch *o, struct wk_shadow *shadow) { o->shadow = shadow; }
 
+void wk_orch_set_deploy_handler(wk_orch *o, void (*handle)(void *ud, wk_rpc *rpc), void *ud) {
+  o->deploy_handle = handle;
+  o->deploy_ud = ud;
+}
+
 void wk_orch_set_capacity(wk_orch *o, uint32_t calls) {
   wk_orch__loop_now(o);
   wk_calls_set_capacity(o->calls, calls, o->now_ms);

@@ -126,6 +126,11 @@ void wk_orch_on_subcalls(void *orch, void *call_ctx, const wk_frame_subcalls *re
  * made, the function gets the reason and the task fails IO_SCOPE_FAILED. */
 void wk_orch_on_scratch(void *orch, void *call_ctx, uint64_t request_id);
 
+/** Hands every DeployCode and SetCurrentEpoch rpc to `handle` on the loop thread, with
+ * the sink's reference (the handler answers and releases it); NULL = they are answered
+ * UNIMPLEMENTED. */
+void wk_orch_set_deploy_handler(wk_orch *orch, void (*handle)(void *ud, wk_rpc *rpc), void *ud);
+
 struct wk_shadow;
 /** Mirrors sampled successful submissions through `shadow` (not owned; NULL = off). */
 void wk_orch_set_shadow(wk_orch *orch, struct wk_shadow *shadow);

@@ -113,10 +113,13 @@ SEEDS = {
 # ---- validate: gRPC requests ---------------------------------------------------------
 # First byte: the method (low 3 bits, plus 8 when bit 4 is set: 0 RequestTaskSlot,
 # 1 SubmitTask, 2 GetTaskResult, 3 WatchTasks, 4 CancelTask, 5 Health.Check,
-# 6 Health.Watch, 7 ListTasks, 8 GetTaskLogs, 9 and up unknown), bit 3: tight limits
+# 6 Health.Watch, 7 ListTasks, 8 GetTaskLogs, 9 DeployCode, 10 SetCurrentEpoch, 11 and
+# up unknown), bit 3: tight limits
 # (timeout 1000 ms, 4 watched tasks).
 SLOT, SUBMIT, GET, WATCH, CANCEL, HEALTH_CHECK, HEALTH_WATCH, LIST = range(8)
 LOGS = 0x10
+DEPLOY = 0x11
+SETCUR = 0x12
 UNKNOWN = 0x17
 TIGHT = 8
 
@@ -232,6 +235,14 @@ VALIDATE_SEEDS = {
     "health_check_empty": req(HEALTH_CHECK),
     "health_watch_long": req(HEALTH_WATCH, pb_bytes(1, "s" * 257)),
     "unknown_method": req(UNKNOWN, pb_bytes(1, "task-1")),
+    "deploy_ok": req(DEPLOY, pb_bytes(1, "fn") + pb_varint(2, 7) + pb_bytes(3, "ab" * 32)
+                     + pb_bytes(4, pb_bytes(1, "main.py") + pb_bytes(2, "x = 1\n"))
+                     + pb_varint(5, 1) + pb_bytes(6, "main:handler")),
+    "deploy_bad_digest": req(DEPLOY, pb_bytes(1, "fn") + pb_bytes(3, "AB" * 32)),
+    "deploy_bad_entrypoint": req(DEPLOY, pb_bytes(1, "fn") + pb_bytes(3, "ab" * 32)
+                                 + pb_bytes(6, "no colon")),
+    "setcur_ok": req(SETCUR, pb_bytes(1, "fn") + pb_varint(2, 3) + pb_bytes(3, "0f" * 32)),
+    "setcur_zero": req(SETCUR, pb_bytes(1, "fn")),
     "list_empty": req(LIST),
     "list_full": req(LIST, pb_varint(1, 50) + pb_bytes(2, "s123") + pb_varint(3, 2)
                      + pb_varint(3, 4) + pb_map(4, [("team", "data"), ("env", "prod")])),
@@ -600,6 +611,31 @@ JOURNAL_SEEDS = {
     "empty": jfile(),
 }
 
+# ---- deploy: DeployCode's files and deploy_allowed_clients ----------------------------
+# Byte 0 even: files (byte 1: limits, low nibble max files, high nibble log2 max bytes;
+# then a DeployCodeRequest); odd: the ACL ("spec\npeer\nidentities").
+
+
+def code_file(path, content=b"", exe=False):
+    return pb_bytes(4, pb_bytes(1, path) + pb_bytes(2, content) + (pb_varint(3, 1) if exe else b""))
+
+
+DEPLOY_SEEDS = {
+    "files_ok": b"\x00\x00" + code_file("main.py", b"x = 1\n") + code_file("lib/u.py", b"u")
+                + code_file("run.sh", b"#!/bin/sh\n", True),
+    "files_tight": b"\x00\x32" + code_file("a", b"12345") + code_file("b/c", b"1"),
+    "files_traversal": b"\x00\x00" + code_file("../x") + code_file("/abs") + code_file("a//b"),
+    "files_dots": b"\x00\x00" + code_file("a/./b") + code_file("a/.."),
+    "files_dup": b"\x00\x00" + code_file("a") + code_file("a"),
+    "files_file_and_dir": b"\x00\x00" + code_file("a") + code_file("a-b") + code_file("a/b"),
+    "files_pycache": b"\x00\x00" + code_file("__pycache__/m.pyc"),
+    "acl_nets": b"\x01127.0.0.1, 10.0.0.0/8, ::1, fd00::/8\nipv4:10.1.2.3:5555\n",
+    "acl_names": b"\x01deployer, 192.168.0.0/16\nipv6:[::1]:80\nclient\ndeployer",
+    "acl_bad_prefix": b"\x0110.0.0.0/33\nipv4:10.0.0.1:1\n",
+    "acl_empty": b"\x01\nunix:/tmp/x\n",
+}
+
+
 CORPORA = {
     "builders": BUILDERS_SEEDS,
     "reflection": REFLECTION_SEEDS,
@@ -608,6 +644,7 @@ CORPORA = {
     "config": CONFIG_SEEDS,
     "etcd": ETCD_SEEDS,
     "journal": JOURNAL_SEEDS,
+    "deploy": DEPLOY_SEEDS,
 }
 
 

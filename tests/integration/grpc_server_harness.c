@@ -230,6 +230,8 @@ static void handle(wk_rpc *rpc) {
     }
     case WK_RPC_GET_TASK_RESULT:
     case WK_RPC_GET_TASK_LOGS:
+    case WK_RPC_DEPLOY_CODE: /* nor code */
+    case WK_RPC_SET_CURRENT_EPOCH:
     case WK_RPC_LIST_TASKS: /* the harness keeps no tasks */
       wk_rpc_fail(rpc, GRPC_STATUS_NOT_FOUND, "no task");
       wk_rpc_release(rpc);
