@@ -107,6 +107,8 @@ typedef struct wk_app {
   int64_t code_scanned_ms;
   char *code_text; /* the scan's result, handed to the publisher */
   bool code_truncated;
+  char *code_last; /* the last scan's result, for the status page (loop thread) */
+  bool code_last_truncated;
   wk_status *status;                    /* the status page's document; NULL = off */
   char status_addr[WK_CONFIG_ADDR_MAX]; /* host:port of the page (the bound port) */
   /* what start-up made, for the one cleanup path */
@@ -263,16 +265,24 @@ static void code_scan_done(uv_work_t *w, int status) {
   app->code_scan_running = false;
   if (status == 0 && app->publisher && app->code_text)
     wk_etcd_publisher_set_code(app->publisher, app->code_text, app->code_truncated);
-  free(app->code_text);
+  if (status == 0 && app->code_text) {
+    free(app->code_last);
+    app->code_last = app->code_text;
+    app->code_last_truncated = app->code_truncated;
+  } else {
+    free(app->code_text);
+  }
   app->code_text = NULL;
-  if (app->code_scan_due && app->publisher) follow_code(app, app_now(app));
+  if (app->code_scan_due) follow_code(app, app_now(app));
 }
 
-/* Reads which code the store holds again every heartbeat_interval_ms (so a local
+/* Reads which code the store holds (for the etcd record and the status page) again
+ * every heartbeat_interval_ms (so a local
  * `workerctl deploy`, rollback or prune shows within one), and at once after a deploy
  * RPC changed it; one scan at a time, on the threadpool. */
 static void follow_code(wk_app *app, int64_t now) {
-  if (!app->publisher || app->code_scan_running) return;
+  bool wanted = app->publisher || app->status; /* the record, the status page */
+  if (!wanted || app->code_scan_running || app->phase == APP_STOPPING) return;
   if (!app->code_scan_due && now - app->code_scanned_ms < app->cfg->heartbeat_interval_ms) return;
   app->code_scan_due = false;
   app->code_scanned_ms = now;
@@ -675,6 +685,8 @@ static void status_sources(void *ud, wk_status_sources *out) {
       .pool = app->pool,
       .publisher = app->publisher,
       .etcd_endpoints = cfg->etcd_endpoints,
+      .code = app->code_last,
+      .code_truncated = app->code_last_truncated,
   };
 }
 
@@ -1250,6 +1262,7 @@ static void app_cleanup(wk_app *app) {
   wk_metrics_server_stop(app->metrics_server); /* served until the very end */
   wk_app_metrics_free(app->metrics);
   wk_status_free(app->status); /* closed with the loop's handles */
+  free(app->code_last);
 }
 
 /* The soft open-files limit raised to the hard one (the usual soft default of 1024 is

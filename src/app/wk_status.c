@@ -206,6 +206,11 @@ static json_t *build(wk_status *st) {
   json_object_set_new(doc, "now_unix_ms", json_integer(now_unix));
   json_object_set_new(doc, "worker", worker_json(st, &src, now_unix));
   json_object_set_new(doc, "etcd", etcd_json(&src));
+  json_t *code = src.code ? json_loads(src.code, 0, NULL) : NULL;
+  if (code) { /* what the etcd record's "code" says (wk_code_registry.h) */
+    json_object_set_new(doc, "code", code);
+    json_object_set_new(doc, "code_truncated", json_boolean(src.code_truncated));
+  }
   if (src.orch) {
     json_object_set_new(doc, "slots", slots_json(src.orch));
     json_object_set_new(doc, "tasks", tasks_json(src.orch, now_ms));

@@ -60,6 +60,9 @@ typedef struct wk_status_sources {
   const wk_pool *pool;          /* NULL: stopped */
   wk_etcd_publisher *publisher; /* NULL: stand-alone */
   const char *etcd_endpoints;   /* "" when stand-alone */
+  const char *code;             /* the code held, as the registry's "code" JSON; NULL = not
+                                   read yet */
+  bool code_truncated;
 } wk_status_sources;
 
 /** Fills *out with the app's current sources (loop thread). */

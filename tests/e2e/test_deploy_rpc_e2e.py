@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import time
+import urllib.request
 
 import grpc
 import pytest
@@ -157,8 +158,9 @@ def test_a_running_task_keeps_its_epoch_and_deploys_never_block_other_rpcs(worke
 
 def test_etcd_record_lists_the_code_and_follows_deploys(worker_factory, etcd):
     w = start(worker_factory, "--etcd-endpoints", etcd.url, "--etcd-lease-ttl-s", "5",
-              "--heartbeat-interval-ms", "300")
+              "--heartbeat-interval-ms", "300", "--metrics-addr", "127.0.0.1:0")
     key = PREFIX + w.addr
+    status_port = w.events("metrics_listening")[0]["port"]
     wait_for(lambda: key in etcd.range_prefix(PREFIX))
     assert etcd.range_prefix(PREFIX)[key][0]["code"] == {}
     assert etcd.range_prefix(PREFIX)[key][0]["code_truncated"] is False
@@ -174,6 +176,12 @@ def test_etcd_record_lists_the_code_and_follows_deploys(worker_factory, etcd):
                                                {"epoch": 5, "digest": d[("alpha", 5)]}]},
             "beta": {"current": 3, "epochs": [{"epoch": 3, "digest": d[("beta", 3)]}]}}
     assert wait_for(lambda: code() == want, timeout=10), code()
+    # /status shows the same
+    def status():
+        with urllib.request.urlopen("http://127.0.0.1:%d/status" % status_port, timeout=10) as r:
+            return json.loads(r.read())
+    assert wait_for(lambda: status().get("code") == want, timeout=10), status().get("code")
+    assert status()["code_truncated"] is False
     w.stub.SetCurrentEpoch(pb.SetCurrentEpochRequest(function="alpha", epoch=7), timeout=30)
     assert wait_for(lambda: code()["alpha"]["current"] == 7, timeout=10), code()
     # a local `workerctl deploy` (no RPC) shows at the periodic rescan; its digest too
