@@ -240,12 +240,12 @@ static void finish(wk_deploy *d, op *o) {
   if (code != GRPC_STATUS_OK) {
     char msg[DEPLOY_ERR_LEN + 64];
     snprintf(msg, sizeof msg, "%s refused: %s", deploy ? "DeployCode" : "SetCurrentEpoch", o->err);
-    wk_rpc_fail(o->rpc, code, msg);
     json_t *f =
         json_pack("{s:s,s:s,s:I,s:s,s:s,s:s}", "rpc", deploy ? "DeployCode" : "SetCurrentEpoch",
                   "function", function, "epoch", (json_int_t)epoch_of(o), "client", o->client,
                   "code", wk_grpc_status_name(code), "error", o->err);
     wk_log_json(WK_LOG_WARN, deploy ? "code_deploy_refused" : "code_current_refused", f);
+    wk_rpc_fail(o->rpc, code, msg);
     return;
   }
   if (deploy) {
@@ -254,26 +254,26 @@ static void finish(wk_deploy *d, op *o) {
     r.digest = o->pub.digest;
     r.reused = o->pub.reused;
     r.current_epoch = o->pub.current;
-    reply(o->rpc, &r.base);
     json_t *f = json_pack("{s:s,s:I,s:s,s:b,s:I,s:I,s:s,s:I,s:I}", "function", function, "epoch",
                           (json_int_t)o->pub.epoch, "digest", o->pub.digest, "reused",
                           (int)o->pub.reused, "current", (json_int_t)o->pub.current, "previous",
                           (json_int_t)o->pub.previous, "client", o->client, "files",
                           (json_int_t)o->files, "bytes", (json_int_t)o->bytes);
-    wk_log_json(WK_LOG_INFO, "code_deployed", f);
+    wk_log_json(WK_LOG_INFO, "code_deployed", f); /* before the answer: logged when heard */
+    reply(o->rpc, &r.base);
     if ((!o->pub.reused || o->pub.current != o->pub.previous) && d->on_changed)
       d->on_changed(d->on_changed_ud, function);
   } else {
     Worker__V1__SetCurrentEpochResponse r = WORKER__V1__SET_CURRENT_EPOCH_RESPONSE__INIT;
     r.current_epoch = o->now;
     r.previous_epoch = o->previous;
-    reply(o->rpc, &r.base);
     char hex[WK_CODE_STORE_DIGEST_HEX + 1] = "";
     (void)wk_code_store_digest(d->code_root, function, o->now, hex);
     json_t *f =
         json_pack("{s:s,s:I,s:I,s:s,s:s}", "function", function, "epoch", (json_int_t)o->now,
                   "previous", (json_int_t)o->previous, "digest", hex, "client", o->client);
     wk_log_json(WK_LOG_INFO, "code_current_set", f);
+    reply(o->rpc, &r.base);
     if (o->now != o->previous && d->on_changed) d->on_changed(d->on_changed_ud, function);
   }
 }
@@ -333,7 +333,7 @@ void wk_deploy_handle(void *ud, wk_rpc *rpc) {
   } else if (!d->enabled) {
     code = GRPC_STATUS_UNIMPLEMENTED;
     snprintf(msg, sizeof msg,
-             "%s is off on this worker: start it with deploy_enabled=true (--deploy-enabled, "
+             "%s is off on this worker: start it with deploy_enabled: true (--deploy-enabled true, "
              "WORKER_DEPLOY_ENABLED=true) and list who may deploy in deploy_allowed_clients",
              what);
   } else if (!wk_deploy_acl_allows(&d->acl, wk_rpc_peer(rpc), wk_rpc_peer_identities(rpc))) {

@@ -124,8 +124,8 @@ def test_code_that_fails_its_check_is_refused_and_nothing_is_published(worker_fa
     ok = {"mod.py": "def go(args, ctx):\n    return 'go'\n"}
     r = w.stub.DeployCode(deploy_request("fn2", ok, epoch=1, entrypoint="mod:go"), timeout=60)
     assert r.epoch == 1
-    refused = w.events("code_deploy_refused")
-    assert len(refused) == 3 and all(x["function"] == "fn" for x in refused)
+    assert wait_for(lambda: len(w.events("code_deploy_refused")) == 3)
+    assert all(x["function"] == "fn" for x in w.events("code_deploy_refused"))
 
 
 def test_a_running_task_keeps_its_epoch_and_deploys_never_block_other_rpcs(worker_factory):

@@ -13,6 +13,7 @@ import pytest
 
 from conftest import Worker, pb, pb_grpc
 from deploy_support import deploy_request, snapshot, tree_digest, version
+from etcd_fixture import wait_for
 
 TOKEN = "deploy-t0ken"
 
@@ -110,7 +111,7 @@ def test_clients_outside_the_allow_list_are_denied(worker_factory):
         refused(call, req, grpc.StatusCode.PERMISSION_DENIED, "deploy_allowed_clients",
                 "127.0.0.1")
     assert snapshot(w.code_root) == before
-    assert w.events("code_deploy_denied")
+    assert wait_for(lambda: w.events("code_deploy_denied"))
     w2 = worker_factory("--deploy-enabled", "true", "--deploy-allowed-clients",
                         "10.0.0.0/8, 127.0.0.0/30")
     w2.wait_serving()
@@ -167,7 +168,7 @@ def test_client_certificates_name_who_may_deploy(tmp_path, certs):
         assert snapshot(w.code_root) == before
         r = stub(good).DeployCode(req, timeout=60)
         assert r.epoch == 4 and r.current_epoch == 4
-        ev = [e for e in w.logs if e.get("event") == "code_deployed"]
+        ev = wait_for(lambda: w.events("code_deployed"))
         assert "certificate deployer" in ev[-1]["client"]
     finally:
         w.kill()
