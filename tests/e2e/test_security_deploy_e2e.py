@@ -172,3 +172,37 @@ def test_client_certificates_name_who_may_deploy(tmp_path, certs):
         assert "certificate deployer" in ev[-1]["client"]
     finally:
         w.kill()
+
+
+def test_the_code_check_runs_as_the_executor_user(tmp_path):
+    """Importing deployed code is running it: a root worker runs the check as its
+    executor_user (nobody by default), never as root. The check's import records who
+    it ran as; the same deploy to a worker whose executors stay root says root."""
+    if os.geteuid() != 0:
+        pytest.skip("executor_user switches users only under a root worker")
+    import shutil
+    import tempfile
+    probe = ("import os\n"
+             "if os.getuid() == 0 or os.geteuid() == 0 or os.getgroups():\n"
+             "    raise SystemExit('the check ran as uid %d euid %d groups %s' %\n"
+             "                     (os.getuid(), os.geteuid(), os.getgroups()))\n" + version(1))
+    d = tempfile.mkdtemp(prefix="wk-deploy-")
+    try:
+        os.chmod(d, 0o755)
+        w = Worker(os.path.join(d, "w"), extra_args=["--executor-user", "", "--deploy-enabled", "true"])
+        try:
+            os.chmod(w.tmp, 0o755)
+            os.chmod(w.code_root, 0o755)
+            r = w.stub.DeployCode(deploy_request("fn", {"main.py": probe}, epoch=1), timeout=60)
+            assert r.epoch == 1  # the probe raised nothing: not root, no groups
+        finally:
+            w.kill()
+        root = Worker(os.path.join(d, "r"), extra_args=["--executor-user", "root",
+                                                          "--deploy-enabled", "true"])
+        try:
+            refused(root.stub.DeployCode, deploy_request("fn", {"main.py": probe}, epoch=1),
+                    grpc.StatusCode.INVALID_ARGUMENT, "the check ran as uid 0")
+        finally:
+            root.kill()
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
