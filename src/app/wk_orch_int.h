@@ -224,9 +224,9 @@ void wk_orch__handle_list_tasks(wk_orch *o, wk_rpc *rpc);
 void wk_orch__handle_task_logs(wk_orch *o, wk_rpc *rpc);
 
 /** Records a newly admitted task in the task book (function, builder, labels), and
- * checks the next few entries against the core (BOOK_SWEEP_PER_ADD): the book is
- * swept faster than tasks are admitted, so it holds at most 16/15 of the tasks the core
- * knows, whatever the rate. */
+ * forgets the entries of tasks the core forgot: the oldest first, and a few more
+ * round-robin, so the book holds about the tasks the core knows (at most twice as
+ * many), whatever the rate. */
 void wk_orch__book_add(wk_orch *o, const Worker__V1__SubmitTaskRequest *req);
 
 /** wk_calls' on_output (ud = the orchestrator): keeps an attempt's captured output in

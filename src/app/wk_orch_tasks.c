@@ -19,13 +19,17 @@
 #define LIST_EXAMINE_MAX 10000u
 /* Book entries checked against the core per tick. */
 #define SWEEP_PER_TICK 512u
-/* ... and per admitted task: more than one, so the sweep outpaces admissions and the
- * book holds at most 16/15 of the tasks the core knows (with 512 per tick alone, a
- * worker admitting thousands of tasks a second kept hundreds of thousands of entries
- * of forgotten tasks; with 4 per task, up to 4/3, and RSS with 100,000 retained
- * results still grew 15% once retention was full, 6% with 16). 16 lookups in the
- * core's index: well under a microsecond. */
-#define BOOK_SWEEP_PER_ADD 16u
+/* ... and per admitted task: forgotten entries from the oldest end (at most
+ * BOOK_OLDEST_PER_ADD, stopping at the oldest task the core still knows: retention
+ * forgets the oldest first, so this keeps up exactly), and BOOK_SWEEP_PER_ADD more
+ * round-robin for those an older long-running task stands in front of. More than one
+ * round-robin check per admission bounds the book to twice the tasks the core knows
+ * whatever the rate and the order. (With 512 per tick alone, a worker admitting
+ * thousands of tasks a second kept hundreds of thousands of entries of forgotten
+ * tasks; with 16 round-robin checks per admission and nothing else, the book was
+ * bounded but the checks cost ~5 % of the worker's CPU per no-op task.) */
+#define BOOK_OLDEST_PER_ADD 4u
+#define BOOK_SWEEP_PER_ADD 2u
 
 static bool core_knows(void *ud, const char *task_id);
 
@@ -37,6 +41,7 @@ void wk_orch__book_add(wk_orch *o, const Worker__V1__SubmitTaskRequest *req) {
   const char *builder =
       (req->function->type && req->function->type[0]) ? req->function->type : "single";
   wk_task_book_add(o->book, req->task_id, req->function->name, builder, labels, n);
+  (void)wk_task_book_sweep_oldest(o->book, core_knows, o, BOOK_OLDEST_PER_ADD);
   (void)wk_task_book_sweep(o->book, core_knows, o, BOOK_SWEEP_PER_ADD);
 }
 

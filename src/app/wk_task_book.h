@@ -81,6 +81,13 @@ typedef bool (*wk_task_book_visit_fn)(void *ud, const wk_task_entry *e);
 void wk_task_book_walk(const wk_task_book *b, uint64_t before, size_t max_examined,
                        wk_task_book_visit_fn visit, void *ud, uint64_t *next);
 
+/** Removes the oldest entries while `known` says false for them, at most `max`: it
+ * stops at the oldest entry still known. The core forgets retained tasks oldest
+ * first, so this finds them without looking at the rest. Returns how many were
+ * removed. */
+size_t wk_task_book_sweep_oldest(wk_task_book *b, bool (*known)(void *ud, const char *task_id),
+                                 void *ud, size_t max);
+
 /** Removes, among up to `max` entries examined round-robin, those `known` says false
  * for (their task is gone from the core). Returns how many were removed. */
 size_t wk_task_book_sweep(wk_task_book *b, bool (*known)(void *ud, const char *task_id), void *ud,

@@ -25,6 +25,15 @@ static void add(wk_task_book *b, const char *id) {
   assert_non_null(wk_task_book_add(b, id, "fn", "map", labels, 1));
 }
 
+/* Adds "<prefix><from>" .. "<prefix><to - 1>". */
+static void add_range(wk_task_book *b, char prefix, int from, int to) {
+  char id[16];
+  for (int i = from; i < to; i++) {
+    snprintf(id, sizeof id, "%c%d", prefix, i);
+    add(b, id);
+  }
+}
+
 typedef struct page {
   char ids[16][16];
   size_t n, max;
@@ -84,10 +93,7 @@ static void test_compaction(void **state) {
   (void)state;
   wk_task_book *b = book(0, 0);
   char id[16];
-  for (int i = 0; i < 1000; i++) {
-    snprintf(id, sizeof id, "c%d", i);
-    add(b, id);
-  }
+  add_range(b, 'c', 0, 1000);
   for (int i = 0; i < 1000; i++) {
     if (i % 10 == 0) continue;
     snprintf(id, sizeof id, "c%d", i);
@@ -191,11 +197,7 @@ static bool known_even(void *ud, const char *id) {
 static void test_sweep(void **state) {
   (void)state;
   wk_task_book *b = book(10, 10);
-  char id[16];
-  for (int i = 0; i < 100; i++) {
-    snprintf(id, sizeof id, "s%d", i);
-    add(b, id);
-  }
+  add_range(b, 's', 0, 100);
   size_t removed = wk_task_book_sweep(b, known_even, NULL, 10);
   assert_int_equal(removed, 5);
   while (wk_task_book_sweep(b, known_even, NULL, 10) > 0) {
@@ -206,11 +208,41 @@ static void test_sweep(void **state) {
   wk_task_book_destroy(b);
 }
 
+/* The oldest-first sweep removes forgotten entries from the oldest end and stops at
+ * the oldest one still known (its bound counting removals only), also across a
+ * compaction. */
+static bool known_from_60(void *ud, const char *id) {
+  (void)ud;
+  return atoi(id + 1) >= 60 || atoi(id + 1) == 30;
+}
+
+static void test_sweep_oldest(void **state) {
+  (void)state;
+  wk_task_book *b = book(10, 10);
+  add_range(b, 's', 0, 100);
+  assert_int_equal(wk_task_book_sweep_oldest(b, known_from_60, NULL, 7), 7);
+  assert_null(wk_task_book_find(b, "s6"));
+  assert_non_null(wk_task_book_find(b, "s7"));
+  /* up to s30, which is known: it stops there */
+  assert_int_equal(wk_task_book_sweep_oldest(b, known_from_60, NULL, 1000), 23);
+  assert_non_null(wk_task_book_find(b, "s30"));
+  assert_non_null(wk_task_book_find(b, "s31"));
+  assert_int_equal(wk_task_book_sweep_oldest(b, known_from_60, NULL, 1000), 0);
+  wk_task_book_remove(b, "s30"); /* the core forgot it too */
+  assert_int_equal(wk_task_book_sweep_oldest(b, known_from_60, NULL, 1000), 29);
+  assert_int_equal(wk_task_book_count(b), 40);
+  assert_non_null(wk_task_book_find(b, "s60"));
+  add_range(b, 's', 100, 300); /* newer ones, after compactions */
+  assert_int_equal(wk_task_book_sweep_oldest(b, known_from_60, NULL, 1000), 0);
+  assert_int_equal(wk_task_book_count(b), 240);
+  wk_task_book_destroy(b);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_paging),        cmocka_unit_test(test_compaction),
       cmocka_unit_test(test_logs_per_task), cmocka_unit_test(test_logs_total_evicts_oldest),
-      cmocka_unit_test(test_sweep),
+      cmocka_unit_test(test_sweep),         cmocka_unit_test(test_sweep_oldest),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
