@@ -24,16 +24,21 @@ static json_t *fields(void) {
 
 static int counted(void) { return ++built; }
 
-/* Runs `fn` with stderr going to a temporary file; returns what was written. */
-static char *capture(void (*fn)(void)) {
+/* Sends stderr to a new temporary file: returns its descriptor; *saved keeps the
+ * real stderr for end_redirect. */
+static int redirect_stderr(int *saved) {
   char path[] = "/tmp/wk-test-log-XXXXXX";
   int fd = mkstemp(path);
   assert_true(fd >= 0);
   unlink(path);
   fflush(stderr);
-  int saved = dup(STDERR_FILENO);
+  *saved = dup(STDERR_FILENO);
   dup2(fd, STDERR_FILENO);
-  fn();
+  return fd;
+}
+
+/* Puts stderr back and returns what the file holds (NUL-terminated; closes fd). */
+static char *end_redirect(int fd, int saved) {
   dup2(saved, STDERR_FILENO);
   close(saved);
   off_t n = lseek(fd, 0, SEEK_END);
@@ -41,6 +46,14 @@ static char *capture(void (*fn)(void)) {
   assert_int_equal(pread(fd, text, (size_t)n, 0), n);
   close(fd);
   return text;
+}
+
+/* Runs `fn` with stderr going to a temporary file; returns what was written. */
+static char *capture(void (*fn)(void)) {
+  int saved;
+  int fd = redirect_stderr(&saved);
+  fn();
+  return end_redirect(fd, saved);
 }
 
 static void log_below_warn(void) {
@@ -97,13 +110,8 @@ static size_t stderr_bytes(int fd) { return (size_t)lseek(fd, 0, SEEK_END); }
 
 static void test_held_lines_written_at_flush(void **state) {
   (void)state;
-  char path[] = "/tmp/wk-test-log-XXXXXX";
-  int fd = mkstemp(path);
-  assert_true(fd >= 0);
-  unlink(path);
-  fflush(stderr);
-  int saved = dup(STDERR_FILENO);
-  dup2(fd, STDERR_FILENO);
+  int saved;
+  int fd = redirect_stderr(&saved);
   wk_log_json_write(WK_LOG_INFO, "direct", json_pack("{s:s}", "k", "v"));
   size_t direct = stderr_bytes(fd);
   wk_log_hold(true);
@@ -124,11 +132,7 @@ static void test_held_lines_written_at_flush(void **state) {
   wk_log_json_write(WK_LOG_INFO, "last", json_pack("{s:i}", "n", 7));
   wk_log_hold(false); /* writes it */
   size_t end = stderr_bytes(fd);
-  dup2(saved, STDERR_FILENO);
-  close(saved);
-  char *text = calloc(1, end + 1);
-  assert_int_equal(pread(fd, text, end, 0), (ssize_t)end);
-  close(fd);
+  char *text = end_redirect(fd, saved);
 
   assert_true(direct > 0);
   assert_int_equal(before_flush, direct); /* held */
