@@ -1647,3 +1647,123 @@ int wk_code_store_functions(const char *root, char ***names, size_t *count, char
   *names = v;
   return 0;
 }
+
+/* ---- reading a tree into a file list (workerctl deploy --fleet) ------------------------ */
+
+typedef struct read_ctx {
+  const char *top; /* the staged copy */
+  size_t top_len;
+  wk_code_file *files;
+  size_t n, cap;
+  char *err;
+  size_t err_len;
+} read_ctx;
+
+/* Reads one staged file (a regular file: the copy holds nothing else) into the list. */
+static int read_one(read_ctx *rx, const char *path, const struct stat *st) {
+  const char *relp = path + rx->top_len + 1;
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    wk_errf(rx->err, rx->err_len, "cannot read '%s': %s", relp, strerror(errno));
+    return -1;
+  }
+  size_t len = (size_t)st->st_size, got = 0;
+  uint8_t *buf = wk_xmalloc(len ? len : 1);
+  while (got < len) {
+    ssize_t r = read(fd, buf + got, len - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    got += (size_t)r;
+  }
+  close(fd);
+  if (got != len) {
+    free(buf);
+    wk_errf(rx->err, rx->err_len, "cannot read '%s'", relp);
+    return -1;
+  }
+  if (rx->n == rx->cap) {
+    rx->cap = rx->cap ? rx->cap * 2 : 16;
+    rx->files = wk_xrealloc(rx->files, rx->cap * sizeof *rx->files);
+  }
+  rx->files[rx->n++] = (wk_code_file){.path = wk_xstrdup(relp),
+                                      .content = buf,
+                                      .len = len,
+                                      .executable = (st->st_mode & 0100) != 0};
+  return 0;
+}
+
+/* Walks the staged copy (directories and regular files only) in name order. */
+static int read_staged(read_ctx *rx, const char *dir, unsigned depth) {
+  struct dirent **names = NULL;
+  int n = scandir(dir, &names, not_dots, by_name);
+  if (n < 0) {
+    wk_errf(rx->err, rx->err_len, "cannot read directory %s: %s", dir, strerror(errno));
+    return -1;
+  }
+  int rc = 0;
+  for (int i = 0; i < n; i++) {
+    char path[CS_PATH_MAX];
+    struct stat st;
+    if (rc == 0 && (!join(path, sizeof path, dir, names[i]->d_name) || lstat(path, &st) != 0)) {
+      wk_errf(rx->err, rx->err_len, "cannot read %s/%s", dir, names[i]->d_name);
+      rc = -1;
+    }
+    if (rc == 0 && S_ISDIR(st.st_mode) && depth < WK_CODE_STORE_MAX_DEPTH) {
+      rc = read_staged(rx, path, depth + 1);
+    } else if (rc == 0) {
+      rc = S_ISREG(st.st_mode) ? read_one(rx, path, &st) : -1;
+      if (rc != 0 && !S_ISREG(st.st_mode))
+        wk_errf(rx->err, rx->err_len, "%s: not a regular file", path);
+    }
+    free(names[i]);
+  }
+  free(names);
+  return rc;
+}
+
+void wk_code_store_files_free(wk_code_file *files, size_t n) {
+  for (size_t i = 0; files && i < n; i++) {
+    free((char *)(uintptr_t)files[i].path);
+    free((uint8_t *)(uintptr_t)files[i].content);
+  }
+  free(files);
+}
+
+int wk_code_store_read_tree(const char *src_dir, wk_code_file **files, size_t *n, char *err,
+                            size_t err_len) {
+  *files = NULL;
+  *n = 0;
+  char src_real[PATH_MAX];
+  if (check_source(src_dir, src_real, err, err_len) != 0) return -1;
+  const char *tmp = getenv("TMPDIR");
+  char staging[CS_PATH_MAX];
+  int w = snprintf(staging, sizeof staging, "%s/wk-deploy-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  if (w < 0 || (size_t)w >= sizeof staging || !mkdtemp(staging)) {
+    wk_errf(err, err_len, "cannot create a temporary directory for the copy: %s",
+            w < 0 || (size_t)w >= sizeof staging ? "path too long" : strerror(errno));
+    return -1;
+  }
+  char *buf = wk_xmalloc(CS_COPY_BUF);
+  copy_ctx cx = {.src_root = src_real,
+                 .src_root_len = strlen(src_real),
+                 .entries = 0,
+                 .buf = buf,
+                 .err = err,
+                 .err_len = err_len};
+  int rc = copy_tree(&cx, src_real, staging, 0);
+  read_ctx rx = {.top = staging, .top_len = strlen(staging), .err = err, .err_len = err_len};
+  if (rc == 0) rc = read_staged(&rx, staging, 0);
+  if (rc == 0 && rx.n == 0) {
+    wk_errf(err, err_len, "source directory %s holds no file", src_dir);
+    rc = -1;
+  }
+  free(buf);
+  rm_tree(staging);
+  if (rc != 0) {
+    wk_code_store_files_free(rx.files, rx.n);
+    return -1;
+  }
+  *files = rx.files;
+  *n = rx.n;
+  return 0;
+}

@@ -138,6 +138,21 @@ int wk_code_store_check_files(const wk_code_file *files, size_t n, size_t max_fi
 int wk_code_store_digest_files(const wk_code_file *files, size_t n, char *hex, char *err,
                                size_t err_len);
 
+/** Reads the tree src_dir into a file list by the rules of wk_code_store_deploy (the
+ * same walker: regular files and directories, __pycache__ skipped, a symbolic link
+ * followed only when it stays inside src_dir; other links and file types refused), for
+ * `workerctl deploy --fleet`. Directories travel implied by the files' paths, so an
+ * empty directory is not part of the list (nor of its digest). *files gets a malloc'd
+ * array of *n files whose paths and contents are malloc'd (free with
+ * wk_code_store_files_free). The tree is copied to a private temporary directory first
+ * ($TMPDIR, else /tmp) and read from there, so a file changing meanwhile cannot make
+ * the list disagree with itself. Returns 0, or -1 with the first problem in err. */
+int wk_code_store_read_tree(const char *src_dir, wk_code_file **files, size_t *n, char *err,
+                            size_t err_len);
+
+/** Frees a list from wk_code_store_read_tree (NULL is fine). */
+void wk_code_store_files_free(wk_code_file *files, size_t n);
+
 /* Why a publish failed (wk_code_store_publish_files and wk_code_store_set_current_digest
  * return one of these; 0 = success). */
 typedef enum wk_code_store_rc {
