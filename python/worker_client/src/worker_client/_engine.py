@@ -23,6 +23,35 @@ from .results import TaskResult, progress_from_event, task_exception, task_value
 
 RETRY_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 MAX_CANDIDATES = 8  # workers tried per submit with etcd discovery, as workerctl
+FAILOVER_CONNECT_TRIES = 3  # SubmitTasks that could not connect before another worker is tried
+
+
+# What a worker answers when it refuses a new task outright (src/app/wk_wire.c,
+# wk_orch_rpc.c, wk_orchestrator.c): nothing was admitted.
+_REFUSALS = ("is not accepting tasks", "is shutting down", "event queue full")
+
+
+def _not_connected(err):
+    """The call failed before anything reached the worker (no connection could be made):
+    the request was certainly not admitted."""
+    d = (err.details() or "").lower()
+    return err.code() == grpc.StatusCode.UNAVAILABLE and (
+        "failed to connect" in d or "connection refused" in d)
+
+
+def _refused(err):
+    """The worker answered that it takes no new task (draining, shutting down, its queue
+    full): the request was not admitted."""
+    d = err.details() or ""
+    return err.code() == grpc.StatusCode.UNAVAILABLE and any(r in d for r in _REFUSALS)
+
+
+class NotSent(Exception):
+    """A SubmitTask that never reached its worker; `error` is the WorkerError."""
+
+    def __init__(self, error):
+        super().__init__(str(error))
+        self.error = error
 
 
 class Options(object):
@@ -541,23 +570,34 @@ class Engine(object):
                 await asyncio.sleep(delay * random.uniform(0.5, 1.5))
                 delay = min(delay * 2, 1.0)
 
-    async def _submit_to(self, conn, h, slot_id):
+    async def _submit_to(self, conn, h, slot_id, failover=False):
         """SubmitTask on one worker, retried with the same request (same task id) on
         UNAVAILABLE and DEADLINE_EXCEEDED for up to retry_time: the worker admits by id
         once, so a retry never runs the task twice. An ABORTED slot (its lease lapsed)
-        is reserved again on the same worker."""
+        is reserved again on the same worker. failover: the caller can pick another
+        worker, so when every attempt so far was certainly not admitted, NotSent is
+        raised rather than waiting out retry_time: at once when the worker refused
+        (draining or shutting down after giving the slot), after FAILOVER_CONNECT_TRIES
+        attempts that could not connect (it went away)."""
         deadline = time.monotonic() + self.opts.retry_time
         delay = 0.05
         req = pb.SubmitTaskRequest()
         req.CopyFrom(h.request)
         req.slot_id = slot_id
+        unsent = tries = 0  # unsent: attempts (from the first) that never reached the worker
         while True:
             h.submit_attempts += 1
+            tries += 1
             try:
                 return await conn.stub.SubmitTask(req, timeout=self.opts.rpc_timeout,
                                                   metadata=self.metadata)
             except grpc.RpcError as e:
                 code = e.code()
+                if unsent == tries - 1 and (_not_connected(e) or _refused(e)):
+                    unsent += 1
+                    if failover and (unsent >= FAILOVER_CONNECT_TRIES or _refused(e)):
+                        raise NotSent(from_rpc_error(e, task_id=h.task_id, address=conn.addr,
+                                                     what="SubmitTask")) from e
                 if code in RETRY_CODES and time.monotonic() + delay < deadline and not self.closed:
                     self.stats["submit_retries"] += 1
                     await asyncio.sleep(delay)
@@ -666,7 +706,17 @@ class Engine(object):
             if slot.state in (pb.TASK_STATE_SUCCEEDED, pb.TASK_STATE_FAILED,
                               pb.TASK_STATE_CANCELLED):
                 return w.address, None  # the id already ran here: the watch delivers it
-            return w.address, await self._submit_to(conn, h, slot.slot_id)
+            try:
+                return w.address, await self._submit_to(conn, h, slot.slot_id, failover=True)
+            except NotSent as e:
+                # it went away after giving the slot, and nothing reached it: the task
+                # was not admitted there, so another worker may take it
+                last = e.error
+                self.backoff.fail(w.address, w.updated_unix_ms)
+                self._cands = None
+                self.stats["failovers"] += 1
+                self.stats["refused_by"][w.address] = self.stats["refused_by"].get(
+                    w.address, 0) + 1
         msg = "none of the %d workers tried (%s) took task %s (%s); last: %s" % (
             len(tried), ", ".join(tried), h.task_id, where, last)
         raise type(last)(msg, code=last.code, details=last.details, task_id=h.task_id,
