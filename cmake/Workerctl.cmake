@@ -27,7 +27,8 @@ add_executable(workerctl
   ${PROJECT_SOURCE_DIR}/cmd/workerctl/workerctl_progress.c
   ${PROJECT_SOURCE_DIR}/cmd/workerctl/workerctl_tasks.c
   ${PROJECT_SOURCE_DIR}/cmd/workerctl/workerctl_logs.c
-  ${PROJECT_SOURCE_DIR}/cmd/workerctl/workerctl_backoff.c)
+  ${PROJECT_SOURCE_DIR}/cmd/workerctl/workerctl_backoff.c
+  ${PROJECT_SOURCE_DIR}/cmd/workerctl/workerctl_fleet_deploy.c)
 target_include_directories(workerctl PRIVATE ${PROJECT_SOURCE_DIR}/cmd/workerctl)
 target_link_libraries(workerctl PRIVATE wk_grpc_client wk_code_store wk_proto wk_lib wk_version
   PkgConfig::JANSSON)

@@ -91,6 +91,10 @@ typedef enum ctl_flag_id {
   F_STATE,    /* tasks: only these states (comma-separated) */
   F_LIMIT,    /* tasks: list at most this many */
   F_DEPLOYMENT,
+  F_FLEET,        /* deploy: to the workers, under a fleet-wide epoch */
+  F_ROLLING,      /* deploy --fleet: worker by worker */
+  F_PARALLEL,     /* deploy --fleet: workers at once */
+  F_EPOCH_PREFIX, /* deploy --fleet: the etcd prefix of the epoch keys */
   F_COUNT
 } ctl_flag_id;
 
@@ -165,6 +169,8 @@ int ctl_cmd_health(ctl_args *a);
 int ctl_cmd_deploy(ctl_args *a);
 int ctl_cmd_epochs(ctl_args *a);
 int ctl_cmd_rollback(ctl_args *a);
+/* workerctl_fleet_deploy.c: deploy --fleet (ctl_cmd_deploy hands over) */
+int ctl_cmd_fleet_deploy(ctl_args *a);
 
 /* Shared by the command files (workerctl_cmds.c): connect to a->addr (0 or an exit
  * code, reported), report a failed call's status (returns 3 or 4), one unary call on a
@@ -174,6 +180,8 @@ struct wk_grpc_client;
 struct wk_grpc_status;
 struct wk_grpc_buf;
 int ctl_open_client(ctl_args *a, struct wk_grpc_client **c);
+/** The client options of every connection: user agent, TLS files and token. */
+struct wk_grpc_client_options ctl_client_options(const ctl_args *a);
 int ctl_report_status(const ctl_args *a, const struct wk_grpc_status *st);
 int ctl_call_once(ctl_args *a, const char *method, const ProtobufCMessage *req,
                   struct wk_grpc_buf *resp);
@@ -265,6 +273,11 @@ void ctl_backoff_save(ctl_backoff *b);
 #define CTL_DEFAULT_ETCD "http://127.0.0.1:2379"
 #define CTL_DEFAULT_PREFIX "/workers/"
 int ctl_cmd_workers(ctl_args *a);
+/** The registrations `workers` lists, from etcd client c: under --prefix, else every
+ * deployment's prefix; filtered: only --prefix (when given) and --deployment (when
+ * given); unfiltered: every deployment's prefix plus --prefix. 0 with *out (free with
+ * wk_etcd_workers_free), or an exit code after reporting etcd's error. */
+int ctl_registered_workers(ctl_args *a, wk_etcd *c, bool filtered, wk_etcd_workers *out);
 /* workerctl_top.c */
 int ctl_cmd_top(ctl_args *a);
 /** The etcd endpoints: --etcd, else $WORKERCTL_ETCD, else CTL_DEFAULT_ETCD. */

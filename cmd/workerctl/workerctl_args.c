@@ -65,6 +65,10 @@ static const ctl_flag flags[F_COUNT] = {
     [F_STATE] = {"state", true, false},
     [F_LIMIT] = {"limit", true, false},
     [F_DEPLOYMENT] = {"deployment", true, false},
+    [F_FLEET] = {"fleet", false, false},
+    [F_ROLLING] = {"rolling", false, false},
+    [F_PARALLEL] = {"parallel", true, false},
+    [F_EPOCH_PREFIX] = {"epoch-prefix", true, false},
 };
 
 #define BIT(f) ((uint64_t)1 << (f))
@@ -178,9 +182,32 @@ const ctl_command ctl_commands[] = {
      "                      $WORKER_EXECUTOR_SCRIPT, else the installed one)\n"
      "  --check-timeout-ms N  kill the check after N ms (default " CTL_STR(
          CTL_CHECK_TIMEOUT_MS) ")\n"
-                               "  --no-check          publish without the check\n",
+                               "  --no-check          publish without the check\n"
+                               "deploy --fleet [--etcd E] [--prefix P | --deployment NAME | --addr "
+                               "A,B,...]\n"
+                               "       [--parallel N] [--rolling] [--epoch-prefix P] FUNCTION "
+                               "SRC_DIR\n"
+                               "  Deploys SRC_DIR to every registered worker (DeployCode; the "
+                               "workers check it)\n"
+                               "  under one fleet-wide epoch taken in etcd (identical content "
+                               "keeps its epoch),\n"
+                               "  then moves CURRENT on all of them once every one holds it; "
+                               "any failure: CURRENT\n"
+                               "  moves nowhere, exit 1. Prints the epoch on stdout, a line per "
+                               "worker on stderr.\n"
+                               "  --prefix P          only the workers registered under P\n"
+                               "  --deployment NAME   only the workers of that deployment\n"
+                               "  --addr A,B,...      these workers (not the registry)\n"
+                               "  --entrypoint M:A    the entry point the workers check (default "
+                               "main:handler)\n"
+                               "  --parallel N        workers deployed at once (default 4)\n"
+                               "  --rolling           worker by worker: deploy and make CURRENT, "
+                               "stop at a failure\n"
+                               "  --epoch-prefix P    etcd prefix of the epoch keys (default "
+                               "/worker-epochs/)\n",
      BIT(F_CODE_ROOT) | BIT(F_ENTRYPOINT) | BIT(F_PYTHON) | BIT(F_EXECUTOR_SCRIPT) |
-         BIT(F_CHECK_TIMEOUT_MS) | BIT(F_NO_CHECK),
+         BIT(F_CHECK_TIMEOUT_MS) | BIT(F_NO_CHECK) | BIT(F_FLEET) | BIT(F_ROLLING) |
+         BIT(F_PARALLEL) | BIT(F_EPOCH_PREFIX) | BIT(F_DEPLOYMENT),
      2, 2, ctl_cmd_deploy},
     {"epochs", "epochs [--code-root DIR] FUNCTION",
      "Lists the published epochs of FUNCTION in the local code store with their sha256\n"

@@ -1048,6 +1048,7 @@ static const char *code_root(ctl_args *a) {
 }
 
 int ctl_cmd_deploy(ctl_args *a) {
+  if (a->set[F_FLEET]) return ctl_cmd_fleet_deploy(a);
   const char *root = code_root(a);
   if (!root)
     return ctl_usage_error(a, "no code root: pass --code-root DIR or set WORKER_CODE_ROOT");
@@ -1178,6 +1179,8 @@ int ctl_cmd_epochs(ctl_args *a) {
 /* ---- shared with the other command files (workerctl.h) ------------------------------ */
 
 int ctl_open_client(ctl_args *a, wk_grpc_client **c) { return open_client(a, c); }
+
+wk_grpc_client_options ctl_client_options(const ctl_args *a) { return client_options(a); }
 
 int ctl_report_status(const ctl_args *a, const wk_grpc_status *st) { return report_status(a, st); }
 

@@ -22,8 +22,10 @@ int ctl_resolve_target(ctl_args *a) {
   bool has_env_addr = env_addr && *env_addr;
   bool has_env_etcd = env_etcd && *env_etcd;
   bool etcd_flags = a->set[F_ETCD] || a->set[F_PREFIX];
-  /* workers and top read etcd (or a status address) themselves, by their own rules */
-  bool workers_cmd = a->cmd && (a->cmd->run == ctl_cmd_workers || a->cmd->run == ctl_cmd_top);
+  /* workers, top and deploy --fleet read etcd (or a status address) themselves, by their
+   * own rules */
+  bool workers_cmd = a->cmd && (a->cmd->run == ctl_cmd_workers || a->cmd->run == ctl_cmd_top ||
+                                (a->cmd->run == ctl_cmd_deploy && a->set[F_FLEET]));
   a->etcd_prefix = a->set[F_PREFIX] ? a->val[F_PREFIX] : CTL_DEFAULT_PREFIX;
   a->etcd_endpoints = a->set[F_ETCD] ? a->val[F_ETCD] : (has_env_etcd ? env_etcd : NULL);
   if (a->set[F_ADDR]) {

@@ -145,6 +145,31 @@ static void take_workers(wk_etcd_workers *to, wk_etcd_workers *from, const char 
   *from = (wk_etcd_workers){0};
 }
 
+int ctl_registered_workers(ctl_args *a, wk_etcd *c, bool filtered, wk_etcd_workers *out) {
+  const char *one_prefix = a->set[F_PREFIX] ? a->val[F_PREFIX] : NULL;
+  const char *deployment = filtered && a->set[F_DEPLOYMENT] ? a->val[F_DEPLOYMENT] : NULL;
+  size_t n_std = sizeof deployment_prefixes / sizeof deployment_prefixes[0];
+  const char *prefixes[sizeof deployment_prefixes / sizeof deployment_prefixes[0] + 1];
+  size_t n_prefixes = 0;
+  if (one_prefix) prefixes[n_prefixes++] = one_prefix;
+  for (size_t i = 0; i < n_std && (!one_prefix || !filtered); i++) {
+    if (!one_prefix || strcmp(one_prefix, deployment_prefixes[i]) != 0)
+      prefixes[n_prefixes++] = deployment_prefixes[i];
+  }
+  *out = (wk_etcd_workers){0};
+  for (size_t p = 0; p < n_prefixes; p++) {
+    wk_etcd_workers under;
+    int rc = wk_etcd_list_workers(c, prefixes[p], &under);
+    if (rc != WK_ETCD_OK) {
+      rc = ctl_report_etcd_error(a, wk_etcd_endpoint(c), rc, wk_etcd_errmsg(c));
+      wk_etcd_workers_free(out);
+      return rc;
+    }
+    take_workers(out, &under, deployment);
+  }
+  return 0;
+}
+
 int ctl_cmd_workers(ctl_args *a) {
   const char *endpoints = ctl_etcd_endpoints(a);
   const char *one_prefix = a->set[F_PREFIX] ? a->val[F_PREFIX] : NULL;
@@ -158,16 +183,10 @@ int ctl_cmd_workers(ctl_args *a) {
   if (!c) return ctl_usage_error(a, "%s", err);
 
   wk_etcd_workers ws = {0};
-  for (size_t p = 0; p < n_prefixes; p++) {
-    wk_etcd_workers under;
-    int rc = wk_etcd_list_workers(c, prefixes[p], &under);
-    if (rc != WK_ETCD_OK) {
-      rc = ctl_report_etcd_error(a, endpoints, rc, wk_etcd_errmsg(c));
-      wk_etcd_workers_free(&ws);
-      wk_etcd_free(c);
-      return rc;
-    }
-    take_workers(&ws, &under, deployment);
+  int rc = ctl_registered_workers(a, c, true, &ws);
+  if (rc != 0) {
+    wk_etcd_free(c);
+    return rc;
   }
   int64_t now = now_unix_ms();
   if (ws.n == 0) {
