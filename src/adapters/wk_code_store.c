@@ -503,6 +503,19 @@ static int copy_tree(copy_ctx *cx, const char *src, const char *dst, unsigned de
   return rc;
 }
 
+/* Copies the whole source tree (src_real, a realpath) into the existing directory dst
+ * with the deploy's rules; buf is CS_COPY_BUF bytes of scratch. */
+static int copy_source(const char *src_real, const char *dst, char *buf, char *err,
+                       size_t err_len) {
+  copy_ctx cx = {.src_root = src_real,
+                 .src_root_len = strlen(src_real),
+                 .entries = 0,
+                 .buf = buf,
+                 .err = err,
+                 .err_len = err_len};
+  return copy_tree(&cx, src_real, dst, 0);
+}
+
 static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
   (void)st;
   (void)flag;
@@ -949,13 +962,7 @@ int wk_code_store_deploy_opts(const char *root, const char *function, const char
     goto out;
   }
   buf = wk_xmalloc(CS_COPY_BUF);
-  copy_ctx cx = {.src_root = src_real,
-                 .src_root_len = strlen(src_real),
-                 .entries = 0,
-                 .buf = buf,
-                 .err = err,
-                 .err_len = err_len};
-  if (copy_tree(&cx, src_real, staging, 0) != 0) goto out;
+  if (copy_source(src_real, staging, buf, err, err_len) != 0) goto out;
   if (digest_dir(staging, buf, out->digest, err, err_len) != 0) goto out;
   if (opts && opts->check && opts->check(opts->check_ud, staging, err, err_len) != 0) goto out;
   uint64_t same = epoch_with_digest(fn_dir, out->digest);
@@ -1744,13 +1751,7 @@ int wk_code_store_read_tree(const char *src_dir, wk_code_file **files, size_t *n
     return -1;
   }
   char *buf = wk_xmalloc(CS_COPY_BUF);
-  copy_ctx cx = {.src_root = src_real,
-                 .src_root_len = strlen(src_real),
-                 .entries = 0,
-                 .buf = buf,
-                 .err = err,
-                 .err_len = err_len};
-  int rc = copy_tree(&cx, src_real, staging, 0);
+  int rc = copy_source(src_real, staging, buf, err, err_len);
   read_ctx rx = {.top = staging, .top_len = strlen(staging), .err = err, .err_len = err_len};
   if (rc == 0) rc = read_staged(&rx, staging, 0);
   if (rc == 0 && rx.n == 0) {
