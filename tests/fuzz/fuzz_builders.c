@@ -25,12 +25,7 @@
 
 #include "plugins/wk_builders.h"
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define CHECK(cond)       \
-  do {                    \
-    if (!(cond)) abort(); \
-  } while (0)
+#include "fuzz_check.h"
 
 static const uint32_t max_calls_choice[] = {1, 3, 1000, 1000000, UINT32_MAX};
 

@@ -34,12 +34,7 @@
 
 #include "app/wk_config.h"
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define CHECK(cond)       \
-  do {                    \
-    if (!(cond)) abort(); \
-  } while (0)
+#include "fuzz_check.h"
 
 /* libyaml allocates and clears about 64 KiB of buffers per parser (two per input): with
  * ASan's default 256 MiB quarantine every input touches fresh pages, about 3x slower.

@@ -27,16 +27,8 @@
 #include "adapters/wk_code_store.h"
 #include "adapters/wk_validate.h"
 #include "app/wk_deploy_acl.h"
-#include "lib/wk_assert.h"
 
-_Static_assert(WK_DEBUG_ASSERTS_ON, "fuzz targets are built with WK_DEBUG_ASSERTS");
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define CHECK(cond)       \
-  do {                    \
-    if (!(cond)) abort(); \
-  } while (0)
+#include "fuzz_check.h"
 
 static void check_reason(const char *err, size_t cap) {
   const char *nul = memchr(err, '\0', cap);

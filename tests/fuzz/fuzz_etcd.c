@@ -43,12 +43,7 @@
 #include "lib/wk_base64.h"
 #include "fake_curl.h"
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define CHECK(cond)       \
-  do {                    \
-    if (!(cond)) abort(); \
-  } while (0)
+#include "fuzz_check.h"
 
 enum op {
   OP_WORKER_PARSE,

@@ -21,17 +21,8 @@
 #include <string.h>
 
 #include "adapters/wk_frame.h"
-#include "lib/wk_assert.h"
 
-/* the decoder's expensive checks run under the fuzzer (tests/fuzz/CMakeLists.txt) */
-_Static_assert(WK_DEBUG_ASSERTS_ON, "fuzz targets are built with WK_DEBUG_ASSERTS");
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define CHECK(cond)       \
-  do {                    \
-    if (!(cond)) abort(); \
-  } while (0)
+#include "fuzz_check.h"
 
 #define LIST_MAX 64 /* lists up to this long are also re-encoded from arrays */
 

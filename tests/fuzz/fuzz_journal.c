@@ -25,16 +25,8 @@
 
 #include "adapters/wk_journal.h"
 #include "core/wk_core_tap.h"
-#include "lib/wk_assert.h"
 
-_Static_assert(WK_DEBUG_ASSERTS_ON, "fuzz targets are built with WK_DEBUG_ASSERTS");
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define CHECK(cond)       \
-  do {                    \
-    if (!(cond)) abort(); \
-  } while (0)
+#include "fuzz_check.h"
 
 #define MSG_CAP (WK_CORE_FAILURE_MESSAGE_BYTES + 1)
 #define OUTPUTS_REPLAYED_MAX (1u << 20) /* larger outputs are decoded, not replayed */

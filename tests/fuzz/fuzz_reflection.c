@@ -27,16 +27,8 @@
 #include "adapters/wk_reflection.h"
 #include "google/protobuf/descriptor.pb-c.h"
 #include "grpc/reflection/v1alpha/reflection.pb-c.h"
-#include "lib/wk_assert.h"
 
-_Static_assert(WK_DEBUG_ASSERTS_ON, "fuzz targets are built with WK_DEBUG_ASSERTS");
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define CHECK(cond)       \
-  do {                    \
-    if (!(cond)) abort(); \
-  } while (0)
+#include "fuzz_check.h"
 
 typedef Grpc__Reflection__V1alpha__ServerReflectionResponse Response;
 typedef Grpc__Reflection__V1alpha__ServerReflectionRequest Request;

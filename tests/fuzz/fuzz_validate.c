@@ -26,17 +26,8 @@
 #include <string.h>
 
 #include "adapters/wk_validate.h"
-#include "lib/wk_assert.h"
 
-/* the decoder's expensive checks run under the fuzzer (tests/fuzz/CMakeLists.txt) */
-_Static_assert(WK_DEBUG_ASSERTS_ON, "fuzz targets are built with WK_DEBUG_ASSERTS");
-
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-#define CHECK(cond)       \
-  do {                    \
-    if (!(cond)) abort(); \
-  } while (0)
+#include "fuzz_check.h"
 
 /* Length of the NUL-terminated string in buf[0..cap), or cap when unterminated. */
 static size_t bounded_len(const char *buf, size_t cap) {
