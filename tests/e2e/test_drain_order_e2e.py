@@ -172,10 +172,10 @@ class Watched(object):
 def test_etcd_says_draining_before_the_first_refusal(worker_factory, etcd):
     w, key = start_worker(worker_factory, etcd)
     watcher = KeyWatcher(etcd.url, key)
-    long_task = Watched(w, "long", 3)  # keeps the worker draining (and its port open)
     sub = Submitter(w.addr, etcd.url, key)
     try:
         assert wait_for(lambda: len(sub.accepted) >= 20, timeout=20), sub.errors
+        long_task = Watched(w, "long", 3)  # keeps the worker draining (and its port open)
         t_signal = time.monotonic()
         w.proc.send_signal(signal.SIGTERM)
         sub.join(30)
@@ -272,9 +272,9 @@ def test_without_etcd_health_goes_first_and_refusal_follows_at_once(worker_facto
     w.wait_serving()
     w.deploy("noop")
     w.deploy("sleepy")
-    long_task = Watched(w, "long", 3)  # keeps the worker draining (and its port open)
     sub = Submitter(w.addr)
     assert wait_for(lambda: len(sub.accepted) >= 5, timeout=20), sub.errors
+    long_task = Watched(w, "long", 3)  # keeps the worker draining (and its port open)
     w.proc.send_signal(signal.SIGTERM)
     sub.join(30)
     assert not sub.errors, sub.errors
