@@ -25,30 +25,51 @@ def free_port():
 
 
 class Etcd(object):
+    _count = 0
+
     def __init__(self):
         self.data = tempfile.mkdtemp(prefix="wk-etcd-")
-        self.client_port = free_port()
-        self.peer_port = free_port()
-        self.url = "http://127.0.0.1:%d" % self.client_port
+        Etcd._count += 1
+        # a name of its own: the readiness check tells this etcd from another test's
+        # that got the same free port first (free_port can race with other processes)
+        self.name = "wk-test-%d-%d" % (os.getpid(), Etcd._count)
         self.proc = None
-        self.start()
+        for _ in range(5):
+            self.client_port = free_port()
+            self.peer_port = free_port()
+            self.url = "http://127.0.0.1:%d" % self.client_port
+            if self.start(fresh=True):
+                return
+        raise RuntimeError("etcd did not start")
 
-    def start(self):
+    def start(self, fresh=False):
+        """Starts (or restarts, on the same ports and data) this etcd; True once it, not
+        another process on its port, answers. A fresh start whose ports were taken
+        returns False (the caller picks new ports)."""
         self.proc = subprocess.Popen(
-            [ETCD, "--data-dir", self.data, "--name", "wk-test",
+            [ETCD, "--data-dir", self.data, "--name", self.name,
              "--listen-client-urls", self.url, "--advertise-client-urls", self.url,
              "--listen-peer-urls", "http://127.0.0.1:%d" % self.peer_port,
              "--initial-advertise-peer-urls", "http://127.0.0.1:%d" % self.peer_port,
-             "--initial-cluster", "wk-test=http://127.0.0.1:%d" % self.peer_port,
+             "--initial-cluster", "%s=http://127.0.0.1:%d" % (self.name, self.peer_port),
              "--heartbeat-interval=10", "--election-timeout=100", "--log-level=error"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.time() + 20
         while time.time() < deadline:
+            if self.proc.poll() is not None and fresh:  # its port was taken: not ours
+                shutil.rmtree(self.data, ignore_errors=True)
+                os.makedirs(self.data)
+                return False
             try:
-                self.range_prefix("/")
-                return
+                members = self._post("/v3/cluster/member/list", {}).get("members", [])
+                if any(m.get("name") == self.name for m in members) and self.proc.poll() is None:
+                    return True
             except OSError:
-                time.sleep(0.05)
+                pass
+            time.sleep(0.05)
+        if fresh:
+            self.kill()
+            return False
         raise RuntimeError("etcd did not start")
 
     def kill(self):
