@@ -51,8 +51,13 @@ static void write_all(const char *p, size_t n) {
 }
 
 void wk_log_hold(bool on) {
-  if (!on) wk_log_flush();
   tl.holding = on;
+  if (on) return;
+  /* the thread may end now: its buffer goes with the lines it held */
+  wk_log_flush();
+  free(tl.buf);
+  tl.buf = NULL;
+  tl.cap = 0;
 }
 
 void wk_log_flush(void) {

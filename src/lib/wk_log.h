@@ -35,7 +35,8 @@ void wk_log_json_write(wk_log_level level, const char *event, json_t *fields);
  * thread and written together by wk_log_flush (or at once when 64 KiB are held), so
  * an event loop writes one batch per turn instead of one write per line. Lines stay
  * whole and in order; a crash loses what the thread held. Other threads write each
- * line at once as before. off: writes what is held, and each line at once again. */
+ * line at once as before. off: writes what is held and frees the thread's buffer (call it
+ * before a holding thread ends), then each line at once again. */
 void wk_log_hold(bool on);
 
 /** Writes what the calling thread holds (one write; nothing when it holds nothing). */
