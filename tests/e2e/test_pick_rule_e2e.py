@@ -8,12 +8,14 @@ A real etcd (etcd_fixture) and real workers. Where a test needs the registry to 
 something (code it lists, draining), it writes the records itself, pointing at real
 workers; the kill tests use the workers' own registrations."""
 
+import asyncio
 import json
 import os
 import signal
 import subprocess
 import time
 
+import grpc
 from conftest import WORKERCTL
 from etcd_fixture import etcd, wait_for  # noqa: F401 (etcd: a fixture)
 from pyclient_support import deploy_all
@@ -136,6 +138,13 @@ def test_record_without_code_or_truncated_is_a_last_resort(worker_factory, etcd)
                             etcd.url, check=0)) == w1.addr
 
 
+def connection_state(client, addr):
+    """The connectivity of the Python client's channel to addr (read on its loop)."""
+    async def state():
+        return client._engine.conn(addr).channel.get_state()
+    return asyncio.run_coroutine_threadsafe(state(), client._loop).result(10)
+
+
 def kill9(w):
     w.proc.send_signal(signal.SIGKILL)
     w.proc.wait()
@@ -167,6 +176,12 @@ def test_killed_worker_costs_the_python_client_at_most_one_attempt(worker_factor
         # warm both channels: the dead worker's connection was up when it was killed
         assert c.submit("square", 3).result(60) == 9
         kill9(dead)
+        # the burst starts once the client's connection has seen the worker go (as it
+        # has for any worker that died before the burst): requests already in flight
+        # in the instant between a worker's death and its connection noticing each
+        # cost an attempt (README "Picking a worker")
+        assert wait_for(lambda: connection_state(c, dead.addr) != grpc.ChannelConnectivity.READY,
+                        timeout=30)
         fs = [c.submit("square", i) for i in range(20)]  # a burst, all at once
         assert [f.result(60) for f in fs] == [i * i for i in range(20)]
         for i in range(5):  # and one at a time
