@@ -1105,79 +1105,103 @@ void wk_core_handle_submit(wk_core *core, const wk_submit_request *req, void *ad
   do_handle_submit(core, req, adapter_ctx, now_ms, out);
 }
 
-TAPPED_FN void tapped_activation_prepared(wk_core *core, const char *task_id, size_t task_id_len,
-                                          uint64_t slot_id, uint64_t code_epoch, int64_t now_ms,
-                                          wk_transition_result *out) {
-  const wk_core_input in = {.kind = WK_INPUT_ACTIVATION_PREPARED,
-                            .now_ms = now_ms,
-                            .task_id = task_id,
-                            .task_id_len = task_id_len,
-                            .slot_id = slot_id,
-                            .code_epoch = code_epoch};
-  tap_in(core, &in);
-  core->tapped = false; /* the entry point itself, past its test */
-  wk_core_handle_activation_prepared(core, task_id, task_id_len, slot_id, code_epoch, now_ms, out);
+/* Runs one of the transition inputs (a task's or slot's event answered with commands)
+ * by its handler. */
+static void run_transition(wk_core *core, const wk_core_input *in, wk_transition_result *out) {
+  const char *id = in->task_id;
+  size_t len = in->task_id_len;
+  switch (in->kind) {
+    case WK_INPUT_ACTIVATION_PREPARED:
+      do_handle_activation_prepared(core, id, len, in->slot_id, in->code_epoch, in->now_ms, out);
+      return;
+    case WK_INPUT_ACTIVATION_FAILED:
+      do_handle_activation_failed(core, id, len, in->code, in->message, in->now_ms, out);
+      return;
+    case WK_INPUT_PHASE_FINISHED:
+      do_handle_phase_finished(core, id, len, in->phase, in->outcome, in->now_ms, out);
+      return;
+    case WK_INPUT_TASK_TIMED_OUT: do_handle_task_timed_out(core, id, len, in->now_ms, out); return;
+    case WK_INPUT_ABORT:
+      do_handle_abort(core, id, len, in->code, in->message, in->now_ms, out);
+      return;
+    case WK_INPUT_WATCH_GRACE_EXPIRED:
+      do_handle_watch_grace_expired(core, id, len, in->now_ms, out);
+      return;
+    case WK_INPUT_SLOT_LEASE_EXPIRED:
+      do_handle_slot_lease_expired(core, in->slot_id, in->now_ms, out);
+      return;
+    case WK_INPUT_SET_READY:
+    case WK_INPUT_SET_DRAINING:
+    case WK_INPUT_SET_PAUSED:
+    case WK_INPUT_REQUEST_SLOT:
+    case WK_INPUT_SUBMIT:
+    case WK_INPUT_CALL_PROGRESS:
+    case WK_INPUT_WATCH_ATTACHED:
+    case WK_INPUT_WATCH_DETACHED:
+    case WK_INPUT_WATCH_DISCONNECTED:
+    case WK_INPUT_PURGE: break;
+  }
+  WK_UNREACHABLE("an input kind that is not a transition");
+}
+
+/* The tapped path of the transition inputs, which share one answer (a transition
+ * result): recorded, run with the tap off (inputs it causes are not recorded again),
+ * and its answer recorded. */
+TAPPED_FN void tapped_transition(wk_core *core, const wk_core_input *in,
+                                 wk_transition_result *out) {
+  tap_in(core, in);
+  core->tapped = false;
+  run_transition(core, in, out);
   core->tapped = true;
-  tap_out(core, &in, &(wk_core_output){.err = out->err, .transition = out});
+  tap_out(core, in, &(wk_core_output){.err = out->err, .transition = out});
 }
 
 void wk_core_handle_activation_prepared(wk_core *core, const char *task_id, size_t task_id_len,
                                         uint64_t slot_id, uint64_t code_epoch, int64_t now_ms,
                                         wk_transition_result *out) {
   if (TAPPED(core)) {
-    tapped_activation_prepared(core, task_id, task_id_len, slot_id, code_epoch, now_ms, out);
+    tapped_transition(core,
+                      &(wk_core_input){.kind = WK_INPUT_ACTIVATION_PREPARED,
+                                       .now_ms = now_ms,
+                                       .task_id = task_id,
+                                       .task_id_len = task_id_len,
+                                       .slot_id = slot_id,
+                                       .code_epoch = code_epoch},
+                      out);
     return;
   }
   do_handle_activation_prepared(core, task_id, task_id_len, slot_id, code_epoch, now_ms, out);
-}
-
-TAPPED_FN void tapped_activation_failed(wk_core *core, const char *task_id, size_t task_id_len,
-                                        wk_failure_code code, const char *message, int64_t now_ms,
-                                        wk_transition_result *out) {
-  const wk_core_input in = {.kind = WK_INPUT_ACTIVATION_FAILED,
-                            .now_ms = now_ms,
-                            .task_id = task_id,
-                            .task_id_len = task_id_len,
-                            .code = code,
-                            .message = message};
-  tap_in(core, &in);
-  core->tapped = false; /* the entry point itself, past its test */
-  wk_core_handle_activation_failed(core, task_id, task_id_len, code, message, now_ms, out);
-  core->tapped = true;
-  tap_out(core, &in, &(wk_core_output){.err = out->err, .transition = out});
 }
 
 void wk_core_handle_activation_failed(wk_core *core, const char *task_id, size_t task_id_len,
                                       wk_failure_code code, const char *message, int64_t now_ms,
                                       wk_transition_result *out) {
   if (TAPPED(core)) {
-    tapped_activation_failed(core, task_id, task_id_len, code, message, now_ms, out);
+    tapped_transition(core,
+                      &(wk_core_input){.kind = WK_INPUT_ACTIVATION_FAILED,
+                                       .now_ms = now_ms,
+                                       .task_id = task_id,
+                                       .task_id_len = task_id_len,
+                                       .code = code,
+                                       .message = message},
+                      out);
     return;
   }
   do_handle_activation_failed(core, task_id, task_id_len, code, message, now_ms, out);
-}
-
-TAPPED_FN void tapped_phase_finished(wk_core *core, const char *task_id, size_t task_id_len,
-                                     wk_phase phase, const wk_phase_outcome *outcome,
-                                     int64_t now_ms, wk_transition_result *out) {
-  const wk_core_input in = {.kind = WK_INPUT_PHASE_FINISHED,
-                            .now_ms = now_ms,
-                            .task_id = task_id,
-                            .task_id_len = task_id_len,
-                            .phase = phase,
-                            .outcome = outcome};
-  tap_in(core, &in);
-  core->tapped = false; /* the entry point itself, past its test */
-  wk_core_handle_phase_finished(core, task_id, task_id_len, phase, outcome, now_ms, out);
-  core->tapped = true;
-  tap_out(core, &in, &(wk_core_output){.err = out->err, .transition = out});
 }
 
 void wk_core_handle_phase_finished(wk_core *core, const char *task_id, size_t task_id_len,
                                    wk_phase phase, const wk_phase_outcome *outcome, int64_t now_ms,
                                    wk_transition_result *out) {
   if (TAPPED(core)) {
-    tapped_phase_finished(core, task_id, task_id_len, phase, outcome, now_ms, out);
+    tapped_transition(core,
+                      &(wk_core_input){.kind = WK_INPUT_PHASE_FINISHED,
+                                       .now_ms = now_ms,
+                                       .task_id = task_id,
+                                       .task_id_len = task_id_len,
+                                       .phase = phase,
+                                       .outcome = outcome},
+                      out);
     return;
   }
   do_handle_phase_finished(core, task_id, task_id_len, phase, outcome, now_ms, out);
@@ -1203,49 +1227,32 @@ wk_err wk_core_handle_call_progress(wk_core *core, const char *task_id, size_t t
   return do_handle_call_progress(core, task_id, task_id_len, stats);
 }
 
-TAPPED_FN void tapped_task_timed_out(wk_core *core, const char *task_id, size_t task_id_len,
-                                     int64_t now_ms, wk_transition_result *out) {
-  const wk_core_input in = {.kind = WK_INPUT_TASK_TIMED_OUT,
-                            .now_ms = now_ms,
-                            .task_id = task_id,
-                            .task_id_len = task_id_len};
-  tap_in(core, &in);
-  core->tapped = false; /* the entry point itself, past its test */
-  wk_core_handle_task_timed_out(core, task_id, task_id_len, now_ms, out);
-  core->tapped = true;
-  tap_out(core, &in, &(wk_core_output){.err = out->err, .transition = out});
-}
-
 void wk_core_handle_task_timed_out(wk_core *core, const char *task_id, size_t task_id_len,
                                    int64_t now_ms, wk_transition_result *out) {
   if (TAPPED(core)) {
-    tapped_task_timed_out(core, task_id, task_id_len, now_ms, out);
+    tapped_transition(core,
+                      &(wk_core_input){.kind = WK_INPUT_TASK_TIMED_OUT,
+                                       .now_ms = now_ms,
+                                       .task_id = task_id,
+                                       .task_id_len = task_id_len},
+                      out);
     return;
   }
   do_handle_task_timed_out(core, task_id, task_id_len, now_ms, out);
-}
-
-TAPPED_FN void tapped_abort(wk_core *core, const char *task_id, size_t task_id_len,
-                            wk_failure_code code, const char *message, int64_t now_ms,
-                            wk_transition_result *out) {
-  const wk_core_input in = {.kind = WK_INPUT_ABORT,
-                            .now_ms = now_ms,
-                            .task_id = task_id,
-                            .task_id_len = task_id_len,
-                            .code = code,
-                            .message = message};
-  tap_in(core, &in);
-  core->tapped = false; /* the entry point itself, past its test */
-  wk_core_handle_abort(core, task_id, task_id_len, code, message, now_ms, out);
-  core->tapped = true;
-  tap_out(core, &in, &(wk_core_output){.err = out->err, .transition = out});
 }
 
 void wk_core_handle_abort(wk_core *core, const char *task_id, size_t task_id_len,
                           wk_failure_code code, const char *message, int64_t now_ms,
                           wk_transition_result *out) {
   if (TAPPED(core)) {
-    tapped_abort(core, task_id, task_id_len, code, message, now_ms, out);
+    tapped_transition(core,
+                      &(wk_core_input){.kind = WK_INPUT_ABORT,
+                                       .now_ms = now_ms,
+                                       .task_id = task_id,
+                                       .task_id_len = task_id_len,
+                                       .code = code,
+                                       .message = message},
+                      out);
     return;
   }
   do_handle_abort(core, task_id, task_id_len, code, message, now_ms, out);
@@ -1291,43 +1298,27 @@ wk_err wk_core_handle_watch_disconnected(wk_core *core, const char *task_id, siz
   return do_handle_watch_disconnected(core, task_id, task_id_len, now_ms);
 }
 
-TAPPED_FN void tapped_watch_grace_expired(wk_core *core, const char *task_id, size_t task_id_len,
-                                          int64_t now_ms, wk_transition_result *out) {
-  const wk_core_input in = {.kind = WK_INPUT_WATCH_GRACE_EXPIRED,
-                            .now_ms = now_ms,
-                            .task_id = task_id,
-                            .task_id_len = task_id_len};
-  tap_in(core, &in);
-  core->tapped = false; /* the entry point itself, past its test */
-  wk_core_handle_watch_grace_expired(core, task_id, task_id_len, now_ms, out);
-  core->tapped = true;
-  tap_out(core, &in, &(wk_core_output){.err = out->err, .transition = out});
-}
-
 void wk_core_handle_watch_grace_expired(wk_core *core, const char *task_id, size_t task_id_len,
                                         int64_t now_ms, wk_transition_result *out) {
   if (TAPPED(core)) {
-    tapped_watch_grace_expired(core, task_id, task_id_len, now_ms, out);
+    tapped_transition(core,
+                      &(wk_core_input){.kind = WK_INPUT_WATCH_GRACE_EXPIRED,
+                                       .now_ms = now_ms,
+                                       .task_id = task_id,
+                                       .task_id_len = task_id_len},
+                      out);
     return;
   }
   do_handle_watch_grace_expired(core, task_id, task_id_len, now_ms, out);
 }
 
-TAPPED_FN void tapped_slot_lease_expired(wk_core *core, uint64_t slot_id, int64_t now_ms,
-                                         wk_transition_result *out) {
-  const wk_core_input in = {
-      .kind = WK_INPUT_SLOT_LEASE_EXPIRED, .now_ms = now_ms, .slot_id = slot_id};
-  tap_in(core, &in);
-  core->tapped = false; /* the entry point itself, past its test */
-  wk_core_handle_slot_lease_expired(core, slot_id, now_ms, out);
-  core->tapped = true;
-  tap_out(core, &in, &(wk_core_output){.err = out->err, .transition = out});
-}
-
 void wk_core_handle_slot_lease_expired(wk_core *core, uint64_t slot_id, int64_t now_ms,
                                        wk_transition_result *out) {
   if (TAPPED(core)) {
-    tapped_slot_lease_expired(core, slot_id, now_ms, out);
+    tapped_transition(
+        core,
+        &(wk_core_input){.kind = WK_INPUT_SLOT_LEASE_EXPIRED, .now_ms = now_ms, .slot_id = slot_id},
+        out);
     return;
   }
   do_handle_slot_lease_expired(core, slot_id, now_ms, out);
