@@ -160,6 +160,10 @@ def test_cancel_from_the_future_and_from_elsewhere(client, w):
     # cancelled right after submit, before the admission came back: still cancelled
     k = client.submit("sleepy", {"seconds": 30})
     assert k.cancel("early") is True
+    # the submit may still be on its way: the worker knows the task once it came back
+    deadline = time.time() + 30
+    while k.address is None and time.time() < deadline:
+        time.sleep(0.01)
     r = w.wait_terminal(k.task_id)
     assert r.state == pb.TASK_STATE_CANCELLED
 
