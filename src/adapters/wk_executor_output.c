@@ -10,6 +10,7 @@
 
 #include "lib/wk_alloc.h"
 #include "lib/wk_assert.h"
+#include "lib/wk_json_out.h"
 #include "lib/wk_log.h"
 
 #define LINE_MAX_DEFAULT 16384u
@@ -112,27 +113,8 @@ const char *wk_exec_output_tail(const wk_exec_output *o, uint32_t *len) {
 static size_t utf8_clean(const unsigned char *in, size_t n, char *out) {
   size_t o = 0;
   for (size_t i = 0; i < n;) {
-    unsigned char c = in[i];
-    size_t len = 0;
-    uint32_t min = 0, cp = 0;
-    if (c < 0x80) {
-      out[o++] = (char)c;
-      i++;
-      continue;
-    } else if ((c & 0xe0) == 0xc0) {
-      len = 2, min = 0x80, cp = c & 0x1f;
-    } else if ((c & 0xf0) == 0xe0) {
-      len = 3, min = 0x800, cp = c & 0x0f;
-    } else if ((c & 0xf8) == 0xf0) {
-      len = 4, min = 0x10000, cp = c & 0x07;
-    }
-    bool ok = len > 0 && i + len <= n;
-    for (size_t k = 1; ok && k < len; k++) {
-      if ((in[i + k] & 0xc0) != 0x80) ok = false;
-      cp = (cp << 6) | (in[i + k] & 0x3f);
-    }
-    if (ok && (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))) ok = false;
-    if (ok) {
+    size_t len = wk_utf8_len(in + i, n - i);
+    if (len > 0) {
       memcpy(out + o, in + i, len);
       o += len;
       i += len;

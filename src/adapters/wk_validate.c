@@ -10,6 +10,7 @@
 
 #include "lib/wk_alloc.h"
 #include "lib/wk_assert.h"
+#include "lib/wk_json_out.h"
 #include "lib/wk_err.h"
 
 #define TASK_ID_RULE "must be 1 to 128 printable ASCII characters (0x21-0x7e)"
@@ -506,44 +507,15 @@ static bool read_varint(const uint8_t *buf, size_t len, size_t *pos, uint64_t *o
 
 /* Returns the offset of the first byte that breaks UTF-8 (or is NUL), or len. */
 static size_t utf8_bad_offset(const uint8_t *s, size_t len, bool *is_nul) {
-  size_t i = 0;
   *is_nul = false;
-  while (i < len) {
-    uint8_t c = s[i];
-    if (c == 0) {
+  for (size_t i = 0; i < len;) {
+    if (s[i] == 0) {
       *is_nul = true;
       return i;
     }
-    if (c < 0x80) {
-      i++;
-      continue;
-    }
-    size_t need;
-    uint32_t min;
-    uint32_t cp;
-    if (c >= 0xc2 && c <= 0xdf) {
-      need = 1;
-      min = 0x80;
-      cp = c & 0x1fu;
-    } else if (c >= 0xe0 && c <= 0xef) {
-      need = 2;
-      min = 0x800;
-      cp = c & 0x0fu;
-    } else if (c >= 0xf0 && c <= 0xf4) {
-      need = 3;
-      min = 0x10000;
-      cp = c & 0x07u;
-    } else {
-      return i;
-    }
-    if (len - i <= need) return i;
-    for (size_t k = 1; k <= need; k++) {
-      uint8_t cc = s[i + k];
-      if ((cc & 0xc0u) != 0x80u) return i;
-      cp = (cp << 6) | (cc & 0x3fu);
-    }
-    if (cp < min || cp > 0x10ffffu || (cp >= 0xd800u && cp <= 0xdfffu)) return i;
-    i += need + 1;
+    size_t l = wk_utf8_len(s + i, len - i);
+    if (l == 0) return i;
+    i += l;
   }
   return len;
 }

@@ -17,6 +17,7 @@
 #include "app/wk_orchestrator.h"
 #include "app/wk_subscriptions.h"
 #include "app/wk_task_runtime.h"
+#include "lib/wk_buf.h"
 
 /* ---- wk_orchestrator.c -------------------------------------------------------------- */
 
@@ -119,11 +120,12 @@ struct wk_orch {
   uint32_t jobs;      /* wk_orch__jobs on the threadpool: the orchestrator outlives them */
   wk_task_rt *scopes; /* runtimes in their calls phase, for the IO scope bound */
   wk_code_pins *pins; /* the code epochs tasks run (wk_task_code.c), shared with prune jobs */
-  struct wk_orch__prune *prune_pending;         /* functions to prune next (wk_code_prune.c) */
-  bool prune_running;                           /* a prune job is on the threadpool */
-  wk_task_rt *progress_pending;                 /* tasks with a PROGRESS event held back (rate) */
-  int64_t progress_due;                         /* the earliest of theirs (INT64_MAX: none) */
-  wk_task_book *book;                           /* function, labels and call output of each task */
+  struct wk_orch__prune *prune_pending; /* functions to prune next (wk_code_prune.c) */
+  bool prune_running;                   /* a prune job is on the threadpool */
+  wk_task_rt *progress_pending;         /* tasks with a PROGRESS event held back (rate) */
+  int64_t progress_due;                 /* the earliest of theirs (INT64_MAX: none) */
+  wk_task_book *book;                   /* function, labels and call output of each task */
+  wk_buf record; /* the audit and task_finished records are built here, one at a time */
   void (*deploy_handle)(void *ud, wk_rpc *rpc); /* DeployCode, SetCurrentEpoch; NULL = none */
   void *deploy_ud;
 };

@@ -9,6 +9,7 @@
 #include "adapters/wk_shadow.h"
 #include "lib/wk_alloc.h"
 #include "lib/wk_assert.h"
+#include "lib/wk_json_out.h"
 #include "lib/wk_log.h"
 #include "app/wk_wire.h"
 #include "grpc/health/v1/health.pb-c.h"
@@ -208,17 +209,26 @@ static void handle_submit(wk_orch *o, wk_rpc *rpc) {
     free(bytes);
   }
   if (!res.duplicate) wk_orch__book_add(o, req);
-  if (!res.duplicate) {
+  if (!res.duplicate && wk_log_enabled(WK_LOG_INFO)) {
     /* the audit line: who asked for what, once per accepted submission */
-    json_t *a = json_pack("{s:s,s:s,s:s,s:I,s:s,s:s,s:I,s:I,s:I,s:b}", "task_id", req->task_id,
-                          "function", req->function->name, "builder", rt_builder_name(req),
-                          "epoch_requested", (json_int_t)req->function->epoch, "result_handler",
-                          req->result_handler && !is_shadow ? req->result_handler->type : "",
-                          "peer", wk_rpc_peer(rpc), "slot_id", (json_int_t)res.slot_id,
-                          "args_bytes", (json_int_t)req->function->args.len, "timeout_ms",
-                          (json_int_t)req->timeout_ms, "shadow", is_shadow);
-    if (traceparent[0]) json_object_set_new(a, "traceparent", json_string(traceparent));
-    wk_log_json(WK_LOG_INFO, "audit", a);
+    wk_buf *b = &o->record;
+    wk_buf_clear(b);
+    wk_json_obj a;
+    wk_json_obj_begin(&a, b);
+    wk_json_obj_str(&a, "task_id", req->task_id);
+    wk_json_obj_str(&a, "function", req->function->name);
+    wk_json_obj_str(&a, "builder", rt_builder_name(req));
+    wk_json_obj_int(&a, "epoch_requested", (int64_t)req->function->epoch);
+    wk_json_obj_str(&a, "result_handler",
+                    req->result_handler && !is_shadow ? req->result_handler->type : "");
+    wk_json_obj_str(&a, "peer", wk_rpc_peer(rpc));
+    wk_json_obj_int(&a, "slot_id", (int64_t)res.slot_id);
+    wk_json_obj_int(&a, "args_bytes", (int64_t)req->function->args.len);
+    wk_json_obj_int(&a, "timeout_ms", (int64_t)req->timeout_ms);
+    wk_json_obj_bool(&a, "shadow", is_shadow);
+    if (traceparent[0]) wk_json_obj_str(&a, "traceparent", traceparent);
+    wk_json_obj_end(&a);
+    wk_log_object_write(WK_LOG_INFO, "audit", (const char *)b->data, b->len);
   }
   wk_orch__exec_cmds(o, &res.cmds);
 }

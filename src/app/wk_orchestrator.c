@@ -553,6 +553,7 @@ void wk_orch__maybe_free(wk_orch *o) {
   pthread_mutex_destroy(&o->mu);
   free(o->events);
   free(o->draining_events);
+  wk_buf_free(&o->record);
   free(o);
 }
 

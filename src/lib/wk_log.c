@@ -84,7 +84,7 @@ static void hold_append(const char *p, size_t n) {
   tl.len += n;
 }
 
-void wk_log_json_write(wk_log_level level, const char *event, json_t *fields) {
+void wk_log_object_write(wk_log_level level, const char *event, const char *object, size_t n) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   if (ts.tv_sec != tl.stamp_sec || tl.stamp[0] == '\0') {
@@ -93,28 +93,19 @@ void wk_log_json_write(wk_log_level level, const char *event, json_t *fields) {
     strftime(tl.stamp, sizeof tl.stamp, "%Y-%m-%dT%H:%M:%S", &tm);
     tl.stamp_sec = ts.tv_sec;
   }
-  /* the head is written here and the fields' object is dumped after it (its "{"
-   * dropped): no second object to copy every field into; event names are the
-   * program's own identifiers, never text that needs escaping */
+  /* the head is written here and the object's members after it (its "{" dropped):
+   * event names are the program's own identifiers, never text that needs escaping */
   char head[160];
   int hn = snprintf(head, sizeof head, "{\"ts\":\"%s.%03ldZ\",\"level\":\"%s\",\"event\":\"%s\"",
                     tl.stamp, ts.tv_nsec / 1000000, level_name(level), event);
-  if (hn < 0 || (size_t)hn >= sizeof head) {
-    json_decref(fields);
-    return;
-  }
-  char *text = NULL;
-  if (fields) {
-    text = json_dumps(fields, JSON_COMPACT);
-    json_decref(fields);
-    if (!text) return;
-  }
-  /* text is "{}" or "{...}": after the head, "}" or ",..." */
-  const char *rest = (text && text[1] != '}') ? text + 1 : "}";
-  size_t rn = strlen(rest);
+  if (hn < 0 || (size_t)hn >= sizeof head) return;
+  /* object is "{}" or "{...}": after the head, "}" or ",...}" */
+  bool members = n > 2 && object[0] == '{';
+  const char *rest = members ? object + 1 : "}";
+  size_t rn = members ? n - 1 : 1;
   if (tl.holding) {
     hold_append(head, (size_t)hn);
-    if (rest == text + 1) hold_append(",", 1);
+    if (members) hold_append(",", 1);
     hold_append(rest, rn);
     hold_append("\n", 1);
     if (tl.len >= HOLD_MAX) wk_log_flush();
@@ -126,13 +117,27 @@ void wk_log_json_write(wk_log_level level, const char *event, json_t *fields) {
     if (line) {
       size_t at = (size_t)hn;
       memcpy(line, head, at);
-      if (rest == text + 1) line[at++] = ',';
+      if (members) line[at++] = ',';
       memcpy(line + at, rest, rn);
       at += rn;
       line[at++] = '\n';
       write_all(line, at);
       if (line != stack) free(line);
     }
+  }
+}
+
+void wk_log_json_write(wk_log_level level, const char *event, json_t *fields) {
+  char *text = NULL;
+  if (fields) {
+    text = json_dumps(fields, JSON_COMPACT);
+    json_decref(fields);
+    if (!text) return;
+  }
+  if (text) {
+    wk_log_object_write(level, event, text, strlen(text));
+  } else {
+    wk_log_object_write(level, event, "{}", 2);
   }
   free(text);
 }

@@ -31,6 +31,11 @@ static inline bool wk_log_enabled(wk_log_level level) { return level >= wk_log_m
  * NULL), whatever the level. Steals the reference to `fields`. */
 void wk_log_json_write(wk_log_level level, const char *event, json_t *fields);
 
+/** Writes one line with `event` and the members of `object` (n bytes of JSON object
+ * text, "{...}", as lib/wk_json_out.h writes it), whatever the level. The text is
+ * copied; the caller keeps it. */
+void wk_log_object_write(wk_log_level level, const char *event, const char *object, size_t n);
+
 /** on: from now on, lines written on the calling thread are kept in a buffer of that
  * thread and written together by wk_log_flush (or at once when 64 KiB are held), so
  * an event loop writes one batch per turn instead of one write per line. Lines stay

@@ -122,69 +122,6 @@ static int next_field(const uint8_t **p, const uint8_t *end, const uint8_t **msg
 
 /* ---- JSON pieces ------------------------------------------------------------------------ */
 
-/* Length of the valid UTF-8 sequence at p (n bytes left), or 0 if it is not one. */
-static size_t utf8_len(const uint8_t *p, size_t n) {
-  uint8_t c = p[0];
-  size_t need;
-  uint32_t min, cp;
-  if (c < 0x80) return 1;
-  if ((c & 0xe0) == 0xc0) {
-    need = 2, min = 0x80, cp = c & 0x1fu;
-  } else if ((c & 0xf0) == 0xe0) {
-    need = 3, min = 0x800, cp = c & 0x0fu;
-  } else if ((c & 0xf8) == 0xf0) {
-    need = 4, min = 0x10000, cp = c & 0x07u;
-  } else {
-    return 0;
-  }
-  if (n < need) return 0;
-  for (size_t i = 1; i < need; i++) {
-    if ((p[i] & 0xc0) != 0x80) return 0;
-    cp = (cp << 6) | (p[i] & 0x3fu);
-  }
-  if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
-  return need;
-}
-
-void wk_json_put_string(wk_buf *b, const char *s, size_t n) {
-  static const char hex[] = "0123456789abcdef";
-  const uint8_t *p = (const uint8_t *)s;
-  wk_buf_append(b, "\"", 1);
-  size_t i = 0;
-  while (i < n) {
-    uint8_t c = p[i];
-    if (c >= 0x80) {
-      size_t l = utf8_len(p + i, n - i);
-      if (l == 0) {
-        wk_buf_append(b, "\xef\xbf\xbd", 3); /* U+FFFD */
-        i++;
-      } else {
-        wk_buf_append(b, p + i, l);
-        i += l;
-      }
-      continue;
-    }
-    i++;
-    switch (c) {
-      case '"': wk_buf_append(b, "\\\"", 2); break;
-      case '\\': wk_buf_append(b, "\\\\", 2); break;
-      case '\n': wk_buf_append(b, "\\n", 2); break;
-      case '\r': wk_buf_append(b, "\\r", 2); break;
-      case '\t': wk_buf_append(b, "\\t", 2); break;
-      case '\b': wk_buf_append(b, "\\b", 2); break;
-      case '\f': wk_buf_append(b, "\\f", 2); break;
-      default:
-        if (c < 0x20) {
-          char u[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
-          wk_buf_append(b, u, sizeof u);
-        } else {
-          wk_buf_append(b, &c, 1);
-        }
-    }
-  }
-  wk_buf_append(b, "\"", 1);
-}
-
 void wk_put_base64(wk_buf *b, const uint8_t *p, size_t n) {
   static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
   uint8_t *o = wk_buf_reserve(b, (n + 2) / 3 * 4);

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "lib/wk_buf.h"
+#include "lib/wk_json_out.h"
 #include "plugins/wk_writers.h"
 
 extern const wk_writer wk_writer_file;
@@ -64,9 +65,7 @@ uint32_t wk_io_timeout_ms(const wk_writer_settings *s);
 
 /* ---- JSON pieces (exposed for the tests of this module) --------------------------- */
 
-/** Appends s (n bytes) as a JSON string literal, quotes included; bytes that are not
- * valid UTF-8 become U+FFFD. */
-void wk_json_put_string(wk_buf *b, const char *s, size_t n);
+/* wk_json_put_string (lib/wk_json_out.h) writes a JSON string literal. */
 
 /** Appends standard base64 (with padding) of p[0..n). */
 void wk_put_base64(wk_buf *b, const uint8_t *p, size_t n);

@@ -90,6 +90,22 @@ static void test_records_written_when_the_level_is_on(void **state) {
   free(out);
 }
 
+static void log_objects(void) {
+  const char members[] = "{\"k\":\"v\",\"n\":{\"m\":1}}";
+  wk_log_object_write(WK_LOG_INFO, "with_members", members, sizeof members - 1);
+  wk_log_object_write(WK_LOG_INFO, "empty", "{}", 2);
+}
+
+/* An object's text is written after the head, its members in the line's object. */
+static void test_object_text_written_as_members(void **state) {
+  (void)state;
+  char *out = capture(log_objects);
+  assert_non_null(
+      strstr(out, "\"level\":\"info\",\"event\":\"with_members\",\"k\":\"v\",\"n\":{\"m\":1}}\n"));
+  assert_non_null(strstr(out, "\"level\":\"info\",\"event\":\"empty\"}\n"));
+  free(out);
+}
+
 /* A level expression is evaluated once, and the macro is one statement (if / else). */
 static void test_macro_is_one_statement(void **state) {
   (void)state;
@@ -168,6 +184,7 @@ int main(void) {
       cmocka_unit_test(test_arguments_not_evaluated_when_the_level_is_off),
       cmocka_unit_test(test_records_written_when_the_level_is_on),
       cmocka_unit_test(test_macro_is_one_statement),
+      cmocka_unit_test(test_object_text_written_as_members),
       cmocka_unit_test(test_held_lines_written_at_flush),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

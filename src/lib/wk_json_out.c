@@ -1,0 +1,128 @@
+#include "lib/wk_json_out.h"
+
+#include <string.h>
+
+#include "lib/wk_assert.h"
+
+size_t wk_utf8_len(const uint8_t *p, size_t n) {
+  uint8_t c = p[0];
+  size_t need;
+  uint32_t min, cp;
+  if (c < 0x80) return 1;
+  if ((c & 0xe0) == 0xc0) {
+    need = 2, min = 0x80, cp = c & 0x1fu;
+  } else if ((c & 0xf0) == 0xe0) {
+    need = 3, min = 0x800, cp = c & 0x0fu;
+  } else if ((c & 0xf8) == 0xf0) {
+    need = 4, min = 0x10000, cp = c & 0x07u;
+  } else {
+    return 0;
+  }
+  if (n < need) return 0;
+  for (size_t i = 1; i < need; i++) {
+    if ((p[i] & 0xc0) != 0x80) return 0;
+    cp = (cp << 6) | (p[i] & 0x3fu);
+  }
+  if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
+  return need;
+}
+
+void wk_json_put_string(wk_buf *b, const char *s, size_t n) {
+  static const char hex[] = "0123456789ABCDEF"; /* as jansson writes them */
+  const uint8_t *p = (const uint8_t *)s;
+  wk_buf_append(b, "\"", 1);
+  size_t i = 0;
+  while (i < n) {
+    /* the run of bytes that go as they are, appended at once */
+    size_t run = i;
+    while (run < n && p[run] >= 0x20 && p[run] < 0x80 && p[run] != '"' && p[run] != '\\') run++;
+    if (run > i) {
+      wk_buf_append(b, p + i, run - i);
+      i = run;
+      continue;
+    }
+    uint8_t c = p[i];
+    if (c >= 0x80) {
+      size_t l = wk_utf8_len(p + i, n - i);
+      if (l == 0) {
+        wk_buf_append(b, "\xef\xbf\xbd", 3); /* U+FFFD */
+        i++;
+      } else {
+        wk_buf_append(b, p + i, l);
+        i += l;
+      }
+      continue;
+    }
+    i++;
+    switch (c) {
+      case '"': wk_buf_append(b, "\\\"", 2); break;
+      case '\\': wk_buf_append(b, "\\\\", 2); break;
+      case '\n': wk_buf_append(b, "\\n", 2); break;
+      case '\r': wk_buf_append(b, "\\r", 2); break;
+      case '\t': wk_buf_append(b, "\\t", 2); break;
+      case '\b': wk_buf_append(b, "\\b", 2); break;
+      case '\f': wk_buf_append(b, "\\f", 2); break;
+      default: {
+        char u[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
+        wk_buf_append(b, u, sizeof u);
+      }
+    }
+  }
+  wk_buf_append(b, "\"", 1);
+}
+
+void wk_json_obj_begin(wk_json_obj *o, wk_buf *out) {
+  o->out = out;
+  o->depth = 1;
+  o->has[0] = false;
+  wk_buf_append(out, "{", 1);
+}
+
+/* Writes the separator and "key": of the next member. */
+static void put_key(wk_json_obj *o, const char *key) {
+  WK_ASSERT(o->depth > 0);
+  bool *has = &o->has[o->depth - 1];
+  if (*has) wk_buf_append(o->out, ",", 1);
+  *has = true;
+  wk_json_put_string(o->out, key, strlen(key));
+  wk_buf_append(o->out, ":", 1);
+}
+
+void wk_json_obj_str(wk_json_obj *o, const char *key, const char *s) {
+  put_key(o, key);
+  wk_json_put_string(o->out, s ? s : "", s ? strlen(s) : 0);
+}
+
+void wk_json_obj_int(wk_json_obj *o, const char *key, int64_t v) {
+  put_key(o, key);
+  char digits[20]; /* backwards */
+  size_t n = 0;
+  uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+  do {
+    digits[n++] = (char)('0' + u % 10);
+    u /= 10;
+  } while (u > 0);
+  uint8_t *p = wk_buf_reserve(o->out, n + 1);
+  size_t w = 0;
+  if (v < 0) p[w++] = '-';
+  while (n > 0) p[w++] = (uint8_t)digits[--n];
+  o->out->len += w;
+}
+
+void wk_json_obj_bool(wk_json_obj *o, const char *key, bool v) {
+  put_key(o, key);
+  wk_buf_append(o->out, v ? "true" : "false", v ? 4 : 5);
+}
+
+void wk_json_obj_open(wk_json_obj *o, const char *key) {
+  WK_ASSERT(o->depth < WK_JSON_OBJ_DEPTH);
+  put_key(o, key);
+  wk_buf_append(o->out, "{", 1);
+  o->has[o->depth++] = false;
+}
+
+void wk_json_obj_end(wk_json_obj *o) {
+  WK_ASSERT(o->depth > 0);
+  o->depth--;
+  wk_buf_append(o->out, "}", 1);
+}

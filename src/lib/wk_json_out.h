@@ -1,0 +1,47 @@
+/* wk_json_out.h: JSON text written straight into a wk_buf, for records built on a hot
+ * path (log lines, usage records, writer records): no tree of values is built and
+ * nothing is allocated beyond the buffer's growth. Strings are escaped as jansson's
+ * compact dump escapes them; bytes that are not valid UTF-8 become U+FFFD, so the text
+ * is always valid JSON whatever it was given. */
+#ifndef WK_JSON_OUT_H
+#define WK_JSON_OUT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lib/wk_buf.h"
+
+/** Length of the well-formed UTF-8 sequence at p (n > 0 bytes left): 1 to 4, or 0 when
+ * p does not begin one (overlong forms, surrogates, code points above U+10FFFF and cut
+ * sequences included). */
+size_t wk_utf8_len(const uint8_t *p, size_t n);
+
+/** Appends s (n bytes) as a JSON string literal, quotes included. */
+void wk_json_put_string(wk_buf *b, const char *s, size_t n);
+
+/* An object being written: members in the order they are put, objects nested up to
+ * WK_JSON_OBJ_DEPTH deep. */
+#define WK_JSON_OBJ_DEPTH 8
+typedef struct wk_json_obj {
+  wk_buf *out;
+  uint32_t depth;              /* objects open */
+  bool has[WK_JSON_OBJ_DEPTH]; /* has[d]: the object open at depth d has a member */
+} wk_json_obj;
+
+/** Starts an object at the end of `out` (which the writer borrows until the object is
+ * closed). */
+void wk_json_obj_begin(wk_json_obj *o, wk_buf *out);
+/** Puts "key":"s" (s a NUL-terminated string; NULL puts ""). */
+void wk_json_obj_str(wk_json_obj *o, const char *key, const char *s);
+/** Puts "key":<v>. */
+void wk_json_obj_int(wk_json_obj *o, const char *key, int64_t v);
+/** Puts "key":true or false. */
+void wk_json_obj_bool(wk_json_obj *o, const char *key, bool v);
+/** Opens an object as the value of "key"; close it with wk_json_obj_end. Aborts when
+ * nested deeper than WK_JSON_OBJ_DEPTH (a program error). */
+void wk_json_obj_open(wk_json_obj *o, const char *key);
+/** Closes the innermost open object (the outermost one last). */
+void wk_json_obj_end(wk_json_obj *o);
+
+#endif
