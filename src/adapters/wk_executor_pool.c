@@ -140,8 +140,9 @@ struct wk_pool {
   uint32_t n_structs; /* executors not yet freed */
   uint32_t n_running;
   uint32_t n_ready;
-  uint32_t n_starting;                       /* spawned, no HELLO yet */
-  uint32_t start_failures;                   /* executors in a row that exited before HELLO */
+  uint32_t n_starting;     /* spawned, no HELLO yet */
+  uint32_t start_failures; /* executors in a row that exited before HELLO */
+  int64_t start_ms;        /* an executor's start (spawn to HELLO), averaged; 0 = none yet */
   char start_error[WK_POOL_UNAVAILABLE_MAX]; /* the last of them, described */
   bool failing;                              /* fail_queued is running */
   uint64_t next_call_id;
@@ -952,6 +953,8 @@ static void handle_frame(wk_conn *conn, const wk_frame *f) {
     x->conn = conn;
     x->hello = true;
     x->last_pong_ms = now_ms(pool);
+    int64_t took = x->last_pong_ms - x->spawned_ms;
+    pool->start_ms = pool->start_ms ? (pool->start_ms * 3 + took) / 4 : took;
     pool->n_ready++;
     if (pool->n_starting) pool->n_starting--;
     pool->respawn_delay_ms = 0;
@@ -1248,43 +1251,58 @@ static bool function_queued(const wk_pool *pool, const char *fn) {
   return false;
 }
 
-/* An executor bound to a function with nothing to do stays idle this long before it
- * may be recycled for another function's waiting calls (share_idle). */
-#define SHARE_IDLE_MS 250
+/* An executor bound to a function with nothing to do stays idle at least as long as an
+ * executor takes to start (the pool's measured spawn-to-HELLO time, within these
+ * bounds) before it may be recycled for another function's waiting calls (share_idle):
+ * were its function to come back sooner, the switch would have cost more than it
+ * saved. */
+#define SHARE_IDLE_MIN_MS MAINTENANCE_MS
+#define SHARE_IDLE_MAX_MS 250
 
-/* Isolation: calls wait that the executors of their function cannot take now, while
- * an executor of another function has sat idle for SHARE_IDLE_MS with none of its
- * function's calls queued: it is recycled, its replacement serves the waiting calls.
- * Before, a function that ran alone after another kept only the executors it was
- * first given (one: 200 calls of 10 ms on 2 executors took 2.0 s, not 1.0, while the
- * other executor sat idle, bound to the function that ran before). One at a time:
- * nothing while a fresh executor or a replacement is coming. */
+static int64_t share_idle_ms(const wk_pool *pool) {
+  int64_t ms = pool->start_ms ? pool->start_ms : SHARE_IDLE_MAX_MS;
+  if (ms < SHARE_IDLE_MIN_MS) ms = SHARE_IDLE_MIN_MS;
+  return ms > SHARE_IDLE_MAX_MS ? SHARE_IDLE_MAX_MS : ms;
+}
+
+/* Isolation: calls wait that the executors of their functions cannot take now, while
+ * executors of other functions have sat idle (share_idle_ms) with none of their
+ * function's calls queued: they are recycled, their replacements serve the waiting
+ * calls. Before, a function that ran alone after another kept only the executors it
+ * was first given (one: 200 calls of 10 ms on 2 executors took 2.0 s, not 1.0, while
+ * the other executor sat idle, bound to the function that ran before). As many are
+ * recycled at once as the waiting calls need beyond the executors already coming for
+ * them (fresh ones, and replacements of executors being recycled), PIPELINE_START
+ * calls each: one at a time, a function taking over from idle ones got its executors
+ * one start after another. The longest idle go first. */
 static void share_idle(wk_pool *pool) {
   if (!pool->queue_head) return;
-  int64_t now = now_ms(pool);
-  wk_executor *victim = NULL;
-  for (wk_executor *e = pool->executors; e; e = e->next) {
+  int64_t now = now_ms(pool), idle_ms = share_idle_ms(pool);
+  uint32_t coming = 0;
+  for (const wk_executor *e = pool->executors; e; e = e->next) {
     if (!e->running) continue;
-    if (e->retiring) {
-      if (e->isolation_victim) return; /* its replacement is coming */
-      continue;
-    }
-    if (!e->bound) return; /* a fresh one (starting, or ready) takes the calls */
-    if (!e->conn || e->inflight || e->waiting || e->resumed) continue;
-    if (now - e->idle_since_ms < SHARE_IDLE_MS || function_queued(pool, e->bound)) continue;
-    if (!victim || e->idle_since_ms < victim->idle_since_ms) victim = e;
+    if (e->retiring ? e->isolation_victim : !e->bound) coming++;
   }
-  if (victim) recycle_for_isolation(pool, victim);
+  uint64_t covered = (uint64_t)coming * PIPELINE_START;
+  while (pool->queued > covered) {
+    wk_executor *victim = NULL;
+    for (wk_executor *e = pool->executors; e; e = e->next) {
+      if (!e->running || e->retiring || !e->bound || !e->conn) continue;
+      if (e->inflight || e->waiting || e->resumed) continue;
+      if (now - e->idle_since_ms < idle_ms || function_queued(pool, e->bound)) continue;
+      if (!victim || e->idle_since_ms < victim->idle_since_ms) victim = e;
+    }
+    if (!victim) return;
+    recycle_for_isolation(pool, victim);
+    covered += PIPELINE_START;
+  }
 }
 
 /* Isolation: a homeless call waits and no fresh executor is coming (none is starting
  * or idle unbound, the pool is at its cap, nothing is being recycled for it): recycles
- * one executor of another function. Else share_idle. */
-static void make_room(wk_pool *pool) {
-  if (!first_homeless(pool)) {
-    share_idle(pool);
-    return;
-  }
+ * one executor of another function. */
+static void room_for_homeless(wk_pool *pool) {
+  if (!first_homeless(pool)) return;
   uint32_t live = 0;
   for (const wk_executor *e = pool->executors; e; e = e->next) {
     if (!e->running) continue;
@@ -1308,6 +1326,13 @@ static void make_room(wk_pool *pool) {
     }
   }
   if (victim) recycle_for_isolation(pool, victim);
+}
+
+/* Isolation: executors for the calls no executor can take now (room_for_homeless,
+ * then share_idle for the rest). */
+static void make_room(wk_pool *pool) {
+  room_for_homeless(pool);
+  share_idle(pool);
 }
 
 /* Call `c`, its CALL frame already in e->wbuf, is in flight on `e`. The frames are

@@ -24,7 +24,11 @@
  * With `isolate_functions` (executor_isolation=function) an executor serves the
  * function (by name) of the first call it gets and no other; a queued call whose
  * function has no executor gets a fresh one, and when the pool is at executors_max an
- * idle (else the least busy) executor of another function is recycled for it.
+ * idle (else the least busy) executor of another function is recycled for it. While
+ * calls wait that no executor can take, executors of other functions that have sat idle
+ * at least as long as an executor takes to start (measured spawn to HELLO, 50-250 ms)
+ * with none of their function's calls queued are recycled as well, as many at once as
+ * the waiting calls need beyond the executors already coming for them.
  *
  * Calls that never started are never failed. Each executor writes the id of the call
  * it starts into a file the pool maps (executor-protocol.md §7). An executor whose

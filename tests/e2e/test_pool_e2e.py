@@ -162,6 +162,20 @@ PID_AFTER_SLEEP = ("import os, time\n"
                    "    return os.getpid()\n")
 
 
+def burst_of_b(w, n, seconds):
+    """Submits n tasks of function b sleeping `seconds`, then waits for each: their
+    outputs, in order (each must succeed)."""
+    from conftest import output_json
+    for i in range(n):
+        w.submit("b-%d" % i, "b", {"seconds": seconds})
+    out = []
+    for i in range(n):
+        r = w.wait_terminal("b-%d" % i, timeout=60)
+        assert r.state == pb.TASK_STATE_SUCCEEDED, r.failure_message
+        out.append(output_json(r))
+    return out
+
+
 def test_a_function_running_alone_gets_every_executor(worker_factory):
     """executor_isolation=function (the default), 2 executors: both serve function A;
     once A is idle, a burst of calls of function B runs on two executors, not only on
@@ -178,15 +192,55 @@ def test_a_function_running_alone_gets_every_executor(worker_factory):
     a_pids = {output_json(w.wait_terminal("a-%d" % i, timeout=20)) for i in range(4)}
     assert len(a_pids) == 2, a_pids
     time.sleep(0.5)  # A is idle
-    n = 16
-    for i in range(n):
-        w.submit("b-%d" % i, "b", {"seconds": 0.15})
-    b_pids = []
-    for i in range(n):
-        r = w.wait_terminal("b-%d" % i, timeout=60)
-        assert r.state == pb.TASK_STATE_SUCCEEDED, r.failure_message
-        b_pids.append(output_json(r))
+    b_pids = burst_of_b(w, 16, 0.15)
     assert not a_pids & set(b_pids)  # A's executors never ran B (isolation holds)
     assert len(set(b_pids)) == 2, b_pids
+    rc = w.stop()
+    assert rc == 0, "worker exited %s; logs: %s" % (rc, w.logs[-20:])
+
+
+PID_AND_START = ("import os, time\n"
+                 "def handler(args, ctx):\n"
+                 "    start = time.time()\n"
+                 "    time.sleep(args['seconds'])\n"
+                 "    return [os.getpid(), start]\n")
+
+
+def log_time(rec):
+    """A worker log record's ts (ISO 8601, UTC, ms) in Unix seconds."""
+    import datetime
+    t = datetime.datetime.strptime(rec["ts"], "%Y-%m-%dT%H:%M:%S.%fZ")
+    return t.replace(tzinfo=datetime.timezone.utc).timestamp()
+
+
+def test_idle_executors_of_another_function_are_recycled_together(worker_factory):
+    """executor_isolation=function, 3 executors, all serving function A (its calls short,
+    so each executor takes many at once), A then idle: a burst of B's calls has every
+    executor of A recycled at once, before the first replacement is up, not one after
+    another (each waiting for the previous replacement's HELLO: a function taking over
+    from an idle one got its executors one start apart; with 10 ms calls the second
+    executor joined 0.2 s late)."""
+    from conftest import output_json
+    w = worker_factory("--executors-max", "3", "--task-slots", "256", executors=3)
+    w.wait_serving()
+    w.deploy("a", PID_AND_START)
+    w.deploy("b", PID_AND_START)
+    for i in range(3):  # every executor serves A
+        w.submit("a-%d" % i, "a", {"seconds": 0.3})
+    a_pids = {output_json(w.wait_terminal("a-%d" % i, timeout=20))[0] for i in range(3)}
+    assert len(a_pids) == 3, a_pids
+    for i in range(200):  # A's calls are short: each executor of A takes many at once
+        w.submit("a-short-%d" % i, "a", {"seconds": 0})
+    for i in range(200):
+        assert w.wait_terminal("a-short-%d" % i).state == pb.TASK_STATE_SUCCEEDED
+    time.sleep(1.0)  # A is idle, longer than any executor start
+    b = burst_of_b(w, 12, 0.2)
+    assert not a_pids & {pid for pid, _ in b}  # isolation holds
+    first_b_start = min(start for _, start in b)
+    recycled = {e["pid"]: log_time(e) for e in w.events("executor_recycled")
+                if e.get("reason") == "executor_isolation"}
+    assert set(recycled) == a_pids, (recycled, a_pids)
+    late = {pid: round(t - first_b_start, 3) for pid, t in recycled.items() if t > first_b_start}
+    assert not late, "recycled after B's first call started (s after it): %s" % late
     rc = w.stop()
     assert rc == 0, "worker exited %s; logs: %s" % (rc, w.logs[-20:])
