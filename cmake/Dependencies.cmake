@@ -1,7 +1,8 @@
 # Every external dependency of the build, looked up once, here: included from the
 # top-level CMakeLists.txt before any target. Each lookup is REQUIRED: a missing
-# dependency is a configure error, never a component or test left out silently. The one
-# exception is libsystemd (below), said loudly at configure time and at start-up.
+# dependency is a configure error, never a component or test left out silently.
+# libcurl, libmicrohttpd and libpq are compiled against here but opened by the worker
+# only when etcd, metrics or the postgres writer are used (src/lib/wk_dl.h).
 # The Debian packages that provide them: scripts/deps.sh.
 find_package(PkgConfig REQUIRED)
 find_package(Threads REQUIRED)
@@ -29,16 +30,6 @@ pkg_check_modules(LIBPQ REQUIRED IMPORTED_TARGET libpq)
 pkg_check_modules(LIBSSL REQUIRED IMPORTED_TARGET libssl)
 # the code store's content digests (sha256)
 pkg_check_modules(LIBCRYPTO REQUIRED IMPORTED_TARGET libcrypto)
-# sd_notify for systemd's Type=notify (src/adapters/wk_sdnotify.c). Optional so the
-# worker still builds where libsystemd-dev cannot be had: it then sends no READY=1 and
-# logs sdnotify_unavailable once at start-up when NOTIFY_SOCKET is set (and
-# tests/e2e/test_systemd_notify_e2e.py fails).
-pkg_check_modules(LIBSYSTEMD IMPORTED_TARGET libsystemd)
-if(NOT LIBSYSTEMD_FOUND)
-  message(WARNING "libsystemd not found (Debian: libsystemd-dev): building without sd_notify; "
-                  "a Type=notify systemd unit will not see the worker become ready")
-endif()
-
 # ---- the tests ----------------------------------------------------------------
 if(BUILD_TESTING)
   pkg_check_modules(CMOCKA REQUIRED IMPORTED_TARGET cmocka)

@@ -8,7 +8,10 @@ add_library(wk_etcd STATIC ${PROJECT_SOURCE_DIR}/src/adapters/wk_etcd.c)
 wk_headers(wk_etcd PUBLIC adapters/wk_etcd.h PRIVATE adapters/wk_etcd_int.h)
 target_compile_definitions(wk_etcd PRIVATE _GNU_SOURCE)
 target_compile_options(wk_etcd PRIVATE ${WK_WARNINGS})
-target_link_libraries(wk_etcd PRIVATE wk_lib PkgConfig::LIBCURL PkgConfig::JANSSON Threads::Threads)
+# libcurl's headers only: wk_etcd.c opens libcurl on first use (lib/wk_dl.h)
+target_include_directories(wk_etcd SYSTEM PRIVATE
+  $<TARGET_PROPERTY:PkgConfig::LIBCURL,INTERFACE_INCLUDE_DIRECTORIES>)
+target_link_libraries(wk_etcd PRIVATE wk_lib PkgConfig::JANSSON Threads::Threads)
 
 add_library(wk_etcd_publisher STATIC ${PROJECT_SOURCE_DIR}/src/adapters/wk_etcd_publisher.c)
 wk_headers(wk_etcd_publisher PUBLIC adapters/wk_etcd_publisher.h)

@@ -20,15 +20,11 @@ target_compile_definitions(wk_executor_pool PRIVATE _GNU_SOURCE)
 target_compile_options(wk_executor_pool PRIVATE ${WK_WARNINGS})
 target_link_libraries(wk_executor_pool PUBLIC wk_adapters_frame PkgConfig::LIBUV PRIVATE wk_lib wk_log)
 
-# sd_notify to systemd (READY, STOPPING, WATCHDOG), when libsystemd was found.
+# sd_notify to systemd (READY, STOPPING, WATCHDOG): the protocol itself, no libsystemd.
 add_library(wk_sdnotify STATIC src/adapters/wk_sdnotify.c)
 wk_headers(wk_sdnotify PUBLIC adapters/wk_sdnotify.h)
 target_compile_options(wk_sdnotify PRIVATE ${WK_WARNINGS})
 target_link_libraries(wk_sdnotify PRIVATE wk_lib wk_log PkgConfig::JANSSON)
-if(LIBSYSTEMD_FOUND)
-  target_compile_definitions(wk_sdnotify PRIVATE WK_HAVE_LIBSYSTEMD=1)
-  target_link_libraries(wk_sdnotify PRIVATE PkgConfig::LIBSYSTEMD)
-endif()
 
 # The status page, embedded in the binary (served on metrics_addr, src/app/wk_status.h).
 add_custom_command(

@@ -13,5 +13,7 @@ wk_headers(wk_writers PUBLIC plugins/wk_writers.h PRIVATE plugins/wk_writers_int
 target_compile_definitions(wk_writers PRIVATE _GNU_SOURCE)
 target_compile_options(wk_writers PRIVATE ${WK_WARNINGS})
 target_link_libraries(wk_writers PUBLIC wk_lib
-  PRIVATE wk_proto PkgConfig::JANSSON PkgConfig::HIREDIS PkgConfig::LIBPQ PkgConfig::LIBSSL
-  PkgConfig::LIBCRYPTO)
+  PRIVATE wk_proto PkgConfig::JANSSON PkgConfig::HIREDIS PkgConfig::LIBSSL PkgConfig::LIBCRYPTO)
+# libpq's headers only: wk_writer_postgres.c opens libpq on first use (lib/wk_dl.h)
+target_include_directories(wk_writers SYSTEM PRIVATE
+  $<TARGET_PROPERTY:PkgConfig::LIBPQ,INTERFACE_INCLUDE_DIRECTORIES>)

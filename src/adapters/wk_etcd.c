@@ -17,6 +17,43 @@
 #include <jansson.h>
 #include "lib/wk_alloc.h"
 #include "lib/wk_base64.h"
+#include "lib/wk_dl.h"
+
+/* libcurl is opened when the first client is made (lib/wk_dl.h), not at start-up: a
+ * worker without etcd_endpoints never maps it and its dependencies. fuzz_etcd links a
+ * scripted libcurl in its place (WK_LINKED_CURL): there the calls go straight to it. */
+#ifndef WK_LINKED_CURL
+/* clang-format off */
+#define CURL_FNS(X) \
+  X(curl_global_init) X(curl_easy_init) X(curl_easy_reset) \
+  X(curl_easy_cleanup) X(curl_easy_setopt) X(curl_easy_getinfo) \
+  X(curl_easy_strerror) X(curl_multi_init) X(curl_multi_cleanup) \
+  X(curl_multi_add_handle) X(curl_multi_remove_handle) X(curl_multi_perform) \
+  X(curl_multi_poll) X(curl_multi_info_read) X(curl_slist_append) \
+  X(curl_slist_free_all)
+/* clang-format on */
+static struct { CURL_FNS(WK_DL_FIELD) } curl_fns;
+static const char *const curl_names[] = {CURL_FNS(WK_DL_NAME)};
+static wk_dl_lib curl_lib = WK_DL_LIB("libcurl.so.4", curl_names, curl_fns);
+#undef curl_easy_setopt  /* curl's type-checking macros (typecheck-gcc.h) */
+#undef curl_easy_getinfo /* call the function they wrap */
+#define curl_global_init (curl_fns.curl_global_init)
+#define curl_easy_init (curl_fns.curl_easy_init)
+#define curl_easy_reset (curl_fns.curl_easy_reset)
+#define curl_easy_cleanup (curl_fns.curl_easy_cleanup)
+#define curl_easy_setopt (curl_fns.curl_easy_setopt)
+#define curl_easy_getinfo (curl_fns.curl_easy_getinfo)
+#define curl_easy_strerror (curl_fns.curl_easy_strerror)
+#define curl_multi_init (curl_fns.curl_multi_init)
+#define curl_multi_cleanup (curl_fns.curl_multi_cleanup)
+#define curl_multi_add_handle (curl_fns.curl_multi_add_handle)
+#define curl_multi_remove_handle (curl_fns.curl_multi_remove_handle)
+#define curl_multi_perform (curl_fns.curl_multi_perform)
+#define curl_multi_poll (curl_fns.curl_multi_poll)
+#define curl_multi_info_read (curl_fns.curl_multi_info_read)
+#define curl_slist_append (curl_fns.curl_slist_append)
+#define curl_slist_free_all (curl_fns.curl_slist_free_all)
+#endif
 
 #define POLL_SLICE_MS 50 /* how often a transfer in progress looks at the abort flag */
 #define GRPC_DEADLINE_EXCEEDED 4
@@ -65,9 +102,22 @@ __attribute__((format(printf, 2, 3))) static void set_err(wk_etcd *c, const char
 }
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
-static CURLcode curl_init_rc = CURLE_OK;
+static char curl_init_err[320]; /* empty: libcurl is loaded and initialised */
 
-static void curl_init(void) { curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT); }
+static void curl_init(void) {
+#ifndef WK_LINKED_CURL
+  char why[256];
+  if (!wk_dl_load(&curl_lib, why, sizeof why)) {
+    wk_errf(curl_init_err, sizeof curl_init_err, "etcd: %s", why);
+    return;
+  }
+#endif
+  CURLcode rc = curl_global_init(CURL_GLOBAL_DEFAULT);
+  if (rc != CURLE_OK) {
+    wk_errf(curl_init_err, sizeof curl_init_err, "etcd: curl_global_init failed: %s",
+            curl_easy_strerror(rc));
+  }
+}
 
 /* ---- keys and ranges ------------------------------------------------------------ */
 
@@ -125,8 +175,8 @@ wk_etcd *wk_etcd_new(const char *endpoints, int64_t timeout_ms, char *err, size_
     return NULL;
   }
   pthread_once(&curl_once, curl_init);
-  if (curl_init_rc != CURLE_OK) {
-    wk_errf(err, len, "etcd: curl_global_init failed: %s", curl_easy_strerror(curl_init_rc));
+  if (curl_init_err[0]) {
+    wk_errf(err, len, "%s", curl_init_err);
     return NULL;
   }
   wk_etcd *c = wk_xcalloc(1, sizeof *c);

@@ -22,6 +22,29 @@
 
 #include <microhttpd.h>
 
+#include "lib/wk_dl.h"
+
+/* libmicrohttpd is opened when a server starts (lib/wk_dl.h), not at start-up: a
+ * worker without metrics_addr never maps it and GnuTLS under it. */
+/* clang-format off */
+#define MHD_FNS(X) \
+  X(MHD_start_daemon) X(MHD_stop_daemon) X(MHD_get_daemon_info) \
+  X(MHD_is_feature_supported) X(MHD_create_response_from_buffer) X(MHD_add_response_header) \
+  X(MHD_queue_response) X(MHD_destroy_response) X(MHD_lookup_connection_value)
+/* clang-format on */
+static struct { MHD_FNS(WK_DL_FIELD) } mhd_fns;
+static const char *const mhd_names[] = {MHD_FNS(WK_DL_NAME)};
+static wk_dl_lib mhd_lib = WK_DL_LIB("libmicrohttpd.so.12", mhd_names, mhd_fns);
+#define MHD_start_daemon (mhd_fns.MHD_start_daemon)
+#define MHD_stop_daemon (mhd_fns.MHD_stop_daemon)
+#define MHD_get_daemon_info (mhd_fns.MHD_get_daemon_info)
+#define MHD_is_feature_supported (mhd_fns.MHD_is_feature_supported)
+#define MHD_create_response_from_buffer (mhd_fns.MHD_create_response_from_buffer)
+#define MHD_add_response_header (mhd_fns.MHD_add_response_header)
+#define MHD_queue_response (mhd_fns.MHD_queue_response)
+#define MHD_destroy_response (mhd_fns.MHD_destroy_response)
+#define MHD_lookup_connection_value (mhd_fns.MHD_lookup_connection_value)
+
 /* ---- series and metrics ------------------------------------------------------ */
 
 typedef struct {
@@ -925,6 +948,11 @@ wk_metrics_server *wk_metrics_server_start_with(wk_metrics *reg, const char *hos
                                                 uint16_t *bound_port, char *err, size_t err_len) {
   if (!reg || !host_port) {
     wk_errf(err, err_len, "metrics server: no registry or address");
+    return NULL;
+  }
+  char why[256];
+  if (!wk_dl_load(&mhd_lib, why, sizeof why)) {
+    wk_errf(err, err_len, "metrics server: %s", why);
     return NULL;
   }
   char host[256], port[8];

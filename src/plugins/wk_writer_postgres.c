@@ -8,8 +8,45 @@
 
 #include <libpq-fe.h>
 
+#include "lib/wk_dl.h"
 #include "lib/wk_mask.h"
 #include "plugins/wk_writers_int.h"
+
+/* libpq is opened on a writer's first connection (lib/wk_dl.h), not at start-up: a
+ * worker without postgres_dsn never maps it and Kerberos, LDAP, ... under it. */
+/* clang-format off */
+#define PQ_FNS(X) \
+  X(PQconnectdbParams) X(PQstatus) X(PQfinish) \
+  X(PQerrorMessage) X(PQsetNoticeProcessor) X(PQexec) \
+  X(PQexecParams) X(PQresultStatus) X(PQresultErrorField) \
+  X(PQntuples) X(PQgetvalue) X(PQcmdStatus) \
+  X(PQclear) X(PQputCopyData) X(PQputCopyEnd) \
+  X(PQgetResult) X(PQconninfoParse) X(PQconndefaults) \
+  X(PQconninfoFree) X(PQfreemem)
+/* clang-format on */
+static struct { PQ_FNS(WK_DL_FIELD) } pq_fns;
+static const char *const pq_names[] = {PQ_FNS(WK_DL_NAME)};
+static wk_dl_lib pq_lib = WK_DL_LIB("libpq.so.5", pq_names, pq_fns);
+#define PQconnectdbParams (pq_fns.PQconnectdbParams)
+#define PQstatus (pq_fns.PQstatus)
+#define PQfinish (pq_fns.PQfinish)
+#define PQerrorMessage (pq_fns.PQerrorMessage)
+#define PQsetNoticeProcessor (pq_fns.PQsetNoticeProcessor)
+#define PQexec (pq_fns.PQexec)
+#define PQexecParams (pq_fns.PQexecParams)
+#define PQresultStatus (pq_fns.PQresultStatus)
+#define PQresultErrorField (pq_fns.PQresultErrorField)
+#define PQntuples (pq_fns.PQntuples)
+#define PQgetvalue (pq_fns.PQgetvalue)
+#define PQcmdStatus (pq_fns.PQcmdStatus)
+#define PQclear (pq_fns.PQclear)
+#define PQputCopyData (pq_fns.PQputCopyData)
+#define PQputCopyEnd (pq_fns.PQputCopyEnd)
+#define PQgetResult (pq_fns.PQgetResult)
+#define PQconninfoParse (pq_fns.PQconninfoParse)
+#define PQconndefaults (pq_fns.PQconndefaults)
+#define PQconninfoFree (pq_fns.PQconninfoFree)
+#define PQfreemem (pq_fns.PQfreemem)
 
 #define DEFAULT_TABLE "worker_outputs"
 #define IDENT_MAX_BYTES 63 /* PostgreSQL's NAMEDATALEN - 1 */
@@ -80,6 +117,11 @@ static PGconn *connect_pg(const char *dsn, uint32_t timeout_ms, uint32_t io_ms, 
                           size_t len) {
   if (!dsn[0]) {
     wk_werr(err, len, "postgres: postgres_dsn is not set");
+    return NULL;
+  }
+  char why[256];
+  if (!wk_dl_load(&pq_lib, why, sizeof why)) {
+    wk_werr(err, len, "postgres: %s", why);
     return NULL;
   }
   if (dsn_parse_error(dsn, err, len) != 0) return NULL;
@@ -302,7 +344,8 @@ out:
 
 void wk_postgres_mask_secrets(const wk_writer_settings *s, char *text) {
   const char *dsn = dsn_of(s);
-  if (!dsn[0]) return;
+  /* without libpq no connection was made: its messages cannot hold the password */
+  if (!dsn[0] || !wk_dl_load(&pq_lib, NULL, 0)) return;
   PQconninfoOption *opts = PQconninfoParse(dsn, NULL);
   for (PQconninfoOption *o = opts; o && o->keyword; o++) {
     if (o->val && strcmp(o->keyword, "password") == 0) wk_mask_value(text, o->val);
