@@ -20,7 +20,9 @@ Parts (--parts, comma-separated; each starts its own worker with 2 executors):
              whether RSS stays flat (within 10%) once retention is full.
   watch      --streams idle WatchTasks streams over --connections connections on one
              running task, opened, held and cancelled 3 times: RSS per stream, and
-             whether RSS after the third cycle is within 10% of after the first.
+             whether RSS after the third cycle is within 10% of after the first; the
+             RSS before the streams, with them open, and after they were cancelled
+             (the worker gives the freed memory back after a mass close).
 --smoke runs every part with tiny counts (ctest bench.smoke_memory): it checks that
 each completes, never the figures."""
 
@@ -183,12 +185,21 @@ def part_watch(build, args):
     try:
         rc, out = run_loadgen(build, w, "--mode", "watch-idle", "--streams", args.streams,
                               "--connections", args.connections, "--cycles", 3, "--hold-ms", 1000)
+        time.sleep(2)
+        later = rss_kb(w.proc.pid)
         rows = re.findall(r"^\s+(\d+)\s+[\d.]+\s+\d+\s+\d+\s+(\d+)\s+(\d+)\s+(-?\d+)", out, re.M)
+        before = re.search(r"worker RSS before: (\d+) KiB", out)
         if len(rows) >= 2:
             first_after, last_after = int(rows[0][2]), int(rows[-1][2])
             r = last_after / float(first_after) if first_after else 0
             print("watch: %s bytes per idle stream (cycle 1); RSS after cycle %d / after cycle 1: %.3f "
                   "(target <= 1.10: %s)" % (rows[0][3], len(rows), r, verdict(r <= 1.10)))
+        if rows and before:
+            b = int(before.group(1))
+            print("watch: worker RSS %d KiB before the streams, %d KiB with %s open, %s KiB 1 s after "
+                  "each cycle's close, %d KiB 3 s after the last (%.2f x before)" % (
+                      b, max(int(x[1]) for x in rows), args.streams,
+                      " / ".join(x[2] for x in rows), later, later / float(b)))
         return rc
     finally:
         w.stop()

@@ -7,6 +7,7 @@
 #include "adapters/wk_executor_pool.h"
 
 #include "adapters/wk_executor_output.h"
+#include "adapters/wk_meminfo.h"
 #include "adapters/wk_reaper.h"
 
 #include <errno.h>
@@ -1642,18 +1643,8 @@ uint32_t wk_pool_capacity(const wk_pool *pool) {
 }
 wk_pool_stats wk_pool_get_stats(const wk_pool *pool) { return pool->stats; }
 
-/* Resident set of a process in KiB from /proc/PID/statm (0 when it cannot be read). */
-static uint64_t rss_kb(int pid) {
-  char path[64];
-  snprintf(path, sizeof path, "/proc/%d/statm", pid);
-  FILE *f = fopen(path, "re");
-  if (!f) return 0;
-  unsigned long long size = 0, resident = 0;
-  int n = fscanf(f, "%llu %llu", &size, &resident);
-  fclose(f);
-  long page = sysconf(_SC_PAGESIZE);
-  return n == 2 && page > 0 ? (uint64_t)resident * (uint64_t)page / 1024u : 0;
-}
+/* Resident set of a process in KiB (0 when it cannot be read). */
+static uint64_t rss_kb(int pid) { return wk_meminfo_rss_kib(pid); }
 
 static const char *exec_state(const wk_executor *e) {
   if (!e->hello) return "starting";

@@ -3,6 +3,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "adapters/wk_cgroup.h"
 
@@ -34,4 +35,17 @@ int wk_meminfo_sample(wk_mem_sample *out) {
   }
   *out = s;
   return 0;
+}
+
+uint64_t wk_meminfo_rss_kib(int pid) {
+  char path[64];
+  if (pid > 0) snprintf(path, sizeof path, "/proc/%d/statm", pid);
+  else snprintf(path, sizeof path, "/proc/self/statm");
+  FILE *f = fopen(path, "re");
+  if (!f) return 0;
+  unsigned long long size = 0, resident = 0;
+  int n = fscanf(f, "%llu %llu", &size, &resident);
+  fclose(f);
+  long page = sysconf(_SC_PAGESIZE);
+  return n == 2 && page > 0 ? (uint64_t)resident * (uint64_t)page / 1024u : 0;
 }

@@ -18,6 +18,7 @@
 #include "app/wk_subscriptions.h"
 #include "app/wk_task_runtime.h"
 #include "lib/wk_buf.h"
+#include "lib/wk_trim.h"
 
 /* ---- wk_orchestrator.c -------------------------------------------------------------- */
 
@@ -128,6 +129,7 @@ struct wk_orch {
   wk_buf record; /* the audit and task_finished records are built here, one at a time */
   void (*deploy_handle)(void *ud, wk_rpc *rpc); /* DeployCode, SetCurrentEpoch; NULL = none */
   void *deploy_ud;
+  wk_trim trim; /* freed memory given back after a mass close (wk_orchestrator.c) */
 };
 
 /** Reads the loop's clock once for this turn into o->now_ms and returns it. */

@@ -3,6 +3,7 @@
  * wk_orchestrator.h; the other files of the actor are listed in wk_orch_int.h. */
 #include "app/wk_orchestrator.h"
 
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 
 #include "adapters/wk_code_store.h"
 #include "adapters/wk_journal_writer.h"
+#include "adapters/wk_meminfo.h"
 #include "app/wk_calls.h"
 #include "app/wk_code_cache.h"
 #include "app/wk_orch_int.h"
@@ -271,6 +273,41 @@ static void on_wake(uv_async_t *a) {
   reschedule_deadline(o);
 }
 
+/* ---- giving memory back ----------------------------------------------------------------- */
+
+/* What live objects hold, estimated for wk_trim (bench/bench_memory.py measured the
+ * costs): an idle watch stream ~12 KiB (most of it gRPC's call), a retained result its
+ * bytes plus ~1 KiB (record, book entry, index). A fall of TRIM_DROP_BYTES (~680
+ * streams, or 8 MiB of results purged) asks for a trim, at most one per TRIM_GAP_MS. */
+#define TRIM_STREAM_BYTES 12288u
+#define TRIM_RESULT_BYTES 1024u
+#define TRIM_DROP_BYTES (8u << 20)
+#define TRIM_GAP_MS 2000u
+#define TRIM_MAX_WAIT_MS 5000u
+
+static uint64_t held_estimate(const wk_orch *o) {
+  return (uint64_t)wk_subs_streams(o->subs) * TRIM_STREAM_BYTES +
+         (uint64_t)wk_core_retained_count(o->core) * TRIM_RESULT_BYTES +
+         wk_core_retained_bytes(o->core);
+}
+
+/* After a mass close: glibc's free pages (every arena, the gRPC threads' too) go back
+ * to the system. Rare (wk_trim.h), so it logs what it did. */
+static void trim_if_due(wk_orch *o) {
+  uint64_t held = held_estimate(o);
+  uint64_t high = o->trim.high > held ? o->trim.high : held;
+  if (!wk_trim_due(&o->trim, held, (uint64_t)o->now_ms)) return;
+  uint64_t before = wk_meminfo_rss_kib(0);
+  uint64_t t0 = uv_hrtime();
+  (void)malloc_trim(0);
+  uint64_t took_us = (uv_hrtime() - t0) / 1000u;
+  wk_log_json(WK_LOG_INFO, "memory_trimmed",
+              json_pack("{s:I,s:I,s:I,s:I,s:I}", "estimate_high_kib", (json_int_t)(high / 1024u),
+                        "estimate_kib", (json_int_t)(held / 1024u), "rss_before_kib",
+                        (json_int_t)before, "rss_after_kib", (json_int_t)wk_meminfo_rss_kib(0),
+                        "took_us", (json_int_t)took_us));
+}
+
 /* ---- timers ----------------------------------------------------------------------------- */
 
 static void tick(wk_orch *o) {
@@ -304,6 +341,7 @@ static void tick(wk_orch *o) {
   wk_orch__book_sweep(o);
   wk_orch__scope_check_all(o);
   wk_orch__run_steps(o);
+  trim_if_due(o);
   reschedule_deadline(o);
 }
 
@@ -398,6 +436,7 @@ wk_orch *wk_orch_create(uv_loop_t *loop, const wk_orch_config *cfg, char *err, s
   }
   o->subs = wk_subs_create(o->core);
   o->progress_due = INT64_MAX; /* nothing held back */
+  wk_trim_init(&o->trim, TRIM_DROP_BYTES, TRIM_GAP_MS, TRIM_MAX_WAIT_MS);
   wk_subs_set_owner_grace(o->subs, (uint64_t)cfg->core.watch_disconnect_grace_ms);
   o->book = wk_task_book_create(&cfg->task_logs);
   pthread_mutex_init(&o->mu, NULL);

@@ -1,0 +1,97 @@
+/* test_trim.c: wk_trim asks for a trim once after a mass close (the estimate fell
+ * drop_bytes below its high-water mark and stopped falling), never under a steady or
+ * growing load, at most once per min_gap_ms, and anyway after max_wait_ms of falling. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "lib/wk_trim.h"
+
+#define MIB (1024u * 1024u)
+
+static wk_trim make(void) {
+  wk_trim t;
+  wk_trim_init(&t, 8 * MIB, 2000, 5000);
+  return t;
+}
+
+static void test_steady_and_growing_never(void **state) {
+  (void)state;
+  wk_trim t = make();
+  uint64_t now = 1000;
+  for (int i = 0; i < 1000; i++, now += 500) { /* growing, then a steady level with jitter */
+    uint64_t held = i < 500 ? (uint64_t)i * MIB : 500u * MIB - (uint64_t)(i % 3) * MIB;
+    assert_false(wk_trim_due(&t, held, now));
+  }
+}
+
+static void test_mass_close_once(void **state) {
+  (void)state;
+  wk_trim t = make();
+  assert_false(wk_trim_due(&t, 120 * MIB, 1000)); /* 10,000 streams open */
+  assert_false(wk_trim_due(&t, 120 * MIB, 1500));
+  assert_false(wk_trim_due(&t, 60 * MIB, 2000)); /* closing: seen, still falling */
+  assert_false(wk_trim_due(&t, 0, 2500));        /* still falling */
+  assert_true(wk_trim_due(&t, 0, 3000));         /* the fall is over: trim */
+  for (uint64_t now = 3500; now < 60000; now += 500) assert_false(wk_trim_due(&t, 0, now));
+}
+
+static void test_fall_between_ticks(void **state) {
+  (void)state;
+  wk_trim t = make();
+  assert_false(wk_trim_due(&t, 50 * MIB, 1000));
+  assert_false(wk_trim_due(&t, 1 * MIB, 1500)); /* all of it gone in one tick: seen */
+  assert_true(wk_trim_due(&t, 1 * MIB, 2000));  /* stable since: trim */
+}
+
+static void test_small_drop_never(void **state) {
+  (void)state;
+  wk_trim t = make();
+  assert_false(wk_trim_due(&t, 20 * MIB, 1000));
+  for (uint64_t now = 1500; now < 30000; now += 500) {
+    assert_false(wk_trim_due(&t, 13 * MIB, now)); /* 7 MiB below the mark: not enough */
+  }
+}
+
+static void test_min_gap(void **state) {
+  (void)state;
+  wk_trim t = make();
+  assert_false(wk_trim_due(&t, 40 * MIB, 1000));
+  assert_false(wk_trim_due(&t, 0, 1500));
+  assert_true(wk_trim_due(&t, 0, 2000));
+  /* a second mass close right after: waits until 2 s after the first trim */
+  assert_false(wk_trim_due(&t, 40 * MIB, 2500));
+  assert_false(wk_trim_due(&t, 0, 3000));
+  assert_false(wk_trim_due(&t, 0, 3500));
+  assert_false(wk_trim_due(&t, 0, 4000)); /* 2 s since: seen now */
+  assert_true(wk_trim_due(&t, 0, 4500));
+}
+
+static void test_long_fall_trimmed_anyway(void **state) {
+  (void)state;
+  wk_trim t = make();
+  uint64_t held = 400 * MIB, now = 1000;
+  assert_false(wk_trim_due(&t, held, now));
+  int trims = 0;
+  for (int i = 0; i < 30; i++) { /* falls a little every tick for 15 s */
+    held -= 10 * MIB;
+    now += 500;
+    if (wk_trim_due(&t, held, now)) trims++;
+  }
+  assert_true(trims >= 2); /* not held back until the fall ends */
+  assert_true(trims <= 4); /* at most one per max_wait_ms of falling */
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_steady_and_growing_never),
+      cmocka_unit_test(test_mass_close_once),
+      cmocka_unit_test(test_fall_between_ticks),
+      cmocka_unit_test(test_small_drop_never),
+      cmocka_unit_test(test_min_gap),
+      cmocka_unit_test(test_long_fall_trimmed_anyway),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
