@@ -10,9 +10,12 @@
 #include "lib/wk_alloc.h"
 #include "lib/wk_assert.h"
 #include "lib/wk_err.h"
+#include "lib/wk_freelist.h"
 #include "lib/wk_log.h"
 
 #define ACTIONS_MAX 256u
+/* Attempt records kept for reuse (wk_freelist.h): the calls one loop turn ends and sends. */
+#define ATTEMPT_POOL_MAX 64u
 
 /* One attempt sent to the executors. */
 struct wk_attempt {
@@ -68,6 +71,7 @@ struct wk_calls {
   bool processing; /* inside process(): its walk of `actions` is not re-entered */
   wk_calls_early *early;
   uint32_t n_early, cap_early;
+  wk_freelist attempt_pool; /* wk_attempt records, reused (one per call sent) */
 };
 
 static wk_task_rt *rt_of(uint64_t key) { return (wk_task_rt *)(uintptr_t)key; }
@@ -92,7 +96,7 @@ static void free_attempt(wk_calls *c, wk_task_rt *rt, wk_attempt *a) {
   if (*slot == a) *slot = NULL;
   wk_buf_free(&a->output);
   wk_buf_free(&a->child_bytes);
-  free(a);
+  wk_freelist_put(&c->attempt_pool, a);
 }
 
 static wk_subcall_group *find_group(wk_task_rt *rt, uint64_t group) {
@@ -171,7 +175,7 @@ static void send_attempt(wk_calls *c, const wk_disp_action *act) {
     int64_t left = deadline - c->now_ms;
     spec.deadline_ms = left < 1 ? 1 : (left > UINT32_MAX ? UINT32_MAX : (uint32_t)left);
   }
-  wk_attempt *a = wk_xcalloc(1, sizeof *a);
+  wk_attempt *a = wk_freelist_calloc(&c->attempt_pool);
   a->rt = rt;
   a->call_id = act->call_id;
   a->group = act->depth ? act->group : 0;
@@ -427,6 +431,7 @@ wk_calls *wk_calls_create(const wk_calls_config *cfg, const wk_exec_adapter *exe
   c->done = done;
   c->ud = ud;
   c->out = (wk_disp_out){.items = c->actions, .capacity = ACTIONS_MAX};
+  wk_freelist_init(&c->attempt_pool, sizeof(wk_attempt), ATTEMPT_POOL_MAX);
   return c;
 }
 
@@ -434,6 +439,7 @@ void wk_calls_destroy(wk_calls *c) {
   if (!c) return;
   WK_ASSERT(!c->processing);
   wk_disp_destroy(c->disp);
+  wk_freelist_drain(&c->attempt_pool);
   free(c->early);
   free(c->by_slot);
   free(c);
@@ -453,9 +459,10 @@ void wk_calls_start(wk_calls *c, wk_task_rt *rt, const wk_task_view *task, int64
   c->now_ms = now_ms;
   if (rt->act.spool) { /* a writer's outputs go to the spool file as they arrive */
     wk_output_spool_set_calls(rt->act.spool, rt->build.calls_total);
+  } else if (rt->build.calls_total <= 1) { /* most tasks: no allocation */
+    rt->calls.outputs = &rt->calls.output_one;
   } else {
-    rt->calls.outputs =
-        wk_xcalloc(rt->build.calls_total ? rt->build.calls_total : 1, sizeof *rt->calls.outputs);
+    rt->calls.outputs = wk_xcalloc(rt->build.calls_total, sizeof *rt->calls.outputs);
   }
   rt->calls.stats.calls_total = rt->build.calls_total; /* the calls done count up to it */
   wk_disp_task_params p = {

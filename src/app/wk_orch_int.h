@@ -19,6 +19,7 @@
 #include "app/wk_task_runtime.h"
 #include "lib/wk_buf.h"
 #include "lib/wk_trim.h"
+#include "lib/wk_freelist.h"
 
 /* ---- wk_orchestrator.c -------------------------------------------------------------- */
 
@@ -111,6 +112,8 @@ struct wk_orch {
                           the turn's log lines */
   uv_prepare_t before_wait; /* log lines of timers and close callbacks */
   wk_orch__step *steps_head, *steps_tail;
+  wk_freelist step_pool; /* wk_orch__step records, reused (one to four per task) */
+  wk_freelist rt_pool;   /* wk_task_rt records, reused (one per task) */
   wk_orch__sem sems[WK_ORCH__SEM_COUNT];
   wk_orch__health_watch *health_watchers;
   bool executors_unavailable; /* executors cannot start: health NOT_SERVING */

@@ -180,7 +180,7 @@ static void handle_submit(wk_orch *o, wk_rpc *rpc) {
         .retry_on_timeout = p->retry_on_timeout,
     };
   }
-  wk_task_rt *rt = wk_task_rt_create(o->loop, req, traceparent, is_shadow);
+  wk_task_rt *rt = wk_task_rt_create(o->loop, &o->rt_pool, req, traceparent, is_shadow);
   wk_submit_result res;
   wk_core_handle_submit(o->core, &sr, rt, o->now_ms, &res);
   if (!res.adapter_ctx_taken) wk_task_rt_unref(rt);

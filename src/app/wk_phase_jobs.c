@@ -97,8 +97,7 @@ static void builder_finished(wk_orch *o, wk_task_rt *rt, int status, bool lent) 
       bd->calls_total = bd->stream.total;
       out.streaming = true;
     } else {
-      bd->list = bd->job.list;
-      memset(&bd->job.list, 0, sizeof bd->job.list);
+      wk_call_list_move(&bd->list, &bd->job.list);
       bd->calls_total = bd->list.count;
     }
     phase_finished(o, rt, WK_PHASE_BUILDER, &out);
@@ -312,11 +311,39 @@ static int name_scratch_dir(wk_rt_activation *a, const char *task_id, uint64_t s
              strerror(errno));
     return -1;
   }
-  for (size_t i = 0; i < sizeof rnd; i++) snprintf(hex + 2 * i, 3, "%02x", rnd[i]);
-  int len =
-      snprintf(a->scratch_dir, sizeof a->scratch_dir, "%s/%s.%s.%llx.%s", cfg->scratch_root,
-               cfg->scratch_tag ? cfg->scratch_tag : "wk", safe, (unsigned long long)slot_id, hex);
-  if (len < 0 || (size_t)len >= sizeof a->scratch_dir) {
+  static const char digits[] = "0123456789abcdef";
+  for (size_t i = 0; i < sizeof rnd; i++) {
+    hex[2 * i] = digits[rnd[i] >> 4];
+    hex[2 * i + 1] = digits[rnd[i] & 15];
+  }
+  hex[2 * sizeof rnd] = '\0';
+  char slot_hex[17]; /* "%llx", without the formatter: once per task */
+  size_t k = sizeof slot_hex - 1;
+  slot_hex[k] = '\0';
+  do {
+    slot_hex[--k] = digits[slot_id & 15];
+    slot_id >>= 4;
+  } while (slot_id);
+  /* "<root>/<tag>.<safe id>.<slot hex>.<hex>" */
+  const char *parts[] = {cfg->scratch_root,
+                         "/",
+                         cfg->scratch_tag ? cfg->scratch_tag : "wk",
+                         ".",
+                         safe,
+                         ".",
+                         slot_hex + k,
+                         ".",
+                         hex};
+  size_t len = 0;
+  bool fits = true;
+  for (size_t i = 0; i < sizeof parts / sizeof parts[0] && fits; i++) {
+    size_t pl = strlen(parts[i]);
+    fits = pl < sizeof a->scratch_dir - len;
+    if (fits) memcpy(a->scratch_dir + len, parts[i], pl);
+    len += pl;
+  }
+  a->scratch_dir[fits ? len : 0] = '\0';
+  if (!fits) {
     a->code = WK_FAIL_IO_SCOPE_FAILED;
     snprintf(a->error, sizeof a->error,
              "cannot create the task's scratch directory under %s: the path is too long",

@@ -11,20 +11,31 @@
 #include "lib/wk_assert.h"
 #include "lib/wk_err.h"
 
-/* Appends a target; the caller checked the bound. */
+/* Appends a target; the caller checked the bound. `code_dir` is copied, or borrowed
+ * when `borrow` (a buffer that outlives the target). */
 static uint32_t add_target(wk_rt_code *code, const char *function, size_t len, uint64_t epoch,
-                           const char *code_dir) {
+                           char *code_dir, bool borrow) {
   WK_ASSERT(code->count < WK_TASK_CODE_TARGETS_MAX);
   WK_ASSERT(len <= WK_FUNCTION_NAME_MAX);
   if (code->count == code->cap) {
-    code->cap = code->cap ? code->cap * 2 : 4;
-    code->items = wk_xrealloc(code->items, code->cap * sizeof *code->items);
+    if (code->cap == 0) { /* the task's own function: in the record */
+      code->items = &code->first;
+      code->cap = 1;
+    } else if (code->items == &code->first) {
+      code->cap = 4;
+      code->items = wk_xmalloc(code->cap * sizeof *code->items);
+      code->items[0] = code->first;
+    } else {
+      code->cap *= 2;
+      code->items = wk_xrealloc(code->items, code->cap * sizeof *code->items);
+    }
   }
   wk_rt_target *t = &code->items[code->count];
   memcpy(t->function, function, len);
   t->function[len] = '\0';
   t->epoch = epoch;
-  t->code_dir = wk_xstrdup(code_dir);
+  t->code_dir = borrow ? code_dir : wk_xstrdup(code_dir);
+  t->code_dir_owned = !borrow;
   return code->count++;
 }
 
@@ -48,8 +59,9 @@ void wk_task_code_adopt(wk_task_rt *rt, const wk_task_code_env *env) {
   WK_ASSERT(rt->code.count == 0);
   WK_ASSERT(!rt->code.unpinned);
   WK_ASSERT(rt->act.rc == 0 && rt->act.epoch > 0);
+  /* act.code_dir is not written again after activation and lives as long as rt */
   (void)add_target(&rt->code, rt->req.function, strlen(rt->req.function), rt->act.epoch,
-                   rt->act.code_dir);
+                   rt->act.code_dir, true);
   if (env->pins) wk_code_pins_pin(env->pins, rt->req.function, rt->act.epoch);
 }
 
@@ -109,7 +121,7 @@ int wk_task_code_target(wk_task_rt *rt, const wk_task_code_env *env, const char 
   char dir[PATH_MAX];
   int rc = wk_task_code_resolve(env, name, 0, &epoch, dir, sizeof dir, err, err_len);
   if (rc == 0) {
-    *index = add_target(code, name, len, epoch, dir);
+    *index = add_target(code, name, len, epoch, dir, false);
     if (env->pins) wk_code_pins_pin(env->pins, name, epoch);
   }
   if (env->pins) wk_code_pins_release(env->pins, name);
@@ -117,7 +129,9 @@ int wk_task_code_target(wk_task_rt *rt, const wk_task_code_env *env, const char 
 }
 
 void wk_task_code_free(wk_task_rt *rt) {
-  for (uint32_t i = 0; i < rt->code.count; i++) free(rt->code.items[i].code_dir);
-  free(rt->code.items);
+  for (uint32_t i = 0; i < rt->code.count; i++) {
+    if (rt->code.items[i].code_dir_owned) free(rt->code.items[i].code_dir);
+  }
+  if (rt->code.items != &rt->code.first) free(rt->code.items);
   rt->code = (wk_rt_code){0};
 }

@@ -1,6 +1,7 @@
 /* wk_task_runtime.c: see wk_task_runtime.h. */
 #include "app/wk_task_runtime.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,15 +12,44 @@
 #include "app/wk_wire.h"
 #include "lib/wk_alloc.h"
 #include "lib/wk_assert.h"
+#include "lib/wk_freelist.h"
 
+/* snprintf(dst, cap, "%s", src) without the formatter (six per task): cut to cap - 1
+ * bytes, always NUL-terminated; NULL copies "". */
 static void copy_str(char *dst, size_t cap, const char *src) {
-  snprintf(dst, cap, "%s", src ? src : "");
+  size_t n = src ? strnlen(src, cap - 1) : 0;
+  if (n) memcpy(dst, src, n);
+  dst[n] = '\0';
 }
 
-wk_task_rt *wk_task_rt_create(uv_loop_t *loop, const Worker__V1__SubmitTaskRequest *req,
-                              const char *traceparent, bool shadow) {
-  wk_task_rt *rt = wk_xcalloc(1, sizeof *rt);
+/* A zeroed record, but for the code and scratch directories' buffers (8 KiB of its
+ * 13: they are written before they are read, as strings): only their first byte is
+ * cleared. Zeroing them for every task cost as much as the rest of the record. */
+static wk_task_rt *blank_rt(wk_freelist *pool) {
+  if (!pool) return wk_xcalloc(1, sizeof(wk_task_rt));
+  WK_ASSERT(pool->size == sizeof(wk_task_rt));
+  _Static_assert(
+      offsetof(wk_rt_activation, scratch_dir) ==
+          offsetof(wk_rt_activation, code_dir) + sizeof(((wk_rt_activation *)0)->code_dir),
+      "the two path buffers are side by side");
+  wk_task_rt *rt = wk_freelist_take(pool);
+  char *const base = (char *)rt;
+  const size_t from = offsetof(wk_task_rt, act) + offsetof(wk_rt_activation, code_dir);
+  const size_t to = offsetof(wk_task_rt, act) + offsetof(wk_rt_activation, scratch_dir) +
+                    sizeof rt->act.scratch_dir;
+  memset(base, 0, from);
+  memset(base + to, 0, sizeof *rt - to);
+  rt->act.code_dir[0] = '\0';
+  rt->act.scratch_dir[0] = '\0';
+  return rt;
+}
+
+wk_task_rt *wk_task_rt_create(uv_loop_t *loop, wk_freelist *pool,
+                              const Worker__V1__SubmitTaskRequest *req, const char *traceparent,
+                              bool shadow) {
+  wk_task_rt *rt = blank_rt(pool);
   rt->loop = loop;
+  rt->pool = pool;
   rt->refs = 1;
   wk_rt_request *q = &rt->req;
   copy_str(q->task_id, sizeof q->task_id, req->task_id);
@@ -51,7 +81,7 @@ wk_task_rt *wk_task_rt_create(uv_loop_t *loop, const Worker__V1__SubmitTaskReque
   }
   q->args_len = fn->args.len;
   if (q->args_len) {
-    q->args = wk_xmalloc(q->args_len);
+    q->args = q->args_len <= sizeof q->args_inline ? q->args_inline : wk_xmalloc(q->args_len);
     memcpy(q->args, fn->args.data, q->args_len);
   }
   q->args_json = fn->content_type == WORKER__V1__CONTENT_TYPE__CONTENT_TYPE_JSON;
@@ -124,7 +154,7 @@ void wk_task_rt_unref(wk_task_rt *rt) {
   }
   for (uint64_t i = 0; rt->calls.outputs && i < rt->build.calls_total; i++)
     wk_buf_free(&rt->calls.outputs[i].encoded);
-  free(rt->calls.outputs);
+  if (rt->calls.outputs != &rt->calls.output_one) free(rt->calls.outputs);
   for (size_t i = 0; i < rt->req.n_handler_options; i++) {
     free((void *)(uintptr_t)rt->req.handler_options[i].key);
     free((void *)(uintptr_t)rt->req.handler_options[i].value);
@@ -139,8 +169,12 @@ void wk_task_rt_unref(wk_task_rt *rt) {
   wk_call_list_free(&rt->build.list);
   wk_call_list_free(&rt->build.job.list); /* a build whose task converged meanwhile */
   wk_task_code_free(rt);
-  free(rt->req.args);
-  free(rt);
+  if (rt->req.args != rt->req.args_inline) free(rt->req.args);
+  if (rt->pool) {
+    wk_freelist_put(rt->pool, rt);
+  } else {
+    free(rt);
+  }
 }
 
 /* A NUL-terminated copy of a byte view; an empty view (ptr may be NULL) gives "". */

@@ -39,6 +39,7 @@ typedef struct wk_task_rt wk_task_rt;
 
 #define WK_TASK_RT_TRACEPARENT_MAX 63u /* bytes of a W3C traceparent kept (55 for version 00) */
 #define WK_TASK_RT_MESSAGE_MAX 511u    /* bytes of a failure message a part keeps */
+#define WK_TASK_RT_ARGS_INLINE 64u     /* args this long are kept in the record itself */
 
 /* The final output of one top-level call, by index (inline outputs: no writer). */
 typedef struct wk_rt_call {
@@ -62,8 +63,9 @@ typedef struct wk_rt_request {
   wk_option *builder_options; /* FunctionCallConfig.options, copied (keys and values) */
   size_t n_builder_options;
   char traceparent[WK_TASK_RT_TRACEPARENT_MAX + 1];
-  uint8_t *args;
+  uint8_t *args; /* args_inline, or owned when longer */
   size_t args_len;
+  uint8_t args_inline[WK_TASK_RT_ARGS_INLINE];
   bool args_json;
   uint64_t requested_epoch;
   bool retry_on_executor_lost;
@@ -102,14 +104,16 @@ typedef struct wk_rt_build_job {
 typedef struct wk_rt_target {
   char function[WK_FUNCTION_NAME_MAX + 1];
   uint64_t epoch;
-  char *code_dir; /* owned */
+  char *code_dir; /* owned, or (borrowed) the runtime's act.code_dir */
+  bool code_dir_owned;
 } wk_rt_target;
 
 /* The task's targets: [0] its own function (from activation), then subcall targets. */
 typedef struct wk_rt_code {
-  wk_rt_target *items;
+  wk_rt_target *items; /* &first while there is one (most tasks), else owned */
   uint32_t count, cap;
   bool unpinned; /* the task is terminal: its pins are gone, no target is added */
+  wk_rt_target first;
 } wk_rt_code;
 
 /* What the builder made, and whether the calls phase was reported. */
@@ -136,9 +140,11 @@ typedef struct wk_rt_retry {
 
 /* The calls phase as wk_calls.c drives it. */
 typedef struct wk_rt_calls {
-  uint32_t disp_task;       /* 0 = not registered */
-  uint64_t added;           /* calls handed to the dispatcher so far */
-  wk_rt_call *outputs;      /* calls_total entries; NULL with a writer (act.spool has them) */
+  uint32_t disp_task;  /* 0 = not registered */
+  uint64_t added;      /* calls handed to the dispatcher so far */
+  wk_rt_call *outputs; /* calls_total entries; NULL with a writer (act.spool has them);
+                               &output_one for a task of one call */
+  wk_rt_call output_one;
   wk_attempt *attempts;     /* attempts sent and not yet over */
   wk_subcall_group *groups; /* subcall batches of this task's calls */
   uint32_t done, failed;
@@ -185,8 +191,11 @@ typedef struct wk_rt_progress {
   struct wk_task_rt *next; /* in the orchestrator's pending list, holding a reference */
 } wk_rt_progress;
 
+struct wk_freelist;
+
 struct wk_task_rt {
-  uv_loop_t *loop; /* where the scratch directory is removed from */
+  uv_loop_t *loop;          /* where the scratch directory is removed from */
+  struct wk_freelist *pool; /* the record goes back there at the last unref (NULL: freed) */
   uint32_t refs;
 
   wk_rt_request req;
@@ -203,9 +212,13 @@ struct wk_task_rt {
 /** Creates a runtime from a validated SubmitTaskRequest (copies what the phases use;
  * the slot, deadline and call policies stay the core's: wk_core_live_task); refs = 1.
  * `traceparent` may be NULL. A shadow request gets no result handler (it never
- * reaches a writer). The scratch directory is removed on `loop`'s threadpool. */
-wk_task_rt *wk_task_rt_create(uv_loop_t *loop, const Worker__V1__SubmitTaskRequest *req,
-                              const char *traceparent, bool shadow);
+ * reaches a writer). The scratch directory is removed on `loop`'s threadpool. The
+ * record comes from `pool` (a wk_freelist of sizeof(wk_task_rt) objects, used on the
+ * loop's thread; NULL: malloc) and goes back to it at the last unref: the pool must
+ * outlive every runtime made from it. */
+wk_task_rt *wk_task_rt_create(uv_loop_t *loop, struct wk_freelist *pool,
+                              const Worker__V1__SubmitTaskRequest *req, const char *traceparent,
+                              bool shadow);
 
 /** A view of the function's builder options (FunctionCallConfig.options) as borrowed
  * wk_options in `view`: returns how many (at most WK_OPTIONS_MAX, which request

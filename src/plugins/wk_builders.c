@@ -14,9 +14,15 @@
 #include "lib/wk_alloc.h"
 
 void wk_call_list_free(wk_call_list *list) {
-  free(list->items);
+  if (list->items != &list->one) free(list->items);
   free(list->storage);
   memset(list, 0, sizeof *list);
+}
+
+void wk_call_list_move(wk_call_list *dst, wk_call_list *src) {
+  *dst = *src;
+  if (src->items == &src->one) dst->items = &dst->one;
+  memset(src, 0, sizeof *src);
 }
 
 static const char *const no_options[] = {NULL};
@@ -38,7 +44,7 @@ int wk_builder_check_options(const wk_builder *b, const wk_option *options, size
 static int build_single(const wk_builder_input *in, wk_call_list *out, char *err, size_t err_len) {
   if (check_options("single", no_options, in->options, in->n_options, err, err_len) != 0) return -1;
   out->count = 1;
-  out->items = wk_xcalloc(1, sizeof *out->items);
+  out->items = &out->one;
   out->items[0].args = in->args;
   out->items[0].len = in->args_len;
   return 0;

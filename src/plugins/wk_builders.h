@@ -29,11 +29,17 @@ typedef struct wk_call_item {
 /* The calls a builder produced. Owned by the caller; free with wk_call_list_free. */
 typedef struct wk_call_list {
   uint32_t count;
-  wk_call_item *items;
-  uint8_t *storage; /* bytes the items point into, when not the task's args */
+  wk_call_item *items; /* &one for the single builder's one call (no allocation), else owned */
+  uint8_t *storage;    /* bytes the items point into, when not the task's args */
+  wk_call_item one;
 } wk_call_list;
 
+/** Frees what the list holds and zeroes it. */
 void wk_call_list_free(wk_call_list *list);
+
+/** Moves the list in `src` to `dst` (which holds none), leaving `src` empty: a list is
+ * moved with this, never copied (items may point into the list itself). */
+void wk_call_list_move(wk_call_list *dst, wk_call_list *src);
 
 typedef struct wk_builder_input {
   const uint8_t *args;

@@ -27,7 +27,24 @@ static void test_single_passes_args_through(void **state) {
   assert_int_equal(wk_builder_find_builtin("single")->build(&in, &l, err, sizeof err), 0);
   assert_int_equal(l.count, 1);
   assert_ptr_equal(l.items[0].args, in.args);
-  wk_call_list_free(&l);
+  /* moved, the one call's item is the new list's own (the old list is gone) */
+  wk_call_list moved;
+  wk_call_list_move(&moved, &l);
+  assert_int_equal(l.count, 0);
+  assert_null(l.items);
+  memset(&l, 0xee, sizeof l);
+  assert_int_equal(moved.count, 1);
+  assert_ptr_equal(moved.items[0].args, in.args);
+  assert_int_equal(moved.items[0].len, in.args_len);
+  wk_call_list_free(&moved);
+  /* a map's list moves whole too */
+  wk_builder_input m = json_input("[1, 2]");
+  wk_call_list two = {0};
+  assert_int_equal(wk_builder_find_builtin("map")->build(&m, &two, err, sizeof err), 0);
+  wk_call_list_move(&moved, &two);
+  assert_int_equal(moved.count, 2);
+  expect_args(&moved.items[1], "2");
+  wk_call_list_free(&moved);
 }
 
 static void test_map_one_call_per_item_in_order(void **state) {

@@ -167,7 +167,8 @@ static int setup_limit(void **state, size_t max_inline_output_bytes) {
   Worker__V1__SubmitTaskRequest req = WORKER__V1__SUBMIT_TASK_REQUEST__INIT;
   req.task_id = (char *)(uintptr_t) "t1";
   req.function = &fn;
-  f->rt = wk_task_rt_create(NULL, &req, NULL, false); /* no scratch directory: no loop needed */
+  f->rt =
+      wk_task_rt_create(NULL, NULL, &req, NULL, false); /* no scratch directory: no loop needed */
   /* what activation made: the task's own function at epoch 3 */
   f->rt->act.epoch = 3;
   snprintf(f->rt->act.code_dir, sizeof f->rt->act.code_dir, "%s/fn/3", f->code_root);
