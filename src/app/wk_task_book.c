@@ -14,14 +14,25 @@ typedef struct log_rec {
   size_t off, len;
 } log_rec;
 
+/* A log this short (one call's record with little or no output, the common case) is
+ * kept in the entry itself. */
+#define LOG_INLINE 32u
+
+/* One entry: a single allocation holding the node, then its labels (e.labels), then
+ * the strings of the id, function, builder and labels. */
 typedef struct node {
   wk_task_entry e;
   struct node *next; /* in the bucket */
   uint64_t hash;
   size_t pos; /* in b->order */
-  wk_buf log; /* CallLog records, encoded as GetTaskLogsResponse field 2 */
-  log_rec *recs;
+  /* CallLog records, encoded as GetTaskLogsResponse field 2: in log_inline while they
+   * fit (log_inline_len bytes), else in `log` */
+  wk_buf log;
+  uint8_t log_inline[LOG_INLINE];
+  uint8_t log_inline_len;
+  log_rec *recs; /* &rec_one while there is one */
   size_t n_recs, cap_recs;
+  log_rec rec_one;
 } node;
 
 /* Admission order: removed entries leave a NULL behind until the next compaction. */
@@ -59,22 +70,15 @@ static void free_log(wk_task_book *b, node *n) {
   n->e.log_dropped_bytes += n->e.log_bytes;
   n->e.log_bytes = 0;
   wk_buf_free(&n->log);
-  free(n->recs);
+  n->log_inline_len = 0;
+  if (n->recs != &n->rec_one) free(n->recs);
   n->recs = NULL;
   n->n_recs = n->cap_recs = 0;
 }
 
 static void free_node(wk_task_book *b, node *n) {
   free_log(b, n);
-  for (size_t i = 0; i < n->e.n_labels; i++) {
-    free((char *)(uintptr_t)n->e.labels[i].key);
-    free((char *)(uintptr_t)n->e.labels[i].value);
-  }
-  free(n->e.labels);
-  free(n->e.task_id);
-  free(n->e.function);
-  free(n->e.builder);
-  free(n);
+  free(n); /* the labels and strings are in the same block */
 }
 
 void wk_task_book_destroy(wk_task_book *b) {
@@ -129,6 +133,16 @@ static void compact(wk_task_book *b) {
   b->n_order = w;
 }
 
+/* Copies s (NULL: "") to *at, moving *at past its NUL; returns the copy. */
+static char *put_str(char **at, const char *s) {
+  size_t len = s ? strlen(s) : 0;
+  char *d = *at;
+  if (len) memcpy(d, s, len);
+  d[len] = '\0';
+  *at += len + 1;
+  return d;
+}
+
 const wk_task_entry *wk_task_book_add(wk_task_book *b, const char *task_id, const char *function,
                                       const char *builder, const wk_option *labels,
                                       size_t n_labels) {
@@ -136,17 +150,27 @@ const wk_task_entry *wk_task_book_add(wk_task_book *b, const char *task_id, cons
   node *n = find_node(b, task_id, h);
   if (n) return &n->e;
   if (b->count + 1 > b->n_buckets * 2) grow_buckets(b);
-  n = wk_xcalloc(1, sizeof *n);
+  function = function ? function : "";
+  builder = builder ? builder : "";
+  size_t bytes = sizeof *n + n_labels * sizeof *n->e.labels + strlen(task_id) + 1 +
+                 strlen(function) + 1 + strlen(builder) + 1;
+  for (size_t i = 0; i < n_labels; i++) {
+    bytes += (labels[i].key ? strlen(labels[i].key) : 0) + 1;
+    bytes += (labels[i].value ? strlen(labels[i].value) : 0) + 1;
+  }
+  n = wk_xcalloc(1, bytes);
   n->hash = h;
   n->e.seq = b->next_seq++;
-  n->e.task_id = wk_xstrdup(task_id);
-  n->e.function = wk_xstrdup(function ? function : "");
-  n->e.builder = wk_xstrdup(builder ? builder : "");
-  n->e.labels = wk_xcalloc(n_labels ? n_labels : 1, sizeof *n->e.labels);
+  n->e.labels = (wk_option *)(n + 1);
+  char *at = (char *)(n->e.labels + n_labels);
+  n->e.task_id = put_str(&at, task_id);
+  n->e.function = put_str(&at, function);
+  n->e.builder = put_str(&at, builder);
   for (size_t i = 0; i < n_labels; i++) {
-    n->e.labels[i].key = wk_xstrdup(labels[i].key ? labels[i].key : "");
-    n->e.labels[i].value = wk_xstrdup(labels[i].value ? labels[i].value : "");
+    n->e.labels[i].key = put_str(&at, labels[i].key);
+    n->e.labels[i].value = put_str(&at, labels[i].value);
   }
+  WK_ASSERT((size_t)(at - (char *)n) == bytes);
   n->e.n_labels = n_labels;
   n->next = b->buckets[h % b->n_buckets];
   b->buckets[h % b->n_buckets] = n;
@@ -185,11 +209,47 @@ uint64_t wk_task_book_log_bytes(const wk_task_book *b) { return b->log_bytes; }
 
 /* ---- captured output ------------------------------------------------------------- */
 
-static void put_bytes_field(wk_buf *out, uint32_t field, const uint8_t *p, size_t len) {
-  if (len == 0) return;
-  wk_buf_append_varint(out, ((uint64_t)field << 3) | 2u);
-  wk_buf_append_varint(out, len);
-  wk_buf_append(out, p, len);
+/* Writes v as a varint at p; returns the bytes written. */
+static size_t put_varint(uint8_t *p, uint64_t v) {
+  size_t n = 0;
+  while (v >= 0x80) {
+    p[n++] = (uint8_t)(v | 0x80);
+    v >>= 7;
+  }
+  p[n++] = (uint8_t)v;
+  return n;
+}
+
+static size_t put_bytes_field(uint8_t *p, uint32_t field, const uint8_t *bytes, size_t len) {
+  if (len == 0) return 0;
+  size_t n = put_varint(p, ((uint64_t)field << 3) | 2u);
+  n += put_varint(p + n, len);
+  memcpy(p + n, bytes, len);
+  return n + len;
+}
+
+/* The task's log records. */
+static const uint8_t *log_data(const node *n) {
+  return n->log_inline_len ? n->log_inline : n->log.data;
+}
+
+/* Room for `rec` more bytes at the end of the task's log. */
+static uint8_t *log_room(node *n, size_t rec) {
+  if (n->log_inline_len == 0 && n->log.len == 0 && rec <= sizeof n->log_inline)
+    return n->log_inline;  /* the first record, and a short one */
+  if (n->log_inline_len) { /* it grows past the entry: moved out */
+    wk_buf_append(&n->log, n->log_inline, n->log_inline_len);
+    n->log_inline_len = 0;
+  }
+  return wk_buf_reserve(&n->log, rec);
+}
+
+static void log_wrote(node *n, uint8_t *at, size_t rec) {
+  if (at == n->log_inline) {
+    n->log_inline_len = (uint8_t)rec;
+  } else {
+    n->log.len += rec;
+  }
 }
 
 static size_t varint_len(uint64_t v) {
@@ -230,19 +290,29 @@ void wk_task_book_log(wk_task_book *b, const char *task_id, uint32_t index, uint
     return;
   }
   if (n->pos < b->evict_pos) b->evict_pos = n->pos; /* its log is the oldest kept now */
-  size_t off = n->log.len;
-  wk_buf_append_varint(&n->log, (2u << 3) | 2u);
-  wk_buf_append_varint(&n->log, body);
-  wk_buf_append_varint(&n->log, 1u << 3);
-  wk_buf_append_varint(&n->log, index);
-  wk_buf_append_varint(&n->log, 2u << 3);
-  wk_buf_append_varint(&n->log, attempt);
-  put_bytes_field(&n->log, 3, out, out_len);
-  put_bytes_field(&n->log, 4, err, err_len);
-  WK_ASSERT(n->log.len - off == rec);
-  if (n->n_recs == n->cap_recs) {
-    n->cap_recs = n->cap_recs ? n->cap_recs * 2 : 8;
-    n->recs = wk_xrealloc(n->recs, n->cap_recs * sizeof *n->recs);
+  size_t off = n->log_inline_len + n->log.len;
+  uint8_t *p = log_room(n, (size_t)rec);
+  size_t w = put_varint(p, (2u << 3) | 2u);
+  w += put_varint(p + w, body);
+  w += put_varint(p + w, 1u << 3);
+  w += put_varint(p + w, index);
+  w += put_varint(p + w, 2u << 3);
+  w += put_varint(p + w, attempt);
+  w += put_bytes_field(p + w, 3, out, out_len);
+  w += put_bytes_field(p + w, 4, err, err_len);
+  WK_ASSERT(w == rec);
+  log_wrote(n, p, w);
+  if (n->n_recs == 0) {
+    n->recs = &n->rec_one;
+    n->cap_recs = 1;
+  } else if (n->n_recs == n->cap_recs) {
+    n->cap_recs = n->cap_recs == 1 ? 8 : n->cap_recs * 2;
+    if (n->recs == &n->rec_one) {
+      n->recs = wk_xmalloc(n->cap_recs * sizeof *n->recs);
+      n->recs[0] = n->rec_one;
+    } else {
+      n->recs = wk_xrealloc(n->recs, n->cap_recs * sizeof *n->recs);
+    }
   }
   n->recs[n->n_recs++] = (log_rec){index, off, (size_t)rec};
   n->e.log_bytes += rec;
@@ -256,7 +326,7 @@ bool wk_task_book_logs(const wk_task_book *b, const char *task_id, bool one_call
   for (size_t i = 0; i < n->n_recs; i++) {
     const log_rec *r = &n->recs[i];
     if (one_call && r->index != call) continue;
-    wk_buf_append(out, n->log.data + r->off, r->len);
+    wk_buf_append(out, log_data(n) + r->off, r->len);
   }
   return true;
 }

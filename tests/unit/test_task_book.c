@@ -164,6 +164,79 @@ static void test_logs_per_task(void **state) {
   wk_task_book_destroy(b);
 }
 
+/* An entry is one block holding its strings and labels, and a short first log is kept
+ * in it: labels of every shape read back, and a log that grows from one short record
+ * (kept in the entry) to many long ones (moved out, then grown) decodes whole, also
+ * after an eviction emptied it and a short record came again. */
+static void test_entry_storage_and_log_growth(void **state) {
+  (void)state;
+  wk_task_book *b = book(100000, 100000);
+  wk_option three[3] = {{"a", "1"}, {"empty", ""}, {NULL, NULL}};
+  assert_non_null(wk_task_book_add(b, "three", "fn", NULL, three, 3));
+  assert_non_null(wk_task_book_add(b, "none", NULL, "map", NULL, 0));
+  const wk_task_entry *e = wk_task_book_find(b, "three");
+  assert_string_equal(e->task_id, "three");
+  assert_string_equal(e->function, "fn");
+  assert_string_equal(e->builder, "");
+  assert_int_equal(e->n_labels, 3);
+  assert_string_equal(wk_option_get(e->labels, e->n_labels, "a"), "1");
+  assert_string_equal(wk_option_get(e->labels, e->n_labels, "empty"), "");
+  assert_string_equal(e->labels[2].key, "");
+  assert_string_equal(e->labels[2].value, "");
+  e = wk_task_book_find(b, "none");
+  assert_string_equal(e->function, "");
+  assert_string_equal(e->builder, "map");
+  assert_int_equal(e->n_labels, 0);
+  char text[64];
+  log_text(b, "none", 0, 1, "", ""); /* short: kept in the entry */
+  for (uint32_t i = 1; i < 20; i++) {
+    snprintf(text, sizeof text, "call %u says %.*s", i, (int)(i % 40),
+             "abcdefghijklmnopqrstuvwxyz0123456789ABCD");
+    log_text(b, "none", i, 1, text, i % 3 ? "" : "err");
+  }
+  Worker__V1__GetTaskLogsResponse *r = logs(b, "none", false, 0);
+  assert_int_equal(r->n_calls, 20);
+  assert_int_equal(r->calls[0]->stdout.len, 0);
+  for (uint32_t i = 1; i < 20; i++) {
+    snprintf(text, sizeof text, "call %u says %.*s", i, (int)(i % 40),
+             "abcdefghijklmnopqrstuvwxyz0123456789ABCD");
+    assert_int_equal(r->calls[i]->index, i);
+    assert_int_equal(r->calls[i]->stdout.len, strlen(text));
+    assert_memory_equal(r->calls[i]->stdout.data, text, strlen(text));
+    assert_int_equal(r->calls[i]->stderr.len, i % 3 ? 0 : 3);
+  }
+  worker__v1__get_task_logs_response__free_unpacked(r, NULL);
+  r = logs(b, "none", true, 7);
+  assert_int_equal(r->n_calls, 1);
+  assert_int_equal(r->calls[0]->index, 7);
+  worker__v1__get_task_logs_response__free_unpacked(r, NULL);
+  wk_task_book_destroy(b);
+
+  /* a total bound below two records: the older log is evicted, then a short one fits */
+  b = book(1000, 66); /* records of 9, 58 and 6 bytes */
+  add(b, "first");
+  add(b, "second");
+  log_text(b, "first", 0, 1, "x", "");
+  char fifty[51];
+  memset(fifty, 'f', 50);
+  fifty[50] = '\0';
+  log_text(b, "second", 0, 1, fifty, ""); /* evicts first's */
+  assert_int_equal(wk_task_book_find(b, "first")->log_bytes, 0);
+  log_text(b, "first", 1, 2, "", ""); /* short again, in the entry */
+  r = logs(b, "first", false, 0);
+  assert_int_equal(r->n_calls, 1);
+  assert_int_equal(r->calls[0]->index, 1);
+  assert_int_equal(r->calls[0]->attempt, 2);
+  worker__v1__get_task_logs_response__free_unpacked(r, NULL);
+  r = logs(b, "second", false, 0);
+  assert_int_equal(r->n_calls, 1);
+  assert_memory_equal(r->calls[0]->stdout.data, fifty, 50);
+  worker__v1__get_task_logs_response__free_unpacked(r, NULL);
+  assert_int_equal(wk_task_book_log_bytes(b), wk_task_book_find(b, "first")->log_bytes +
+                                                  wk_task_book_find(b, "second")->log_bytes);
+  wk_task_book_destroy(b);
+}
+
 /* Over the total, the oldest tasks' logs go first; the dropped bytes are counted. */
 static void test_logs_total_evicts_oldest(void **state) {
   (void)state;
@@ -240,9 +313,13 @@ static void test_sweep_oldest(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_paging),        cmocka_unit_test(test_compaction),
-      cmocka_unit_test(test_logs_per_task), cmocka_unit_test(test_logs_total_evicts_oldest),
-      cmocka_unit_test(test_sweep),         cmocka_unit_test(test_sweep_oldest),
+      cmocka_unit_test(test_paging),
+      cmocka_unit_test(test_compaction),
+      cmocka_unit_test(test_logs_per_task),
+      cmocka_unit_test(test_logs_total_evicts_oldest),
+      cmocka_unit_test(test_sweep),
+      cmocka_unit_test(test_sweep_oldest),
+      cmocka_unit_test(test_entry_storage_and_log_growth),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
