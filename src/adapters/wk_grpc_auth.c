@@ -65,8 +65,9 @@ void wk_grpc_auth_md_copy(wk_grpc_auth_md *out, const grpc_metadata_array *md) {
     kept++;
   }
   if (kept == 0) return;
-  out->entries = wk_xcalloc(kept, sizeof *out->entries);
-  out->blob = wk_xcalloc(total, 1);
+  /* one block (two RPCs per task copy their metadata): the entries, then the blob */
+  out->entries = wk_xcalloc(1, kept * sizeof *out->entries + total);
+  out->blob = (char *)(out->entries + kept);
   char *p = out->blob;
   size_t at = 0;
   for (size_t i = 0; i < md->count; i++) {
@@ -107,8 +108,7 @@ bool wk_grpc_auth_md_get(const wk_grpc_auth_md *m, const char *key, char *buf, s
 }
 
 void wk_grpc_auth_md_free(wk_grpc_auth_md *m) {
-  free(m->entries);
-  free(m->blob);
+  free(m->entries); /* the blob is in the same block */
   memset(m, 0, sizeof *m);
 }
 

@@ -36,7 +36,7 @@ typedef struct wk_grpc_auth_md_entry {
 typedef struct wk_grpc_auth_md {
   wk_grpc_auth_md_entry *entries;
   size_t count;
-  char *blob; /* every key and value, each NUL-terminated */
+  char *blob; /* every key and value, each NUL-terminated (in the block of `entries`) */
 } wk_grpc_auth_md;
 
 /** Copies md into *out (which it overwrites), leaving out every "authorization" entry: the
