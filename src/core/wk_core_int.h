@@ -75,7 +75,8 @@ typedef struct wk_slot {
  * to record index. Each entry carries the low 32 bits of the id's hash, so probing and
  * the deletion shift never read a task record except on a likely match. */
 typedef struct wk_index_entry {
-  uint32_t record; /* WK_NONE = empty */
+  uint32_t not_record; /* ~record, so that zeroed memory reads empty (~WK_NONE == 0): the
+                          table stays untouched, costing no RSS, until used */
   uint32_t hash32;
 } wk_index_entry;
 

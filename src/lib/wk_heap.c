@@ -26,8 +26,7 @@ static void init(wk_heap *h, uint32_t capacity, bool with_run, const wk_allocato
   h->run = with_run ? h->ent + capacity : NULL;
   WK_ASSERT((uintptr_t)(h->ent + capacity) + (with_run ? capacity * sizeof(wk_heap_entry) : 0u) <=
             (uintptr_t)h->mem + mem_bytes(capacity, with_run));
-  h->pos = wk_allocator_calloc(a, capacity, sizeof *h->pos);
-  for (uint32_t i = 0; i < capacity; i++) h->pos[i] = WK_HEAP_ABSENT;
+  h->pos = wk_allocator_calloc(a, capacity, sizeof *h->pos); /* zeroed: every handle ABSENT */
   h->size = h->heap_size = 0;
   h->run_head = h->run_len = h->run_live = 0;
   h->capacity = capacity;
@@ -59,6 +58,8 @@ static uint32_t run_slot(const wk_heap *h, uint32_t k) {
   return s >= h->capacity ? s - h->capacity : s;
 }
 
+static void set_pos(wk_heap *h, uint32_t handle, uint32_t p) { h->pos[handle] = ~p; }
+
 static bool run_takes(const wk_heap *h, int64_t key) {
   if (h->run == NULL) return false;
   if (h->run_len == 0) return true;
@@ -70,7 +71,7 @@ static void run_append(wk_heap *h, uint32_t handle, int64_t key) {
   WK_DEBUG_ASSERT(h->run_len == 0 || h->run[run_slot(h, h->run_len - 1)].key <= key);
   uint32_t s = run_slot(h, h->run_len);
   h->run[s] = (wk_heap_entry){.key = key, .handle = handle};
-  h->pos[handle] = WK_HEAP_IN_RUN | s;
+  set_pos(h, handle, WK_HEAP_IN_RUN | s);
   h->run_len++;
   h->run_live++;
 }
@@ -95,7 +96,7 @@ static void run_remove(wk_heap *h, uint32_t s) {
 
 static void place(wk_heap *h, uint32_t i, wk_heap_entry e) {
   h->ent[i] = e;
-  h->pos[e.handle] = i;
+  set_pos(h, e.handle, i);
 }
 
 /* Whether the entry at i sits in heap order with its parent and its children (a debug
@@ -166,7 +167,7 @@ static void insert(wk_heap *h, uint32_t handle, int64_t key) {
 
 void wk_heap_set(wk_heap *h, uint32_t handle, int64_t key) {
   WK_ASSERT(handle < h->capacity);
-  uint32_t i = h->pos[handle];
+  uint32_t i = wk_heap_pos_(h, handle);
   if (i == WK_HEAP_ABSENT) {
     insert(h, handle, key);
     return;
@@ -190,9 +191,9 @@ void wk_heap_set(wk_heap *h, uint32_t handle, int64_t key) {
 
 void wk_heap_remove(wk_heap *h, uint32_t handle) {
   WK_ASSERT(handle < h->capacity);
-  uint32_t i = h->pos[handle];
+  uint32_t i = wk_heap_pos_(h, handle);
   if (i == WK_HEAP_ABSENT) return;
-  h->pos[handle] = WK_HEAP_ABSENT;
+  set_pos(h, handle, WK_HEAP_ABSENT);
   h->size--;
   if (i & WK_HEAP_IN_RUN) {
     run_remove(h, i & ~WK_HEAP_IN_RUN);
@@ -309,14 +310,14 @@ const char *wk_heap_check(const wk_heap *h) {
       continue;
     }
     live++;
-    if (e->handle >= h->capacity || h->pos[e->handle] != (WK_HEAP_IN_RUN | s)) {
+    if (e->handle >= h->capacity || wk_heap_pos_(h, e->handle) != (WK_HEAP_IN_RUN | s)) {
       return "heap: position index disagrees with the run";
     }
   }
   if (live != h->run_live) return "heap: run live count is wrong";
   uint32_t present = 0, in_heap = 0;
   for (uint32_t handle = 0; handle < h->capacity; handle++) {
-    uint32_t p = h->pos[handle];
+    uint32_t p = wk_heap_pos_(h, handle);
     if (p == WK_HEAP_ABSENT) continue;
     present++;
     if (p & WK_HEAP_IN_RUN) continue; /* checked from the run's side */

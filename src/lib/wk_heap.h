@@ -39,7 +39,9 @@ typedef struct wk_heap {
   wk_heap_entry *ent; /* the heap part, heap_size entries: children of i are 4i+1 .. 4i+4 */
   wk_heap_entry *run; /* the run: a ring of capacity slots, run_len used from run_head;
                          NULL without one */
-  uint32_t *pos;      /* per handle: heap index, WK_HEAP_IN_RUN | run slot, or ABSENT */
+  uint32_t *pos;      /* per handle, complemented (~p: zeroed memory reads ABSENT, so the
+                    array stays untouched, costing no RSS, until used): heap index,
+                    WK_HEAP_IN_RUN | run slot, or ABSENT */
   void *mem;          /* the allocation behind ent (aligned inside it) */
   uint32_t size;      /* handles present, both parts */
   uint32_t capacity;
@@ -61,8 +63,11 @@ void wk_heap_set(wk_heap *h, uint32_t handle, int64_t key);
 /** Removes `handle`; a no-op when absent. */
 void wk_heap_remove(wk_heap *h, uint32_t handle);
 
+/* The position of `handle` (pos[] holds it complemented). */
+static inline uint32_t wk_heap_pos_(const wk_heap *h, uint32_t handle) { return ~h->pos[handle]; }
+
 static inline bool wk_heap_contains(const wk_heap *h, uint32_t handle) {
-  return h->pos[handle] != WK_HEAP_ABSENT;
+  return wk_heap_pos_(h, handle) != WK_HEAP_ABSENT;
 }
 static inline bool wk_heap_empty(const wk_heap *h) { return h->size == 0; }
 
@@ -79,7 +84,7 @@ static inline uint32_t wk_heap_top(const wk_heap *h) { return wk_heap_min_(h)->h
 static inline int64_t wk_heap_top_key(const wk_heap *h) { return wk_heap_min_(h)->key; }
 /** The key of `handle`, which must be present. */
 static inline int64_t wk_heap_key(const wk_heap *h, uint32_t handle) {
-  uint32_t p = h->pos[handle];
+  uint32_t p = wk_heap_pos_(h, handle);
   return (p & WK_HEAP_IN_RUN) ? h->run[p & ~WK_HEAP_IN_RUN].key : h->ent[p].key;
 }
 
