@@ -20,7 +20,7 @@ Parts (--parts, comma-separated; each starts its own worker with 2 executors):
              whether RSS stays flat (within 10%) once retention is full.
   watch      --streams idle WatchTasks streams over --connections connections on one
              running task, opened, held and cancelled 3 times: RSS per stream, and
-             whether RSS after the third cycle is within 10% of after the first; the
+             whether RSS with them open in the third cycle is within 10% of the first; the
              RSS before the streams, with them open, and after they were cancelled
              (the worker gives the freed memory back after a mass close).
 --smoke runs every part with tiny counts (ctest bench.smoke_memory): it checks that
@@ -190,10 +190,13 @@ def part_watch(build, args):
         rows = re.findall(r"^\s+(\d+)\s+[\d.]+\s+\d+\s+\d+\s+(\d+)\s+(\d+)\s+(-?\d+)", out, re.M)
         before = re.search(r"worker RSS before: (\d+) KiB", out)
         if len(rows) >= 2:
-            first_after, last_after = int(rows[0][2]), int(rows[-1][2])
-            r = last_after / float(first_after) if first_after else 0
-            print("watch: %s bytes per idle stream (cycle 1); RSS after cycle %d / after cycle 1: %.3f "
-                  "(target <= 1.10: %s)" % (rows[0][3], len(rows), r, verdict(r <= 1.10)))
+            # flatness with the streams open: after a close the worker gives the freed
+            # memory back (malloc_trim, at the next tick or two), so the reading 1 s after
+            # a close says when that ran, not whether memory climbs from cycle to cycle
+            first_open, last_open = int(rows[0][1]), int(rows[-1][1])
+            r = last_open / float(first_open) if first_open else 0
+            print("watch: %s bytes per idle stream (cycle 1); RSS with the streams open, cycle %d / "
+                  "cycle 1: %.3f (target <= 1.10: %s)" % (rows[0][3], len(rows), r, verdict(r <= 1.10)))
         if rows and before:
             b = int(before.group(1))
             print("watch: worker RSS %d KiB before the streams, %d KiB with %s open, %s KiB 1 s after "
