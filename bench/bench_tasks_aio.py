@@ -2,7 +2,8 @@
 """bench_tasks_aio: separate no-op tasks/s from a Python grpc.aio client (issue 12).
 
     /usr/bin/python3 bench/bench_tasks_aio.py [--build build/release] [--reps 5]
-        [--tasks 5000] [--inflight 256] [--batch 32] [--no-slot] [--smoke]
+        [--tasks 5000] [--inflight 256] [--batch 32] [--no-slot] [--no-batch-events]
+        [--smoke]
 
 The same workload as `wk_loadgen --mode throughput`, from Python (Debian's
 python3-grpcio, grpc.aio, one channel): --inflight tasks in flight as --inflight/--batch
@@ -63,13 +64,15 @@ class Run(object):
             self.next += n
             await asyncio.gather(*(self.admit(t) for t in ids))
             seen = 0
-            async for ev in self.stub.WatchTasks(pb.WatchTasksRequest(task_ids=ids)):
-                if ev.kind == pb.TaskEvent.KIND_TERMINAL:
-                    seen += 1
-                    if ev.result.state == pb.TASK_STATE_SUCCEEDED:
-                        self.ok += 1
-                    elif len(self.failed) < 3:
-                        self.failed.append((ev.task_id, ev.result.failure_message))
+            req = pb.WatchTasksRequest(task_ids=ids, batch_events=not self.args.no_batch_events)
+            async for msg in self.stub.WatchTasks(req):
+                for ev in (msg, *msg.more):
+                    if ev.kind == pb.TaskEvent.KIND_TERMINAL:
+                        seen += 1
+                        if ev.result.state == pb.TASK_STATE_SUCCEEDED:
+                            self.ok += 1
+                        elif len(self.failed) < 3:
+                            self.failed.append((ev.task_id, ev.result.failure_message))
             if seen != n and len(self.failed) < 3:
                 self.failed.append(("batch", "the stream ended after %d of %d TERMINAL events" % (seen, n)))
 
@@ -132,6 +135,8 @@ def main():
     ap.add_argument("--inflight", type=int, default=256)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--no-slot", action="store_true")
+    ap.add_argument("--no-batch-events", action="store_true",
+                    help="one event per WatchTasks message (batch_events off)")
     ap.add_argument("--smoke", action="store_true", help="tiny counts (ctest)")
     args = ap.parse_args()
     if args.smoke:

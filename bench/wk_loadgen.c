@@ -9,7 +9,8 @@
  *               flight, each a RequestTaskSlot + SubmitTask (--no-slot: SubmitTask
  *               only), their results read from I/B shared WatchTasks streams, one per
  *               batch of B tasks (opened once the batch is submitted, ended by the
- *               worker after the batch's last TERMINAL event). Prints tasks/s per
+ *               worker after the batch's last TERMINAL event; batch_events set unless
+ *               --no-batch-events). Prints tasks/s per
  *               repetition, last/first, and the CPU time per task of the worker process
  *               (user + system from /proc/PID/stat), of its executors (its children)
  *               and of this client, and which side bounds the rate.
@@ -79,6 +80,7 @@ typedef struct opts {
   const char *args; /* JSON args of each task (not echo) */
   unsigned tasks, reps, inflight, batch;
   bool slot;
+  bool batch_events;  /* WatchTasksRequest.batch_events on the throughput streams */
   size_t payload;     /* echo: bytes per task */
   unsigned rss_every; /* 0 = off */
   unsigned executors; /* sleep: for the ideal */
@@ -395,11 +397,12 @@ static void *pack_submit(const opts *o, const char *id, uint64_t slot_id, const 
   return buf;
 }
 
-static void *pack_watch(char **ids, size_t n, size_t *len) {
+static void *pack_watch(char **ids, size_t n, bool batch_events, size_t *len) {
   Worker__V1__WatchTasksRequest r;
   worker__v1__watch_tasks_request__init(&r);
   r.task_ids = ids;
   r.n_task_ids = n;
+  r.batch_events = batch_events;
   *len = worker__v1__watch_tasks_request__get_packed_size(&r);
   void *buf = xmalloc(*len);
   worker__v1__watch_tasks_request__pack(&r, buf);
@@ -539,6 +542,7 @@ struct engine {
   unsigned active_batches;
   uint64_t bytes_in, bytes_out;
   uint64_t rss_next; /* the `done` count at which to print RSS next */
+  uint64_t messages; /* WatchTasks messages read (one holds several events when batched) */
   batch *batches;
   unsigned n_batches;
 };
@@ -589,9 +593,9 @@ static bool read_varint(const uint8_t **p, const uint8_t *end, uint64_t *v) {
 }
 
 /* TaskEvent.kind (field 2) read off the wire without decoding the rest: the generator
- * decodes only TERMINAL events, so its own CPU per task stays small. -1 when the
- * message cannot be walked. */
-static int event_kind(const uint8_t *msg, size_t len) {
+ * decodes only TERMINAL events and batches (*batched: the message holds `more`, field
+ * 6), so its own CPU per task stays small. -1 when the message cannot be walked. */
+static int event_kind(const uint8_t *msg, size_t len, bool *batched) {
   const uint8_t *p = msg, *end = msg + len;
   int kind = 0; /* proto3: absent means 0 */
   while (p < end) {
@@ -604,6 +608,7 @@ static int event_kind(const uint8_t *msg, size_t len) {
         break;
       case 2:
         if (!read_varint(&p, end, &v) || v > (uint64_t)(end - p)) return -1;
+        if (key >> 3 == 6) *batched = true;
         p += v;
         break;
       case 1: p += 8; break;
@@ -614,37 +619,44 @@ static int event_kind(const uint8_t *msg, size_t len) {
   return p == end ? kind : -1;
 }
 
+/* One decoded event of a batch's stream (the message's own, or one of its `more`). */
+static void count_event(batch *b, const Worker__V1__TaskEvent *ev) {
+  engine *e = b->e;
+  if (ev->kind != WORKER__V1__TASK_EVENT__KIND__KIND_TERMINAL) return;
+  b->terminal++;
+  const Worker__V1__TaskResult *r = ev->result;
+  if (!r || r->state != WORKER__V1__TASK_STATE__TASK_STATE_SUCCEEDED) {
+    note_error("task ended %s: %s", r ? state_name(r->state) : "without a result",
+               r && r->failure_message ? r->failure_message : "");
+  } else if (e->bytes) {
+    const char *dash = strrchr(ev->task_id, '-'); /* the task number is the id's suffix */
+    uint64_t n = dash ? strtoull(dash + 1, NULL, 10) : 0;
+    if (echo_matches(e, r, n)) {
+      e->ok++;
+      e->bytes_out += r->outputs[0]->value.len;
+    } else {
+      e->mismatched++;
+      note_error("echo: the result of %s differs from its args%s", ev->task_id, "");
+    }
+  } else {
+    e->ok++;
+  }
+  task_finished(e);
+}
+
 static void on_event(void *ctx, const uint8_t *msg, size_t len) {
   batch *b = ctx;
-  engine *e = b->e;
-  int kind = event_kind(msg, len);
-  if (kind >= 0 && kind != WORKER__V1__TASK_EVENT__KIND__KIND_TERMINAL) return;
+  bool batched = false;
+  b->e->messages++;
+  int kind = event_kind(msg, len, &batched);
+  if (!batched && kind >= 0 && kind != WORKER__V1__TASK_EVENT__KIND__KIND_TERMINAL) return;
   Worker__V1__TaskEvent *ev = worker__v1__task_event__unpack(NULL, len, msg);
   if (!ev) {
     note_error("WatchTasks: %s%s", "an undecodable event", "");
     return;
   }
-  if (ev->kind == WORKER__V1__TASK_EVENT__KIND__KIND_TERMINAL) {
-    b->terminal++;
-    const Worker__V1__TaskResult *r = ev->result;
-    if (!r || r->state != WORKER__V1__TASK_STATE__TASK_STATE_SUCCEEDED) {
-      note_error("task ended %s: %s", r ? state_name(r->state) : "without a result",
-                 r && r->failure_message ? r->failure_message : "");
-    } else if (e->bytes) {
-      const char *dash = strrchr(ev->task_id, '-'); /* the task number is the id's suffix */
-      uint64_t n = dash ? strtoull(dash + 1, NULL, 10) : 0;
-      if (echo_matches(e, r, n)) {
-        e->ok++;
-        e->bytes_out += r->outputs[0]->value.len;
-      } else {
-        e->mismatched++;
-        note_error("echo: the result of %s differs from its args%s", ev->task_id, "");
-      }
-    } else {
-      e->ok++;
-    }
-    task_finished(e);
-  }
+  count_event(b, ev);
+  for (size_t i = 0; i < ev->n_more; i++) count_event(b, ev->more[i]);
   worker__v1__task_event__free_unpacked(ev, NULL);
 }
 
@@ -671,7 +683,7 @@ static void batch_submitted_one(batch *b) {
   }
   if (n > 0) {
     size_t len;
-    void *req = pack_watch(ids, n, &len);
+    void *req = pack_watch(ids, n, b->e->o->batch_events, &len);
     (void)stream_start(b->e->ch, M_WATCH, req, len, on_event, on_watch_end, b);
   } else {
     batch_maybe_done(b);
@@ -832,7 +844,7 @@ static int mode_tasks(const opts *o, grpc_channel *ch) {
       return 1;
     }
   }
-  uint64_t ok_start = e.ok;
+  uint64_t ok_start = e.ok, messages_start = e.messages;
   e.done = 0; /* the RSS samples count measured tasks only */
   e.rss_next = o->rss_every;
   double *rates = xcalloc(o->reps, sizeof *rates);
@@ -886,6 +898,14 @@ static int mode_tasks(const opts *o, grpc_channel *ch) {
     double cpu_t = total.worker_s * 1e6 / (double)want;
     printf("   tasks/s: mean %.0f, min %.0f, max %.0f; last/first %.2f\n", sum / o->reps, lo, hi,
            ratio);
+    if (o->worker_pid > 0 && wcpu[0] > 0) {
+      /* a worker that slows itself down spends more CPU per task as it goes, whatever
+       * the machine's load does to the rates */
+      printf("   worker CPU per task last/first %.2f (self-slowdown shows here)\n",
+             wcpu[o->reps - 1] / wcpu[0]);
+    }
+    printf("   WatchTasks messages per task %.2f (batch_events %s)\n",
+           (double)(e.messages - messages_start) / (double)want, o->batch_events ? "on" : "off");
     if (!echo) {
       printf("   target >= 15000 tasks/s: %s; last within 10%% of first: %s\n",
              lo >= 15000 ? "PASS" : "MISS", ratio >= 0.9 && ratio <= 1.1 ? "PASS" : "MISS");
@@ -930,7 +950,7 @@ static grpc_status_code sync_unary(wk_grpc_client *c, const char *method, void *
 static Worker__V1__TaskState sync_watch(wk_grpc_client *c, char *id) {
   size_t len;
   char *ids[1] = {id};
-  void *req = pack_watch(ids, 1, &len);
+  void *req = pack_watch(ids, 1, false, &len);
   wk_grpc_stream *s;
   wk_grpc_status st;
   Worker__V1__TaskState state = WORKER__V1__TASK_STATE__TASK_STATE_UNSPECIFIED;
@@ -1087,7 +1107,7 @@ static int mode_watch_idle(const opts *o, wk_grpc_client **clients) {
     idle_state st = {0, 0, 0, streams};
     uint64_t t0 = bench_now_ns();
     for (unsigned i = 0; i < o->streams; i++) {
-      req = pack_watch(ids, 1, &len);
+      req = pack_watch(ids, 1, false, &len);
       refs[i] = (idle_ref){&st, i};
       streams[i] = stream_start(wk_grpc_client_channel(clients[i % o->connections]), M_WATCH, req,
                                 len, idle_msg, idle_end, &refs[i]);
@@ -1134,7 +1154,7 @@ static void usage(FILE *f) {
           "usage: wk_loadgen --target HOST:PORT [--worker-pid PID]\n"
           "         --mode throughput|echo|sleep|roundtrip|watch-idle\n"
           "         [--function NAME] [--args JSON] [--tasks N] [--reps N] [--inflight N]\n"
-          "         [--batch N] [--no-slot] [--payload BYTES] [--rss-every N]\n"
+          "         [--batch N] [--no-slot] [--no-batch-events] [--payload BYTES] [--rss-every N]\n"
           "         [--executors N] [--task-ms MS] [--streams N] [--connections N]\n"
           "         [--hold-ms MS] [--cycles N] [--warmup N] [--id-prefix P]\n"
           "See the header of bench/wk_loadgen.c; bench/bench_tasks.py starts a worker and\n"
@@ -1158,6 +1178,7 @@ int main(int argc, char **argv) {
             .inflight = 256,
             .batch = 32,
             .slot = true,
+            .batch_events = true,
             .payload = 64 * 1024,
             .executors = 2,
             .task_ms = 10,
@@ -1177,6 +1198,7 @@ int main(int argc, char **argv) {
     O_INFLIGHT,
     O_BATCH,
     O_NOSLOT,
+    O_NOBATCHEV,
     O_PAYLOAD,
     O_RSS,
     O_EXEC,
@@ -1199,6 +1221,7 @@ int main(int argc, char **argv) {
       {"inflight", required_argument, 0, O_INFLIGHT},
       {"batch", required_argument, 0, O_BATCH},
       {"no-slot", no_argument, 0, O_NOSLOT},
+      {"no-batch-events", no_argument, 0, O_NOBATCHEV},
       {"payload", required_argument, 0, O_PAYLOAD},
       {"rss-every", required_argument, 0, O_RSS},
       {"executors", required_argument, 0, O_EXEC},
@@ -1251,6 +1274,7 @@ int main(int argc, char **argv) {
         o.batch = (unsigned)v;
         break;
       case O_NOSLOT: o.slot = false; break;
+      case O_NOBATCHEV: o.batch_events = false; break;
       case O_PAYLOAD:
         bad = !parse_u(optarg, 1, 64u << 20, &v);
         o.payload = (size_t)v;

@@ -9,7 +9,8 @@
  *
  * Sends. An rpc has at most one send batch in flight. Messages the sink queues while
  * one is in flight wait in a bounded FIFO; when the batch completes, the CQ thread
- * starts the next one. The first batch carries SEND_INITIAL_METADATA; the status goes
+ * starts the next one (a stream set to merge, wk_rpc_merge_queued, sends all that
+ * waited, up to a byte bound, as one message: their slices, never copied). The first batch carries SEND_INITIAL_METADATA; the status goes
  * out with the last queued message (a unary reply is one batch: metadata, message,
  * status). Every accepted call also has a RECV_CLOSE_ON_SERVER batch, which completes
  * when the call is over and says whether it was cancelled.
@@ -213,12 +214,15 @@ struct wk_rpc {
 
   pthread_mutex_t mu;
   /* ---- under mu ---- */
-  bool closed;           /* no batch may start: call over, failed, or server stopping */
-  bool initial_md_sent;  /* a batch with SEND_INITIAL_METADATA has started */
-  bool send_in_flight;   /* a send batch is started and not completed */
-  bool finish_requested; /* reply / fail / finish was called */
-  bool status_sent;      /* the batch with the status has started */
-  msg_node *inflight;    /* the message of the send batch in flight, if it has one */
+  bool closed;                       /* no batch may start: call over, failed, or server stopping */
+  bool initial_md_sent;              /* a batch with SEND_INITIAL_METADATA has started */
+  bool send_in_flight;               /* a send batch is started and not completed */
+  bool finish_requested;             /* reply / fail / finish was called */
+  bool status_sent;                  /* the batch with the status has started */
+  msg_node *inflight;                /* the messages of the send batch in flight, oldest first
+                            (linked by next; more than one when merged) */
+  grpc_byte_buffer *inflight_merged; /* the one message they went out as, when merged */
+  uint32_t merge_field;              /* wk_rpc_merge_queued; 0 = each message alone */
   grpc_slice inflight_details;
   bool inflight_has_details;
   msg_node *q_head;
@@ -402,9 +406,10 @@ static void drop_queue_locked(wk_rpc *r) {
     release_node_locked(r, n, next);
     n = next;
   }
-  /* the newest unsent message is now the one in flight, if any */
-  r->budget.last_body =
-      r->inflight != NULL && r->inflight->charged ? r->inflight->charge.body : NULL;
+  /* the newest unsent message is now the newest in flight, if any */
+  msg_node *last = r->inflight;
+  while (last != NULL && last->next != NULL) last = last->next;
+  r->budget.last_body = last != NULL && last->charged ? last->charge.body : NULL;
 }
 
 static void rpc_free(wk_rpc *r) {
@@ -500,13 +505,79 @@ static wk_rpc *rpc_new(wk_grpc_server *s, wk_rpc_method m, grpc_call *call,
 
 /* ---- sending ------------------------------------------------------------------ */
 
+/* How many queued messages the next batch carries: 1, or with merging on as many as
+ * fit in WK_RPC_MERGE_MAX_BYTES (the first whatever its size). Caller holds r->mu. */
+static size_t merge_count_locked(const wk_rpc *r) {
+  if (r->merge_field == 0) return 1;
+  size_t take = 1;
+  size_t bytes = grpc_byte_buffer_length(r->q_head->bb);
+  for (const msg_node *m = r->q_head->next; m != NULL; m = m->next) {
+    bytes += grpc_byte_buffer_length(m->bb) + 16; /* its key and length */
+    if (bytes > WK_RPC_MERGE_MAX_BYTES) break;
+    take++;
+  }
+  return take;
+}
+
+/* Appends the base-128 varint v at p; returns its length. */
+static size_t put_varint(uint8_t *p, uint64_t v) {
+  size_t n = 0;
+  while (v >= 0x80) {
+    p[n++] = (uint8_t)(v | 0x80);
+    v >>= 7;
+  }
+  p[n++] = (uint8_t)v;
+  return n;
+}
+
+/* One message of the chain `first` (two or more): the first's slices, then for each
+ * later one the key of `field` (length-delimited), its length, and its slices. The
+ * slices are referenced, not copied; the nodes keep theirs. */
+static grpc_byte_buffer *merge_messages(const msg_node *first, uint32_t field) {
+  size_t count = 0;
+  for (const msg_node *m = first; m != NULL; m = m->next) {
+    count += m->bb->data.raw.slice_buffer.count + (m != first);
+  }
+  grpc_slice *slices = wk_xcalloc(count, sizeof *slices);
+  size_t at = 0;
+  for (const msg_node *m = first; m != NULL; m = m->next) {
+    if (m != first) {
+      uint8_t prefix[20];
+      size_t pn = put_varint(prefix, ((uint64_t)field << 3) | 2u);
+      pn += put_varint(prefix + pn, grpc_byte_buffer_length(m->bb));
+      slices[at++] = grpc_slice_from_copied_buffer((const char *)prefix, pn);
+    }
+    const grpc_slice_buffer *sb = &m->bb->data.raw.slice_buffer;
+    for (size_t i = 0; i < sb->count; i++) slices[at++] = grpc_slice_ref(sb->slices[i]);
+  }
+  WK_ASSERT(at == count);
+  grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(slices, count); /* takes refs */
+  for (size_t i = 0; i < count; i++) grpc_slice_unref(slices[i]);
+  free(slices);
+  return bb;
+}
+
+/* Releases a chain of sent (or refused) messages, oldest first: each gives its bytes
+ * back to the budget as the stream's oldest unsent one. Caller holds r->mu. */
+static void release_chain_locked(wk_rpc *r, msg_node *chain) {
+  while (chain != NULL) {
+    msg_node *next = chain->next;
+    release_node_locked(r, chain, next != NULL ? next : r->q_head);
+    chain = next;
+  }
+}
+
 /* Starts the next send batch when one is due: queued messages first, the status
  * with (or after) the last of them. Caller holds r->mu and a reference. */
 static void start_send_locked(wk_rpc *r) {
   WK_ASSERT(!r->send_in_flight);
   if (r->closed || r->status_sent) return;
   bool want_msg = r->q_head != NULL;
-  bool want_status = r->finish_requested && (r->q_head == NULL || r->q_head->next == NULL);
+  /* the messages this batch carries: the oldest, and those merged behind it */
+  size_t take = want_msg ? merge_count_locked(r) : 0;
+  msg_node *rest = r->q_head;
+  for (size_t i = 0; i < take; i++) rest = rest->next;
+  bool want_status = r->finish_requested && rest == NULL;
   if (!want_msg && !want_status) return;
   if (!gate_enter(r->server)) {
     r->closed = true;
@@ -522,14 +593,18 @@ static void start_send_locked(wk_rpc *r) {
     n++;
   }
   msg_node *node = NULL;
+  grpc_byte_buffer *merged = NULL;
   if (want_msg) {
     node = r->q_head;
-    r->q_head = node->next;
+    msg_node *last = node;
+    for (size_t i = 1; i < take; i++) last = last->next;
+    r->q_head = last->next;
     if (r->q_head == NULL) r->q_tail = NULL;
-    r->q_len--;
-    node->next = NULL;
+    r->q_len -= (uint32_t)take;
+    last->next = NULL;
+    if (take > 1) merged = merge_messages(node, r->merge_field);
     ops[n].op = GRPC_OP_SEND_MESSAGE;
-    ops[n].data.send_message.send_message = node->bb;
+    ops[n].data.send_message.send_message = merged != NULL ? merged : node->bb;
     n++;
   }
   grpc_slice details = grpc_empty_slice();
@@ -551,7 +626,8 @@ static void start_send_locked(wk_rpc *r) {
   if (e != GRPC_CALL_OK) {
     log_error("%s: send batch refused: %s", k_methods[r->method].name,
               grpc_call_error_to_string(e));
-    if (node != NULL) release_node_locked(r, node, r->q_head);
+    release_chain_locked(r, node);
+    if (merged != NULL) grpc_byte_buffer_destroy(merged);
     if (has_details) grpc_slice_unref(details);
     r->closed = true;
     drop_queue_locked(r);
@@ -566,6 +642,7 @@ static void start_send_locked(wk_rpc *r) {
   r->send_in_flight = true;
   r->initial_md_sent = true;
   r->inflight = node;
+  r->inflight_merged = merged;
   r->inflight_details = details;
   r->inflight_has_details = has_details;
   if (want_status) r->status_sent = true;
@@ -576,10 +653,12 @@ static void on_send_done(wk_rpc *r, bool ok) {
   lock(&r->mu);
   WK_ASSERT(r->send_in_flight);
   r->send_in_flight = false;
-  if (r->inflight != NULL) {
-    msg_node *done = r->inflight;
-    r->inflight = NULL;
-    release_node_locked(r, done, r->q_head);
+  msg_node *done = r->inflight;
+  r->inflight = NULL;
+  release_chain_locked(r, done);
+  if (r->inflight_merged != NULL) {
+    grpc_byte_buffer_destroy(r->inflight_merged);
+    r->inflight_merged = NULL;
   }
   if (r->inflight_has_details) {
     grpc_slice_unref(r->inflight_details);
@@ -1442,6 +1521,13 @@ wk_rpc_send_status wk_rpc_send_parts(wk_rpc *rpc, const uint8_t *head, size_t he
     free(node);
   }
   return st;
+}
+
+void wk_rpc_merge_queued(wk_rpc *rpc, uint32_t field) {
+  WK_ASSERT(rpc != NULL);
+  lock(&rpc->mu);
+  rpc->merge_field = rpc->streaming ? field : 0;
+  unlock(&rpc->mu);
 }
 
 bool wk_rpc_send(wk_rpc *rpc, const uint8_t *msg, size_t len) {

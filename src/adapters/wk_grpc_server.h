@@ -193,6 +193,15 @@ typedef enum wk_rpc_send_status {
  * Thread-safe. */
 wk_rpc_send_status wk_rpc_send_parts(wk_rpc *rpc, const uint8_t *head, size_t head_len,
                                      wk_shared *body);
+/** Stream: from now on, messages that queue up behind the one in flight go out as one
+ * message (up to WK_RPC_MERGE_MAX_BYTES, the first always): the oldest as it is and
+ * each later one appended as the length-delimited protobuf field `field`, so a reader
+ * decodes the first message with the others, in order, in its repeated field `field`.
+ * A stream that is idle still sends each message at once, alone. 0 turns it off (the
+ * default). Thread-safe. */
+void wk_rpc_merge_queued(wk_rpc *rpc, uint32_t field);
+#define WK_RPC_MERGE_MAX_BYTES ((size_t)256 << 10)
+
 /** Stream or unary: ends the call now with `code`/`message` (copied), dropping every
  * message not yet sent, the one gRPC holds included (unlike wk_rpc_fail, which waits
  * for it: a client that never reads would never let it go). The client sees the

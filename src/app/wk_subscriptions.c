@@ -10,6 +10,7 @@
 #include "lib/wk_shared.h"
 #include "worker/v1/worker.pb-c.h"
 #include "lib/wk_alloc.h"
+#include "lib/wk_assert.h"
 
 /* Encoded terminal results kept for streams that attach later (see wk_subs_tick). */
 #define BODY_CACHE 64u
@@ -390,6 +391,13 @@ void wk_subs_watch(wk_subs *s, wk_rpc *rpc, int64_t now_ms, int64_t wall_offset_
       wk_rpc_release(rpc);
       return;
     }
+  }
+  if (req->batch_events) {
+    /* events that wait behind the one being sent go out together, in TaskEvent.more */
+    const ProtobufCFieldDescriptor *more = protobuf_c_message_descriptor_get_field_by_name(
+        &worker__v1__task_event__descriptor, "more");
+    WK_ASSERT(more != NULL);
+    wk_rpc_merge_queued(rpc, more->id);
   }
   wk_sub *sub = wk_xcalloc(1, sizeof *sub);
   sub->rpc = rpc;

@@ -43,6 +43,7 @@ struct wk_rpc {
   bool aborted;              /* ended by wk_rpc_abort */
   grpc_status_code code;
   bool released;
+  uint32_t merge_field; /* wk_rpc_merge_queued */
 };
 
 const void *wk_rpc_request(const wk_rpc *rpc) { return &rpc->req; }
@@ -113,6 +114,8 @@ void wk_rpc_abort(wk_rpc *rpc, grpc_status_code code, const char *message) {
   rpc->aborted = true;
   drain(rpc); /* the unsent events are dropped */
 }
+
+void wk_rpc_merge_queued(wk_rpc *rpc, uint32_t field) { rpc->merge_field = field; }
 
 void wk_rpc_release(wk_rpc *rpc) {
   assert_false(rpc->released);

@@ -227,13 +227,17 @@ class _Stream(object):
         g = self.group
         eng = g.conn.engine
         # an observer's stream never counts for the worker's watch-disconnect grace
+        # PROGRESS events are opt-in; batch_events: events that queued up on the worker
+        # come in one message (the first, then the rest in order in its `more`)
         req = pb.WatchTasksRequest(task_ids=list(self.handles), observe=not g.own,
-                                   progress=True)  # PROGRESS events are opt-in
+                                   progress=True, batch_events=True)
         err = None
         try:
             call = g.conn.stub.WatchTasks(req, metadata=eng.metadata)
             async for ev in call:
                 self._event(ev)
+                for more in ev.more:
+                    self._event(more)
         except asyncio.CancelledError:
             g.streams.discard(self)
             return
