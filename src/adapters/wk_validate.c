@@ -520,8 +520,26 @@ static size_t utf8_bad_offset(const uint8_t *s, size_t len, bool *is_nul) {
   return len;
 }
 
+/* Where a field sits in the request ("function.args", "task_ids[3]"): a chain up to the
+ * top, spelled out only when an error names it (never on the path of a good request). */
+typedef struct scan_path {
+  const struct scan_path *up; /* NULL: a top-level field */
+  const char *name;
+  int index; /* of a repeated field; -1 otherwise */
+} scan_path;
+
+/* Appends the text of p to out (at *at, within len). */
+static void path_text(const scan_path *p, char *out, size_t len, size_t *at) {
+  if (p == NULL) return;
+  path_text(p->up, out, len, at);
+  int n = p->index >= 0
+              ? snprintf(out + *at, len - *at, "%s%s[%d]", p->up ? "." : "", p->name, p->index)
+              : snprintf(out + *at, len - *at, "%s%s", p->up ? "." : "", p->name);
+  if (n > 0) *at = *at + (size_t)n < len ? *at + (size_t)n : len - 1;
+}
+
 static bool scan_message(const ProtobufCMessageDescriptor *d, const uint8_t *buf, size_t len,
-                         const char *prefix, unsigned depth, char *err, size_t err_len) {
+                         const scan_path *up, unsigned depth, char *err, size_t err_len) {
   if (depth > SCAN_DEPTH_MAX) {
     return failf(err, err_len, "request nests messages deeper than %d levels", SCAN_DEPTH_MAX);
   }
@@ -551,19 +569,20 @@ static bool scan_message(const ProtobufCMessageDescriptor *d, const uint8_t *buf
         number <= UINT32_MAX ? protobuf_c_message_descriptor_get_field(d, (unsigned)number) : NULL;
     if (wire == 2 && f != NULL &&
         (f->type == PROTOBUF_C_TYPE_STRING || f->type == PROTOBUF_C_TYPE_MESSAGE)) {
-      char path[SCAN_PATH_LEN];
+      scan_path here = {up, f->name, -1};
       size_t fi = (size_t)(f - d->fields);
       if (f->label == PROTOBUF_C_LABEL_REPEATED && fi < SCAN_FIELDS_MAX) {
-        (void)snprintf(path, sizeof path, "%s%s%s[%u]", prefix, prefix[0] ? "." : "", f->name,
-                       seen[fi]);
+        here.index = (int)seen[fi];
         seen[fi]++;
-      } else {
-        (void)snprintf(path, sizeof path, "%s%s%s", prefix, prefix[0] ? "." : "", f->name);
       }
       if (f->type == PROTOBUF_C_TYPE_STRING) {
         bool is_nul;
         size_t bad = utf8_bad_offset(buf + pos, n, &is_nul);
         if (bad < n) {
+          char path[SCAN_PATH_LEN];
+          size_t at = 0;
+          path[0] = '\0';
+          path_text(&here, path, sizeof path, &at);
           if (is_nul) {
             return failf(err, err_len, "%s must not contain NUL bytes (one at offset %zu)", path,
                          bad);
@@ -572,7 +591,7 @@ static bool scan_message(const ProtobufCMessageDescriptor *d, const uint8_t *buf
                        (unsigned)buf[pos + bad], bad);
         }
       } else if (f->descriptor != NULL &&
-                 !scan_message(f->descriptor, buf + pos, n, path, depth + 1, err, err_len)) {
+                 !scan_message(f->descriptor, buf + pos, n, &here, depth + 1, err, err_len)) {
         return false;
       }
     }
@@ -588,7 +607,7 @@ bool wk_validate_wire_strings(const ProtobufCMessageDescriptor *d, const uint8_t
   WK_ASSERT(d != NULL);
   if (len == 0) return true;
   WK_ASSERT(buf != NULL);
-  return scan_message(d, buf, len, "", 0, err, err_len);
+  return scan_message(d, buf, len, NULL, 0, err, err_len);
 }
 
 /* ---- whole requests ----------------------------------------------------------- */

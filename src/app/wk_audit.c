@@ -34,19 +34,25 @@ static bool matches(const char *list, const char *function, const char *entrypoi
   return false;
 }
 
+/* "function 'f'" or "function 'f' (entry point e)", for a refusal's message. */
+static void describe(char *what, size_t len, const char *function, const char *entrypoint) {
+  if (entrypoint) {
+    snprintf(what, len, "function '%s' (entry point %s)", function, entrypoint);
+  } else {
+    snprintf(what, len, "function '%s'", function);
+  }
+}
+
 bool wk_audit_permits(const char *allow, const char *deny, const char *function,
                       const char *entrypoint, char *why, size_t why_len) {
   char hit[160], what[400];
-  if (entrypoint) {
-    snprintf(what, sizeof what, "function '%s' (entry point %s)", function, entrypoint);
-  } else {
-    snprintf(what, sizeof what, "function '%s'", function);
-  }
   if (deny && deny[0] && matches(deny, function, entrypoint, hit, sizeof hit)) {
+    describe(what, sizeof what, function, entrypoint);
     snprintf(why, why_len, "%s is denied by this worker's audit_deny (%s)", what, hit);
     return false;
   }
   if (allow && allow[0] && !matches(allow, function, entrypoint, hit, sizeof hit)) {
+    describe(what, sizeof what, function, entrypoint);
     snprintf(why, why_len, "%s is not in this worker's audit_allow list", what);
     return false;
   }

@@ -289,6 +289,27 @@ void wk_orch__run_writer(wk_orch *o, wk_task_rt *rt) {
 
 /* ---- activation (threadpool) ------------------------------------------------------ */
 
+/* Fills out[0..n) (n <= 64) with bytes of the kernel's random generator, drawn 4 KiB
+ * at a time per thread: one getrandom per ~340 activations, not one each. -1 (errno
+ * set) when the kernel gives none. */
+static int scratch_random(unsigned char *out, size_t n) {
+  static _Thread_local unsigned char pool[4096];
+  static _Thread_local size_t left;
+  WK_ASSERT(n <= 64);
+  if (left < n) {
+    ssize_t got = getrandom(pool, sizeof pool, 0);
+    if (got < (ssize_t)n) {
+      if (got >= 0) errno = EAGAIN;
+      return -1;
+    }
+    left = (size_t)got;
+  }
+  left -= n;
+  memcpy(out, pool + left, n);
+  memset(pool + left, 0, n); /* a name is used once */
+  return 0;
+}
+
 /* A task's scratch directory name: "<root>/<tag>.<task id>.<slot id>.<24 random hex>".
  * Only the name: the directory is made on the first use of ctx.scratch_dir (the
  * executor's SCRATCH, wk_orch_on_scratch), so a task that never uses it touches no
@@ -299,19 +320,19 @@ void wk_orch__run_writer(wk_orch *o, wk_task_rt *rt) {
  * a->error. */
 static int name_scratch_dir(wk_rt_activation *a, const char *task_id, uint64_t slot_id,
                             const wk_orch_config *cfg) {
+  static const char digits[] = "0123456789abcdef";
   /* the task id is printable ASCII but may hold '/': keep the directory name safe */
   char safe[WK_TASK_ID_MAX + 1];
   size_t n = strlen(task_id);
   for (size_t i = 0; i <= n; i++) safe[i] = task_id[i] == '/' ? '_' : task_id[i];
   unsigned char rnd[12];
   char hex[2 * sizeof rnd + 1];
-  if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) {
+  if (scratch_random(rnd, sizeof rnd) != 0) {
     a->code = WK_FAIL_IO_SCOPE_FAILED;
     snprintf(a->error, sizeof a->error, "cannot name the task's scratch directory: %s",
              strerror(errno));
     return -1;
   }
-  static const char digits[] = "0123456789abcdef";
   for (size_t i = 0; i < sizeof rnd; i++) {
     hex[2 * i] = digits[rnd[i] >> 4];
     hex[2 * i + 1] = digits[rnd[i] & 15];

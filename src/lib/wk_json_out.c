@@ -30,45 +30,50 @@ size_t wk_utf8_len(const uint8_t *p, size_t n) {
 void wk_json_put_string(wk_buf *b, const char *s, size_t n) {
   static const char hex[] = "0123456789ABCDEF"; /* as jansson writes them */
   const uint8_t *p = (const uint8_t *)s;
-  wk_buf_append(b, "\"", 1);
-  size_t i = 0;
-  while (i < n) {
-    /* the run of bytes that go as they are, appended at once */
-    size_t run = i;
-    while (run < n && p[run] >= 0x20 && p[run] < 0x80 && p[run] != '"' && p[run] != '\\') run++;
-    if (run > i) {
-      wk_buf_append(b, p + i, run - i);
-      i = run;
+  /* room for the worst case (every byte a \u00XX escape) taken once, then filled */
+  uint8_t *o = wk_buf_reserve(b, 6 * n + 2);
+  size_t w = 0;
+  o[w++] = '"';
+  for (size_t i = 0; i < n;) {
+    uint8_t c = p[i];
+    if (c >= 0x20 && c < 0x80 && c != '"' && c != '\\') {
+      o[w++] = c;
+      i++;
       continue;
     }
-    uint8_t c = p[i];
     if (c >= 0x80) {
       size_t l = wk_utf8_len(p + i, n - i);
       if (l == 0) {
-        wk_buf_append(b, "\xef\xbf\xbd", 3); /* U+FFFD */
+        memcpy(o + w, "\xef\xbf\xbd", 3); /* U+FFFD, 3 bytes for 1: within the room */
+        w += 3;
         i++;
       } else {
-        wk_buf_append(b, p + i, l);
+        memcpy(o + w, p + i, l);
+        w += l;
         i += l;
       }
       continue;
     }
     i++;
+    o[w++] = '\\';
     switch (c) {
-      case '"': wk_buf_append(b, "\\\"", 2); break;
-      case '\\': wk_buf_append(b, "\\\\", 2); break;
-      case '\n': wk_buf_append(b, "\\n", 2); break;
-      case '\r': wk_buf_append(b, "\\r", 2); break;
-      case '\t': wk_buf_append(b, "\\t", 2); break;
-      case '\b': wk_buf_append(b, "\\b", 2); break;
-      case '\f': wk_buf_append(b, "\\f", 2); break;
-      default: {
-        char u[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
-        wk_buf_append(b, u, sizeof u);
-      }
+      case '"': o[w++] = '"'; break;
+      case '\\': o[w++] = '\\'; break;
+      case '\n': o[w++] = 'n'; break;
+      case '\r': o[w++] = 'r'; break;
+      case '\t': o[w++] = 't'; break;
+      case '\b': o[w++] = 'b'; break;
+      case '\f': o[w++] = 'f'; break;
+      default:
+        o[w++] = 'u';
+        o[w++] = '0';
+        o[w++] = '0';
+        o[w++] = (uint8_t)hex[c >> 4];
+        o[w++] = (uint8_t)hex[c & 15];
     }
   }
-  wk_buf_append(b, "\"", 1);
+  o[w++] = '"';
+  b->len += w;
 }
 
 void wk_json_obj_begin(wk_json_obj *o, wk_buf *out) {

@@ -96,26 +96,45 @@ void wk_log_object_write(wk_log_level level, const char *event, const char *obje
   /* the head is written here and the object's members after it (its "{" dropped):
    * event names are the program's own identifiers, never text that needs escaping */
   char head[160];
-  int hn = snprintf(head, sizeof head, "{\"ts\":\"%s.%03ldZ\",\"level\":\"%s\",\"event\":\"%s\"",
-                    tl.stamp, ts.tv_nsec / 1000000, level_name(level), event);
-  if (hn < 0 || (size_t)hn >= sizeof head) return;
+  const char *lv = level_name(level);
+  size_t stamp_len = strlen(tl.stamp), lv_len = strlen(lv), ev_len = strlen(event);
+  if (stamp_len + lv_len + ev_len + 48 > sizeof head) return;
+  size_t hn = 0;
+  memcpy(head + hn, "{\"ts\":\"", 7);
+  hn += 7;
+  memcpy(head + hn, tl.stamp, stamp_len);
+  hn += stamp_len;
+  long ms = ts.tv_nsec / 1000000;
+  head[hn++] = '.';
+  head[hn++] = (char)('0' + ms / 100);
+  head[hn++] = (char)('0' + ms / 10 % 10);
+  head[hn++] = (char)('0' + ms % 10);
+  memcpy(head + hn, "Z\",\"level\":\"", 12);
+  hn += 12;
+  memcpy(head + hn, lv, lv_len);
+  hn += lv_len;
+  memcpy(head + hn, "\",\"event\":\"", 11);
+  hn += 11;
+  memcpy(head + hn, event, ev_len);
+  hn += ev_len;
+  head[hn++] = '"';
   /* object is "{}" or "{...}": after the head, "}" or ",...}" */
   bool members = n > 2 && object[0] == '{';
   const char *rest = members ? object + 1 : "}";
   size_t rn = members ? n - 1 : 1;
   if (tl.holding) {
-    hold_append(head, (size_t)hn);
+    hold_append(head, hn);
     if (members) hold_append(",", 1);
     hold_append(rest, rn);
     hold_append("\n", 1);
     if (tl.len >= HOLD_MAX) wk_log_flush();
   } else {
     /* one write per line: lines of several threads never interleave */
-    size_t len = (size_t)hn + 1 + rn + 1;
+    size_t len = hn + 1 + rn + 1;
     char stack[2048];
     char *line = len <= sizeof stack ? stack : malloc(len);
     if (line) {
-      size_t at = (size_t)hn;
+      size_t at = hn;
       memcpy(line, head, at);
       if (members) line[at++] = ',';
       memcpy(line + at, rest, rn);
