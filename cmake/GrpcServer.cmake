@@ -29,3 +29,13 @@ wk_headers(wk_grpc_server PUBLIC adapters/wk_grpc_server.h adapters/wk_grpc_auth
 target_link_libraries(wk_grpc_server PUBLIC PkgConfig::GRPC wk_validate
   PRIVATE wk_lib wk_log wk_pem wk_proto wk_reflection Threads::Threads)
 target_compile_options(wk_grpc_server PRIVATE ${WK_WARNINGS})
+
+# abseil's lock settings (src/adapters/wk_absl_locks.cc): the project's one C++ file,
+# since abseil has no C API; its own flags (WK_WARNINGS are C flags).
+enable_language(CXX)
+pkg_check_modules(ABSL_SYNC REQUIRED IMPORTED_TARGET absl_synchronization)
+add_library(wk_absl_locks STATIC ${PROJECT_SOURCE_DIR}/src/adapters/wk_absl_locks.cc)
+wk_headers(wk_absl_locks PUBLIC adapters/wk_absl_locks.h)
+set_target_properties(wk_absl_locks PROPERTIES CXX_STANDARD 17 CXX_STANDARD_REQUIRED ON)
+target_compile_options(wk_absl_locks PRIVATE -Wall -Wextra -Werror)
+target_link_libraries(wk_absl_locks PRIVATE PkgConfig::ABSL_SYNC)

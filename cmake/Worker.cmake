@@ -108,6 +108,7 @@ target_link_libraries(wk_app
     wk_journal
     wk_log
     wk_sdnotify
+    wk_absl_locks
     wk_version
     PkgConfig::JANSSON
     PkgConfig::YAML

@@ -26,6 +26,7 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "adapters/wk_absl_locks.h"
 #include "adapters/wk_cgroup.h"
 #include "adapters/wk_executor_pool.h"
 #include "adapters/wk_meminfo.h"
@@ -1210,6 +1211,7 @@ static int app_start(wk_app *app) {
   if ((rc = start_orchestrator(app, err, sizeof err)) != 0) return rc;
   if ((rc = start_cgroups(app, err, sizeof err)) != 0) return rc;
   if ((rc = start_pool(app, err, sizeof err)) != 0) return rc;
+  wk_absl_locks_release_mode(); /* before gRPC takes its first lock */
   grpc_init();
   app->grpc_started = true;
   if ((rc = start_shadow(app, err, sizeof err)) != 0) return rc;
