@@ -83,14 +83,34 @@ void wk_json_obj_begin(wk_json_obj *o, wk_buf *out) {
   wk_buf_append(out, "{", 1);
 }
 
-/* Writes the separator and "key": of the next member. */
+/* Is key a non-empty run of letters, digits and '_'? */
+static bool is_identifier(const char *key) {
+  if (key[0] == '\0') return false;
+  for (const char *c = key; *c; c++) {
+    bool ok = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+              *c == '_';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+/* Writes the separator and "key": of the next member; keys are the program's own
+ * identifiers, copied as they are. */
 static void put_key(wk_json_obj *o, const char *key) {
   WK_ASSERT(o->depth > 0);
+  WK_DEBUG_ASSERT(is_identifier(key));
   bool *has = &o->has[o->depth - 1];
-  if (*has) wk_buf_append(o->out, ",", 1);
+  size_t n = strlen(key);
+  uint8_t *p = wk_buf_reserve(o->out, n + 4);
+  size_t w = 0;
+  if (*has) p[w++] = ',';
   *has = true;
-  wk_json_put_string(o->out, key, strlen(key));
-  wk_buf_append(o->out, ":", 1);
+  p[w++] = '"';
+  memcpy(p + w, key, n);
+  w += n;
+  p[w++] = '"';
+  p[w++] = ':';
+  o->out->len += w;
 }
 
 void wk_json_obj_str(wk_json_obj *o, const char *key, const char *s) {

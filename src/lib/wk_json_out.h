@@ -21,7 +21,8 @@ size_t wk_utf8_len(const uint8_t *p, size_t n);
 void wk_json_put_string(wk_buf *b, const char *s, size_t n);
 
 /* An object being written: members in the order they are put, objects nested up to
- * WK_JSON_OBJ_DEPTH deep. */
+ * WK_JSON_OBJ_DEPTH deep. Keys are the program's own identifiers (letters, digits,
+ * '_'), written as they are: never pass text from outside as a key. */
 #define WK_JSON_OBJ_DEPTH 8
 typedef struct wk_json_obj {
   wk_buf *out;

