@@ -5,7 +5,8 @@
  * the pool created for it alone and handed over at spawn: the pool listens on no socket,
  * so no other process can claim an executor's place (HELLO's pid is only checked). Each executor runs the calls sent to it one at a time, but up to
  * `pipeline_depth` calls are in flight on its connection, and frames are written in
- * batches, so a no-op call costs microseconds. The depth adapts to the executor's
+ * batches (once per loop turn; at once for an executor with nothing to run), so a no-op
+ * call costs microseconds. The depth adapts to the executor's
  * measured time per call: about 2 ms of work ahead, so slow calls go one at a time and
  * wait in the DispatcherCore (fair across tasks) rather than behind each other.
  * wk_pool_capacity() is the sum, for the dispatcher's admission limit. A call waiting on subcalls does not

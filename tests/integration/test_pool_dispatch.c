@@ -1,0 +1,170 @@
+/* test_pool_dispatch.c: the executor pool (src/adapters/wk_executor_pool.c) on a real
+ * libuv loop with a real Python executor: when its CALL frames reach the executor.
+ *
+ * Frames are batched per loop turn (written at the end of the turn), but a call sent
+ * to an executor with nothing to run must reach it at once: the rest of the turn (in
+ * the worker, a batch of RPCs: 200 tasks admitted together took 10-40 ms) is idle
+ * time for that executor. The test submits such a call from inside a loop callback and
+ * keeps that callback running until the call has visibly started (its handler creates
+ * a file), with a generous bound: before, the frame waited for the end of the turn, so
+ * the call never started while the callback ran. */
+#define _GNU_SOURCE
+
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <uv.h>
+
+#include <cmocka.h>
+
+#include "adapters/wk_executor_pool.h"
+
+#define WAIT_MS 10000 /* generous: an executor start and one call on a busy machine */
+
+typedef struct fixture {
+  uv_loop_t loop;
+  wk_pool *pool;
+  char dir[64];    /* the code directory and the marker file */
+  char marker[96]; /* the handler creates it */
+  bool result;     /* the call's outcome came */
+  wk_call_status status;
+  bool started_in_turn; /* the marker appeared while the submitting callback ran */
+  bool stopped;
+} fixture;
+
+static int64_t mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void on_result(void *ud, void *call_ctx, const wk_call_outcome *o) {
+  (void)call_ctx;
+  fixture *f = ud;
+  f->result = true;
+  f->status = o->status;
+}
+
+static void on_subcalls(void *ud, void *call_ctx, const wk_frame_subcalls *req) {
+  (void)ud;
+  (void)call_ctx;
+  (void)req;
+  fail_msg("no call here asks for subcalls");
+}
+
+/* Runs the loop until `done` is true or WAIT_MS pass; false on timeout. */
+static bool run_until(fixture *f, const bool *done) {
+  int64_t end = mono_ms() + WAIT_MS;
+  while (!*done && mono_ms() < end) {
+    uv_run(&f->loop, UV_RUN_NOWAIT);
+    usleep(1000);
+  }
+  return *done;
+}
+
+static bool file_exists(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0;
+}
+
+/* The loop callback that submits the call, then holds the loop turn until the call
+ * has started or WAIT_MS pass. */
+static void submit_and_hold(uv_timer_t *t) {
+  fixture *f = t->data;
+  char args[128];
+  int n = snprintf(args, sizeof args, "\"%s\"", f->marker);
+  wk_call_spec spec = {
+      .task_id = "t1",
+      .function = "touch",
+      .epoch = 1,
+      .code_dir = f->dir,
+      .entrypoint = "main:handler",
+      .content_type = WK_FRAME_CONTENT_JSON,
+      .args = {(const uint8_t *)args, (uint32_t)n},
+  };
+  assert_non_null(wk_pool_submit(f->pool, &spec, f));
+  int64_t end = mono_ms() + WAIT_MS;
+  while (!file_exists(f->marker) && mono_ms() < end) usleep(1000);
+  f->started_in_turn = file_exists(f->marker);
+}
+
+static void on_stopped(void *arg) { ((fixture *)arg)->stopped = true; }
+
+static void on_timer_closed(uv_handle_t *h) { (void)h; }
+
+static void test_call_to_an_idle_executor_is_written_at_once(void **state) {
+  (void)state;
+  fixture f = {0};
+  assert_int_equal(uv_loop_init(&f.loop), 0);
+  snprintf(f.dir, sizeof f.dir, "/tmp/wk-pool-dispatch-XXXXXX");
+  assert_non_null(mkdtemp(f.dir));
+  snprintf(f.marker, sizeof f.marker, "%s/started", f.dir);
+  char main_py[96];
+  snprintf(main_py, sizeof main_py, "%s/main.py", f.dir);
+  FILE *src = fopen(main_py, "w");
+  assert_non_null(src);
+  fputs("def handler(args, ctx):\n    open(args, 'w').close()\n", src);
+  fclose(src);
+
+  const char *python = getenv("WK_TEST_PYTHON");
+  wk_pool_config cfg = {
+      .python = python && *python ? python : "/usr/bin/python3",
+      .executor_script = WK_SOURCE_DIR "/python/worker_executor.py",
+      .python_path = WK_SOURCE_DIR "/python",
+      .executors_min = 1,
+      .executors_max = 1,
+      .pipeline_depth = 64,
+      .idle_timeout_ms = 60000,
+      .heartbeat_interval_ms = 2000,
+      .heartbeat_timeout_ms = 30000,
+      .max_frame = 16u << 20,
+      .cancel_grace_ms = 1000,
+      .stack_wait_ms = 1000,
+      .shutdown_grace_ms = 2000,
+  };
+  wk_exec_callbacks cb = {.on_result = on_result, .on_subcalls = on_subcalls, .ud = &f};
+  char err[256];
+  f.pool = wk_pool_start(&f.loop, &cfg, cb, err, sizeof err);
+  if (!f.pool) fail_msg("wk_pool_start: %s", err);
+
+  /* the executor is up and idle */
+  int64_t end = mono_ms() + WAIT_MS;
+  while (wk_pool_ready_executors(f.pool) == 0 && mono_ms() < end) {
+    uv_run(&f.loop, UV_RUN_NOWAIT);
+    usleep(1000);
+  }
+  assert_int_equal(wk_pool_ready_executors(f.pool), 1);
+
+  uv_timer_t timer;
+  uv_timer_init(&f.loop, &timer);
+  timer.data = &f;
+  uv_timer_start(&timer, submit_and_hold, 0, 0);
+  assert_true(run_until(&f, &f.result));
+  assert_int_equal(f.status, WK_CALL_OK);
+  assert_true(f.started_in_turn); /* before: only after the callback returned */
+
+  uv_close((uv_handle_t *)&timer, on_timer_closed);
+  wk_pool_stop(f.pool, on_stopped, &f);
+  assert_true(run_until(&f, &f.stopped));
+  uv_run(&f.loop, UV_RUN_DEFAULT);
+  assert_int_equal(uv_loop_close(&f.loop), 0);
+  unlink(f.marker);
+  unlink(main_py);
+  rmdir(f.dir);
+}
+
+int main(void) {
+  signal(SIGPIPE, SIG_IGN);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_call_to_an_idle_executor_is_written_at_once),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
