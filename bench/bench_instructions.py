@@ -18,6 +18,7 @@ valgrind's serialised threads), far less than CPU time on a busy machine."""
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -75,16 +76,18 @@ def main():
     print("   most instructions per task in the larger run (self cost):")
     shown = 0
     for line in ann.splitlines():
-        parts = line.split(None, 2)
-        if len(parts) == 3 and parts[1].startswith("(") and "%)" in parts[1] \
-                and "PROGRAM TOTALS" not in line:
-            n = int(parts[0].replace(",", ""))
-            name = parts[2].split(" [")[0].split(":", 1)[-1] if "???:" in parts[2] \
-                else parts[2].split(" [")[0].rsplit(":", 1)[-1]
-            print("   %10.0f  %s" % (n / (2 * a.tasks), name[:90]))
-            shown += 1
-            if shown >= a.top:
-                break
+        m = re.match(r"\s*([\d,]+) \(\s*[\d.]+%\)\s+(\S.*)$", line)
+        if not m or "PROGRAM TOTALS" in line:
+            continue
+        where = m.group(2).split(" [")[0]
+        name = where.split(":", 1)[1] if ":" in where else where  # file:function
+        lib = m.group(2).rsplit("[", 1)[-1].rstrip("]").rsplit("/", 1)[-1] if "[" in m.group(2) \
+            else ""
+        print("   %10.0f  %s  (%s)" % (int(m.group(1).replace(",", "")) / (2 * a.tasks),
+                                      name[:70], lib))
+        shown += 1
+        if shown >= a.top:
+            break
 
 
 if __name__ == "__main__":
