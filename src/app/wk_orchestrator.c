@@ -281,13 +281,13 @@ static void on_wake(uv_async_t *a) {
 
 /* What live objects hold, estimated for wk_trim (bench/bench_memory.py measured the
  * costs): an idle watch stream ~12 KiB (most of it gRPC's call), a retained result its
- * bytes plus ~1 KiB (record, book entry, index). A fall of TRIM_DROP_BYTES (~680
- * streams, or 8 MiB of results purged) asks for a trim, at most one per TRIM_GAP_MS. */
+ * bytes plus ~1 KiB (record, book entry, index). A fall of 8 MiB (~680 streams, or
+ * 8 MiB of results purged) asks for a trim once nothing has fallen for 1 s (results
+ * expire over as long as they took to come), at most one per 2 s. */
 #define TRIM_STREAM_BYTES 12288u
 #define TRIM_RESULT_BYTES 1024u
-#define TRIM_DROP_BYTES (8u << 20)
-#define TRIM_GAP_MS 2000u
-#define TRIM_MAX_WAIT_MS 5000u
+static const wk_trim_config k_trim = {
+    .drop_bytes = 8u << 20, .settle_ms = 1000, .min_gap_ms = 2000, .max_wait_ms = 10000};
 
 static uint64_t held_estimate(const wk_orch *o) {
   return (uint64_t)wk_subs_streams(o->subs) * TRIM_STREAM_BYTES +
@@ -440,7 +440,7 @@ wk_orch *wk_orch_create(uv_loop_t *loop, const wk_orch_config *cfg, char *err, s
   }
   o->subs = wk_subs_create(o->core);
   o->progress_due = INT64_MAX; /* nothing held back */
-  wk_trim_init(&o->trim, TRIM_DROP_BYTES, TRIM_GAP_MS, TRIM_MAX_WAIT_MS);
+  wk_trim_init(&o->trim, k_trim);
   wk_freelist_init(&o->step_pool, sizeof(wk_orch__step), STEP_POOL_MAX);
   wk_freelist_init(&o->rt_pool, sizeof(wk_task_rt), RT_POOL_MAX);
   wk_subs_set_owner_grace(o->subs, (uint64_t)cfg->core.watch_disconnect_grace_ms);

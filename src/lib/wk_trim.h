@@ -5,31 +5,38 @@
  * on its own: after 10,000 watch streams were cancelled the worker stayed at ~135 MB
  * (17 MB before they opened). malloc_trim(0) returns the free pages, but it walks and
  * locks every arena, so it must not run on every tick or per freed object. The caller
- * feeds, once per tick, an estimate of the memory its live objects hold (streams x
+ * feeds, on each tick, an estimate of the memory its live objects hold (streams x
  * their measured cost + retained result bytes); a trim is due when the estimate fell
- * `drop_bytes` below its high-water mark since the last trim, once it stops falling
- * (the frees of a mass close are done), and at most once per `min_gap_ms`. A steady
- * load (a stable stream count, retention full) never asks for one. Pure: no clock, no
- * I/O; not thread-safe (one owner, the loop). */
+ * `drop_bytes` below its high-water mark since the last trim, once it has not fallen
+ * for `settle_ms` (the frees of a mass close, or of results expiring over a few
+ * seconds, are done; a fall that goes on past `max_wait_ms` is trimmed anyway), and at
+ * most once per `min_gap_ms`. A steady load (a stable stream count, retention full)
+ * never asks for one. Pure: no clock, no I/O; not thread-safe (one owner, the loop). */
 #ifndef WK_TRIM_H
 #define WK_TRIM_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
-typedef struct wk_trim {
+typedef struct wk_trim_config {
   uint64_t drop_bytes;  /* a fall this far below the high-water mark asks for a trim */
+  uint64_t settle_ms;   /* ... done once the estimate has not fallen for this long */
   uint64_t min_gap_ms;  /* at least this long between two trims */
   uint64_t max_wait_ms; /* a fall that goes on this long is trimmed anyway */
-  uint64_t high;        /* the largest estimate since the last trim */
-  uint64_t prev;        /* the estimate of the previous call */
-  uint64_t last_ms;     /* the last trim (0: none yet) */
-  uint64_t pending_ms;  /* when the fall was seen (valid while pending) */
+} wk_trim_config;
+
+typedef struct wk_trim {
+  wk_trim_config cfg;
+  uint64_t high;         /* the largest estimate since the last trim */
+  uint64_t prev;         /* the estimate of the previous call */
+  uint64_t last_ms;      /* the last trim (0: none yet) */
+  uint64_t pending_ms;   /* when the fall was seen (valid while pending) */
+  uint64_t last_fall_ms; /* the last call that saw the estimate fall */
   bool pending;
 } wk_trim;
 
 /** Sets up `t` (no trim pending, no high-water mark yet). */
-void wk_trim_init(wk_trim *t, uint64_t drop_bytes, uint64_t min_gap_ms, uint64_t max_wait_ms);
+void wk_trim_init(wk_trim *t, wk_trim_config cfg);
 
 /** Called on each tick with the estimate `held` (bytes) at `now_ms` (monotonic). True
  * when the caller should trim now; the call then counts as the trim (the mark restarts

@@ -6,8 +6,9 @@
   metrics_addr maps libmicrohttpd (and serves);
 - after thousands of watch streams are cancelled at once, the worker gives the freed
   memory back: its RSS falls back near where it was before they opened (glibc alone
-  kept all of it) and it logs memory_trimmed. Skipped in the AddressSanitizer build,
-  whose allocator is not glibc's."""
+  kept all of it) and it logs memory_trimmed; so it does once thousands of retained
+  results expired. Skipped in the AddressSanitizer build, whose allocator is not
+  glibc's."""
 
 import os
 import re
@@ -34,6 +35,17 @@ def rss_kib(pid):
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     raise AssertionError("no VmRSS")
+
+
+def rss_back(w, before, peak, timeout):
+    """The worker's RSS once it is back within half of what it grew from `before` to
+    `peak` (generous: glibc alone kept all of it), or after `timeout` s."""
+    deadline = time.time() + timeout
+    while True:
+        now = rss_kib(w.proc.pid)
+        if now - before < (peak - before) / 2 or time.time() > deadline:
+            return now
+        time.sleep(0.2)
 
 
 def asan_build():
@@ -83,15 +95,31 @@ def test_memory_given_back_after_mass_close(worker_factory):
     assert snapshots == streams and held == streams, out.stdout
     grown = with_open - before
     assert grown > streams * 4, "the streams cost %d KiB: too little to tell" % grown
-    # generous: back within half of what the streams took (glibc alone kept all of it)
-    deadline = time.time() + 20
-    while True:
-        now = rss_kib(w.proc.pid)
-        if now - before < grown / 2 or time.time() > deadline:
-            break
-        time.sleep(0.2)
+    now = rss_back(w, before, with_open, 20)
     assert now - before < grown / 2, (
         "RSS %d KiB before, %d KiB with %d streams open, %d KiB after they closed"
         % (before, with_open, streams, now))
     trims = w.events("memory_trimmed")
     assert trims and trims[-1]["rss_after_kib"] < trims[-1]["rss_before_kib"], trims
+
+
+@pytest.mark.skipif(asan_build(), reason="ASan's allocator, not glibc's: nothing to trim")
+def test_memory_given_back_after_results_expire(worker_factory):
+    w = worker_factory("--result-retention-ms", "2000", "--task-slots", "256")
+    w.wait_serving()
+    w.deploy("echo_bytes", "def handler(args, ctx):\n    return args\n")
+    before = rss_kib(w.proc.pid)
+    out = subprocess.run(
+        [LOADGEN, "--target", w.addr, "--worker-pid", str(w.proc.pid), "--mode", "echo",
+         "--function", "echo_bytes", "--tasks", "8000", "--payload", "1024", "--reps", "1"],
+        capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "8000 of 8000 succeeded" in out.stdout, out.stdout
+    peak = rss_kib(w.proc.pid)
+    grown = peak - before
+    assert grown > 4000, "8,000 results took %d KiB: too little to tell" % grown
+    now = rss_back(w, before, peak, 30)  # retention 2 s, then the purge and a trim
+    assert now - before < grown / 2, (
+        "RSS %d KiB before, %d KiB with 8,000 results retained, %d KiB after they expired"
+        % (before, peak, now))
+    assert w.events("memory_trimmed")

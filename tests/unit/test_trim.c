@@ -1,6 +1,7 @@
 /* test_trim.c: wk_trim asks for a trim once after a mass close (the estimate fell
- * drop_bytes below its high-water mark and stopped falling), never under a steady or
- * growing load, at most once per min_gap_ms, and anyway after max_wait_ms of falling. */
+ * drop_bytes below its high-water mark and has not fallen for settle_ms), never under a
+ * steady or growing load, at most once per min_gap_ms, and anyway after max_wait_ms of
+ * falling. Ticks every 500 ms, as the worker's default tick_ms. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,7 +14,9 @@
 
 static wk_trim make(void) {
   wk_trim t;
-  wk_trim_init(&t, 8 * MIB, 2000, 5000);
+  wk_trim_init(
+      &t, (wk_trim_config){
+              .drop_bytes = 8 * MIB, .settle_ms = 1000, .min_gap_ms = 2000, .max_wait_ms = 10000});
   return t;
 }
 
@@ -32,18 +35,25 @@ static void test_mass_close_once(void **state) {
   wk_trim t = make();
   assert_false(wk_trim_due(&t, 120 * MIB, 1000)); /* 10,000 streams open */
   assert_false(wk_trim_due(&t, 120 * MIB, 1500));
-  assert_false(wk_trim_due(&t, 60 * MIB, 2000)); /* closing: seen, still falling */
+  assert_false(wk_trim_due(&t, 60 * MIB, 2000)); /* closing: seen */
   assert_false(wk_trim_due(&t, 0, 2500));        /* still falling */
-  assert_true(wk_trim_due(&t, 0, 3000));         /* the fall is over: trim */
-  for (uint64_t now = 3500; now < 60000; now += 500) assert_false(wk_trim_due(&t, 0, now));
+  assert_false(wk_trim_due(&t, 0, 3000));        /* quiet for 0.5 s */
+  assert_true(wk_trim_due(&t, 0, 3500));         /* quiet for 1 s: trim */
+  for (uint64_t now = 4000; now < 60000; now += 500) assert_false(wk_trim_due(&t, 0, now));
 }
 
-static void test_fall_between_ticks(void **state) {
+static void test_ticks_close_together_do_not_cut_a_fall(void **state) {
   (void)state;
   wk_trim t = make();
-  assert_false(wk_trim_due(&t, 50 * MIB, 1000));
-  assert_false(wk_trim_due(&t, 1 * MIB, 1500)); /* all of it gone in one tick: seen */
-  assert_true(wk_trim_due(&t, 1 * MIB, 2000));  /* stable since: trim */
+  assert_false(wk_trim_due(&t, 40 * MIB, 1000));
+  assert_false(wk_trim_due(&t, 30 * MIB, 1500)); /* results expiring, tick after tick */
+  assert_false(wk_trim_due(&t, 30 * MIB, 1510)); /* an extra tick (a deadline): no fall */
+  assert_false(wk_trim_due(&t, 20 * MIB, 2000));
+  assert_false(wk_trim_due(&t, 10 * MIB, 2500));
+  assert_false(wk_trim_due(&t, 0, 3000));
+  assert_false(wk_trim_due(&t, 0, 3500));
+  assert_true(wk_trim_due(&t, 0, 4000)); /* one trim, after all of it */
+  assert_false(wk_trim_due(&t, 0, 4500));
 }
 
 static void test_small_drop_never(void **state) {
@@ -60,13 +70,14 @@ static void test_min_gap(void **state) {
   wk_trim t = make();
   assert_false(wk_trim_due(&t, 40 * MIB, 1000));
   assert_false(wk_trim_due(&t, 0, 1500));
-  assert_true(wk_trim_due(&t, 0, 2000));
-  /* a second mass close right after: waits until 2 s after the first trim */
-  assert_false(wk_trim_due(&t, 40 * MIB, 2500));
-  assert_false(wk_trim_due(&t, 0, 3000));
+  assert_false(wk_trim_due(&t, 0, 2000));
+  assert_true(wk_trim_due(&t, 0, 2500));
+  /* a second mass close right after: seen only 2 s after the first trim */
+  assert_false(wk_trim_due(&t, 40 * MIB, 3000));
   assert_false(wk_trim_due(&t, 0, 3500));
-  assert_false(wk_trim_due(&t, 0, 4000)); /* 2 s since: seen now */
-  assert_true(wk_trim_due(&t, 0, 4500));
+  assert_false(wk_trim_due(&t, 0, 4000));
+  assert_false(wk_trim_due(&t, 0, 4500)); /* 2 s since: seen now, quiet since 3500 */
+  assert_true(wk_trim_due(&t, 0, 5000));
 }
 
 static void test_long_fall_trimmed_anyway(void **state) {
@@ -75,20 +86,20 @@ static void test_long_fall_trimmed_anyway(void **state) {
   uint64_t held = 400 * MIB, now = 1000;
   assert_false(wk_trim_due(&t, held, now));
   int trims = 0;
-  for (int i = 0; i < 30; i++) { /* falls a little every tick for 15 s */
-    held -= 10 * MIB;
+  for (int i = 0; i < 60; i++) { /* falls a little every tick for 30 s */
+    held -= 5 * MIB;
     now += 500;
     if (wk_trim_due(&t, held, now)) trims++;
   }
   assert_true(trims >= 2); /* not held back until the fall ends */
-  assert_true(trims <= 4); /* at most one per max_wait_ms of falling */
+  assert_true(trims <= 3); /* at most one per max_wait_ms of falling */
 }
 
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_steady_and_growing_never),
       cmocka_unit_test(test_mass_close_once),
-      cmocka_unit_test(test_fall_between_ticks),
+      cmocka_unit_test(test_ticks_close_together_do_not_cut_a_fall),
       cmocka_unit_test(test_small_drop_never),
       cmocka_unit_test(test_min_gap),
       cmocka_unit_test(test_long_fall_trimmed_anyway),
