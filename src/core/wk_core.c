@@ -281,9 +281,7 @@ static int64_t clamp_ttl(const wk_core *core, int64_t ttl_ms) {
 
 static const void *copy_bytes(wk_core *core, wk_bytes b) {
   if (!b.data || b.len == 0) return NULL;
-  void *p = wk_allocator_calloc(&core->cfg.allocator, 1, b.len);
-  memcpy(p, b.data, b.len);
-  return p;
+  return wk_allocator_memdup(&core->cfg.allocator, b.data, b.len);
 }
 
 static void set_message(wk_core *core, wk_task *t, const char *msg) {

@@ -59,6 +59,14 @@ void *wk_allocator_calloc(const wk_allocator *a, size_t count, size_t size) {
   return p;
 }
 
+void *wk_allocator_memdup(const wk_allocator *a, const void *p, size_t n) {
+  if (n == 0) return NULL;
+  void *d = (a && a->alloc) ? a->alloc(a->ud, n) : malloc(n);
+  if (!d) abort();
+  memcpy(d, p, n);
+  return d;
+}
+
 void wk_allocator_free(const wk_allocator *a, void *ptr, size_t size) {
   if (!ptr) return;
   if (a && a->free) {

@@ -45,7 +45,14 @@ typedef struct wk_allocator {
  * or size returns NULL. Release with wk_allocator_free(a, ptr, count * size). */
 void *wk_allocator_calloc(const wk_allocator *a, size_t count, size_t size);
 
-/** Frees `ptr` of `size` bytes allocated by wk_allocator_calloc(a, ...); NULL is a no-op. */
+/** Copies the `n` bytes at `p` into memory from `a` (NULL: malloc), not zeroed first: for
+ * byte buffers every byte of which is written at once (a 64 KiB output is not cleared
+ * only to be overwritten). Aborts when memory is exhausted; n == 0 returns NULL. Release
+ * with wk_allocator_free(a, ptr, n). */
+void *wk_allocator_memdup(const wk_allocator *a, const void *p, size_t n);
+
+/** Frees `ptr` of `size` bytes allocated by wk_allocator_calloc(a, ...) or
+ * wk_allocator_memdup; NULL is a no-op. */
 void wk_allocator_free(const wk_allocator *a, void *ptr, size_t size);
 
 #endif
