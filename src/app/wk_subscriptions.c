@@ -11,6 +11,7 @@
 #include "worker/v1/worker.pb-c.h"
 #include "lib/wk_alloc.h"
 #include "lib/wk_assert.h"
+#include "lib/wk_freelist.h"
 
 /* Encoded terminal results kept for streams that attach later (see wk_subs_tick). */
 #define BODY_CACHE 64u
@@ -18,6 +19,9 @@
  * each doubles when it holds more entries than buckets and is never shrunk (a peak of
  * N watched tasks or streams keeps N bucket pointers). */
 #define TABLE_MIN 64u
+/* Entry and task records kept for reuse (wk_freelist.h): a full pipeline's turn of
+ * watches and terminals. */
+#define POOL_MAX 256u
 
 typedef struct wk_sub wk_sub;
 typedef struct watched_task watched_task;
@@ -76,11 +80,16 @@ struct wk_subs {
   cached_body cache[BODY_CACHE];
   watched_task **pending; /* tasks with a PHASE_CHANGED due, each once */
   size_t n_pending, cap_pending;
+  wk_buf msg;             /* an event's head, reused: wk_rpc_send_parts copies it */
+  wk_freelist entry_pool; /* wk_watch_entry records, reused (one per watched task) */
+  wk_freelist task_pool;  /* watched_task records with room for the longest id */
 };
 
 wk_subs *wk_subs_create(wk_core *core) {
   wk_subs *s = wk_xcalloc(1, sizeof *s);
   s->core = core;
+  wk_freelist_init(&s->entry_pool, sizeof(wk_watch_entry), POOL_MAX);
+  wk_freelist_init(&s->task_pool, sizeof(watched_task) + WK_TASK_ID_MAX + 1, POOL_MAX);
   return s;
 }
 
@@ -129,7 +138,8 @@ static watched_task *task_get(wk_subs *s, const char *id, size_t len, uint64_t h
   if (s->n_tasks >= s->n_task_buckets) {
     REHASH(watched_task, s->task_buckets, s->n_task_buckets, x->hash);
   }
-  t = wk_xcalloc(1, sizeof *t + len + 1);
+  WK_ASSERT(len <= WK_TASK_ID_MAX); /* ids are validated */
+  t = wk_freelist_calloc(&s->task_pool);
   t->hash = h;
   t->id_len = len;
   memcpy(t->task_id, id, len);
@@ -157,13 +167,14 @@ static void task_release_if_empty(wk_subs *s, watched_task *t) {
   while (*pp != t) pp = &(*pp)->bnext;
   *pp = t->bnext;
   s->n_tasks--;
-  free(t);
+  wk_freelist_put(&s->task_pool, t);
 }
 
 /* ---- entries ------------------------------------------------------------------------- */
 
-static wk_watch_entry *entry_add(watched_task *t, wk_sub *sub, bool owner, bool progress) {
-  wk_watch_entry *e = wk_xcalloc(1, sizeof *e);
+static wk_watch_entry *entry_add(wk_subs *s, watched_task *t, wk_sub *sub, bool owner,
+                                 bool progress) {
+  wk_watch_entry *e = wk_freelist_calloc(&s->entry_pool);
   e->sub = sub;
   e->task = t;
   e->owner = owner;
@@ -181,7 +192,7 @@ static wk_watch_entry *entry_add(watched_task *t, wk_sub *sub, bool owner, bool 
 }
 
 /* Unlinks `e` from its task and its stream and frees it (not its task). */
-static void entry_remove(wk_watch_entry *e) {
+static void entry_remove(wk_subs *s, wk_watch_entry *e) {
   watched_task *t = e->task;
   wk_sub *sub = e->sub;
   if (e->tprev) {
@@ -199,7 +210,7 @@ static void entry_remove(wk_watch_entry *e) {
   sub->remaining--;
   t->owners -= e->owner;
   t->progress -= e->progress;
-  free(e);
+  wk_freelist_put(&s->entry_pool, e);
 }
 
 /* ---- the stream table ---------------------------------------------------------------- */
@@ -323,7 +334,7 @@ static void drop_entries(wk_subs *s, wk_sub *sub, bool disconnected, int64_t now
     wk_watch_entry *e = sub->entries;
     watched_task *t = e->task;
     bool owner = e->owner;
-    entry_remove(e);
+    entry_remove(s, e);
     if (owner && t->owners == 0) {
       if (disconnected) {
         wk_core_handle_watch_disconnected(s->core, t->task_id, t->id_len, now_ms);
@@ -407,7 +418,7 @@ void wk_subs_watch(wk_subs *s, wk_rpc *rpc, int64_t now_ms, int64_t wall_offset_
   sub_index(s, sub);
   s->n_streams++;
 
-  wk_buf msg = {0};
+  wk_buf *msg = &s->msg; /* (heads are copied when sent) */
   for (size_t i = 0; i < req->n_task_ids; i++) {
     const char *id = req->task_ids[i];
     size_t len = strlen(id);
@@ -418,28 +429,26 @@ void wk_subs_watch(wk_subs *s, wk_rpc *rpc, int64_t now_ms, int64_t wall_offset_
     /* a finished task's SNAPSHOT and TERMINAL carry the same result: one body */
     wk_shared *body =
         terminal ? terminal_body(s, id, h, r, wall_offset_ms) : encode_body(r, wall_offset_ms);
-    encode_head_grace(&msg, id, WORKER__V1__TASK_EVENT__KIND__KIND_SNAPSHOT, s->owner_grace_ms,
+    encode_head_grace(msg, id, WORKER__V1__TASK_EVENT__KIND__KIND_SNAPSHOT, s->owner_grace_ms,
                       body);
-    bool ok = send_event(sub, &msg, body);
+    bool ok = send_event(sub, msg, body);
     if (ok && terminal) {
-      encode_head(&msg, id, WORKER__V1__TASK_EVENT__KIND__KIND_TERMINAL, body);
-      ok = send_event(sub, &msg, body);
+      encode_head(msg, id, WORKER__V1__TASK_EVENT__KIND__KIND_TERMINAL, body);
+      ok = send_event(sub, msg, body);
     }
     wk_shared_unref(body);
     if (!ok) {
       /* ended for a bound (or closing): what it attached so far is a broken watch */
       sub->finished = true;
       drop_entries(s, sub, true, now_ms);
-      wk_buf_free(&msg);
       return;
     }
     if (terminal) continue;
     watched_task *t = task_get(s, id, len, h);
     bool first = !req->observe && t->owners == 0;
-    (void)entry_add(t, sub, !req->observe, req->progress);
+    (void)entry_add(s, t, sub, !req->observe, req->progress);
     if (first) wk_core_handle_watch_attached(s->core, id, len, now_ms);
   }
-  wk_buf_free(&msg);
   if (sub->remaining == 0) finish(sub, GRPC_STATUS_OK, "");
 }
 
@@ -448,7 +457,7 @@ void wk_subs_watch(wk_subs *s, wk_rpc *rpc, int64_t now_ms, int64_t wall_offset_
  * of `t` is gone and so is `t`. */
 static void notify(wk_subs *s, watched_task *t, const wk_task_result *r,
                    Worker__V1__TaskEvent__Kind kind, int64_t wall_offset_ms) {
-  wk_buf msg = {0};
+  wk_buf *msg = &s->msg;  /* (heads are copied when sent) */
   wk_shared *body = NULL; /* encoded once, for every watcher */
   bool terminal = kind == WORKER__V1__TASK_EVENT__KIND__KIND_TERMINAL;
   wk_watch_entry *e = t->watchers;
@@ -462,19 +471,18 @@ static void notify(wk_subs *s, watched_task *t, const wk_task_result *r,
     if (body == NULL) {
       body = terminal ? terminal_body(s, t->task_id, t->hash, r, wall_offset_ms)
                       : encode_body(r, wall_offset_ms);
-      encode_head(&msg, t->task_id, kind, body);
+      encode_head(msg, t->task_id, kind, body);
     }
     wk_sub *sub = e->sub;
-    (void)send_event(sub, &msg, body);
+    (void)send_event(sub, msg, body);
     if (terminal) {
-      entry_remove(e);
+      entry_remove(s, e);
       if (sub->remaining == 0) finish(sub, GRPC_STATUS_OK, "");
     }
     e = next;
   }
   if (terminal) task_release_if_empty(s, t);
   wk_shared_unref(body);
-  wk_buf_free(&msg);
 }
 
 /* The watched task of result `r`, NULL when nobody watches it. */
@@ -540,14 +548,13 @@ static wk_shared *encode_progress(const wk_task_result *r, int64_t wall_offset_m
 void wk_subs_on_progress(wk_subs *s, const wk_task_result *r, int64_t wall_offset_ms) {
   watched_task *t = task_of(s, r);
   if (t == NULL || t->progress == 0) return;
-  wk_buf msg = {0};
+  wk_buf *msg = &s->msg;                                /* (heads are copied when sent) */
   wk_shared *body = encode_progress(r, wall_offset_ms); /* once, for every watcher */
-  encode_head(&msg, t->task_id, WORKER__V1__TASK_EVENT__KIND__KIND_PROGRESS, body);
+  encode_head(msg, t->task_id, WORKER__V1__TASK_EVENT__KIND__KIND_PROGRESS, body);
   for (wk_watch_entry *e = t->watchers; e; e = e->tnext) {
-    if (e->progress) (void)send_event(e->sub, &msg, body);
+    if (e->progress) (void)send_event(e->sub, msg, body);
   }
   wk_shared_unref(body);
-  wk_buf_free(&msg);
 }
 
 bool wk_subs_progress_wanted(const wk_subs *s, const char *id, size_t len) {
@@ -588,6 +595,9 @@ void wk_subs_destroy(wk_subs *s) {
   }
   for (uint32_t i = 0; i < BODY_CACHE; i++) wk_shared_unref(s->cache[i].body);
   free(s->pending);
+  wk_buf_free(&s->msg);
+  wk_freelist_drain(&s->entry_pool);
+  wk_freelist_drain(&s->task_pool);
   free(s->task_buckets);
   free(s->sub_buckets);
   free(s);
