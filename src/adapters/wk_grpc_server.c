@@ -231,6 +231,7 @@ struct wk_rpc {
   wk_send_stream budget; /* this stream's unsent bytes (under server->budget_mu too) */
   grpc_status_code finish_code;
   char *finish_message;
+  msg_node reply_node; /* wk_rpc_reply's message (at most one per rpc): no allocation */
 };
 
 struct wk_grpc_server {
@@ -392,7 +393,7 @@ static void release_node_locked(wk_rpc *r, msg_node *node, msg_node *next) {
     wk_shared_unref(node->charge.body);
   }
   if (node->bb != NULL) grpc_byte_buffer_destroy(node->bb);
-  free(node);
+  if (node != &r->reply_node) free(node);
 }
 
 /* Drops the queued messages (not the one in flight: gRPC still has it). */
@@ -1457,24 +1458,22 @@ const char *wk_rpc_peer(const wk_rpc *rpc) {
 void wk_rpc_reply(wk_rpc *rpc, const uint8_t *msg, size_t len) {
   WK_ASSERT(rpc != NULL);
   grpc_byte_buffer *bb = make_message(msg, len);
-  msg_node *node = wk_xcalloc(1, sizeof *node);
-  node->bb = bb;
   lock(&rpc->mu);
   if (!rpc->closed && !rpc->finish_requested) {
+    /* finish_requested is set once and for all below: the rpc's own node is free */
+    msg_node *node = &rpc->reply_node;
+    *node = (msg_node){.bb = bb};
+    bb = NULL;
     if (rpc->q_tail != NULL) rpc->q_tail->next = node;
     else rpc->q_head = node;
     rpc->q_tail = node;
     rpc->q_len++;
-    node = NULL;
     rpc->finish_requested = true;
     rpc->finish_code = GRPC_STATUS_OK;
     if (!rpc->send_in_flight) start_send_locked(rpc);
   }
   unlock(&rpc->mu);
-  if (node != NULL) {
-    grpc_byte_buffer_destroy(node->bb);
-    free(node);
-  }
+  if (bb != NULL) grpc_byte_buffer_destroy(bb);
 }
 
 void wk_rpc_fail(wk_rpc *rpc, grpc_status_code code, const char *message) {
