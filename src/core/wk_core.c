@@ -333,8 +333,16 @@ static void retain(wk_core *core, uint32_t i, int64_t now_ms) {
   WK_ASSERT(t->slot == WK_NONE); /* a terminal task holds no slot */
   t->stage = WK_STAGE_TERMINAL;
   WK_ASSERT(core->retained_count < core->retained_cap);
+  /* the ring expires from its head, so it stays ordered by until_ms: a `now` older
+   * than a retained result's (a replayed or hand-made input sequence; the worker's
+   * clock is monotonic) keeps this one no shorter than the newest already retained */
+  int64_t until = now_ms + core->cfg.result_retention_ms;
+  if (core->retained_count > 0) {
+    int64_t newest = core->retained[wk_retained_index(core, core->retained_count - 1)].until_ms;
+    if (until < newest) until = newest;
+  }
   wk_retained *r = &core->retained[wk_retained_index(core, core->retained_count)];
-  r->until_ms = now_ms + core->cfg.result_retention_ms;
+  r->until_ms = until;
   r->record = i;
   r->hash32 = (uint32_t)t->hash;
   core->retained_count++;
