@@ -68,6 +68,7 @@
 #include "adapters/wk_reflection.h"
 #include "adapters/wk_validate.h"
 #include "lib/wk_alloc.h"
+#include "lib/wk_buf.h"
 #include "lib/wk_send_budget.h"
 #include "lib/wk_shared.h"
 
@@ -520,17 +521,6 @@ static size_t merge_count_locked(const wk_rpc *r) {
   return take;
 }
 
-/* Appends the base-128 varint v at p; returns its length. */
-static size_t put_varint(uint8_t *p, uint64_t v) {
-  size_t n = 0;
-  while (v >= 0x80) {
-    p[n++] = (uint8_t)(v | 0x80);
-    v >>= 7;
-  }
-  p[n++] = (uint8_t)v;
-  return n;
-}
-
 /* One message of the chain `first` (two or more): the first's slices, then for each
  * later one the key of `field` (length-delimited), its length, and its slices. The
  * slices are referenced, not copied; the nodes keep theirs. */
@@ -544,8 +534,8 @@ static grpc_byte_buffer *merge_messages(const msg_node *first, uint32_t field) {
   for (const msg_node *m = first; m != NULL; m = m->next) {
     if (m != first) {
       uint8_t prefix[20];
-      size_t pn = put_varint(prefix, ((uint64_t)field << 3) | 2u);
-      pn += put_varint(prefix + pn, grpc_byte_buffer_length(m->bb));
+      size_t pn = wk_varint_put(prefix, ((uint64_t)field << 3) | 2u);
+      pn += wk_varint_put(prefix + pn, grpc_byte_buffer_length(m->bb));
       slices[at++] = grpc_slice_from_copied_buffer((const char *)prefix, pn);
     }
     const grpc_slice_buffer *sb = &m->bb->data.raw.slice_buffer;

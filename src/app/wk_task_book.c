@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "lib/wk_alloc.h"
+#include "lib/wk_buf.h"
 #include "lib/wk_assert.h"
 #include "lib/wk_hash.h"
 
@@ -209,21 +210,10 @@ uint64_t wk_task_book_log_bytes(const wk_task_book *b) { return b->log_bytes; }
 
 /* ---- captured output ------------------------------------------------------------- */
 
-/* Writes v as a varint at p; returns the bytes written. */
-static size_t put_varint(uint8_t *p, uint64_t v) {
-  size_t n = 0;
-  while (v >= 0x80) {
-    p[n++] = (uint8_t)(v | 0x80);
-    v >>= 7;
-  }
-  p[n++] = (uint8_t)v;
-  return n;
-}
-
 static size_t put_bytes_field(uint8_t *p, uint32_t field, const uint8_t *bytes, size_t len) {
   if (len == 0) return 0;
-  size_t n = put_varint(p, ((uint64_t)field << 3) | 2u);
-  n += put_varint(p + n, len);
+  size_t n = wk_varint_put(p, ((uint64_t)field << 3) | 2u);
+  n += wk_varint_put(p + n, len);
   memcpy(p + n, bytes, len);
   return n + len;
 }
@@ -292,12 +282,12 @@ void wk_task_book_log(wk_task_book *b, const char *task_id, uint32_t index, uint
   if (n->pos < b->evict_pos) b->evict_pos = n->pos; /* its log is the oldest kept now */
   size_t off = n->log_inline_len + n->log.len;
   uint8_t *p = log_room(n, (size_t)rec);
-  size_t w = put_varint(p, (2u << 3) | 2u);
-  w += put_varint(p + w, body);
-  w += put_varint(p + w, 1u << 3);
-  w += put_varint(p + w, index);
-  w += put_varint(p + w, 2u << 3);
-  w += put_varint(p + w, attempt);
+  size_t w = wk_varint_put(p, (2u << 3) | 2u);
+  w += wk_varint_put(p + w, body);
+  w += wk_varint_put(p + w, 1u << 3);
+  w += wk_varint_put(p + w, index);
+  w += wk_varint_put(p + w, 2u << 3);
+  w += wk_varint_put(p + w, attempt);
   w += put_bytes_field(p + w, 3, out, out_len);
   w += put_bytes_field(p + w, 4, err, err_len);
   WK_ASSERT(w == rec);

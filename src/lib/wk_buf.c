@@ -30,15 +30,18 @@ void wk_buf_append(wk_buf *b, const void *p, size_t n) {
   b->len += n;
 }
 
-void wk_buf_append_varint(wk_buf *b, uint64_t v) {
-  uint8_t *p = wk_buf_reserve(b, 10);
+size_t wk_varint_put(uint8_t *p, uint64_t v) {
   size_t n = 0;
   while (v >= 0x80) {
     p[n++] = (uint8_t)(v | 0x80);
     v >>= 7;
   }
   p[n++] = (uint8_t)v;
-  b->len += n;
+  return n;
+}
+
+void wk_buf_append_varint(wk_buf *b, uint64_t v) {
+  b->len += wk_varint_put(wk_buf_reserve(b, 10), v);
 }
 
 void wk_buf_free(wk_buf *b) {

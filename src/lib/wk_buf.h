@@ -18,6 +18,8 @@ uint8_t *wk_buf_reserve(wk_buf *b, size_t n);
 uint8_t *wk_buf_reserve_exact(wk_buf *b, size_t n);
 /** Appends `n` bytes. */
 void wk_buf_append(wk_buf *b, const void *p, size_t n);
+/** Writes v as a base-128 varint at p (room for 10 bytes); returns its length. */
+size_t wk_varint_put(uint8_t *p, uint64_t v);
 /** Appends a base-128 varint. */
 void wk_buf_append_varint(wk_buf *b, uint64_t v);
 /** Empties the buffer, keeping its memory. */
