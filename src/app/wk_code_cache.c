@@ -171,10 +171,16 @@ bool wk_code_cache_lookup(wk_code_cache *c, const char *function, uint64_t reque
                           uint64_t *epoch, char *path, size_t path_len) {
   if (requested_epoch != 0 || c->fd < 0) return false;
   pthread_mutex_lock(&c->mu);
-  drain(c);
   bool ok = hit(c, find(c, function), epoch, path, path_len);
   pthread_mutex_unlock(&c->mu);
   return ok;
+}
+
+void wk_code_cache_sync(wk_code_cache *c) {
+  if (c->fd < 0) return;
+  pthread_mutex_lock(&c->mu);
+  drain(c);
+  pthread_mutex_unlock(&c->mu);
 }
 
 int wk_code_cache_resolve(wk_code_cache *c, const char *function, uint64_t requested_epoch,

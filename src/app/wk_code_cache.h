@@ -2,12 +2,16 @@
  *
  * Epochs are immutable (wk_code_store.h); only CURRENT moves. The cache keeps, per
  * function, the epoch CURRENT named and its directory, and watches the code root and
- * each cached function's directory with inotify. Every lookup first drains the inotify
- * descriptor (one non-blocking read): a CURRENT renamed, rewritten or removed before the
- * lookup began invalidates the entry, so a task submitted right after `workerctl deploy`
- * (or a rollback) gets the new epoch, as when every lookup read the disk. A cache hit
- * costs that read and no filesystem call. Without inotify (no descriptor, no watch)
- * every lookup reads the disk as wk_code_store_resolve does.
+ * each cached function's directory with inotify. A change is seen when the inotify
+ * descriptor is drained (one non-blocking read): by wk_code_cache_sync, which the owner
+ * calls each time it takes requests in (the orchestrator: every batch of RPCs from the
+ * completion queue, before handling any), and by every resolve and prune check. The
+ * kernel queues an inotify event inside the rename that moved CURRENT, so a deploy that
+ * finished before a request was sent is in the queue when that request's batch is
+ * synced: a task submitted right after `workerctl deploy` (or a rollback) gets the new
+ * epoch, as when every lookup read the disk. A cache hit costs no system call. Without
+ * inotify (no descriptor, no watch) every lookup reads the disk as
+ * wk_code_store_resolve does.
  *
  * Thread-safe (one mutex): activation resolves on the threadpool, subcall targets on
  * the loop. */
@@ -40,9 +44,13 @@ void wk_code_cache_destroy(wk_code_cache *c);
 int wk_code_cache_resolve(wk_code_cache *c, const char *function, uint64_t requested_epoch,
                           uint64_t *epoch, char *path, size_t path_len, char *err, size_t err_len);
 
-/** The part of wk_code_cache_resolve that needs no disk: true with *epoch and `path`
- * when CURRENT of `function` (requested_epoch 0) is cached and unchanged (counted as a
- * hit); false, and nothing read or counted, when only the disk can answer (not cached
+/** Reads the changes inotify queued since the last drain and drops what they touched.
+ * One non-blocking read when nothing changed. */
+void wk_code_cache_sync(wk_code_cache *c);
+
+/** The part of wk_code_cache_resolve that needs no disk and no system call: true with
+ * *epoch and `path` when CURRENT of `function` (requested_epoch 0) is cached and was
+ * unchanged at the last drain (wk_code_cache_sync; counted as a hit); false, and nothing read or counted, when only the disk can answer (not cached
  * yet, changed, not watched, a pinned requested_epoch, a path over path_len). */
 bool wk_code_cache_lookup(wk_code_cache *c, const char *function, uint64_t requested_epoch,
                           uint64_t *epoch, char *path, size_t path_len);

@@ -263,6 +263,8 @@ static void on_wake(uv_async_t *a) {
   o->n_queued_rpcs = 0;
   pthread_mutex_unlock(&o->mu);
   wk_orch__loop_now(o);
+  /* every deploy that finished before these RPCs were sent is seen (wk_code_cache.h) */
+  if (n > 0) wk_code_cache_sync(o->code_cache);
   for (size_t i = 0; i < n; i++) {
     wk_orch__event *ev = &batch[i];
     if (ev->kind == WK_ORCH__EV_RPC) {

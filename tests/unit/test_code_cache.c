@@ -1,6 +1,7 @@
 /* test_code_cache.c: unit tests of the CURRENT cache (src/app/wk_code_cache.c) over a
  * real code store in a temporary directory: a lookup after a deploy, a rollback or a
- * removal sees it at once, with no event loop running (the lookup drains inotify). */
+ * removal sees it at once, with no event loop running (a resolve drains inotify; the
+ * memory-only lookup sees what the last wk_code_cache_sync drained). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -175,8 +176,10 @@ static void test_not_deployed_and_bad_names(void **state) {
 }
 
 /* The memory-only lookup (activation on the loop): false until a resolve read the disk,
- * then the cached epoch, and false again at once after a deploy (the caller then
- * resolves from the disk, off the loop); never for a pinned epoch. */
+ * then the cached epoch, and false again after a deploy once a sync drained it (the
+ * caller then resolves from the disk, off the loop); never for a pinned epoch. The
+ * lookup itself makes no system call: before the sync it still answers the old epoch,
+ * which is why the orchestrator syncs before each batch of requests. */
 static void test_lookup_from_memory_only(void **state) {
   fx *f = *state;
   uint64_t epoch = 0;
@@ -193,6 +196,9 @@ static void test_lookup_from_memory_only(void **state) {
   assert_false(wk_code_cache_lookup(f->cache, "fn", 0, &epoch, path, 4)); /* too long */
   assert_false(wk_code_cache_lookup(f->cache, "fn", 1, &epoch, path, sizeof path));
   deploy(f, "fn", "v = 2\n");
+  assert_true(wk_code_cache_lookup(f->cache, "fn", 0, &epoch, path, sizeof path));
+  assert_int_equal(epoch, 1); /* not drained yet */
+  wk_code_cache_sync(f->cache);
   assert_false(wk_code_cache_lookup(f->cache, "fn", 0, &epoch, path, sizeof path));
   assert_int_equal(current(f, "fn"), 2);
   assert_true(wk_code_cache_lookup(f->cache, "fn", 0, &epoch, path, sizeof path));
