@@ -640,6 +640,12 @@ static int setup(bench *b) {
     fprintf(stderr, "bench_grpc: mkdtemp %s: %s\n", b->tmp, strerror(errno));
     return -1;
   }
+  /* mkdtemp makes it 0700: run as root, the worker starts executors as its
+   * executor_user (nobody by default), which must reach the code root below it */
+  if (chmod(b->tmp, 0755) != 0) {
+    fprintf(stderr, "bench_grpc: chmod %s: %s\n", b->tmp, strerror(errno));
+    return -1;
+  }
   snprintf(b->code_root, sizeof b->code_root, "%s/code", b->tmp);
   snprintf(b->log_path, sizeof b->log_path, "%s/worker.log", b->tmp);
   char src[300], main_py[320], err[512];
