@@ -176,6 +176,8 @@ bool wk_code_cache_lookup(wk_code_cache *c, const char *function, uint64_t reque
   return ok;
 }
 
+int wk_code_cache_fd(const wk_code_cache *c) { return c->fd; }
+
 void wk_code_cache_sync(wk_code_cache *c) {
   if (c->fd < 0) return;
   pthread_mutex_lock(&c->mu);
@@ -227,7 +229,6 @@ int wk_code_cache_resolve(wk_code_cache *c, const char *function, uint64_t reque
 bool wk_code_cache_prune_due(wk_code_cache *c, const char *function, uint64_t epoch) {
   if (c->fd < 0) return true;
   pthread_mutex_lock(&c->mu);
-  drain(c);
   entry *e = find(c, function);
   bool due = !e || e->wd < 0 || e->changed || !e->valid || e->epoch != epoch;
   if (e && e->wd >= 0) e->changed = false;

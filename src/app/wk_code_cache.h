@@ -4,9 +4,9 @@
  * function, the epoch CURRENT named and its directory, and watches the code root and
  * each cached function's directory with inotify. A change is seen when the inotify
  * descriptor is drained (one non-blocking read): by wk_code_cache_sync, which the owner
- * calls each time it takes requests in (the orchestrator: every batch of RPCs from the
- * completion queue, before handling any), and by every resolve and prune check. The
- * kernel queues an inotify event inside the rename that moved CURRENT, so a deploy that
+ * calls when the descriptor (wk_code_cache_fd) turns readable and each time it takes
+ * requests in (the orchestrator: every batch of RPCs from the completion queue, before
+ * handling any), and by every resolve. The kernel queues an inotify event inside the rename that moved CURRENT, so a deploy that
  * finished before a request was sent is in the queue when that request's batch is
  * synced: a task submitted right after `workerctl deploy` (or a rollback) gets the new
  * epoch, as when every lookup read the disk. A cache hit costs no system call. Without
@@ -44,6 +44,10 @@ void wk_code_cache_destroy(wk_code_cache *c);
 int wk_code_cache_resolve(wk_code_cache *c, const char *function, uint64_t requested_epoch,
                           uint64_t *epoch, char *path, size_t path_len, char *err, size_t err_len);
 
+/** The inotify descriptor to poll for readability (then call wk_code_cache_sync), or
+ * -1 when the cache has none. Owned by the cache. */
+int wk_code_cache_fd(const wk_code_cache *c);
+
 /** Reads the changes inotify queued since the last drain and drops what they touched.
  * One non-blocking read when nothing changed. */
 void wk_code_cache_sync(wk_code_cache *c);
@@ -58,7 +62,9 @@ bool wk_code_cache_lookup(wk_code_cache *c, const char *function, uint64_t reque
 /** Whether a prune of `function` may remove an epoch now that a task that ran `epoch`
  * ended: true when the function's directory changed since the last call that returned
  * true (a deploy, a rollback, an epoch removed), when `epoch` is not the CURRENT cached,
- * or when the cache cannot tell (not cached, not watched). Clears the changed mark. */
+ * or when the cache cannot tell (not cached, not watched). Knows the changes drained so
+ * far (no system call: a task's end must not cost one); a change not drained yet marks
+ * the function for the next call. Clears the changed mark. */
 bool wk_code_cache_prune_due(wk_code_cache *c, const char *function, uint64_t epoch);
 
 /** The counters so far. */

@@ -111,6 +111,9 @@ struct wk_orch {
   uv_check_t turn_end;      /* after each loop turn's callbacks: the coalesced PHASE_CHANGEDs,
                           the turn's log lines */
   uv_prepare_t before_wait; /* log lines of timers and close callbacks */
+  uv_poll_t code_watch;     /* the code cache's inotify descriptor: changes drained as
+                               they come (watching_code: started) */
+  bool watching_code;
   wk_orch__step *steps_head, *steps_tail;
   wk_freelist step_pool; /* wk_orch__step records, reused (one to four per task) */
   wk_freelist rt_pool;   /* wk_task_rt records, reused (one per task) */

@@ -279,6 +279,28 @@ static void on_wake(uv_async_t *a) {
   reschedule_deadline(o);
 }
 
+/* A deploy, a rollback or a removal in the code root: the cache drops what it changed
+ * now, so a task ending afterwards sees it in wk_code_cache_prune_due. */
+static void on_code_change(uv_poll_t *h, int status, int events) {
+  (void)status;
+  (void)events;
+  wk_orch *o = h->data;
+  wk_code_cache_sync(o->code_cache);
+}
+
+/* Without inotify (no descriptor) every lookup reads the disk: nothing to watch. */
+static void start_code_watch(wk_orch *o) {
+  int fd = wk_code_cache_fd(o->code_cache);
+  if (fd < 0 || uv_poll_init(o->loop, &o->code_watch, fd) != 0) return;
+  o->code_watch.data = o;
+  if (uv_poll_start(&o->code_watch, UV_READABLE, on_code_change) != 0) {
+    uv_close((uv_handle_t *)&o->code_watch, NULL); /* nothing refers to it afterwards */
+    return;
+  }
+  uv_unref((uv_handle_t *)&o->code_watch); /* keeps no loop alive */
+  o->watching_code = true;
+}
+
 /* ---- giving memory back ----------------------------------------------------------------- */
 
 /* What live objects hold, estimated for wk_trim (bench/bench_memory.py measured the
@@ -462,6 +484,7 @@ wk_orch *wk_orch_create(uv_loop_t *loop, const wk_orch_config *cfg, char *err, s
   o->before_wait.data = o;
   uv_prepare_start(&o->before_wait, on_before_wait);
   uv_unref((uv_handle_t *)&o->before_wait);
+  start_code_watch(o);
   compute_wall_offset(o);
   uv_timer_start(&o->tick, on_tick, (uint64_t)cfg->tick_ms, (uint64_t)cfg->tick_ms);
   return o;
@@ -619,6 +642,10 @@ void wk_orch_close(wk_orch *o) {
   wk_orch__health_finish_all(o);
   wk_log_hold(false); /* from here on, every line at once: the loop may stop */
   o->handles_open = 5;
+  if (o->watching_code) {
+    o->handles_open++;
+    uv_close((uv_handle_t *)&o->code_watch, on_handle_closed);
+  }
   uv_close((uv_handle_t *)&o->turn_end, on_handle_closed);
   uv_close((uv_handle_t *)&o->before_wait, on_handle_closed);
   uv_close((uv_handle_t *)&o->wake, on_handle_closed);

@@ -208,3 +208,25 @@ def test_zero_keeps_every_epoch(worker_factory):
     assert run(w, "t", "fn")["version"] == 4
     time.sleep(0.5)
     assert epochs(w.code_root, "fn")["epochs"] == [1, 2, 3, 4]
+
+
+def test_a_deploy_while_the_only_task_runs_prunes_its_epoch_when_it_ends(worker_factory, tmp_path):
+    """The worker learns of a deploy from inotify as it happens, not only when the next
+    request comes: the task's end, with no request after the deploy, removes the epoch
+    it pinned (the prune check at a task's end makes no system call of its own)."""
+    w = worker_factory("--code-epochs-kept", "1")
+    w.wait_serving()
+    w.deploy("waiter", WAITER)
+    done = str(tmp_path / "done")
+    open(done, "w").close()
+    # a first task's end checks the function once (never checked by this worker yet)
+    assert run(w, "first", "waiter", {"ready": done, "go": done}) == {"epoch": 1}
+    ready, go = str(tmp_path / "ready"), str(tmp_path / "go")
+    w.submit("alone", "waiter", {"ready": ready, "go": go})
+    wait_for(ready)  # epoch 1 pinned
+    w.deploy("waiter", WAITER + "# version 2\n")
+    time.sleep(0.5)  # the loop drains inotify on its own, long before the task ends
+    open(go, "w").close()
+    wait_epochs(w.code_root, "waiter", [2])  # no request since the deploy
+    r = w.wait_terminal("alone")
+    assert r.state == pb.TASK_STATE_SUCCEEDED and json.loads(r.outputs[0].value) == {"epoch": 1}
