@@ -147,14 +147,12 @@ const char *wk_cmd_kind_name(wk_cmd_kind k) {
 
 /* ---- helpers: records, slots, commands ------------------------------------- */
 
+/* The record of task `id`, or WK_NONE. The characters of `id` are not checked: only
+ * valid ids are ever inserted (new_task's callers check first), so an invalid one is
+ * simply not found, and a lookup (several per task) costs the hash and the probe. */
 static uint32_t find_task(const wk_core *core, const char *id, size_t len) {
   if (!id || len == 0 || len > WK_TASK_ID_MAX) return WK_NONE;
-  /* hash first and start fetching the index line: the character check below then
-   * runs while the line is on its way instead of before it is asked for */
-  uint64_t hash = wk_task_hash(id, len);
-  WK_PREFETCH(&core->index.entries[(uint32_t)hash & core->index.mask]);
-  if (!wk_task_id_valid(id, len)) return WK_NONE;
-  return wk_core__index_find(core, id, len, hash);
+  return wk_core__index_find(core, id, len, wk_task_hash(id, len));
 }
 
 static uint64_t slot_id_of(const wk_core *core, uint32_t slot) {
@@ -176,6 +174,7 @@ static wk_cmd *push_cmd(wk_cmds *cmds, wk_cmd_kind kind, const wk_task *t) {
 /* Takes a record off the free list with `id`, indexes it. Never fails: records are
  * sized for every slot plus every retained result. */
 static uint32_t new_task(wk_core *core, const char *id, size_t len, uint8_t stage) {
+  WK_DEBUG_ASSERT(wk_task_id_valid(id, len)); /* find_task relies on it */
   uint32_t i = core->free_task_head;
   if (i != WK_NONE) {
     core->free_task_head = core->tasks[i].next_free;
