@@ -149,6 +149,18 @@ void wk_grpc_server_conn_stats(const wk_grpc_server *server, wk_grpc_conn_stats 
  * completion-queue thread (not from a sink callback). NULL is a no-op. */
 void wk_grpc_server_stop(wk_grpc_server *server);
 
+/** Send batches the sink asks for (wk_rpc_reply, _send, _finish, _fail) start on the
+ * completion-queue thread: the sink's thread leaves them in the server's outbox and
+ * nudges that thread (one empty batch on the queue). With `on`, the calling thread
+ * (an event loop answering many rpcs per turn) stops nudging per answer and must call
+ * wk_grpc_server_flush before it next waits; off again restores the nudge per answer.
+ * Per thread, for every server; cannot fail. */
+void wk_grpc_server_defer_on_this_thread(bool on);
+
+/** Nudges the completion-queue thread when the outbox holds batches to start (one
+ * nudge for all of them). Any thread; NULL is a no-op. */
+void wk_grpc_server_flush(wk_grpc_server *server);
+
 wk_rpc_method wk_rpc_method_of(const wk_rpc *rpc);
 /** The decoded request (protobuf-c message of the method's type); owned by the rpc. */
 const void *wk_rpc_request(const wk_rpc *rpc);

@@ -74,6 +74,10 @@ typedef struct wk_app {
   bool admission_paused;     /* under it (with hysteresis) at the last sample */
   int64_t memory_sampled_ms;
   wk_grpc_server *server;
+  /* the loop's answers leave the gRPC server's outbox once per loop turn (after the
+   * turn's callbacks, and before the loop waits): wk_grpc_server_defer_on_this_thread */
+  uv_check_t grpc_flush_after;
+  uv_prepare_t grpc_flush_before;
   uv_async_t signal_async; /* a stop signal, or the publisher's acknowledged put */
   uv_timer_t phase_timer;
   uv_timer_t watchdog_timer; /* WATCHDOG=1 to systemd; started only with WATCHDOG_USEC */
@@ -209,6 +213,9 @@ static void on_pool_stopped(void *arg) {
   uv_close((uv_handle_t *)&app->phase_timer, NULL);
   uv_close((uv_handle_t *)&app->watchdog_timer, NULL);
   uv_close((uv_handle_t *)&app->signal_async, NULL);
+  uv_close((uv_handle_t *)&app->grpc_flush_after, NULL);
+  uv_close((uv_handle_t *)&app->grpc_flush_before, NULL);
+  wk_grpc_server_defer_on_this_thread(false);
 }
 
 /* The registration value follows the slot table (the publisher coalesces). Returns the
@@ -749,9 +756,28 @@ static int start_metrics(wk_app *app, char *err, size_t len) {
 }
 
 /* The loop with the app's own handles (the signal wake-up and the phase timer). */
+static void flush_grpc_after(uv_check_t *h) {
+  wk_app *app = h->data;
+  wk_grpc_server_flush(app->server);
+}
+
+static void flush_grpc_before(uv_prepare_t *h) {
+  wk_app *app = h->data;
+  wk_grpc_server_flush(app->server);
+}
+
 static void init_loop(wk_app *app) {
   pthread_mutex_init(&app->mu, NULL);
   uv_loop_init(&app->loop);
+  uv_check_init(&app->loop, &app->grpc_flush_after);
+  app->grpc_flush_after.data = app;
+  uv_check_start(&app->grpc_flush_after, flush_grpc_after);
+  uv_unref((uv_handle_t *)&app->grpc_flush_after); /* keeps no loop alive */
+  uv_prepare_init(&app->loop, &app->grpc_flush_before);
+  app->grpc_flush_before.data = app;
+  uv_prepare_start(&app->grpc_flush_before, flush_grpc_before);
+  uv_unref((uv_handle_t *)&app->grpc_flush_before);
+  wk_grpc_server_defer_on_this_thread(true); /* this thread runs the loop */
   uv_async_init(&app->loop, &app->signal_async, on_signal);
   app->signal_async.data = app;
   uv_timer_init(&app->loop, &app->phase_timer);

@@ -33,7 +33,10 @@
  *              WK_HARNESS_MAX_STREAM_BYTES, WK_HARNESS_MAX_TOTAL_STREAM_BYTES (the
  *              server's byte bounds; default: the server's defaults),
  *              WK_HARNESS_INLINE_HEALTH=1 answers Health.Check on the completion-queue
- *              thread (no hop), to compare latencies.
+ *              thread (no hop), to compare latencies;
+ *              WK_HARNESS_DEFER=1: the actor answers as the worker's loop does
+ *              (wk_grpc_server_defer_on_this_thread, one wk_grpc_server_flush before
+ *              it waits), else every answer nudges the completion-queue thread.
  * Prints "PORT <n>" once listening; SIGTERM or SIGINT stops the server and exits 0.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -65,6 +68,8 @@ static item *g_head;
 static item *g_tail;
 static bool g_stop;
 static bool g_inline_health;
+static bool g_defer;
+static wk_grpc_server *g_server; /* under g_mu; NULL before start and from stop on */
 static unsigned long g_cancelled_streams;
 
 static void post(wk_rpc *rpc, bool closed, bool cancelled) {
@@ -274,9 +279,13 @@ static void handle(wk_rpc *rpc) {
 
 static void *actor_main(void *arg) {
   (void)arg;
+  if (g_defer) wk_grpc_server_defer_on_this_thread(true);
   for (;;) {
     pthread_mutex_lock(&g_mu);
-    while (g_head == NULL && !g_stop) pthread_cond_wait(&g_cv, &g_mu);
+    while (g_head == NULL && !g_stop) {
+      if (g_defer) wk_grpc_server_flush(g_server); /* what it answered goes, once */
+      pthread_cond_wait(&g_cv, &g_mu);
+    }
     item *it = g_head;
     if (it == NULL) {
       pthread_mutex_unlock(&g_mu);
@@ -325,6 +334,8 @@ int main(int argc, char **argv) {
 
   const char *inline_health = getenv("WK_HARNESS_INLINE_HEALTH");
   g_inline_health = inline_health != NULL && strcmp(inline_health, "1") == 0;
+  const char *defer = getenv("WK_HARNESS_DEFER");
+  g_defer = defer != NULL && strcmp(defer, "1") == 0;
   size_t max_message = (size_t)1 << 20;
   const char *mm = getenv("WK_HARNESS_MAX_MESSAGE_BYTES");
   if (mm != NULL && mm[0] != '\0') max_message = (size_t)strtoull(mm, NULL, 10);
@@ -394,12 +405,18 @@ int main(int argc, char **argv) {
     pthread_join(actor, NULL);
     return 1;
   }
+  pthread_mutex_lock(&g_mu);
+  g_server = server;
+  pthread_mutex_unlock(&g_mu);
   printf("PORT %d\n", port);
   fflush(stdout);
 
   int sig = 0;
   if (sigwait(&stop_signals, &sig) != 0) return 2;
 
+  pthread_mutex_lock(&g_mu);
+  g_server = NULL; /* the actor flushes no more: stop takes what is left */
+  pthread_mutex_unlock(&g_mu);
   wk_grpc_server_stop(server); /* open streams get on_closed(cancelled) meanwhile */
   pthread_mutex_lock(&g_mu);
   g_stop = true;

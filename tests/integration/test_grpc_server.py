@@ -503,8 +503,11 @@ def test_unary_cancelled_by_client(pb, stub):
     assert stub.RequestTaskSlot(pb.w.RequestTaskSlotRequest(task_id="x"), timeout=5).slot_id == 7
 
 
-def test_stream_queue_bound(pb):
-    h = Harness({"WK_HARNESS_MAX_STREAM_QUEUE": "2"})
+@pytest.mark.parametrize("defer", ["0", "1"], ids=["nudge_each", "deferring_actor"])
+def test_stream_queue_bound(pb, defer):
+    # deferring: the actor's sends wait in the outbox until it flushes; the bound still
+    # counts the messages behind the one the first batch takes, as when it starts at once
+    h = Harness({"WK_HARNESS_MAX_STREAM_QUEUE": "2", "WK_HARNESS_DEFER": defer})
     try:
         ch = grpc.insecure_channel(h.addr)
         s = pb.wg.WorkerServiceStub(ch)
@@ -646,6 +649,46 @@ def test_64_concurrent_clients(pb, harness):
     assert harness.alive()
 
 
+def test_a_deferring_actor_answers_everything_in_order(pb):
+    """The worker's loop leaves its answers in the server's outbox and flushes once per
+    turn (wk_grpc_server_defer_on_this_thread): every unary answer reaches its own call,
+    every stream's events arrive in order, from many clients at once."""
+    h = Harness({"WK_HARNESS_DEFER": "1"})
+    try:
+        ch = grpc.insecure_channel(h.addr)
+        s = pb.wg.WorkerServiceStub(ch)
+        slots = [s.RequestTaskSlot.future(pb.w.RequestTaskSlotRequest(task_id="m%d" % i),
+                                          timeout=10) for i in range(300)]
+        submits = [s.SubmitTask.future(good_submit(pb, task_id="s%d" % i, slot_id=100 + i),
+                                       timeout=10) for i in range(100)]
+        ids = ["task-%02d" % i for i in range(MAX_WATCH_TASKS)]
+        watches = [s.WatchTasks(pb.w.WatchTasksRequest(task_ids=ids), timeout=10)
+                   for _ in range(20)]
+        assert all(f.result().slot_id == 7 for f in slots)
+        assert [f.result().slot_id for f in submits] == [100 + i for i in range(100)]
+        for it in watches:
+            assert [e.task_id for e in it] == [i for i in ids for _ in range(3)]
+
+        def client(k):
+            c = grpc.insecure_channel(h.addr, options=[("grpc.use_local_subchannel_pool", 1)])
+            try:
+                cs = pb.wg.WorkerServiceStub(c)
+                for r in range(10):
+                    tid = "c%d-%d" % (k, r)
+                    assert cs.SubmitTask(good_submit(pb, task_id=tid), timeout=20).task_id == tid
+                    assert len(list(cs.WatchTasks(pb.w.WatchTasksRequest(task_ids=[tid]),
+                                                  timeout=20))) == 3
+                return k
+            finally:
+                c.close()
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=32) as pool:
+            assert sorted(pool.map(client, range(32))) == list(range(32))
+        ch.close()
+    finally:
+        assert_clean_exit(h, h.stop())
+
+
 # ---- latency: a hop to the actor costs about as much as answering inline ------------------
 
 def test_reply_from_another_thread_costs_about_an_inline_reply(pb):
@@ -718,10 +761,12 @@ def test_port_in_use_is_reported(harness):
     assert "cannot listen on " + harness.addr in p.stderr, p.stderr
 
 
-def test_sigterm_under_load_exits_cleanly(pb):
-    """Stop races with replies from the actor, stream sends, client cancels and frees."""
+@pytest.mark.parametrize("defer", ["0", "1"], ids=["nudge_each", "deferring_actor"])
+def test_sigterm_under_load_exits_cleanly(pb, defer):
+    """Stop races with replies from the actor, stream sends, client cancels and frees
+    (deferring: and with batches the outbox holds when stop begins)."""
     for _ in range(5):
-        h = Harness()
+        h = Harness({"WK_HARNESS_DEFER": defer})
         stop = threading.Event()
 
         def load(k):
