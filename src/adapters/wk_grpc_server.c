@@ -287,7 +287,7 @@ struct wk_grpc_server {
    * outbox_mu is taken inside an rpc's mu, and nothing inside it. */
   pthread_mutex_t outbox_mu;
   wk_rpc *outbox_head, *outbox_tail;
-  atomic_bool nudge_pending; /* a nudge is posted and its event not handled yet */
+  atomic_bool nudge_pending;   /* a nudge is posted and its event not handled yet */
   grpc_channel *nudge_channel; /* a lame channel: its call only carries empty batches */
   grpc_call *nudge_call;       /* bound to cq: an empty batch completes there at once */
   wk_tag nudge_tag;
@@ -1316,7 +1316,8 @@ int wk_grpc_server_start(const wk_grpc_server_config *cfg, wk_grpc_server_sink s
   s->nudge_tag.kind = TAG_NUDGE;
   if (pthread_mutex_init(&s->mu, NULL) != 0 || pthread_cond_init(&s->cv, NULL) != 0 ||
       pthread_mutex_init(&s->list_mu, NULL) != 0 || pthread_cond_init(&s->list_cv, NULL) != 0 ||
-      pthread_mutex_init(&s->budget_mu, NULL) != 0 || pthread_mutex_init(&s->outbox_mu, NULL) != 0) {
+      pthread_mutex_init(&s->budget_mu, NULL) != 0 ||
+      pthread_mutex_init(&s->outbox_mu, NULL) != 0) {
     abort();
   }
 
