@@ -271,6 +271,7 @@ static bool blocked(wk_executor *e, uint64_t budget_ns) {
 }
 
 static void dispatch(wk_pool *pool);
+static void steal_for_idle(wk_pool *pool, wk_executor *idle);
 static void maybe_finish_stop(wk_pool *pool);
 static void spawn_if_needed(wk_pool *pool);
 static uint32_t executors_cap(const wk_pool *pool);
@@ -1077,6 +1078,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf) {
   if (from && !c->closing && c->exec == from)
     measure_service(from, from->calls_done - done_before, mark_before);
   dispatch(pool);
+  if (from && !c->closing && c->exec == from) steal_for_idle(pool, from);
   if (outer) {
     pool->in_read = false;
     /* the answers to these RESULTs (the next CALLs), to every executor, go out now: the
@@ -1552,6 +1554,46 @@ static void take_back(wk_pool *pool, wk_executor *e) {
     pool->stats.recalled++;
     wk_frame f = {.type = WK_FRAME_RECALL, .cancel = {.call_id = c->call_id}};
     queue_frame(e, &f);
+  }
+}
+
+/* Calls this long (an executor's usual time per call) are taken back from behind a
+ * running one for an idle executor; shorter ones would cost more to move than to wait
+ * (a no-op call's queue drains in microseconds). */
+#define STEAL_MIN_NS 1000000u
+
+/* `idle` has nothing left to run and no call waits in the pool: the last call queued
+ * behind a running one elsewhere (a long call's follower, sent ahead by adaptive
+ * pipelining) gets a RECALL, so that it starts here now instead of after the call
+ * ahead of it: the executor gives it back NOT_STARTED, and the caller sends it again
+ * to the least loaded executor, this one. One per idle executor at a time; a call the
+ * other executor started meanwhile just answers as usual. */
+static void steal_for_idle(wk_pool *pool, wk_executor *idle) {
+  if (idle->inflight != 0 || pool->queue_head || pool->stopping || idle->retiring ||
+      !idle->running || !can_take(pool, idle)) {
+    return;
+  }
+  uint64_t now_ns = uv_hrtime();
+  for (wk_executor *x = pool->executors; x; x = x->next) {
+    if (x == idle || !x->running || !x->conn || x->conn->closing) continue;
+    observe(x, now_ns);
+    wk_pool_call *r = running_call(x);
+    if (!r || r->waiting) continue;
+    /* a long call ahead: usually, or this one so far */
+    if (x->service_ns < STEAL_MIN_NS && now_ns - x->progress_ns < STEAL_MIN_NS) continue;
+    wk_pool_call *last = NULL;
+    for (wk_pool_call *c = r->next; c; c = c->next) {
+      if (c->recalling) return; /* one already on its way back */
+      if (c->cancelled || c->waiting || c->resumed || !serves(idle, c->function)) continue;
+      last = c;
+    }
+    if (!last) continue;
+    last->recalling = true;
+    pool->stats.recalled++;
+    pool->stats.stolen++;
+    wk_frame f = {.type = WK_FRAME_RECALL, .cancel = {.call_id = last->call_id}};
+    queue_frame(x, &f);
+    return;
   }
 }
 

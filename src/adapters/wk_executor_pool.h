@@ -115,6 +115,7 @@ typedef struct wk_pool_stats {
   uint64_t recycled_isolation; /* recycled for a function that had no executor */
   uint64_t calls_sent, results;
   uint64_t recalled;           /* RECALLs sent: calls taken back from behind a long call */
+  uint64_t stolen;             /* of them, for an idle executor (steal_for_idle) */
   wk_exec_output_stats output; /* the executors' stdout and stderr */
 } wk_pool_stats;
 

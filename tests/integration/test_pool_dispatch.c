@@ -161,10 +161,150 @@ static void test_call_to_an_idle_executor_is_written_at_once(void **state) {
   rmdir(f.dir);
 }
 
+/* ---- a call queued behind a long one moves to an idle executor ------------------- */
+
+typedef struct nap_call {
+  struct nap_fixture *f;
+  const char *name;
+  double seconds;
+  int results;    /* outcomes other than NOT_STARTED */
+  int given_back; /* NOT_STARTED outcomes (then submitted again, as the caller does) */
+  wk_call_status status;
+} nap_call;
+
+typedef struct nap_fixture {
+  uv_loop_t loop;
+  wk_pool *pool;
+  char dir[64];
+  int pending; /* calls without their final outcome */
+  bool stopped;
+} nap_fixture;
+
+static void nap_submit(nap_fixture *f, nap_call *c) {
+  char args[32];
+  int n = snprintf(args, sizeof args, "%.3f", c->seconds);
+  wk_call_spec spec = {
+      .task_id = c->name,
+      .function = "nap",
+      .epoch = 1,
+      .code_dir = f->dir,
+      .entrypoint = "main:handler",
+      .content_type = WK_FRAME_CONTENT_JSON,
+      .args = {(const uint8_t *)args, (uint32_t)n},
+  };
+  assert_non_null(wk_pool_submit(f->pool, &spec, c));
+}
+
+static void nap_on_result(void *ud, void *call_ctx, const wk_call_outcome *o) {
+  nap_fixture *f = ud;
+  nap_call *c = call_ctx;
+  if (o->status == WK_CALL_NOT_STARTED) { /* taken back: the caller sends it again */
+    c->given_back++;
+    nap_submit(f, c);
+    return;
+  }
+  c->results++;
+  c->status = o->status;
+  f->pending--;
+}
+
+static bool nap_run_until(nap_fixture *f, const bool *flag, const nap_call *c) {
+  int64_t end = mono_ms() + WAIT_MS;
+  while (mono_ms() < end && (flag ? !*flag : c->results == 0)) {
+    uv_run(&f->loop, UV_RUN_NOWAIT);
+    usleep(500);
+  }
+  return flag ? *flag : c->results > 0;
+}
+
+static void nap_on_stopped(void *arg) { ((nap_fixture *)arg)->stopped = true; }
+
+/* Two executors, calls of 5 ms (so each is sent one call ahead): a 3 s call and three
+ * short ones. One short call lands behind the long one; the other executor, done with
+ * its two, is idle after ~10 ms, and the queued one is taken back (RECALL, NOT_STARTED)
+ * and runs there: every short call ends while the long one runs, and the pool counts
+ * the steal. (Before, it waited 40 ms for the long call's take-back, or, for a call
+ * shorter than that, until the long one ended.) */
+static void test_a_call_behind_a_long_one_moves_to_an_idle_executor(void **state) {
+  (void)state;
+  nap_fixture f = {0};
+  assert_int_equal(uv_loop_init(&f.loop), 0);
+  snprintf(f.dir, sizeof f.dir, "/tmp/wk-pool-steal-XXXXXX");
+  assert_non_null(mkdtemp(f.dir));
+  char main_py[96];
+  snprintf(main_py, sizeof main_py, "%s/main.py", f.dir);
+  FILE *src = fopen(main_py, "w");
+  assert_non_null(src);
+  fputs("import time\ndef handler(args, ctx):\n    time.sleep(args)\n", src);
+  fclose(src);
+  const char *python = getenv("WK_TEST_PYTHON");
+  wk_pool_config cfg = {
+      .python = python && *python ? python : "/usr/bin/python3",
+      .executor_script = WK_SOURCE_DIR "/python/worker_executor.py",
+      .python_path = WK_SOURCE_DIR "/python",
+      .executors_min = 2,
+      .executors_max = 2,
+      .pipeline_depth = 64,
+      .idle_timeout_ms = 60000,
+      .heartbeat_interval_ms = 2000,
+      .heartbeat_timeout_ms = 30000,
+      .max_frame = 16u << 20,
+      .cancel_grace_ms = 1000,
+      .stack_wait_ms = 1000,
+      .shutdown_grace_ms = 2000,
+  };
+  wk_exec_callbacks cb = {.on_result = nap_on_result, .on_subcalls = on_subcalls, .ud = &f};
+  char err[256];
+  f.pool = wk_pool_start(&f.loop, &cfg, cb, err, sizeof err);
+  if (!f.pool) fail_msg("wk_pool_start: %s", err);
+  int64_t end = mono_ms() + WAIT_MS;
+  while (wk_pool_ready_executors(f.pool) < 2 && mono_ms() < end) {
+    uv_run(&f.loop, UV_RUN_NOWAIT);
+    usleep(1000);
+  }
+  assert_int_equal(wk_pool_ready_executors(f.pool), 2);
+
+  /* both executors learn that a call takes ~5 ms */
+  nap_call warm[4];
+  for (int i = 0; i < 4; i++) {
+    warm[i] = (nap_call){.f = &f, .name = "warm", .seconds = 0.005};
+    f.pending++;
+    nap_submit(&f, &warm[i]);
+  }
+  for (int i = 0; i < 4; i++) assert_true(nap_run_until(&f, NULL, &warm[i]));
+
+  nap_call lng = {.f = &f, .name = "long", .seconds = 3.0};
+  nap_call shorts[3];
+  f.pending++;
+  nap_submit(&f, &lng);
+  for (int i = 0; i < 3; i++) {
+    shorts[i] = (nap_call){.f = &f, .name = "short", .seconds = 0.005};
+    f.pending++;
+    nap_submit(&f, &shorts[i]);
+  }
+  for (int i = 0; i < 3; i++) {
+    assert_true(nap_run_until(&f, NULL, &shorts[i]));
+    assert_int_equal(shorts[i].status, WK_CALL_OK);
+  }
+  assert_int_equal(lng.results, 0); /* still running: no short call waited for it */
+  wk_pool_stats st = wk_pool_get_stats(f.pool);
+  assert_true(st.stolen >= 1);
+  assert_int_equal(shorts[0].given_back + shorts[1].given_back + shorts[2].given_back,
+                   (int)st.recalled);
+
+  wk_pool_stop(f.pool, nap_on_stopped, &f);
+  assert_true(nap_run_until(&f, &f.stopped, NULL));
+  uv_run(&f.loop, UV_RUN_DEFAULT);
+  assert_int_equal(uv_loop_close(&f.loop), 0);
+  unlink(main_py);
+  rmdir(f.dir);
+}
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_call_to_an_idle_executor_is_written_at_once),
+      cmocka_unit_test(test_a_call_behind_a_long_one_moves_to_an_idle_executor),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
