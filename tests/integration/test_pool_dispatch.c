@@ -100,27 +100,28 @@ static void on_stopped(void *arg) { ((fixture *)arg)->stopped = true; }
 
 static void on_timer_closed(uv_handle_t *h) { (void)h; }
 
-static void test_call_to_an_idle_executor_is_written_at_once(void **state) {
-  (void)state;
-  fixture f = {0};
-  assert_int_equal(uv_loop_init(&f.loop), 0);
-  snprintf(f.dir, sizeof f.dir, "/tmp/wk-pool-dispatch-XXXXXX");
-  assert_non_null(mkdtemp(f.dir));
-  snprintf(f.marker, sizeof f.marker, "%s/started", f.dir);
-  char main_py[96];
-  snprintf(main_py, sizeof main_py, "%s/main.py", f.dir);
+/* A code directory (from template, "XXXXXX" filled in, into dir) holding main.py with
+ * `source`; its path in main_py. */
+static void make_code_dir(char *dir, size_t dir_len, const char *template, char *main_py,
+                          size_t main_len, const char *source) {
+  snprintf(dir, dir_len, "%s", template);
+  assert_non_null(mkdtemp(dir));
+  snprintf(main_py, main_len, "%s/main.py", dir);
   FILE *src = fopen(main_py, "w");
   assert_non_null(src);
-  fputs("def handler(args, ctx):\n    open(args, 'w').close()\n", src);
+  fputs(source, src);
   fclose(src);
+}
 
+/* A pool of `executors` real Python executors on loop, all of them up and idle. */
+static wk_pool *start_pool(uv_loop_t *loop, uint32_t executors, wk_exec_callbacks cb) {
   const char *python = getenv("WK_TEST_PYTHON");
   wk_pool_config cfg = {
       .python = python && *python ? python : "/usr/bin/python3",
       .executor_script = WK_SOURCE_DIR "/python/worker_executor.py",
       .python_path = WK_SOURCE_DIR "/python",
-      .executors_min = 1,
-      .executors_max = 1,
+      .executors_min = executors,
+      .executors_max = executors,
       .pipeline_depth = 64,
       .idle_timeout_ms = 60000,
       .heartbeat_interval_ms = 2000,
@@ -130,18 +131,30 @@ static void test_call_to_an_idle_executor_is_written_at_once(void **state) {
       .stack_wait_ms = 1000,
       .shutdown_grace_ms = 2000,
   };
-  wk_exec_callbacks cb = {.on_result = on_result, .on_subcalls = on_subcalls, .ud = &f};
   char err[256];
-  f.pool = wk_pool_start(&f.loop, &cfg, cb, err, sizeof err);
-  if (!f.pool) fail_msg("wk_pool_start: %s", err);
-
-  /* the executor is up and idle */
+  wk_pool *pool = wk_pool_start(loop, &cfg, cb, err, sizeof err);
+  if (!pool) fail_msg("wk_pool_start: %s", err);
   int64_t end = mono_ms() + WAIT_MS;
-  while (wk_pool_ready_executors(f.pool) == 0 && mono_ms() < end) {
-    uv_run(&f.loop, UV_RUN_NOWAIT);
+  while (wk_pool_ready_executors(pool) < executors && mono_ms() < end) {
+    uv_run(loop, UV_RUN_NOWAIT);
     usleep(1000);
   }
-  assert_int_equal(wk_pool_ready_executors(f.pool), 1);
+  assert_int_equal(wk_pool_ready_executors(pool), executors);
+  return pool;
+}
+
+static void test_call_to_an_idle_executor_is_written_at_once(void **state) {
+  (void)state;
+  fixture f = {0};
+  assert_int_equal(uv_loop_init(&f.loop), 0);
+  char main_py[96];
+  make_code_dir(f.dir, sizeof f.dir, "/tmp/wk-pool-dispatch-XXXXXX", main_py, sizeof main_py,
+                "def handler(args, ctx):\n    open(args, 'w').close()\n");
+  snprintf(f.marker, sizeof f.marker, "%s/started", f.dir);
+  /* the executor is up and idle */
+  f.pool =
+      start_pool(&f.loop, 1,
+                 (wk_exec_callbacks){.on_result = on_result, .on_subcalls = on_subcalls, .ud = &f});
 
   uv_timer_t timer;
   uv_timer_init(&f.loop, &timer);
@@ -229,40 +242,12 @@ static void test_a_call_behind_a_long_one_moves_to_an_idle_executor(void **state
   (void)state;
   nap_fixture f = {0};
   assert_int_equal(uv_loop_init(&f.loop), 0);
-  snprintf(f.dir, sizeof f.dir, "/tmp/wk-pool-steal-XXXXXX");
-  assert_non_null(mkdtemp(f.dir));
   char main_py[96];
-  snprintf(main_py, sizeof main_py, "%s/main.py", f.dir);
-  FILE *src = fopen(main_py, "w");
-  assert_non_null(src);
-  fputs("import time\ndef handler(args, ctx):\n    time.sleep(args)\n", src);
-  fclose(src);
-  const char *python = getenv("WK_TEST_PYTHON");
-  wk_pool_config cfg = {
-      .python = python && *python ? python : "/usr/bin/python3",
-      .executor_script = WK_SOURCE_DIR "/python/worker_executor.py",
-      .python_path = WK_SOURCE_DIR "/python",
-      .executors_min = 2,
-      .executors_max = 2,
-      .pipeline_depth = 64,
-      .idle_timeout_ms = 60000,
-      .heartbeat_interval_ms = 2000,
-      .heartbeat_timeout_ms = 30000,
-      .max_frame = 16u << 20,
-      .cancel_grace_ms = 1000,
-      .stack_wait_ms = 1000,
-      .shutdown_grace_ms = 2000,
-  };
-  wk_exec_callbacks cb = {.on_result = nap_on_result, .on_subcalls = on_subcalls, .ud = &f};
-  char err[256];
-  f.pool = wk_pool_start(&f.loop, &cfg, cb, err, sizeof err);
-  if (!f.pool) fail_msg("wk_pool_start: %s", err);
-  int64_t end = mono_ms() + WAIT_MS;
-  while (wk_pool_ready_executors(f.pool) < 2 && mono_ms() < end) {
-    uv_run(&f.loop, UV_RUN_NOWAIT);
-    usleep(1000);
-  }
-  assert_int_equal(wk_pool_ready_executors(f.pool), 2);
+  make_code_dir(f.dir, sizeof f.dir, "/tmp/wk-pool-steal-XXXXXX", main_py, sizeof main_py,
+                "import time\ndef handler(args, ctx):\n    time.sleep(args)\n");
+  f.pool = start_pool(
+      &f.loop, 2,
+      (wk_exec_callbacks){.on_result = nap_on_result, .on_subcalls = on_subcalls, .ud = &f});
 
   /* both executors learn that a call takes ~5 ms */
   nap_call warm[4];
