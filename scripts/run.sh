@@ -16,7 +16,17 @@ trap 'kill -TERM $worker_pid 2>/dev/null || true; wait $worker_pid 2>/dev/null |
 mkdir -p "$work/code"
 port=${WORKER_PORT:-7070}
 
-env -u WORKER_PORT "$bin/worker" --listen "127.0.0.1:$port" --code-root "$work/code" --executors 2 2>"$work/worker.log" &
+# Run as root, the executors are `nobody`: they must read the executor program too. A
+# clone under a directory closed to others (root's home, mktemp -d) keeps it from them,
+# so the executor's Python files are used from a copy in the (open) work directory.
+exec_args=()
+if [ "$(id -u)" = 0 ]; then
+  cp -r "$root/python" "$work/python"
+  exec_args=(--executor-script "$work/python/worker_executor.py" --python-path "$work/python")
+fi
+
+env -u WORKER_PORT "$bin/worker" --listen "127.0.0.1:$port" --code-root "$work/code" --executors 2 \
+  "${exec_args[@]}" 2>"$work/worker.log" &
 worker_pid=$!
 export WORKERCTL_ADDR="127.0.0.1:$port"
 
