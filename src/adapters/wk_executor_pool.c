@@ -1545,15 +1545,20 @@ static void escalate(wk_pool *pool, wk_executor *e, wk_pool_call *c, int64_t now
  * not started, so each gets a RECALL. The executor gives back those still queued
  * (RESULT NOT_STARTED, re-dispatched by the caller); one it started meanwhile just
  * answers as usual. */
+/* Sends `e` a RECALL for its queued call c: NOT_STARTED or its real RESULT comes back. */
+static void recall(wk_pool *pool, wk_executor *e, wk_pool_call *c) {
+  c->recalling = true;
+  pool->stats.recalled++;
+  wk_frame f = {.type = WK_FRAME_RECALL, .cancel = {.call_id = c->call_id}};
+  queue_frame(e, &f);
+}
+
 static void take_back(wk_pool *pool, wk_executor *e) {
   wk_pool_call *r = running_call(e);
   if (!r) return;
   for (wk_pool_call *c = r->next; c; c = c->next) {
     if (c->recalling || c->cancelled || c->waiting || c->resumed) continue;
-    c->recalling = true;
-    pool->stats.recalled++;
-    wk_frame f = {.type = WK_FRAME_RECALL, .cancel = {.call_id = c->call_id}};
-    queue_frame(e, &f);
+    recall(pool, e, c);
   }
 }
 
@@ -1588,11 +1593,8 @@ static void steal_for_idle(wk_pool *pool, wk_executor *idle) {
       last = c;
     }
     if (!last) continue;
-    last->recalling = true;
-    pool->stats.recalled++;
+    recall(pool, x, last);
     pool->stats.stolen++;
-    wk_frame f = {.type = WK_FRAME_RECALL, .cancel = {.call_id = last->call_id}};
-    queue_frame(x, &f);
     return;
   }
 }

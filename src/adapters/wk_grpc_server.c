@@ -763,18 +763,23 @@ static wk_rpc *outbox_take(wk_grpc_server *s) {
   return list;
 }
 
+/* Starts the batch of r, taken out of the outbox, and drops the outbox's reference. */
+static void start_taken(wk_rpc *r) {
+  r->outbox_next = NULL;
+  lock(&r->mu);
+  r->start_deferred = false;
+  if (!r->send_in_flight) start_send_locked(r);
+  unlock(&r->mu);
+  rpc_unref(r);
+}
+
 /* CQ thread: the nudge's event. Cleared first, so a push that comes while the list
  * is worked on nudges again. */
 static void on_nudge(wk_grpc_server *s) {
   atomic_store(&s->nudge_pending, false);
   for (wk_rpc *r = outbox_take(s), *next; r != NULL; r = next) {
     next = r->outbox_next;
-    r->outbox_next = NULL;
-    lock(&r->mu);
-    r->start_deferred = false;
-    if (!r->send_in_flight) start_send_locked(r);
-    unlock(&r->mu);
-    rpc_unref(r);
+    start_taken(r);
   }
 }
 
@@ -790,13 +795,7 @@ void wk_grpc_server_flush(wk_grpc_server *s) {
   }
   bool due = s->outbox_head != NULL;
   unlock(&s->outbox_mu);
-  if (only != NULL) {
-    lock(&only->mu);
-    only->start_deferred = false;
-    if (!only->send_in_flight) start_send_locked(only);
-    unlock(&only->mu);
-    rpc_unref(only);
-  }
+  if (only != NULL) start_taken(only);
   if (due) nudge(s);
 }
 

@@ -75,22 +75,29 @@ static bool file_exists(const char *path) {
   return stat(path, &st) == 0;
 }
 
+/* Submits a call of main:handler in code_dir with JSON args (n bytes); ctx comes back
+ * with its outcome. */
+static void submit_call(wk_pool *pool, const char *task_id, const char *function,
+                        const char *code_dir, const char *args, int n, void *ctx) {
+  wk_call_spec spec = {
+      .task_id = task_id,
+      .function = function,
+      .epoch = 1,
+      .code_dir = code_dir,
+      .entrypoint = "main:handler",
+      .content_type = WK_FRAME_CONTENT_JSON,
+      .args = {(const uint8_t *)args, (uint32_t)n},
+  };
+  assert_non_null(wk_pool_submit(pool, &spec, ctx));
+}
+
 /* The loop callback that submits the call, then holds the loop turn until the call
  * has started or WAIT_MS pass. */
 static void submit_and_hold(uv_timer_t *t) {
   fixture *f = t->data;
   char args[128];
   int n = snprintf(args, sizeof args, "\"%s\"", f->marker);
-  wk_call_spec spec = {
-      .task_id = "t1",
-      .function = "touch",
-      .epoch = 1,
-      .code_dir = f->dir,
-      .entrypoint = "main:handler",
-      .content_type = WK_FRAME_CONTENT_JSON,
-      .args = {(const uint8_t *)args, (uint32_t)n},
-  };
-  assert_non_null(wk_pool_submit(f->pool, &spec, f));
+  submit_call(f->pool, "t1", "touch", f->dir, args, n, f);
   int64_t end = mono_ms() + WAIT_MS;
   while (!file_exists(f->marker) && mono_ms() < end) usleep(1000);
   f->started_in_turn = file_exists(f->marker);
@@ -196,16 +203,7 @@ typedef struct nap_fixture {
 static void nap_submit(nap_fixture *f, nap_call *c) {
   char args[32];
   int n = snprintf(args, sizeof args, "%.3f", c->seconds);
-  wk_call_spec spec = {
-      .task_id = c->name,
-      .function = "nap",
-      .epoch = 1,
-      .code_dir = f->dir,
-      .entrypoint = "main:handler",
-      .content_type = WK_FRAME_CONTENT_JSON,
-      .args = {(const uint8_t *)args, (uint32_t)n},
-  };
-  assert_non_null(wk_pool_submit(f->pool, &spec, c));
+  submit_call(f->pool, c->name, "nap", f->dir, args, n, c);
 }
 
 static void nap_on_result(void *ud, void *call_ctx, const wk_call_outcome *o) {
