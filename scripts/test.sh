@@ -27,10 +27,10 @@ if [ "$(id -u)" = 0 ] && [ -z "${WK_TEST_STAGED:-}" ] &&
   ! setpriv --reuid=65534 --regid=65534 --clear-groups \
     test -r "$root/python/worker_executor.py" 2>/dev/null; then
   stage=$(mktemp -d /tmp/wk-test-XXXXXX)
-  chmod 755 "$stage"
   echo "test.sh: $root is closed to the executor account (nobody): running the suite" \
     "from a copy in $stage"
   cp -a "$root/." "$stage/"
+  chmod 755 "$stage" # after the copy: cp -a gives it the closed mode of $root
   rc=0
   WK_TEST_STAGED=1 bash "$stage/scripts/test.sh" "$@" || rc=$?
   rm -rf "$stage"
