@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -35,9 +36,16 @@ static int64_t now_unix_ms(void) {
 }
 
 /* The client options: user agent, TLS files and token from the command line. */
-static wk_grpc_client_options client_options(const ctl_args *a) {
-  static char user_agent[64];
+static char user_agent[64];
+static void make_user_agent(void) {
   snprintf(user_agent, sizeof user_agent, "workerctl/%s", wk_version);
+}
+
+/* The client options of every call; safe from several threads at once (the fleet
+ * deploy's): the shared user-agent text is written once, before any thread reads it. */
+static wk_grpc_client_options client_options(const ctl_args *a) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, make_user_agent);
   wk_grpc_client_options opts = {.max_recv_message_bytes = 0,
                                  .user_agent = user_agent,
                                  .ca_file = a->tls_ca,

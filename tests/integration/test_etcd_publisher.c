@@ -1059,6 +1059,54 @@ static void test_workerctl_workers(void **state) {
   snprintf(cmd, sizeof cmd, "%s workers --etcd 127.0.0.1:1 2>/dev/null", WK_WORKERCTL);
   assert_int_equal(run_capture(cmd, out, sizeof out), 2);
 }
+
+/* workerctl deploy --fleet calls the workers from several threads at once: nothing they
+ * share may be written without a lock (the user-agent buffer was: ASan saw a thread copy
+ * it half written; ThreadSanitizer, whose options the test passes on, stops workerctl
+ * at such a race with its own exit code). Three registrations whose addresses nobody
+ * listens on: every call fails, so CURRENT moves nowhere (exit 1), each worker named. */
+static void test_workerctl_fleet_deploy_threads(void **state) {
+  fixture *f = *state;
+  char code_dir[] = "/tmp/wk-fleet-code-XXXXXX";
+  assert_non_null(mkdtemp(code_dir));
+  char path[160];
+  snprintf(path, sizeof path, "%s/main.py", code_dir);
+  FILE *fp = fopen(path, "w");
+  assert_non_null(fp);
+  fputs("def handler(args, ctx):\n    return args\n", fp);
+  fclose(fp);
+  int ports[3];
+  for (int i = 0; i < 3; i++) {
+    int fd;
+    ports[i] = free_port(&fd);
+    close(fd);
+    char key[64], rec[512];
+    snprintf(key, sizeof key, PREFIX "127.0.0.1:%d", ports[i]);
+    int n = snprintf(rec, sizeof rec,
+                     "{\"address\":\"127.0.0.1:%d\",\"task_slots\":4,\"reserved_slots\":0,"
+                     "\"running_tasks\":0,\"free_slots\":4,\"ready\":true,\"draining\":false,"
+                     "\"deployment\":\"block\",\"service\":\"worker-test\",\"version\":\"0.1.0\","
+                     "\"updated_unix_ms\":%" PRId64 "}",
+                     ports[i], wall_ms());
+    assert_int_equal(wk_etcd_put(f->check, key, rec, (size_t)n, 0), WK_ETCD_OK);
+  }
+  char cmd[640], out[8192];
+  snprintf(cmd, sizeof cmd,
+           "%s deploy --fleet --etcd %s --parallel 3 --deadline-ms 2000 fn %s 2>&1", WK_WORKERCTL,
+           f->etcd.endpoint, code_dir);
+  int rc = run_capture(cmd, out, sizeof out);
+  fprintf(stderr, "%s", out);
+  assert_null(strstr(out, "Sanitizer"));
+  assert_int_equal(rc, 1);
+  assert_non_null(strstr(out, "moved nowhere"));
+  for (int i = 0; i < 3; i++) {
+    char addr[32];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", ports[i]);
+    assert_non_null(strstr(out, addr));
+  }
+  unlink(path);
+  rmdir(code_dir);
+}
 #endif
 
 int main(void) {
@@ -1082,6 +1130,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_etcd_hung, setup_running, teardown),
 #ifdef WK_WORKERCTL
       cmocka_unit_test_setup_teardown(test_workerctl_workers, setup_running, teardown),
+      cmocka_unit_test_setup_teardown(test_workerctl_fleet_deploy_threads, setup_running, teardown),
 #endif
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
