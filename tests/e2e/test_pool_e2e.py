@@ -234,7 +234,14 @@ def test_idle_executors_of_another_function_are_recycled_together(worker_factory
     for i in range(200):
         assert w.wait_terminal("a-short-%d" % i).state == pb.TASK_STATE_SUCCEEDED
     time.sleep(1.0)  # A is idle, longer than any executor start
-    b = burst_of_b(w, 12, 0.2)
+    # B's 12 calls reach the pool together: one task of the map builder (12 separate
+    # tasks, submitted one by one, reached it over however long a busy machine took to
+    # send them, and calls arriving after the first replacement was up rightly got
+    # executors recycled then)
+    w.submit("b-map", "b", [{"seconds": 0.2}] * 12, builder="map")
+    r = w.wait_terminal("b-map", timeout=60)
+    assert r.state == pb.TASK_STATE_SUCCEEDED, r.failure_message
+    b = [output_json(r, i) for i in range(12)]
     assert not a_pids & {pid for pid, _ in b}  # isolation holds
     first_b_start = min(start for _, start in b)
     recycled = {e["pid"]: log_time(e) for e in w.events("executor_recycled")
