@@ -99,6 +99,11 @@ typedef struct wk_pool_config {
   /* executor_isolation=function: an executor serves one function (by name) and is
    * recycled before it serves another; false = any executor serves any call */
   bool isolate_functions;
+  /* Each executor is put under SCHED_BATCH right after spawn (before its threads exist,
+   * so they inherit it): a batch process's wake-up does not preempt the running thread
+   * (the worker's loop and completion-queue threads), so executors take their queued
+   * calls in runs instead of one context switch per call. false = the default policy. */
+  bool sched_batch;
   /* Per-executor control groups (wk_cgroup_open), NULL = none. Each executor is moved
    * into a new group right after spawn, before its HELLO (so before any call); an
    * executor SIGKILLed while its group recorded an OOM kill fails its running call

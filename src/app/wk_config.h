@@ -57,6 +57,7 @@ typedef struct wk_app_config {
   char executor_env[1024];              /* NAME (passed through) or NAME=VALUE, by commas */
   char executor_user[64];          /* account executors run as under a root worker ("" = nobody) */
   char executor_isolation[16];     /* "function" or "shared" */
+  bool executor_sched_batch;       /* executors run under SCHED_BATCH */
   uint64_t executor_memory_max;    /* bytes per executor's control group (0 = no limit) */
   uint64_t executor_pids_max;      /* processes per executor's control group (0 = no limit) */
   char admission_memory_floor[32]; /* "0" off, bytes or N%: refuse new slots under it */

@@ -73,6 +73,10 @@ static const wk_config_item table[] = {
      .help = "function: an executor serves one function and is recycled before it serves "
              "another (a function's globals and hooks never see another function's calls); "
              "shared: any executor serves any function"},
+    {FIELD(executor_sched_batch), .type = WK_CONFIG_BOOL, .def = "true",
+     .help = "run executors under the SCHED_BATCH policy: their wake-ups do not preempt "
+             "the worker's threads, they take queued calls in runs (less CPU per call "
+             "when the machine is busy; no effect on an idle core); false = SCHED_OTHER"},
     {FIELD(max_executor_rss_mb), .type = WK_CONFIG_UINT, .def = "0", .min = 0, .max = 1048576,
      .help = "recycle an executor above this peak RSS in MiB (0 = never)"},
     {FIELD(executor_heartbeat_interval_ms), .type = WK_CONFIG_MS, .def = "2000", .min = 100,
