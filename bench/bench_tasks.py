@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """bench_tasks: the per-task figures of issue 12, measured by the C load generator.
 
-    /usr/bin/python3 bench/bench_tasks.py [--build build/release] [--modes all]
+    /usr/bin/python3 bench/bench_tasks.py [--build build/release]
+        [--modes throughput,submit-only,roundtrip,sleep,echo]
         [--reps 5] [--tasks 20000] [--inflight 256] [--batch 32] [--no-slot]
         [--rt-tasks 2000] [--sleep-tasks 200] [--echo-tasks 2000] [--echo-bytes 65536]
         [--executors 2] [--smoke]
@@ -12,8 +13,13 @@ temporary code root) with three functions deployed by `workerctl deploy`:
   sleep       time.sleep(args)            (args: seconds as JSON)
   echo_bytes  return args                 (bytes content in, bytes out)
 then runs bench/wk_loadgen (built with the tree: `cmake --build B --target wk_loadgen`)
-against it in each mode of --modes (comma-separated: throughput, roundtrip, sleep, echo)
-and prints its figures. --smoke runs every mode with tiny counts (the ctest
+against it in each mode of --modes (comma-separated) and prints its figures:
+  throughput   separate no-op tasks, each RequestTaskSlot + SubmitTask (a coordinator
+               that reserves first), --inflight in flight, --batch per WatchTasks stream
+  submit-only  the same with SubmitTask alone: the core reserves the slot inline (the
+               design's "SubmitTask carries no slotId"), i.e. issue 12's end-to-end
+               path (submit, activation, one call, terminal event), one RPC less
+  roundtrip, sleep, echo   see wk_loadgen's usage --smoke runs every mode with tiny counts (the ctest
 bench.smoke); figures from it mean nothing. Exit status: that of the first failing mode.
 
 Every figure is from the machine it runs on: the worker, its executors and the load
@@ -73,7 +79,7 @@ def loadavg():
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default=os.path.join(ROOT, "build", "release"))
-    ap.add_argument("--modes", default="throughput,roundtrip,sleep,echo")
+    ap.add_argument("--modes", default="throughput,submit-only,roundtrip,sleep,echo")
     ap.add_argument("--executors", type=int, default=2)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--tasks", type=int, default=20000, help="throughput: tasks per rep")
@@ -109,9 +115,10 @@ def main():
         slot = ["--no-slot"] if args.no_slot else []
         for m in modes:
             print(flush=True)
-            if m == "throughput":
+            if m in ("throughput", "submit-only"):
+                flow = ["--no-slot"] if m == "submit-only" else slot
                 r = loadgen(build, w, "--mode", "throughput", "--tasks", args.tasks, "--reps", args.reps,
-                            "--inflight", args.inflight, "--batch", args.batch, *slot)
+                            "--inflight", args.inflight, "--batch", args.batch, *flow)
             elif m == "roundtrip":
                 r = loadgen(build, w, "--mode", "roundtrip", "--tasks", args.rt_tasks)
             elif m == "sleep":
