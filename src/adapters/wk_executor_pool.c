@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -447,6 +448,15 @@ static void deliver_lost(wk_pool *pool, wk_pool_call *c, const wk_executor *e, c
 
 /* ---- executors: lifecycle ------------------------------------------------------ */
 
+/* Sets this thread's timer slack to `ns` (at least 1: 0 would mean "the default");
+ * returns the one it had, -1 when it cannot be read. A child forked meanwhile keeps
+ * `ns` across exec, and its threads inherit it (wk_pool_config.timer_slack_ns). */
+static int set_timer_slack(uint64_t ns) {
+  int had = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+  (void)prctl(PR_SET_TIMERSLACK, (unsigned long)(ns ? ns : 1), 0, 0, 0);
+  return had;
+}
+
 /* Puts a just-spawned executor under SCHED_BATCH (wk_pool_config.sched_batch). uv_spawn
  * returns once the child has exec'd, before the interpreter starts the executor's
  * threads: they inherit the policy, as do the processes its calls start. Measured
@@ -804,7 +814,9 @@ static int spawn_one(wk_pool *pool, char *err, size_t err_len) {
     opt.gid = (uv_gid_t)pool->cfg.gid;
   }
   e->proc.data = e;
+  int saved_slack = pool->cfg.timer_slack_ns ? set_timer_slack(pool->cfg.timer_slack_ns) : -1;
   int rc = uv_spawn(pool->loop, &e->proc, &opt);
+  if (saved_slack >= 0) set_timer_slack((uint64_t)saved_slack);
   free(env);    /* the array; its strings are the pool's */
   close(sv[1]); /* the child's end is the child's alone */
   if (rc != 0) {

@@ -104,6 +104,9 @@ typedef struct wk_pool_config {
    * (the worker's loop and completion-queue threads), so executors take their queued
    * calls in runs instead of one context switch per call. false = the default policy. */
   bool sched_batch;
+  /* The executors' timer slack in ns (PR_SET_TIMERSLACK, inherited across fork and
+   * exec: set on the spawning thread around uv_spawn); 0 = the worker's own. */
+  uint64_t timer_slack_ns;
   /* Per-executor control groups (wk_cgroup_open), NULL = none. Each executor is moved
    * into a new group right after spawn, before its HELLO (so before any call); an
    * executor SIGKILLed while its group recorded an OOM kill fails its running call

@@ -1012,6 +1012,7 @@ static void build_pool_config(const wk_app_config *cfg, wk_pool_config *pcfg) {
       .env = NULL, /* start_pool adds executor_env */
       .isolate_functions = strcmp(cfg->executor_isolation, "function") == 0,
       .sched_batch = cfg->executor_sched_batch,
+      .timer_slack_ns = cfg->executor_timer_slack_ns,
   };
 }
 

@@ -55,12 +55,13 @@ typedef struct wk_app_config {
   uint32_t executor_output_bytes_per_s; /* executor output logged per second, bytes */
   uint32_t executor_output_lines_per_s; /* and lines */
   char executor_env[1024];              /* NAME (passed through) or NAME=VALUE, by commas */
-  char executor_user[64];          /* account executors run as under a root worker ("" = nobody) */
-  char executor_isolation[16];     /* "function" or "shared" */
-  bool executor_sched_batch;       /* executors run under SCHED_BATCH */
-  uint64_t executor_memory_max;    /* bytes per executor's control group (0 = no limit) */
-  uint64_t executor_pids_max;      /* processes per executor's control group (0 = no limit) */
-  char admission_memory_floor[32]; /* "0" off, bytes or N%: refuse new slots under it */
+  char executor_user[64];           /* account executors run as under a root worker ("" = nobody) */
+  char executor_isolation[16];      /* "function" or "shared" */
+  bool executor_sched_batch;        /* executors run under SCHED_BATCH */
+  uint64_t executor_timer_slack_ns; /* executors' timer slack (0 = the worker's) */
+  uint64_t executor_memory_max;     /* bytes per executor's control group (0 = no limit) */
+  uint64_t executor_pids_max;       /* processes per executor's control group (0 = no limit) */
+  char admission_memory_floor[32];  /* "0" off, bytes or N%: refuse new slots under it */
   char python[WK_CONFIG_PATH_MAX];
   char executor_script[WK_CONFIG_PATH_MAX];
   char python_path[WK_CONFIG_PATH_MAX];
@@ -137,7 +138,7 @@ typedef struct wk_app_config {
 } wk_app_config;
 
 /** Upper bound on table rows (wk_config_count() <= this; checked at compile time). */
-#define WK_CONFIG_MAX_ITEMS 96
+#define WK_CONFIG_MAX_ITEMS 112
 /** Upper bound on setting flags in one command line. */
 #define WK_CONFIG_MAX_FLAGS 256
 
