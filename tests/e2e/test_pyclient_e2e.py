@@ -268,6 +268,24 @@ def test_close_fails_futures_and_the_owned_task_is_lost(w):
     c.close()  # twice is fine
 
 
+def test_close_before_the_watch_attached_still_fails_the_owned_task(w):
+    """close() right after a submit, while the task still waits (watch_linger) for the
+    stream that tells the worker it has an owner: close() opens that stream and waits
+    until it has attached the task before ending it, so the task fails OWNER_LOST after
+    the grace. Before, it ran on unowned to its end (seen as a 30 s wait in the test
+    above when the machine was busy)."""
+    c = wc.Client(w.addr, watch_linger=5)  # the stream would open 0.25 s after the submit
+    f = c.submit("sleepy", {"seconds": 30})
+    deadline = time.time() + 30
+    while f.address is None and time.time() < deadline:  # the submit was answered
+        time.sleep(0.005)
+    c.close()
+    with pytest.raises(wc.WorkerError):
+        f.result(10)
+    r = w.wait_terminal(f.task_id, timeout=20)
+    assert r.state == pb.TASK_STATE_FAILED and r.failure_code == pb.FAILURE_CODE_OWNER_LOST, r
+
+
 def test_observer_futures_do_not_own_their_tasks(w):
     c = wc.Client(w.addr)
     f = c.submit("sleepy", {"seconds": 2}, own=False)

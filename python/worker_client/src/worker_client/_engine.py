@@ -795,6 +795,28 @@ class Engine(object):
         except EtcdError as e:
             raise (WorkerUnavailable if e.unreachable else RequestRejected)(str(e)) from e
 
+    async def _attach_owned(self):
+        """close(): the worker learns that a task has an owner only from a WatchTasks
+        stream, so owned tasks still waiting for theirs (watch_linger) get one now, and
+        this waits (rpc_timeout at most) until every owned task's stream has attached it
+        (its SNAPSHOT came, or the stream ended). Ending the streams then starts the
+        worker's watch grace: the task fails OWNER_LOST unless someone attaches. Before,
+        a client closed within watch_linger of a submit left its task running unowned
+        to its end."""
+        waits = []
+        for c in self.conns.values():
+            g = c.groups[True]
+            pending = [h for h in g.pending if not h.done]
+            g.pending = []
+            for i in range(0, len(pending), self.opts.max_watch_ids):
+                g._start(pending[i:i + self.opts.max_watch_ids])
+            waits.extend(asyncio.ensure_future(s.ready.wait()) for s in list(g.streams)
+                         if not s.retiring)
+        if waits:
+            _, late = await asyncio.wait(waits, timeout=self.opts.rpc_timeout)
+            for t in late:
+                t.cancel()
+
     async def close(self):
         """Ends every stream and channel; unfinished futures fail WorkerError. Tasks this
         client owned fail OWNER_LOST after the worker's watch grace unless re-attached."""
@@ -803,6 +825,7 @@ class Engine(object):
         self.closed = True
         if self.cancels:  # cancels asked for just before: sent before the channels close
             await asyncio.wait(list(self.cancels), timeout=self.opts.rpc_timeout)
+        await self._attach_owned()
         for h in list(self.handles):
             h.finish(exc=WorkerError("the client was closed before task %s ended (it owned "
                                      "the task: the worker fails it OWNER_LOST after its "

@@ -245,7 +245,8 @@ class Client(_common.ClientBase):
     def close(self):
         """Ends the streams and channels and the client's threads; futures not done
         fail with WorkerError. Tasks they owned fail OWNER_LOST after the worker's
-        watch grace unless another client attaches to them."""
+        watch grace unless another client attaches to them (a task submitted just
+        before is attached first, so the worker knows it had an owner)."""
         if self._closed:
             return
         self._run(self._engine.close())
