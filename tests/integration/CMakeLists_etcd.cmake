@@ -8,7 +8,8 @@ target_link_libraries(test_etcd_publisher PRIVATE wk_etcd_publisher wk_etcd_regi
   PkgConfig::CMOCKA)
 target_compile_options(test_etcd_publisher PRIVATE ${WK_WARNINGS})
 target_compile_definitions(test_etcd_publisher PRIVATE _GNU_SOURCE)
-target_compile_definitions(test_etcd_publisher PRIVATE WK_WORKERCTL="$<TARGET_FILE:workerctl>")
-add_dependencies(test_etcd_publisher workerctl)
+target_compile_definitions(test_etcd_publisher PRIVATE WK_WORKERCTL="$<TARGET_FILE:workerctl>"
+  WK_GRPC_HARNESS="$<TARGET_FILE:grpc_server_harness>")
+add_dependencies(test_etcd_publisher workerctl grpc_server_harness)
 add_test(NAME integration.etcd_publisher COMMAND test_etcd_publisher)
 set_tests_properties(integration.etcd_publisher PROPERTIES LABELS integration TIMEOUT 300)

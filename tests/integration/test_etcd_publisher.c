@@ -86,6 +86,7 @@ typedef struct fixture {
   wk_etcd *check; /* the test's own client, to look at what the publisher wrote */
   wk_etcd_publisher *pub;
   pid_t child;
+  pid_t harness[2]; /* gRPC servers of a test (start_harness), ended by teardown */
 } fixture;
 
 static int free_port(int *keep_fd) {
@@ -224,6 +225,12 @@ static int teardown(void **state) {
   if (f->child > 0) {
     kill(f->child, SIGKILL);
     waitpid(f->child, NULL, 0);
+  }
+  for (int i = 0; i < 2; i++) {
+    if (f->harness[i] > 0) {
+      kill(f->harness[i], SIGKILL);
+      waitpid(f->harness[i], NULL, 0);
+    }
   }
   if (f->pub) wk_etcd_publisher_stop(f->pub, false);
   wk_etcd_free(f->check);
@@ -1060,11 +1067,37 @@ static void test_workerctl_workers(void **state) {
   assert_int_equal(run_capture(cmd, out, sizeof out), 2);
 }
 
+/* A gRPC server adapter with a canned sink (tests/integration/grpc_server_harness.c:
+ * DeployCode answers NOT_FOUND), listening on a free port written to *port. */
+static pid_t start_harness(int *port) {
+  int fds[2];
+  assert_int_equal(pipe(fds), 0);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    dup2(fds[1], 1);
+    close(fds[0]);
+    close(fds[1]);
+    execl(WK_GRPC_HARNESS, WK_GRPC_HARNESS, (char *)NULL);
+    _exit(127);
+  }
+  close(fds[1]);
+  FILE *out = fdopen(fds[0], "r");
+  assert_non_null(out);
+  char line[128];
+  *port = 0;
+  while (*port == 0 && fgets(line, sizeof line, out)) (void)sscanf(line, "PORT %d", port);
+  fclose(out); /* it prints nothing more */
+  assert_true(*port > 0);
+  return pid;
+}
+
 /* workerctl deploy --fleet calls the workers from several threads at once: nothing they
  * share may be written without a lock (the user-agent buffer was: ASan saw a thread copy
  * it half written; ThreadSanitizer, whose options the test passes on, stops workerctl
- * at such a race with its own exit code). Three registrations whose addresses nobody
- * listens on: every call fails, so CURRENT moves nowhere (exit 1), each worker named. */
+ * at such a race with its own exit code). Three registrations: two gRPC servers that
+ * answer DeployCode NOT_FOUND (a whole call on each thread) and an address nobody
+ * listens on. Every call fails, so CURRENT moves nowhere (exit 1), each worker named. */
 static void test_workerctl_fleet_deploy_threads(void **state) {
   fixture *f = *state;
   char code_dir[] = "/tmp/wk-fleet-code-XXXXXX";
@@ -1077,9 +1110,13 @@ static void test_workerctl_fleet_deploy_threads(void **state) {
   fclose(fp);
   int ports[3];
   for (int i = 0; i < 3; i++) {
-    int fd;
-    ports[i] = free_port(&fd);
-    close(fd);
+    if (i < 2) {
+      f->harness[i] = start_harness(&ports[i]);
+    } else {
+      int fd;
+      ports[i] = free_port(&fd);
+      close(fd);
+    }
     char key[64], rec[512];
     snprintf(key, sizeof key, PREFIX "127.0.0.1:%d", ports[i]);
     int n = snprintf(rec, sizeof rec,
@@ -1103,6 +1140,14 @@ static void test_workerctl_fleet_deploy_threads(void **state) {
     char addr[32];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", ports[i]);
     assert_non_null(strstr(out, addr));
+  }
+  assert_non_null(strstr(out, "NOT_FOUND")); /* the servers answered */
+  for (int i = 0; i < 2; i++) {
+    kill(f->harness[i], SIGTERM);
+    int st = 0;
+    waitpid(f->harness[i], &st, 0);
+    f->harness[i] = 0;
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
   }
   unlink(path);
   rmdir(code_dir);
