@@ -459,10 +459,9 @@ static int set_timer_slack(uint64_t ns) {
 
 /* Puts a just-spawned executor under SCHED_BATCH (wk_pool_config.sched_batch). uv_spawn
  * returns once the child has exec'd, before the interpreter starts the executor's
- * threads: they inherit the policy, as do the processes its calls start. Measured
- * (bench/bench_tasks.py, 2 executors, interleaved runs): executor CPU per no-op call
- * 35-48 -> 24-32 us, SubmitTask-only tasks/s +10-23%. A host that refuses it (a
- * seccomp filter) leaves the default policy: warned once, executors still start. */
+ * threads: they inherit the policy, as do the processes its calls start (what it
+ * saves is measured in the README's "Performance"). A host that refuses it (a seccomp
+ * filter) leaves the default policy: warned once, executors still start. */
 static void set_sched_batch(wk_pool *pool, pid_t pid) {
   struct sched_param sp = {.sched_priority = 0};
   if (sched_setscheduler(pid, SCHED_BATCH, &sp) == 0 || pool->sched_warned) return;
@@ -1572,10 +1571,6 @@ static void escalate(wk_pool *pool, wk_executor *e, wk_pool_call *c, int64_t now
   }
 }
 
-/* `e` is blocked by a long, cancelled or overdue call: the calls sent behind it have
- * not started, so each gets a RECALL. The executor gives back those still queued
- * (RESULT NOT_STARTED, re-dispatched by the caller); one it started meanwhile just
- * answers as usual. */
 /* Sends `e` a RECALL for its queued call c: NOT_STARTED or its real RESULT comes back. */
 static void recall(wk_pool *pool, wk_executor *e, wk_pool_call *c) {
   c->recalling = true;
@@ -1584,6 +1579,10 @@ static void recall(wk_pool *pool, wk_executor *e, wk_pool_call *c) {
   queue_frame(e, &f);
 }
 
+/* `e` is blocked by a long, cancelled or overdue call: the calls sent behind it have
+ * not started, so each gets a RECALL. The executor gives back those still queued
+ * (RESULT NOT_STARTED, re-dispatched by the caller); one it started meanwhile just
+ * answers as usual. */
 static void take_back(wk_pool *pool, wk_executor *e) {
   wk_pool_call *r = running_call(e);
   if (!r) return;

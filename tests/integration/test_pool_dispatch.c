@@ -37,7 +37,6 @@ typedef struct fixture {
   bool result;     /* the call's outcome came */
   wk_call_status status;
   bool started_in_turn; /* the marker appeared while the submitting callback ran */
-  bool stopped;
 } fixture;
 
 static int64_t mono_ms(void) {
@@ -60,14 +59,28 @@ static void on_subcalls(void *ud, void *call_ctx, const wk_frame_subcalls *req) 
   fail_msg("no call here asks for subcalls");
 }
 
-/* Runs the loop until `done` is true or WAIT_MS pass; false on timeout. */
-static bool run_until(fixture *f, const bool *done) {
+/* Runs loop until `done` is true or WAIT_MS pass; false on timeout. */
+static bool run_until(uv_loop_t *loop, const bool *done) {
   int64_t end = mono_ms() + WAIT_MS;
   while (!*done && mono_ms() < end) {
-    uv_run(&f->loop, UV_RUN_NOWAIT);
+    uv_run(loop, UV_RUN_NOWAIT);
     usleep(1000);
   }
   return *done;
+}
+
+static void set_flag(void *arg) { *(bool *)arg = true; }
+
+/* Stops pool, runs loop until the stop is done and the loop empty, closes the loop,
+ * and removes the code directory made by make_code_dir. */
+static void stop_and_clean(uv_loop_t *loop, wk_pool *pool, const char *dir, const char *main_py) {
+  bool stopped = false;
+  wk_pool_stop(pool, set_flag, &stopped);
+  assert_true(run_until(loop, &stopped));
+  uv_run(loop, UV_RUN_DEFAULT);
+  assert_int_equal(uv_loop_close(loop), 0);
+  unlink(main_py);
+  rmdir(dir);
 }
 
 static bool file_exists(const char *path) {
@@ -102,8 +115,6 @@ static void submit_and_hold(uv_timer_t *t) {
   while (!file_exists(f->marker) && mono_ms() < end) usleep(1000);
   f->started_in_turn = file_exists(f->marker);
 }
-
-static void on_stopped(void *arg) { ((fixture *)arg)->stopped = true; }
 
 static void on_timer_closed(uv_handle_t *h) { (void)h; }
 
@@ -167,18 +178,13 @@ static void test_call_to_an_idle_executor_is_written_at_once(void **state) {
   uv_timer_init(&f.loop, &timer);
   timer.data = &f;
   uv_timer_start(&timer, submit_and_hold, 0, 0);
-  assert_true(run_until(&f, &f.result));
+  assert_true(run_until(&f.loop, &f.result));
   assert_int_equal(f.status, WK_CALL_OK);
   assert_true(f.started_in_turn); /* before: only after the callback returned */
 
   uv_close((uv_handle_t *)&timer, on_timer_closed);
-  wk_pool_stop(f.pool, on_stopped, &f);
-  assert_true(run_until(&f, &f.stopped));
-  uv_run(&f.loop, UV_RUN_DEFAULT);
-  assert_int_equal(uv_loop_close(&f.loop), 0);
   unlink(f.marker);
-  unlink(main_py);
-  rmdir(f.dir);
+  stop_and_clean(&f.loop, f.pool, f.dir, main_py);
 }
 
 /* ---- a call queued behind a long one moves to an idle executor ------------------- */
@@ -197,7 +203,6 @@ typedef struct nap_fixture {
   wk_pool *pool;
   char dir[64];
   int pending; /* calls without their final outcome */
-  bool stopped;
 } nap_fixture;
 
 static void nap_submit(nap_fixture *f, nap_call *c) {
@@ -219,16 +224,15 @@ static void nap_on_result(void *ud, void *call_ctx, const wk_call_outcome *o) {
   f->pending--;
 }
 
-static bool nap_run_until(nap_fixture *f, const bool *flag, const nap_call *c) {
+/* Runs the loop until c has its final outcome or WAIT_MS pass. */
+static bool nap_wait(nap_fixture *f, const nap_call *c) {
   int64_t end = mono_ms() + WAIT_MS;
-  while (mono_ms() < end && (flag ? !*flag : c->results == 0)) {
+  while (mono_ms() < end && c->results == 0) {
     uv_run(&f->loop, UV_RUN_NOWAIT);
     usleep(500);
   }
-  return flag ? *flag : c->results > 0;
+  return c->results > 0;
 }
-
-static void nap_on_stopped(void *arg) { ((nap_fixture *)arg)->stopped = true; }
 
 /* Two executors, calls of 5 ms (so each is sent one call ahead): a 3 s call and three
  * short ones. One short call lands behind the long one; the other executor, done with
@@ -254,7 +258,7 @@ static void test_a_call_behind_a_long_one_moves_to_an_idle_executor(void **state
     f.pending++;
     nap_submit(&f, &warm[i]);
   }
-  for (int i = 0; i < 4; i++) assert_true(nap_run_until(&f, NULL, &warm[i]));
+  for (int i = 0; i < 4; i++) assert_true(nap_wait(&f, &warm[i]));
 
   nap_call lng = {.f = &f, .name = "long", .seconds = 3.0};
   nap_call shorts[3];
@@ -266,7 +270,7 @@ static void test_a_call_behind_a_long_one_moves_to_an_idle_executor(void **state
     nap_submit(&f, &shorts[i]);
   }
   for (int i = 0; i < 3; i++) {
-    assert_true(nap_run_until(&f, NULL, &shorts[i]));
+    assert_true(nap_wait(&f, &shorts[i]));
     assert_int_equal(shorts[i].status, WK_CALL_OK);
   }
   assert_int_equal(lng.results, 0); /* still running: no short call waited for it */
@@ -275,12 +279,7 @@ static void test_a_call_behind_a_long_one_moves_to_an_idle_executor(void **state
   assert_int_equal(shorts[0].given_back + shorts[1].given_back + shorts[2].given_back,
                    (int)st.recalled);
 
-  wk_pool_stop(f.pool, nap_on_stopped, &f);
-  assert_true(nap_run_until(&f, &f.stopped, NULL));
-  uv_run(&f.loop, UV_RUN_DEFAULT);
-  assert_int_equal(uv_loop_close(&f.loop), 0);
-  unlink(main_py);
-  rmdir(f.dir);
+  stop_and_clean(&f.loop, f.pool, f.dir, main_py);
 }
 
 int main(void) {
