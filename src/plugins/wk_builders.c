@@ -31,6 +31,7 @@ static const char *const map_options[] = {"items", NULL};
 /* "the <name> builder: unknown option ..." for a key not in `known`. */
 static int check_options(const char *name, const char *const *known, const wk_option *options,
                          size_t n, char *err, size_t err_len) {
+  if (n == 0) return 0; /* the common case: no options, no message to prepare */
   char owner[64];
   snprintf(owner, sizeof owner, "the %s builder", name);
   return wk_option_check_keys(owner, options, n, known, err, err_len);
