@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "lib/wk_alloc.h"
+#include "lib/wk_str.h"
 
 #define CS_PATH_MAX 4096u                   /* bytes of any path we build */
 #define CS_EPOCH_MAX 1000000000000000000ull /* 10^18: 18 digits, far from overflow */
@@ -1044,7 +1045,7 @@ static pin_entry *pin_find(wk_code_pins *p, const char *function, uint64_t epoch
     p->items = wk_xrealloc(p->items, p->cap * sizeof *p->items);
   }
   pin_entry *e = &p->items[p->n++];
-  snprintf(e->function, sizeof e->function, "%s", function);
+  wk_str_copy(e->function, sizeof e->function, function);
   e->epoch = epoch;
   e->count = 0;
   return e;

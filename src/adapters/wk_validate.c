@@ -328,10 +328,11 @@ bool wk_validate_watch_tasks(const Worker__V1__WatchTasksRequest *req,
     return failf(err, err_len, "task_ids must hold 1 to %u task ids, got %zu",
                  (unsigned)lim->max_watch_tasks, n);
   }
-  char field[32];
   for (size_t i = 0; i < n; i++) {
+    if (wk_validate_task_id("task_ids[]", req->task_ids[i], NULL, 0)) continue;
+    char field[32]; /* named only for the message: a snprintf per id showed per task */
     (void)snprintf(field, sizeof field, "task_ids[%zu]", i);
-    if (!wk_validate_task_id(field, req->task_ids[i], err, err_len)) return false;
+    return wk_validate_task_id(field, req->task_ids[i], err, err_len);
   }
   if (n == 1) return true;
   id_ref *refs = wk_xcalloc(n, sizeof *refs);

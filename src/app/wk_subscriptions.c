@@ -12,6 +12,7 @@
 #include "lib/wk_alloc.h"
 #include "lib/wk_assert.h"
 #include "lib/wk_freelist.h"
+#include "lib/wk_str.h"
 
 /* Encoded terminal results kept for streams that attach later (see wk_subs_tick). */
 #define BODY_CACHE 64u
@@ -296,7 +297,7 @@ static wk_shared *terminal_body(wk_subs *s, const char *id, uint64_t h, const wk
     c = &s->cache[i];
     if (c->body == NULL) {
       c->hash = h;
-      snprintf(c->task_id, sizeof c->task_id, "%s", id);
+      wk_str_copy(c->task_id, sizeof c->task_id, id);
       c->body = wk_shared_ref(body);
       break;
     }

@@ -5,7 +5,7 @@
 
 #include "lib/wk_alloc.h"
 
-uint8_t *wk_buf_reserve(wk_buf *b, size_t n) {
+uint8_t *wk_buf__grow(wk_buf *b, size_t n) {
   if (b->cap - b->len < n) {
     size_t cap = b->cap ? b->cap : 256;
     while (cap - b->len < n) cap *= 2;

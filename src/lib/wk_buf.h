@@ -11,8 +11,14 @@ typedef struct wk_buf {
   size_t cap;
 } wk_buf;
 
-/** Makes room for `n` more bytes; returns where they go (len unchanged). */
-uint8_t *wk_buf_reserve(wk_buf *b, size_t n);
+/** wk_buf_reserve's growing half (not to be called directly). */
+uint8_t *wk_buf__grow(wk_buf *b, size_t n);
+/** Makes room for `n` more bytes; returns where they go (len unchanged). Inline: the
+ * buffers of a hot path (records, encodings) almost always have the room already. */
+static inline uint8_t *wk_buf_reserve(wk_buf *b, size_t n) {
+  if (b->cap - b->len >= n) return b->data + b->len;
+  return wk_buf__grow(b, n);
+}
 /** As wk_buf_reserve, but a buffer that must grow gets room for exactly `n` more
  * bytes (no doubling): for a buffer filled once and then kept. */
 uint8_t *wk_buf_reserve_exact(wk_buf *b, size_t n);

@@ -11,6 +11,8 @@
 
 #include <jansson.h>
 #include <stdlib.h>
+#include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "lib/wk_json_out.h"
@@ -172,12 +174,41 @@ static void test_objects_equal_jansson_dump(void **state) {
   wk_buf_free(&b);
 }
 
+/* Every length of number, odd and even, and the edges of each: as printf writes them. */
+static void test_integers_of_every_length_equal_printf(void **state) {
+  (void)state;
+  int64_t values[200];
+  size_t n = 0;
+  values[n++] = INT64_MIN;
+  values[n++] = INT64_MAX;
+  for (int64_t p = 1, d = 1; d <= 18; d++, p *= 10) {
+    int64_t edge[] = {p - 1, p, p + 1, 10 * p - 1, p * 7 + 3};
+    for (size_t i = 0; i < sizeof edge / sizeof edge[0]; i++) {
+      values[n++] = edge[i];
+      values[n++] = -edge[i];
+    }
+  }
+  for (size_t i = 0; i < n; i++) {
+    wk_buf b = {0};
+    wk_json_obj o;
+    wk_json_obj_begin(&o, &b);
+    wk_json_obj_int(&o, "v", values[i]);
+    wk_json_obj_end(&o);
+    wk_buf_append(&b, "", 1);
+    char want[48];
+    snprintf(want, sizeof want, "{\"v\":%" PRId64 "}", values[i]);
+    assert_string_equal((char *)b.data, want);
+    wk_buf_free(&b);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_valid_strings_escaped_as_jansson_does),
       cmocka_unit_test(test_any_bytes_give_valid_json),
       cmocka_unit_test(test_utf8_len),
       cmocka_unit_test(test_objects_equal_jansson_dump),
+      cmocka_unit_test(test_integers_of_every_length_equal_printf),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
