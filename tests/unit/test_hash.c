@@ -116,6 +116,39 @@ static void test_avalanche(void **state) {
   if (worst < 10) fail_msg("a single bit flip changed only %d output bits", worst);
 }
 
+/* Long inputs (an argument's digest): every bit flip and every swap of two 8-byte
+ * words changes the hash; a 1-byte tail after the words counts. */
+static void test_long_inputs_depend_on_every_bit_and_order(void **state) {
+  (void)state;
+  uint8_t in[200];
+  uint64_t s = 7;
+  for (size_t i = 0; i < sizeof in; i++) in[i] = (uint8_t)(lcg(&s) >> 56);
+  uint64_t base = wk_hash64(in, sizeof in, 3);
+  for (unsigned bit = 0; bit < 8 * sizeof in; bit++) {
+    in[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+    int d = popcount64(base ^ wk_hash64(in, sizeof in, 3));
+    in[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+    if (d < 10) fail_msg("flipping bit %u of 1600 changed only %d output bits", bit, d);
+  }
+  for (size_t a = 0; a < 24; a++) {
+    for (size_t b = a + 1; b < 24; b++) {
+      uint8_t t[8];
+      memcpy(t, in + 8 * a, 8);
+      memcpy(in + 8 * a, in + 8 * b, 8);
+      memcpy(in + 8 * b, t, 8);
+      uint64_t h = wk_hash64(in, sizeof in, 3);
+      memcpy(in + 8 * b, in + 8 * a, 8);
+      memcpy(in + 8 * a, t, 8);
+      if (memcmp(in + 8 * a, in + 8 * b, 8) != 0 && h == base)
+        fail_msg("swapping words %zu and %zu left the hash unchanged", a, b);
+    }
+  }
+  assert_int_not_equal(wk_hash64(in, 97, 3), wk_hash64(in, 96, 3));
+  uint8_t zeros[97] = {0};
+  assert_int_not_equal(wk_hash64(zeros, 97, 3), wk_hash64(zeros, 96, 3));
+  assert_int_not_equal(wk_hash64(zeros, 64, 3), wk_hash64(zeros, 64, 4));
+}
+
 static int cmp_u64(const void *a, const void *b) {
   uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
   return (x > y) - (x < y);
@@ -170,6 +203,7 @@ int main(void) {
       cmocka_unit_test(test_length_matters),
       cmocka_unit_test(test_alignment_does_not_matter),
       cmocka_unit_test(test_avalanche),
+      cmocka_unit_test(test_long_inputs_depend_on_every_bit_and_order),
       cmocka_unit_test(test_sequential_keys_spread),
       cmocka_unit_test(test_mix),
   };
