@@ -35,8 +35,11 @@
 #define MAINTENANCE_MS 50u
 #define SPARE_WRITES_MAX 8u            /* write buffers kept for reuse */
 #define SPARE_WRITE_CAP_MAX (1u << 20) /* a larger one is freed, not kept */
-#define START_FAILURES_MAX 3u          /* executors in a row dead before HELLO: unavailable */
-#define SWEEP_EVERY_TICKS 20u          /* orphans looked for every second (MAINTENANCE_MS) */
+/* A queued CALL frame this large is written on its own rather than copied into the
+ * executor's write buffer (below it, one write for many frames is worth the copy). */
+#define WRITE_ALONE_MIN (16u * 1024u)
+#define START_FAILURES_MAX 3u /* executors in a row dead before HELLO: unavailable */
+#define SWEEP_EVERY_TICKS 20u /* orphans looked for every second (MAINTENANCE_MS) */
 
 typedef struct wk_executor wk_executor;
 typedef struct wk_conn wk_conn;
@@ -153,7 +156,6 @@ struct wk_pool {
   uint64_t ping_nonce;
   wk_pool_call *queue_head, *queue_tail;
   uint32_t queued;
-  wk_frame_buf scratch;   /* a CALL encoded for the queue, before its exact-size copy */
   wk_write *spare_writes; /* finished writes, their buffers kept for the next flush */
   uint32_t n_spare_writes;
   bool in_read; /* inside on_read, which writes every executor's frames at its end */
@@ -338,16 +340,20 @@ static void detach(wk_pool_call *c) {
 
 /* One write in flight. Its buffer is the executor's wbuf of the moment (swapped, not
  * copied); once written, it is cleared and kept for a later flush, so the steady state
- * allocates nothing. */
+ * allocates nothing. Or it writes one large queued CALL frame of its own (`frame`), so
+ * the frame's bytes (an argument's) are not copied again into a wbuf. */
 struct wk_write {
   uv_write_t req;
   wk_pool *pool;
   wk_write *next; /* in pool->spare_writes */
   wk_frame_buf buf;
+  uint8_t *frame; /* owned: written instead of buf, freed once written; or NULL */
 };
 
 static void release_write(wk_write *w) {
   wk_pool *pool = w->pool;
+  free(w->frame);
+  w->frame = NULL;
   if (pool->n_spare_writes >= SPARE_WRITES_MAX || w->buf.cap > SPARE_WRITE_CAP_MAX) {
     wk_frame_buf_free(&w->buf);
     free(w);
@@ -364,6 +370,27 @@ static void on_write(uv_write_t *req, int status) {
   release_write(req->data);
 }
 
+/* A spare write, or a new one. */
+static wk_write *take_write(wk_pool *pool) {
+  wk_write *w = pool->spare_writes;
+  if (w) {
+    pool->spare_writes = w->next;
+    pool->n_spare_writes--;
+    return w;
+  }
+  w = wk_xcalloc(1, sizeof *w);
+  w->pool = pool;
+  wk_frame_buf_init(&w->buf, NULL);
+  return w;
+}
+
+/* Writes len bytes at p (held by w) to c's pipe; w is released once written. */
+static void start_write(wk_write *w, wk_conn *c, const uint8_t *p, size_t len) {
+  w->req.data = w;
+  uv_buf_t buf = uv_buf_init((char *)(uintptr_t)p, (unsigned)len);
+  if (uv_write(&w->req, (uv_stream_t *)&c->pipe, &buf, 1, on_write) != 0) release_write(w);
+}
+
 static void flush(wk_executor *e) {
   size_t len = wk_frame_buf_size(&e->wbuf);
   if (len == 0) return;
@@ -372,22 +399,25 @@ static void flush(wk_executor *e) {
     wk_frame_buf_clear(&e->wbuf);
     return;
   }
-  wk_pool *pool = e->pool;
-  wk_write *w = pool->spare_writes;
-  if (w) {
-    pool->spare_writes = w->next;
-    pool->n_spare_writes--;
-  } else {
-    w = wk_xcalloc(1, sizeof *w);
-    w->pool = pool;
-    wk_frame_buf_init(&w->buf, NULL);
-  }
+  wk_write *w = take_write(e->pool);
   wk_frame_buf spare = w->buf; /* empty */
   w->buf = e->wbuf;
   e->wbuf = spare;
-  w->req.data = w;
-  uv_buf_t buf = uv_buf_init((char *)(uintptr_t)wk_frame_buf_bytes(&w->buf), (unsigned)len);
-  if (uv_write(&w->req, (uv_stream_t *)&c->pipe, &buf, 1, on_write) != 0) release_write(w);
+  start_write(w, c, wk_frame_buf_bytes(&w->buf), len);
+}
+
+/* Writes a large queued CALL frame (owned; freed once written) to e on its own, after
+ * whatever e's buffer holds: its bytes are not copied into the buffer. */
+static void write_frame_alone(wk_executor *e, uint8_t *frame, size_t len) {
+  flush(e); /* what was queued before it goes first: libuv keeps a stream's writes in order */
+  wk_conn *c = e->conn;
+  if (!c || c->closing) {
+    free(frame);
+    return;
+  }
+  wk_write *w = take_write(e->pool);
+  w->frame = frame;
+  start_write(w, c, frame, len);
 }
 
 /* Writes every executor's queued frames. */
@@ -1397,9 +1427,14 @@ static void sent(wk_pool *pool, wk_executor *e, wk_pool_call *c) {
 static void send_queued(wk_pool *pool, wk_executor *e, wk_pool_call *c) {
   list_remove(&pool->queue_head, &pool->queue_tail, c);
   pool->queued--;
-  wk_frame_buf_append(&e->wbuf, c->frame, c->frame_len);
-  free(c->frame); /* sent: the bytes are not needed again */
+  uint8_t *frame = c->frame; /* sent: the call no longer needs its bytes */
   c->frame = NULL;
+  if (c->frame_len >= WRITE_ALONE_MIN) {
+    write_frame_alone(e, frame, c->frame_len);
+  } else {
+    wk_frame_buf_append(&e->wbuf, frame, c->frame_len);
+    free(frame);
+  }
   sent(pool, e, c);
 }
 
@@ -1453,12 +1488,12 @@ wk_pool_call *wk_pool_submit(wk_pool *pool, const wk_call_spec *spec, void *call
   c->bytes_in = spec->args.len;
   if (pool->cfg.isolate_functions) c->function = wk_xstrdup(spec->function ? spec->function : "");
   /* Nothing queued ahead and an executor with room: the frame is encoded straight into
-   * its write buffer. Otherwise it waits in the queue, as an exact-size copy. */
+   * its write buffer. Otherwise it waits in the queue, encoded in a block of its own. */
   wk_executor *now =
       (!pool->stopping && !pool->queue_head) ? pick_executor(pool, c->function, true) : NULL;
-  wk_frame_buf *b = now ? &now->wbuf : &pool->scratch;
-  if (!now) wk_frame_buf_clear(b);
-  if (wk_frame_encode(b, &f, pool->cfg.max_frame) != WK_FRAME_OK) {
+  wk_frame_rc rc = now ? wk_frame_encode(&now->wbuf, &f, pool->cfg.max_frame)
+                       : wk_frame_encode_alloc(&f, pool->cfg.max_frame, &c->frame, &c->frame_len);
+  if (rc != WK_FRAME_OK) {
     wk_call_outcome o = {
         .status = WK_CALL_ERROR,
         .error_type = wk_frame_bytes_cstr("ArgsTooLarge"),
@@ -1474,10 +1509,6 @@ wk_pool_call *wk_pool_submit(wk_pool *pool, const wk_call_spec *spec, void *call
     spawn_if_needed(pool);
     return c;
   }
-  c->frame_len = wk_frame_buf_size(b);
-  c->frame = wk_xmalloc(c->frame_len);
-  memcpy(c->frame, wk_frame_buf_bytes(b), c->frame_len);
-  if (b->cap > SPARE_WRITE_CAP_MAX) wk_frame_buf_free(b); /* a huge one is not kept */
   if (spec->again && pool->queue_head) {
     /* given back unstarted: it keeps its place ahead of calls that came later */
     c->next = pool->queue_head;
@@ -1839,7 +1870,6 @@ static void on_pool_handle_closed(uv_handle_t *h) {
   if (--pool->handles_open > 0) return;
   wk_reaper_sweep(true); /* every executor has exited: nothing it started outlives the pool */
   rmdir(pool->dir);
-  wk_frame_buf_free(&pool->scratch);
   while (pool->spare_writes) {
     wk_write *w = pool->spare_writes;
     pool->spare_writes = w->next;

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "lib/wk_alloc.h"
 #include "lib/wk_assert.h"
 
 /* Frame sizes (prefix + up to UINT32_MAX bytes) are held in size_t without checks. */
@@ -349,20 +350,45 @@ static uint8_t *put_body(uint8_t *p, const wk_frame *f) {
   return p;
 }
 
-wk_frame_rc wk_frame_encode(wk_frame_buf *b, const wk_frame *f, uint32_t max_frame) {
-  WK_ASSERT(b != NULL);
+/* Checks that f can be encoded within max_frame; *total = its bytes on the wire. */
+static wk_frame_rc encode_check(const wk_frame *f, uint32_t max_frame, size_t *total) {
   WK_ASSERT(f != NULL);
   if (!type_known((unsigned)f->type)) return WK_FRAME_E_TYPE;
   if (!encodable(f)) return WK_FRAME_E_VALUE;
   uint64_t len = sat_add(1u, body_size(f)); /* the prefix's value: type + body */
   if (len > max_frame) return WK_FRAME_E_TOO_LARGE;
-  size_t total = (size_t)(WK_FRAME_PREFIX_SIZE + len);
-  uint8_t *start = wk_frame_buf_reserve(b, total);
-  uint8_t *p = put_u32(start, (uint32_t)len);
+  *total = (size_t)(WK_FRAME_PREFIX_SIZE + len);
+  return WK_FRAME_OK;
+}
+
+/* Writes f's encoding, `total` bytes (from encode_check), at start. */
+static void encode_at(uint8_t *start, size_t total, const wk_frame *f) {
+  uint8_t *p = put_u32(start, (uint32_t)(total - WK_FRAME_PREFIX_SIZE));
   p = put_u8(p, (unsigned)f->type);
   p = put_body(p, f);
   WK_ASSERT((size_t)(p - start) == total); /* the size computed is the size written */
+}
+
+wk_frame_rc wk_frame_encode(wk_frame_buf *b, const wk_frame *f, uint32_t max_frame) {
+  WK_ASSERT(b != NULL);
+  size_t total;
+  wk_frame_rc rc = encode_check(f, max_frame, &total);
+  if (rc != WK_FRAME_OK) return rc;
+  encode_at(wk_frame_buf_reserve(b, total), total, f);
   wk_frame_buf_commit(b, total);
+  return WK_FRAME_OK;
+}
+
+wk_frame_rc wk_frame_encode_alloc(const wk_frame *f, uint32_t max_frame, uint8_t **out,
+                                  size_t *out_len) {
+  WK_ASSERT(out != NULL && out_len != NULL);
+  size_t total;
+  wk_frame_rc rc = encode_check(f, max_frame, &total);
+  if (rc != WK_FRAME_OK) return rc;
+  uint8_t *bytes = wk_xmalloc(total);
+  encode_at(bytes, total, f);
+  *out = bytes;
+  *out_len = total;
   return WK_FRAME_OK;
 }
 

@@ -312,6 +312,12 @@ uint64_t wk_frame_encoded_size(const wk_frame *f);
  * held bytes (like wk_frame_buf_reserve). */
 wk_frame_rc wk_frame_encode(wk_frame_buf *b, const wk_frame *f, uint32_t max_frame);
 
+/** Encodes `f` into a new block of exactly its size: `*out` (malloc'ed, the caller
+ * frees it) and `*out_len`. Returns what wk_frame_encode returns; on an error nothing
+ * is allocated. Out of memory aborts. */
+wk_frame_rc wk_frame_encode_alloc(const wk_frame *f, uint32_t max_frame, uint8_t **out,
+                                  size_t *out_len);
+
 /** Decodes the first frame of `in[0..in_len)`; never reads past in_len.
  * Returns:
  *   WK_FRAME_OK: `*out` holds the frame; its views point into `in`; `*size` = bytes

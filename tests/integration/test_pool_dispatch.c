@@ -282,11 +282,84 @@ static void test_a_call_behind_a_long_one_moves_to_an_idle_executor(void **state
   stop_and_clean(&f.loop, f.pool, f.dir, main_py);
 }
 
+/* ---- queued calls with large args ------------------------------------------------ */
+
+/* Calls beyond the executors' room wait in the pool's queue, each CALL frame encoded
+ * in a block of its own; a large one is then written to its executor on its own (not
+ * copied into the write buffer), a small one joins the buffer. Mixed, they must reach
+ * the executor whole and in order: each call's bytes come back as its output. */
+enum { ECHO_CALLS_MAX = 600 };
+
+typedef struct echo_fixture {
+  uv_loop_t loop;
+  wk_pool *pool;
+  char dir[64];
+  uint8_t *args[ECHO_CALLS_MAX];
+  uint32_t lens[ECHO_CALLS_MAX];
+  int next_result; /* the index the next outcome must have */
+  int ok;          /* outcomes with exactly their call's bytes, in order */
+  bool done;
+  int total;
+} echo_fixture;
+
+static void echo_on_result(void *ud, void *call_ctx, const wk_call_outcome *o) {
+  echo_fixture *f = ud;
+  int i = (int)(intptr_t)call_ctx;
+  if (i == f->next_result && o->status == WK_CALL_OK && o->output.len == f->lens[i] &&
+      memcmp(o->output.ptr, f->args[i], f->lens[i]) == 0) {
+    f->ok++;
+  } else {
+    print_message("call %d: status %d, %u bytes (%u sent), expected call %d\n", i, (int)o->status,
+                  (unsigned)o->output.len, (unsigned)f->lens[i], f->next_result);
+  }
+  f->next_result = i + 1;
+  if (i + 1 == f->total) f->done = true;
+}
+
+static void test_queued_large_and_small_calls_arrive_whole_in_order(void **state) {
+  (void)state;
+  echo_fixture f = {0};
+  assert_int_equal(uv_loop_init(&f.loop), 0);
+  char main_py[96];
+  make_code_dir(f.dir, sizeof f.dir, "/tmp/wk-pool-echo-XXXXXX", main_py, sizeof main_py,
+                "def handler(args, ctx):\n    return args\n");
+  f.pool = start_pool(
+      &f.loop, 1,
+      (wk_exec_callbacks){.on_result = echo_on_result, .on_subcalls = on_subcalls, .ud = &f});
+  uint32_t room = wk_pool_capacity(f.pool);
+  f.total = (int)(3 * room + 30);
+  assert_true(f.total <= ECHO_CALLS_MAX);
+  static const uint32_t sizes[] = {40u << 10, 100, 17u << 10, (16u << 10) - 1, 1};
+  for (int i = 0; i < f.total; i++) {
+    f.lens[i] = sizes[i % 5];
+    f.args[i] = malloc(f.lens[i]);
+    assert_non_null(f.args[i]);
+    for (uint32_t j = 0; j < f.lens[i]; j++) f.args[i][j] = (uint8_t)((uint32_t)i * 31u + j * 7u);
+  }
+  for (int i = 0; i < f.total; i++) {
+    wk_call_spec spec = {
+        .task_id = "echo",
+        .function = "echo",
+        .epoch = 1,
+        .code_dir = f.dir,
+        .entrypoint = "main:handler",
+        .content_type = WK_FRAME_CONTENT_BYTES,
+        .args = {f.args[i], f.lens[i]},
+    };
+    assert_non_null(wk_pool_submit(f.pool, &spec, (void *)(intptr_t)i));
+  }
+  assert_true(run_until(&f.loop, &f.done));
+  assert_int_equal(f.ok, f.total);
+  for (int i = 0; i < f.total; i++) free(f.args[i]);
+  stop_and_clean(&f.loop, f.pool, f.dir, main_py);
+}
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_call_to_an_idle_executor_is_written_at_once),
       cmocka_unit_test(test_a_call_behind_a_long_one_moves_to_an_idle_executor),
+      cmocka_unit_test(test_queued_large_and_small_calls_arrive_whole_in_order),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

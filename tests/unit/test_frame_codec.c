@@ -297,6 +297,14 @@ static void test_roundtrip_each_type(void **state) {
     assert_int_equal(wk_frame_buf_size(&b2), wk_frame_buf_size(&b));
     assert_memory_equal(wk_frame_buf_bytes(&b2), wk_frame_buf_bytes(&b), wk_frame_buf_size(&b));
     wk_frame_buf_free(&b2);
+    /* wk_frame_encode_alloc: the same bytes, in a block of exactly their size */
+    uint8_t *alone = NULL;
+    size_t alone_len = 0;
+    assert_int_equal(wk_frame_encode_alloc(&samples[i], MAX_FRAME, &alone, &alone_len),
+                     WK_FRAME_OK);
+    assert_int_equal(alone_len, wk_frame_buf_size(&b));
+    assert_memory_equal(alone, wk_frame_buf_bytes(&b), alone_len);
+    free(alone);
     wk_frame_buf_free(&b);
   }
 }
@@ -451,6 +459,12 @@ static void test_encoder_limits(void **state) {
   size_t held = wk_frame_buf_size(&b);
   assert_int_equal(wk_frame_encode(&b, &f, (uint32_t)(total - 5)), WK_FRAME_E_TOO_LARGE);
   assert_int_equal(wk_frame_buf_size(&b), held); /* unchanged */
+  uint8_t *alone = (uint8_t *)&held;             /* must stay as it is on an error */
+  size_t alone_len = 7;
+  assert_int_equal(wk_frame_encode_alloc(&f, (uint32_t)(total - 5), &alone, &alone_len),
+                   WK_FRAME_E_TOO_LARGE);
+  assert_ptr_equal(alone, (uint8_t *)&held);
+  assert_int_equal(alone_len, 7);
 
   f.call.content_type = (wk_frame_content)2;
   assert_int_equal(wk_frame_encode(&b, &f, MAX_FRAME), WK_FRAME_E_VALUE);
