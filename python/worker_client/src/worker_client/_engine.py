@@ -267,7 +267,7 @@ class _Stream(object):
         if ev.HasField("result") and (ev.kind == pb.TaskEvent.KIND_TERMINAL or p.state in (
                 "SUCCEEDED", "FAILED", "CANCELLED")):
             h.progress(p)
-            h.finish_result(TaskResult(ev.result))
+            h.finish_result(p.result)  # decoded once, shared with the Progress
         else:
             h.progress(p)
 
@@ -585,9 +585,11 @@ class Engine(object):
         attempts that could not connect (it went away)."""
         deadline = time.monotonic() + self.opts.retry_time
         delay = 0.05
-        req = pb.SubmitTaskRequest()
-        req.CopyFrom(h.request)
-        req.slot_id = slot_id
+        req = h.request
+        if slot_id:  # a copy only when it changes: h.request stays as built (args and all)
+            req = pb.SubmitTaskRequest()
+            req.CopyFrom(h.request)
+            req.slot_id = slot_id
         unsent = tries = 0  # unsent: attempts (from the first) that never reached the worker
         while True:
             h.submit_attempts += 1

@@ -10,11 +10,18 @@ from .errors import CallError, TaskCancelled, TaskFailed
 TERMINAL_STATES = ("SUCCEEDED", "FAILED", "CANCELLED")
 
 
+_NAMES = {}  # (enum's name, prefix) -> {number: name without prefix}, built once
+
+
 def _enum_name(enum, value, prefix):
-    try:
-        return enum.Name(value)[len(prefix):]
-    except ValueError:
-        return str(value)
+    """enum's name for value without prefix; str(value) for a value this client does not
+    know. A dict lookup: a client decodes a few per event, thousands of events a second."""
+    key = (enum.DESCRIPTOR.full_name, prefix)
+    names = _NAMES.get(key)
+    if names is None:
+        names = _NAMES[key] = {v.number: v.name[len(prefix):] for v in enum.DESCRIPTOR.values}
+    name = names.get(value)
+    return name if name is not None else str(value)
 
 
 def state_name(value):
@@ -73,10 +80,17 @@ class TaskResult(object):
         self.outputs = [CallOutput(o) for o in raw.outputs]
         self.plugin_results = [{"plugin": p.plugin, "location": p.location, "records": p.records,
                                 "bytes": p.bytes} for p in raw.plugin_results]
-        self.statistic = {f.name: getattr(raw.statistic, f.name)
-                          for f in raw.statistic.DESCRIPTOR.fields}
         self.retries = [{"index": r.index, "attempt": r.attempt, "error_type": r.error_type,
                          "error_message": r.error_message} for r in raw.retries]
+        self._statistic = None
+
+    @property
+    def statistic(self):
+        """The TaskStatistic as a dict (made when first read: most results never are)."""
+        if self._statistic is None:
+            st = self.raw.statistic
+            self._statistic = {f.name: getattr(st, f.name) for f in st.DESCRIPTOR.fields}
+        return self._statistic
 
     @property
     def terminal(self):
@@ -124,13 +138,13 @@ class Progress(object):
     "terminal"), `state`, `phase`, `calls_total` (0 while unknown), `calls_done`
     (succeeded + failed), `calls_succeeded`, `calls_failed`, `calls_retried`, `time`
     (time.time() when received) and `result` (the TaskResult, None for a progress
-    event that carries only counts)."""
+    event that carries only counts; decoded when first read)."""
 
     __slots__ = ("task_id", "kind", "state", "phase", "calls_total", "calls_done",
-                 "calls_succeeded", "calls_failed", "calls_retried", "time", "result")
+                 "calls_succeeded", "calls_failed", "calls_retried", "time", "_result", "_raw")
 
     def __init__(self, task_id, kind, state, phase, calls_total=0, calls_succeeded=0,
-                 calls_failed=0, calls_retried=0, result=None):
+                 calls_failed=0, calls_retried=0, result=None, raw=None):
         self.task_id = task_id
         self.kind = kind
         self.state = state
@@ -141,7 +155,14 @@ class Progress(object):
         self.calls_done = calls_succeeded + calls_failed
         self.calls_retried = calls_retried
         self.time = time.time()
-        self.result = result
+        self._result = result
+        self._raw = raw  # a TaskResult message, decoded into `result` on demand
+
+    @property
+    def result(self):
+        if self._result is None and self._raw is not None:
+            self._result = TaskResult(self._raw)
+        return self._result
 
     @property
     def fraction(self):
@@ -167,8 +188,9 @@ def progress_from_event(event):
                         calls_total=p.calls_total if p.total_known else 0,
                         calls_succeeded=p.calls_succeeded, calls_failed=p.calls_failed,
                         calls_retried=p.calls_retried)
-    result = TaskResult(event.result)
-    st = event.result.statistic
-    return Progress(event.task_id, kind, result.state, result.phase, calls_total=st.calls_total,
+    raw = event.result
+    st = raw.statistic
+    return Progress(event.task_id, kind, state_name(raw.state),
+                    _enum_name(pb.Phase, raw.phase, "PHASE_"), calls_total=st.calls_total,
                     calls_succeeded=st.calls_succeeded, calls_failed=st.calls_failed,
-                    calls_retried=st.calls_retried, result=result)
+                    calls_retried=st.calls_retried, raw=raw)
