@@ -3,7 +3,7 @@
 
     /usr/bin/python3 bench/bench_tasks_aio.py [--build build/release] [--reps 5]
         [--tasks 5000] [--inflight 256] [--batch 32] [--no-slot] [--no-batch-events]
-        [--smoke]
+        [--library] [--smoke]
 
 The same workload as `wk_loadgen --mode throughput`, from Python (Debian's
 python3-grpcio, grpc.aio, one channel): --inflight tasks in flight as --inflight/--batch
@@ -11,6 +11,11 @@ coroutines, each admitting a batch of --batch tasks (RequestTaskSlot + SubmitTas
 task, concurrently) and then reading that batch's results from one shared WatchTasks
 stream until the worker ends it after the last TERMINAL event. Starts its own worker
 like bench_tasks.py (2 executors, `noop` deployed with `workerctl deploy`).
+
+--library measures the project's client library instead of bare stubs:
+worker_client.AsyncClient, each rep's --tasks submitted at once (`client.submit`, its
+own bounds on submits in flight and its shared WatchTasks streams) and gathered: what a
+Python program using the library pays per task.
 
 Prints per repetition tasks/s and the CPU time per task of this client (user + system,
 every thread of the process, os.times), of the worker process and of its executors
@@ -82,9 +87,37 @@ class Run(object):
         await asyncio.gather(*(self.lane() for _ in range(lanes)))
 
 
+class LibraryRun(object):
+    """The same counts as Run, through worker_client.AsyncClient."""
+
+    def __init__(self, client):
+        self.client = client
+        self.ok = 0
+        self.failed = []
+
+    async def run(self, n):
+        futures = [self.client.submit("noop", {}) for _ in range(n)]
+        for f, r in zip(futures, await asyncio.gather(*futures, return_exceptions=True)):
+            if isinstance(r, BaseException):
+                if len(self.failed) < 3:
+                    self.failed.append((f.task_id, repr(r)))
+            else:
+                self.ok += 1
+
+
 async def bench(w, args):
     from conftest import pb, pb_grpc  # noqa: E402 (start_worker set WK_BUILD_DIR)
-    pid = w.proc.pid
+    if args.library:
+        sys.path.insert(0, os.path.join(ROOT, "python", "worker_client", "src"))
+        import worker_client  # noqa: E402
+        async with worker_client.AsyncClient(w.addr) as client:
+            run = LibraryRun(client)
+            await run.run(args.inflight)  # warm-up
+            run.ok = 0
+            print("worker_client.AsyncClient: %d tasks x %d reps, each rep submitted at once "
+                  "and gathered (SubmitTask each, the library's shared WatchTasks streams)"
+                  % (args.tasks, args.reps))
+            return await measure(w, args, run)
     async with grpc.aio.insecure_channel(w.addr) as ch:
         stub = pb_grpc.WorkerServiceStub(ch)
         run = Run(stub, pb, args, "aio%d" % os.getpid())
@@ -93,37 +126,44 @@ async def bench(w, args):
         print("grpc.aio client: %d tasks x %d reps, %d in flight, %d per WatchTasks stream, %s"
               % (args.tasks, args.reps, args.inflight, args.batch,
                  "SubmitTask each" if args.no_slot else "RequestTaskSlot + SubmitTask each"))
-        print("   %4s %8s %8s %9s %13s %13s %15s" % ("rep", "tasks", "wall s", "tasks/s", "client us/t",
-                                                   "worker us/t", "executors us/t"))
-        rates, tot = [], [0.0, 0.0, 0.0, 0.0]
-        for rep in range(args.reps):
-            c0, w0, x0, t0 = self_cpu_s(), proc_cpu_s(pid), children_cpu(pid), time.monotonic()
-            ok0 = run.ok
-            await run.run(args.tasks)
-            dt = time.monotonic() - t0
-            c1, w1, x1 = self_cpu_s(), proc_cpu_s(pid), children_cpu(pid)
-            xs = sum(v - x0.get(k, 0.0) for k, v in x1.items())
-            rates.append((run.ok - ok0) / dt)
-            per = [(c1 - c0) * 1e6 / args.tasks, (w1 - w0) * 1e6 / args.tasks, xs * 1e6 / args.tasks]
-            for i, v in enumerate((c1 - c0, w1 - w0, xs, dt)):
-                tot[i] += v
-            print("   %4d %8d %8.3f %9.0f %13.1f %13.1f %15.1f" % (rep + 1, args.tasks, dt, rates[-1], *per),
-                  flush=True)
-        n = args.tasks * args.reps
-        print("   tasks/s: median %.0f, min %.0f, max %.0f; last/first %.2f"
-              % (statistics.median(rates), min(rates), max(rates), rates[-1] / rates[0] if rates[0] else 0))
-        print("   CPU per task over all reps: client %.1f us, worker %.1f us, executors %.1f us"
-              % (tot[0] * 1e6 / n, tot[1] * 1e6 / n, tot[2] * 1e6 / n))
-        shares = {"the client": tot[0] / tot[3], "the worker": tot[1] / tot[3], "the executors": tot[2] / tot[3]}
-        who = max(shares, key=shares.get)
-        print("   cores busy: client %.2f, worker %.2f, executors %.2f of %d; bound: %s"
-              % (shares["the client"], shares["the worker"], shares["the executors"], os.cpu_count() or 0,
-                 who + (" (the client is single-threaded Python: one core is its ceiling)"
-                        if who == "the client" else "")))
-        print("   tasks: %d of %d succeeded" % (run.ok, n))
-        if run.failed:
-            print("   first failures: %s" % run.failed)
-        return 0 if run.ok == n and not run.failed else 1
+        return await measure(w, args, run)
+
+
+async def measure(w, args, run):
+    """Runs args.reps reps of args.tasks tasks with run; prints the figures; 0 when
+    every task succeeded."""
+    pid = w.proc.pid
+    print("   %4s %8s %8s %9s %13s %13s %15s" % ("rep", "tasks", "wall s", "tasks/s", "client us/t",
+                                               "worker us/t", "executors us/t"))
+    rates, tot = [], [0.0, 0.0, 0.0, 0.0]
+    for rep in range(args.reps):
+        c0, w0, x0, t0 = self_cpu_s(), proc_cpu_s(pid), children_cpu(pid), time.monotonic()
+        ok0 = run.ok
+        await run.run(args.tasks)
+        dt = time.monotonic() - t0
+        c1, w1, x1 = self_cpu_s(), proc_cpu_s(pid), children_cpu(pid)
+        xs = sum(v - x0.get(k, 0.0) for k, v in x1.items())
+        rates.append((run.ok - ok0) / dt)
+        per = [(c1 - c0) * 1e6 / args.tasks, (w1 - w0) * 1e6 / args.tasks, xs * 1e6 / args.tasks]
+        for i, v in enumerate((c1 - c0, w1 - w0, xs, dt)):
+            tot[i] += v
+        print("   %4d %8d %8.3f %9.0f %13.1f %13.1f %15.1f" % (rep + 1, args.tasks, dt, rates[-1], *per),
+              flush=True)
+    n = args.tasks * args.reps
+    print("   tasks/s: median %.0f, min %.0f, max %.0f; last/first %.2f"
+          % (statistics.median(rates), min(rates), max(rates), rates[-1] / rates[0] if rates[0] else 0))
+    print("   CPU per task over all reps: client %.1f us, worker %.1f us, executors %.1f us"
+          % (tot[0] * 1e6 / n, tot[1] * 1e6 / n, tot[2] * 1e6 / n))
+    shares = {"the client": tot[0] / tot[3], "the worker": tot[1] / tot[3], "the executors": tot[2] / tot[3]}
+    who = max(shares, key=shares.get)
+    print("   cores busy: client %.2f, worker %.2f, executors %.2f of %d; bound: %s"
+          % (shares["the client"], shares["the worker"], shares["the executors"], os.cpu_count() or 0,
+             who + (" (the client is single-threaded Python: one core is its ceiling)"
+                    if who == "the client" else "")))
+    print("   tasks: %d of %d succeeded" % (run.ok, n))
+    if run.failed:
+        print("   first failures: %s" % run.failed)
+    return 0 if run.ok == n and not run.failed else 1
 
 
 def main():
@@ -137,6 +177,8 @@ def main():
     ap.add_argument("--no-slot", action="store_true")
     ap.add_argument("--no-batch-events", action="store_true",
                     help="one event per WatchTasks message (batch_events off)")
+    ap.add_argument("--library", action="store_true",
+                    help="through worker_client.AsyncClient instead of bare stubs")
     ap.add_argument("--smoke", action="store_true", help="tiny counts (ctest)")
     args = ap.parse_args()
     if args.smoke:
