@@ -65,7 +65,9 @@ class Options(object):
     max_submits       SubmitTask RPCs in flight at once (64)
     max_watch_ids     tasks per WatchTasks stream (1024, the worker's limit)
     max_streams       extra streams per worker before small ones are merged (4)
-    watch_linger      seconds new tasks wait to share a new stream (0.005)
+    watch_linger      seconds new tasks wait to share a new stream while other submits
+                      are on their way (0.005); a task submitted alone is watched at
+                      once, so one task at a time costs no wait
     slot_ttl_ms       lease of a slot reserved with etcd discovery (30000)
     max_message_bytes receive limit (64 MiB; at least the worker's max_message_bytes)
     discovery_ttl     seconds a registry listing is reused (1.0)
@@ -308,9 +310,11 @@ class _WatchGroup(object):
         while not eng.closed:
             await self.wake.wait()
             self.wake.clear()
-            if opts.watch_linger and len(self.pending) < opts.max_watch_ids:
-                # the more streams beyond what the live tasks need, the longer new tasks
-                # wait to share one (a burst of submits makes a few big streams)
+            if opts.watch_linger and len(self.pending) < opts.max_watch_ids and \
+                    eng.submitting > 0:
+                # more tasks are on their way: new ones wait to share a stream with them;
+                # the more streams beyond what the live tasks need, the longer they wait
+                # (a burst of submits makes a few big streams)
                 extra = len(self.streams) - math.ceil(
                     sum(len(s.live()) for s in self.streams) / opts.max_watch_ids)
                 await asyncio.sleep(min(opts.watch_linger * 2 ** max(0, min(extra, 10)), 0.25))
@@ -491,6 +495,7 @@ class Engine(object):
         self.handles = set()
         self.cancels = set()
         self.submit_sem = None
+        self.submitting = 0  # submits started and not yet admitted or failed
         self.stats = dict(submits=0, submit_retries=0, duplicates=0, streams_opened=0,
                           streams_open=0, streams_peak=0, merges=0, rewatches=0,
                           failovers=0, slot_waits=0, refused_by={})
@@ -520,6 +525,7 @@ class Engine(object):
         self._track(h)
         if self.submit_sem is None:
             self.submit_sem = asyncio.Semaphore(self.opts.max_submits)
+        self.submitting += 1
         asyncio.ensure_future(self._submit(h))
 
     def start_attach(self, h):
@@ -530,6 +536,14 @@ class Engine(object):
         self.conn(h.address).groups[h.own].add([h])
 
     async def _submit(self, h):
+        try:
+            await self._submit_one(h)
+        finally:
+            # before the group's runner looks (it runs after this returns): a handle
+            # that was the last one on its way is watched without lingering
+            self.submitting -= 1
+
+    async def _submit_one(self, h):
         async with self.submit_sem:
             if self.closed:
                 h.finish(exc=WorkerError("the client was closed", task_id=h.task_id))
