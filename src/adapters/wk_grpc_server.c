@@ -27,7 +27,7 @@
  * the start, which completes when the call is over and says whether it was cancelled
  * (the sink's on_closed); a unary call's sink answers without waiting on the client,
  * so its close rides in the reply's batch: one batch and one completion fewer per call
- * (~4,000 of the worker's instructions, bench_instructions.py).
+ * (4,000-6,000 of the worker's instructions, bench_instructions.py).
  *
  * Lifetime. An rpc is reference-counted: one reference per batch in flight, one for
  * the sink (from on_rpc to wk_rpc_release), and one the CQ thread holds while it
@@ -930,11 +930,11 @@ static void on_request(request_slot *slot, bool ok) {
   grpc_metadata_array_init(&slot->md);
   post_request(s, slot);
 
-  /* A stream's RECV_CLOSE_ON_SERVER first, so its cancellation is seen whatever
-   * happens next; a unary call's goes with its reply. */
-  bool close_started = false;
+  /* Taken on, unless stopping. A stream's RECV_CLOSE_ON_SERVER first, so its
+   * cancellation is seen whatever happens next; a unary call's goes with its reply. */
+  bool accepted = false;
   if (!r->streaming) {
-    close_started = !atomic_load(&s->gate_closed);
+    accepted = !atomic_load(&s->gate_closed);
   } else if (gate_enter(s)) {
     grpc_op op;
     memset(&op, 0, sizeof op);
@@ -943,7 +943,7 @@ static void on_request(request_slot *slot, bool ok) {
     rpc_ref(r); /* the close batch's */
     grpc_call_error e = grpc_call_start_batch(r->call, &op, 1, &r->close_tag, NULL);
     if (e == GRPC_CALL_OK) {
-      close_started = true;
+      accepted = true;
     } else {
       log_error("%s: recv_close batch refused: %s", k_methods[r->method].name,
                 grpc_call_error_to_string(e));
@@ -951,11 +951,11 @@ static void on_request(request_slot *slot, bool ok) {
       rpc_unref_not_last(r);
     }
   }
-  if (close_started && !authenticated) {
+  if (accepted && !authenticated) {
     if (payload != NULL) grpc_byte_buffer_destroy(payload);
     finish_with(r, GRPC_STATUS_UNAUTHENTICATED,
                 wk_xstrndup(WK_GRPC_UNAUTHENTICATED_MESSAGE, STATUS_MESSAGE_MAX), true);
-  } else if (close_started) {
+  } else if (accepted) {
     dispatch_request(s, r, payload);
   } else {
     /* stopping (or a broken call): drop it; the final unref cancels the call */
