@@ -30,10 +30,16 @@
 
 #define WAIT_MS 10000 /* generous: an executor start and one call on a busy machine */
 
-typedef struct fixture {
+/* A loop, a code directory holding main.py, and a pool of real executors on them. */
+typedef struct pool_env {
   uv_loop_t loop;
   wk_pool *pool;
-  char dir[64];    /* the code directory and the marker file */
+  char dir[64];
+  char main_py[96];
+} pool_env;
+
+typedef struct fixture {
+  pool_env env;    /* its code directory also holds the marker file */
   char marker[96]; /* the handler creates it */
   bool result;     /* the call's outcome came */
   wk_call_status status;
@@ -72,16 +78,16 @@ static bool run_until(uv_loop_t *loop, const bool *done) {
 
 static void set_flag(void *arg) { *(bool *)arg = true; }
 
-/* Stops pool, runs loop until the stop is done and the loop empty, closes the loop,
- * and removes the code directory made by make_code_dir. */
-static void stop_and_clean(uv_loop_t *loop, wk_pool *pool, const char *dir, const char *main_py) {
+/* Stops env's pool, runs its loop until the stop is done and the loop empty, closes
+ * the loop, and removes the code directory. */
+static void env_close(pool_env *env) {
   bool stopped = false;
-  wk_pool_stop(pool, set_flag, &stopped);
-  assert_true(run_until(loop, &stopped));
-  uv_run(loop, UV_RUN_DEFAULT);
-  assert_int_equal(uv_loop_close(loop), 0);
-  unlink(main_py);
-  rmdir(dir);
+  wk_pool_stop(env->pool, set_flag, &stopped);
+  assert_true(run_until(&env->loop, &stopped));
+  uv_run(&env->loop, UV_RUN_DEFAULT);
+  assert_int_equal(uv_loop_close(&env->loop), 0);
+  unlink(env->main_py);
+  rmdir(env->dir);
 }
 
 static bool file_exists(const char *path) {
@@ -111,7 +117,7 @@ static void submit_and_hold(uv_timer_t *t) {
   fixture *f = t->data;
   char args[128];
   int n = snprintf(args, sizeof args, "\"%s\"", f->marker);
-  submit_call(f->pool, "t1", "touch", f->dir, args, n, f);
+  submit_call(f->env.pool, "t1", "touch", f->env.dir, args, n, f);
   int64_t end = mono_ms() + WAIT_MS;
   while (!file_exists(f->marker) && mono_ms() < end) usleep(1000);
   f->started_in_turn = file_exists(f->marker);
@@ -162,30 +168,36 @@ static wk_pool *start_pool(uv_loop_t *loop, uint32_t executors, wk_exec_callback
   return pool;
 }
 
+/* Opens env: a loop, a code directory (from template, "XXXXXX" filled in) whose
+ * main.py is `source`, and a pool of `executors` executors on them, all up and idle,
+ * reporting to cb. */
+static void env_open(pool_env *env, const char *template, const char *source, uint32_t executors,
+                     wk_exec_callbacks cb) {
+  assert_int_equal(uv_loop_init(&env->loop), 0);
+  make_code_dir(env->dir, sizeof env->dir, template, env->main_py, sizeof env->main_py, source);
+  env->pool = start_pool(&env->loop, executors, cb);
+}
+
 static void test_call_to_an_idle_executor_is_written_at_once(void **state) {
   (void)state;
   fixture f = {0};
-  assert_int_equal(uv_loop_init(&f.loop), 0);
-  char main_py[96];
-  make_code_dir(f.dir, sizeof f.dir, "/tmp/wk-pool-dispatch-XXXXXX", main_py, sizeof main_py,
-                "def handler(args, ctx):\n    open(args, 'w').close()\n");
-  snprintf(f.marker, sizeof f.marker, "%s/started", f.dir);
   /* the executor is up and idle */
-  f.pool =
-      start_pool(&f.loop, 1,
-                 (wk_exec_callbacks){.on_result = on_result, .on_subcalls = on_subcalls, .ud = &f});
+  env_open(&f.env, "/tmp/wk-pool-dispatch-XXXXXX",
+           "def handler(args, ctx):\n    open(args, 'w').close()\n", 1,
+           (wk_exec_callbacks){.on_result = on_result, .on_subcalls = on_subcalls, .ud = &f});
+  snprintf(f.marker, sizeof f.marker, "%s/started", f.env.dir);
 
   uv_timer_t timer;
-  uv_timer_init(&f.loop, &timer);
+  uv_timer_init(&f.env.loop, &timer);
   timer.data = &f;
   uv_timer_start(&timer, submit_and_hold, 0, 0);
-  assert_true(run_until(&f.loop, &f.result));
+  assert_true(run_until(&f.env.loop, &f.result));
   assert_int_equal(f.status, WK_CALL_OK);
   assert_true(f.started_in_turn); /* before: only after the callback returned */
 
   uv_close((uv_handle_t *)&timer, on_timer_closed);
   unlink(f.marker);
-  stop_and_clean(&f.loop, f.pool, f.dir, main_py);
+  env_close(&f.env);
 }
 
 /* ---- a call queued behind a long one moves to an idle executor ------------------- */
@@ -200,16 +212,14 @@ typedef struct nap_call {
 } nap_call;
 
 typedef struct nap_fixture {
-  uv_loop_t loop;
-  wk_pool *pool;
-  char dir[64];
+  pool_env env;
   int pending; /* calls without their final outcome */
 } nap_fixture;
 
 static void nap_submit(nap_fixture *f, nap_call *c) {
   char args[32];
   int n = snprintf(args, sizeof args, "%.3f", c->seconds);
-  submit_call(f->pool, c->name, "nap", f->dir, args, n, c);
+  submit_call(f->env.pool, c->name, "nap", f->env.dir, args, n, c);
 }
 
 static void nap_on_result(void *ud, void *call_ctx, const wk_call_outcome *o) {
@@ -229,7 +239,7 @@ static void nap_on_result(void *ud, void *call_ctx, const wk_call_outcome *o) {
 static bool nap_wait(nap_fixture *f, const nap_call *c) {
   int64_t end = mono_ms() + WAIT_MS;
   while (mono_ms() < end && c->results == 0) {
-    uv_run(&f->loop, UV_RUN_NOWAIT);
+    uv_run(&f->env.loop, UV_RUN_NOWAIT);
     usleep(500);
   }
   return c->results > 0;
@@ -238,18 +248,15 @@ static bool nap_wait(nap_fixture *f, const nap_call *c) {
 /* Two executors, calls of 5 ms (so each is sent one call ahead): a 3 s call and three
  * short ones. One short call lands behind the long one; the other executor, done with
  * its two, is idle after ~10 ms, and the queued one is taken back (RECALL, NOT_STARTED)
- * and runs there: every short call ends while the long one runs. (Before, it waited 40 ms for the long call's take-back, or, for a call
- * shorter than that, until the long one ended.) */
+ * and runs there: every short call ends while the long one runs. (Before, it waited
+ * 40 ms for the long call's take-back, or, for a call shorter than that, until the long
+ * one ended.) */
 static void test_a_call_behind_a_long_one_moves_to_an_idle_executor(void **state) {
   (void)state;
   nap_fixture f = {0};
-  assert_int_equal(uv_loop_init(&f.loop), 0);
-  char main_py[96];
-  make_code_dir(f.dir, sizeof f.dir, "/tmp/wk-pool-steal-XXXXXX", main_py, sizeof main_py,
-                "import time\ndef handler(args, ctx):\n    time.sleep(args)\n");
-  f.pool = start_pool(
-      &f.loop, 2,
-      (wk_exec_callbacks){.on_result = nap_on_result, .on_subcalls = on_subcalls, .ud = &f});
+  env_open(&f.env, "/tmp/wk-pool-steal-XXXXXX",
+           "import time\ndef handler(args, ctx):\n    time.sleep(args)\n", 2,
+           (wk_exec_callbacks){.on_result = nap_on_result, .on_subcalls = on_subcalls, .ud = &f});
 
   /* both executors learn that a call takes ~5 ms */
   nap_call warm[4];
@@ -279,14 +286,14 @@ static void test_a_call_behind_a_long_one_moves_to_an_idle_executor(void **state
    * machine the warm-up calls may take long enough that none is sent ahead (nothing to
    * take back), and a RECALL may reach a call that has just started (answered by its
    * RESULT, not given back). Either way none waited, as asserted above. */
-  wk_pool_stats st = wk_pool_get_stats(f.pool);
+  wk_pool_stats st = wk_pool_get_stats(f.env.pool);
   int given_back = shorts[0].given_back + shorts[1].given_back + shorts[2].given_back;
   print_message("recalled %" PRIu64 ", stolen %" PRIu64 ", given back %d\n", st.recalled, st.stolen,
                 given_back);
   assert_true(given_back <= (int)st.recalled);
   assert_true(st.stolen <= st.recalled);
 
-  stop_and_clean(&f.loop, f.pool, f.dir, main_py);
+  env_close(&f.env);
 }
 
 /* ---- queued calls with large args ------------------------------------------------ */
@@ -298,9 +305,7 @@ static void test_a_call_behind_a_long_one_moves_to_an_idle_executor(void **state
 enum { ECHO_CALLS_MAX = 600 };
 
 typedef struct echo_fixture {
-  uv_loop_t loop;
-  wk_pool *pool;
-  char dir[64];
+  pool_env env;
   uint8_t *args[ECHO_CALLS_MAX];
   uint32_t lens[ECHO_CALLS_MAX];
   int next_result; /* the index the next outcome must have */
@@ -326,14 +331,9 @@ static void echo_on_result(void *ud, void *call_ctx, const wk_call_outcome *o) {
 static void test_queued_large_and_small_calls_arrive_whole_in_order(void **state) {
   (void)state;
   echo_fixture f = {0};
-  assert_int_equal(uv_loop_init(&f.loop), 0);
-  char main_py[96];
-  make_code_dir(f.dir, sizeof f.dir, "/tmp/wk-pool-echo-XXXXXX", main_py, sizeof main_py,
-                "def handler(args, ctx):\n    return args\n");
-  f.pool = start_pool(
-      &f.loop, 1,
-      (wk_exec_callbacks){.on_result = echo_on_result, .on_subcalls = on_subcalls, .ud = &f});
-  uint32_t room = wk_pool_capacity(f.pool);
+  env_open(&f.env, "/tmp/wk-pool-echo-XXXXXX", "def handler(args, ctx):\n    return args\n", 1,
+           (wk_exec_callbacks){.on_result = echo_on_result, .on_subcalls = on_subcalls, .ud = &f});
+  uint32_t room = wk_pool_capacity(f.env.pool);
   f.total = (int)(3 * room + 30);
   assert_true(f.total <= ECHO_CALLS_MAX);
   static const uint32_t sizes[] = {40u << 10, 100, 17u << 10, (16u << 10) - 1, 1};
@@ -348,17 +348,17 @@ static void test_queued_large_and_small_calls_arrive_whole_in_order(void **state
         .task_id = "echo",
         .function = "echo",
         .epoch = 1,
-        .code_dir = f.dir,
+        .code_dir = f.env.dir,
         .entrypoint = "main:handler",
         .content_type = WK_FRAME_CONTENT_BYTES,
         .args = {f.args[i], f.lens[i]},
     };
-    assert_non_null(wk_pool_submit(f.pool, &spec, (void *)(intptr_t)i));
+    assert_non_null(wk_pool_submit(f.env.pool, &spec, (void *)(intptr_t)i));
   }
-  assert_true(run_until(&f.loop, &f.done));
+  assert_true(run_until(&f.env.loop, &f.done));
   assert_int_equal(f.ok, f.total);
   for (int i = 0; i < f.total; i++) free(f.args[i]);
-  stop_and_clean(&f.loop, f.pool, f.dir, main_py);
+  env_close(&f.env);
 }
 
 int main(void) {

@@ -92,6 +92,14 @@ static uint64_t lcg(uint64_t *s) {
   return *s;
 }
 
+/* Output bits that change when bit `bit` of in[0..len) flips (in is restored). */
+static int flip_distance(uint8_t *in, size_t len, unsigned bit, uint64_t seed, uint64_t base) {
+  in[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+  int d = popcount64(base ^ wk_hash64(in, len, seed));
+  in[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+  return d;
+}
+
 static void test_avalanche(void **state) {
   (void)state;
   uint64_t seed = 42;
@@ -102,9 +110,7 @@ static void test_avalanche(void **state) {
     for (size_t i = 0; i < sizeof in; i++) in[i] = (uint8_t)(lcg(&seed) >> 56);
     uint64_t base = wk_hash64(in, sizeof in, 0);
     for (unsigned bit = 0; bit < 8 * sizeof in; bit++) {
-      in[bit / 8] ^= (uint8_t)(1u << (bit % 8));
-      int d = popcount64(base ^ wk_hash64(in, sizeof in, 0));
-      in[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+      int d = flip_distance(in, sizeof in, bit, 0, base);
       total += d;
       samples++;
       if (d < worst) worst = d;
@@ -125,9 +131,7 @@ static void test_long_inputs_depend_on_every_bit_and_order(void **state) {
   for (size_t i = 0; i < sizeof in; i++) in[i] = (uint8_t)(lcg(&s) >> 56);
   uint64_t base = wk_hash64(in, sizeof in, 3);
   for (unsigned bit = 0; bit < 8 * sizeof in; bit++) {
-    in[bit / 8] ^= (uint8_t)(1u << (bit % 8));
-    int d = popcount64(base ^ wk_hash64(in, sizeof in, 3));
-    in[bit / 8] ^= (uint8_t)(1u << (bit % 8));
+    int d = flip_distance(in, sizeof in, bit, 3, base);
     if (d < 10) fail_msg("flipping bit %u of 1600 changed only %d output bits", bit, d);
   }
   for (size_t a = 0; a < 24; a++) {
