@@ -3,7 +3,7 @@
 
     /usr/bin/python3 bench/bench_tasks_aio.py [--build build/release] [--reps 5]
         [--tasks 5000] [--inflight 256] [--batch 32] [--no-slot] [--no-batch-events]
-        [--library] [--smoke]
+        [--library [--sequential 500]] [--smoke]
 
 The same workload as `wk_loadgen --mode throughput`, from Python (Debian's
 python3-grpcio, grpc.aio, one channel): --inflight tasks in flight as --inflight/--batch
@@ -15,7 +15,8 @@ like bench_tasks.py (2 executors, `noop` deployed with `workerctl deploy`).
 --library measures the project's client library instead of bare stubs:
 worker_client.AsyncClient, each rep's --tasks submitted at once (`client.submit`, its
 own bounds on submits in flight and its shared WatchTasks streams) and gathered: what a
-Python program using the library pays per task.
+Python program using the library pays per task; then --sequential no-op tasks one at a
+time (submit, await the result, next), printing the p50/p90/p99 of that latency.
 
 Prints per repetition tasks/s and the CPU time per task of this client (user + system,
 every thread of the process, os.times), of the worker process and of its executors
@@ -117,7 +118,8 @@ async def bench(w, args):
             print("worker_client.AsyncClient: %d tasks x %d reps, each rep submitted at once "
                   "and gathered (SubmitTask each, the library's shared WatchTasks streams)"
                   % (args.tasks, args.reps))
-            return await measure(w, args, run)
+            rc = await measure(w, args, run)
+            return await sequential(client, args.sequential) or rc
     async with grpc.aio.insecure_channel(w.addr) as ch:
         stub = pb_grpc.WorkerServiceStub(ch)
         run = Run(stub, pb, args, "aio%d" % os.getpid())
@@ -166,6 +168,26 @@ async def measure(w, args, run):
     return 0 if run.ok == n and not run.failed else 1
 
 
+async def sequential(client, n):
+    """n no-op tasks one after another through client (submit, await the value);
+    prints the latency percentiles; 0 when all succeeded."""
+    if n <= 0:
+        return 0
+    lat = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        await client.submit("noop", {})
+        lat.append(time.perf_counter() - t0)
+    lat.sort()
+
+    def pct(p):
+        return lat[min(len(lat) - 1, int(len(lat) * p))] * 1e6
+
+    print("sequential: %d no-op tasks one at a time (submit, await the result): "
+          "p50 %.0f us, p90 %.0f us, p99 %.0f us" % (n, pct(0.5), pct(0.9), pct(0.99)))
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default=os.path.join(ROOT, "build", "release"))
@@ -179,10 +201,13 @@ def main():
                     help="one event per WatchTasks message (batch_events off)")
     ap.add_argument("--library", action="store_true",
                     help="through worker_client.AsyncClient instead of bare stubs")
+    ap.add_argument("--sequential", type=int, default=500,
+                    help="with --library: tasks run one at a time after the reps (0: none)")
     ap.add_argument("--smoke", action="store_true", help="tiny counts (ctest)")
     args = ap.parse_args()
     if args.smoke:
         args.reps, args.tasks, args.inflight, args.batch = 2, 100, 32, 8
+        args.sequential = min(args.sequential, 20)
     print("bench_tasks_aio: %d cores, load average %s" % (os.cpu_count() or 0, loadavg()), flush=True)
     w = start_worker(os.path.abspath(args.build), args.executors)
     try:
