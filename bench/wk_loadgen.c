@@ -849,6 +849,7 @@ static int mode_tasks(const opts *o, grpc_channel *ch) {
   e.rss_next = o->rss_every;
   double *rates = xcalloc(o->reps, sizeof *rates);
   double *wcpu = xcalloc(o->reps, sizeof *wcpu);
+  double *gcpu = xcalloc(o->reps, sizeof *gcpu); /* this generator's CPU per task */
   double fraction = 0, mbps = 0;
   cpu_use total = {0};
   for (unsigned r = 0; r < o->reps; r++) {
@@ -867,6 +868,7 @@ static int mode_tasks(const opts *o, grpc_channel *ch) {
     double n = (double)o->tasks;
     rates[r] = (double)(e.ok - ok0) / u.wall_s;
     wcpu[r] = u.worker_s * 1e6 / n;
+    gcpu[r] = u.self_s * 1e6 / n;
     char extra[64] = "";
     if (echo) {
       mbps = (double)((e.bytes_in - in0) + (e.bytes_out - out0)) / 1e6 / u.wall_s;
@@ -903,6 +905,14 @@ static int mode_tasks(const opts *o, grpc_channel *ch) {
        * the machine's load does to the rates */
       printf("   worker CPU per task last/first %.2f (self-slowdown shows here)\n",
              wcpu[o->reps - 1] / wcpu[0]);
+      /* the generator does the same work every rep: divided by its CPU per task, the
+       * worker's loses the machine's speed, which moves both alike */
+      if (gcpu[0] > 0 && gcpu[o->reps - 1] > 0) {
+        printf(
+            "   worker / generator CPU per task, last/first %.2f (the machine's speed "
+            "cancels out)\n",
+            (wcpu[o->reps - 1] / gcpu[o->reps - 1]) / (wcpu[0] / gcpu[0]));
+      }
     }
     printf("   WatchTasks messages per task %.2f (batch_events %s)\n",
            (double)(e.messages - messages_start) / (double)want, o->batch_events ? "on" : "off");
@@ -926,6 +936,7 @@ static int mode_tasks(const opts *o, grpc_channel *ch) {
          echo ? " with results matching byte for byte" : "");
   free(rates);
   free(wcpu);
+  free(gcpu);
   bool good = e.ok - ok_start == want && e.mismatched == 0;
   engine_free(&e);
   return good ? 0 : 1;
