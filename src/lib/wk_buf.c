@@ -6,13 +6,11 @@
 #include "lib/wk_alloc.h"
 
 uint8_t *wk_buf__grow(wk_buf *b, size_t n) {
-  if (b->cap - b->len < n) {
-    size_t cap = b->cap ? b->cap : 256;
-    while (cap - b->len < n) cap *= 2;
-    uint8_t *p = wk_xrealloc(b->data, cap);
-    b->data = p;
-    b->cap = cap;
-  }
+  /* only wk_buf_reserve calls it, when the room is short */
+  size_t cap = b->cap ? b->cap : 256;
+  while (cap - b->len < n) cap *= 2;
+  b->data = wk_xrealloc(b->data, cap);
+  b->cap = cap;
   return b->data + b->len;
 }
 

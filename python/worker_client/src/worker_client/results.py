@@ -10,13 +10,13 @@ from .errors import CallError, TaskCancelled, TaskFailed
 TERMINAL_STATES = ("SUCCEEDED", "FAILED", "CANCELLED")
 
 
-_NAMES = {}  # (enum's name, prefix) -> {number: name without prefix}, built once
+_NAMES = {}  # (enum wrapper, prefix) -> {number: name without prefix}, built once
 
 
 def _enum_name(enum, value, prefix):
     """enum's name for value without prefix; str(value) for a value this client does not
     know. A dict lookup: a client decodes a few per event, thousands of events a second."""
-    key = (enum.DESCRIPTOR.full_name, prefix)
+    key = (enum, prefix)  # the module-level wrapper itself: no descriptor lookup per call
     names = _NAMES.get(key)
     if names is None:
         names = _NAMES[key] = {v.number: v.name[len(prefix):] for v in enum.DESCRIPTOR.values}
