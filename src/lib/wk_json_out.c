@@ -27,49 +27,87 @@ size_t wk_utf8_len(const uint8_t *p, size_t n) {
   return need;
 }
 
-void wk_json_put_string(wk_buf *b, const char *s, size_t n) {
+/* Nonzero when any of the 8 bytes of x needs more than copying: a control byte
+ * (< 0x20), '"', '\\' or a byte of a multi-byte UTF-8 sequence (>= 0x80, checked).
+ * Each test is the classic "has a byte below / equal to" word trick: exact as a
+ * whole-word answer, which is all it is used for. */
+static inline uint64_t word_needs_care(uint64_t x) {
+  const uint64_t ones = 0x0101010101010101u, high = 0x8080808080808080u;
+  uint64_t quote = x ^ (ones * '"'), backslash = x ^ (ones * '\\');
+  uint64_t control = (x - ones * 0x20) & ~x;
+  uint64_t is_quote = (quote - ones) & ~quote;
+  uint64_t is_backslash = (backslash - ones) & ~backslash;
+  return (x | control | is_quote | is_backslash) & high;
+}
+
+/* Is c copied as it is? */
+static inline bool is_plain(uint8_t c) { return c >= 0x20 && c < 0x80 && c != '"' && c != '\\'; }
+
+/* Writes the one character at p[*i] (n bytes in all) escaped at o + *w, advancing both. */
+static void put_char(const uint8_t *p, size_t n, size_t *i, uint8_t *o, size_t *w) {
   static const char hex[] = "0123456789ABCDEF"; /* as jansson writes them */
+  uint8_t c = p[*i];
+  if (is_plain(c)) {
+    o[(*w)++] = c;
+    (*i)++;
+    return;
+  }
+  if (c >= 0x80) {
+    size_t l = wk_utf8_len(p + *i, n - *i);
+    if (l == 0) {
+      memcpy(o + *w, "\xef\xbf\xbd", 3); /* U+FFFD, 3 bytes for 1: within the room */
+      *w += 3;
+      (*i)++;
+    } else {
+      memcpy(o + *w, p + *i, l);
+      *w += l;
+      *i += l;
+    }
+    return;
+  }
+  (*i)++;
+  o[(*w)++] = '\\';
+  switch (c) {
+    case '"': o[(*w)++] = '"'; break;
+    case '\\': o[(*w)++] = '\\'; break;
+    case '\n': o[(*w)++] = 'n'; break;
+    case '\r': o[(*w)++] = 'r'; break;
+    case '\t': o[(*w)++] = 't'; break;
+    case '\b': o[(*w)++] = 'b'; break;
+    case '\f': o[(*w)++] = 'f'; break;
+    default:
+      o[(*w)++] = 'u';
+      o[(*w)++] = '0';
+      o[(*w)++] = '0';
+      o[(*w)++] = (uint8_t)hex[c >> 4];
+      o[(*w)++] = (uint8_t)hex[c & 15];
+  }
+}
+
+void wk_json_put_string(wk_buf *b, const char *s, size_t n) {
   const uint8_t *p = (const uint8_t *)s;
   /* room for the worst case (every byte a \u00XX escape) taken once, then filled */
   uint8_t *o = wk_buf_reserve(b, 6 * n + 2);
-  size_t w = 0;
+  size_t w = 0, i = 0;
   o[w++] = '"';
-  for (size_t i = 0; i < n;) {
-    uint8_t c = p[i];
-    if (c >= 0x20 && c < 0x80 && c != '"' && c != '\\') {
-      o[w++] = c;
-      i++;
+  /* eight plain bytes (the common case: ids, names) go across as one word */
+  while (n - i >= 8) {
+    uint64_t x;
+    memcpy(&x, p + i, 8);
+    if (word_needs_care(x) == 0) {
+      memcpy(o + w, &x, 8);
+      w += 8;
+      i += 8;
       continue;
     }
-    if (c >= 0x80) {
-      size_t l = wk_utf8_len(p + i, n - i);
-      if (l == 0) {
-        memcpy(o + w, "\xef\xbf\xbd", 3); /* U+FFFD, 3 bytes for 1: within the room */
-        w += 3;
-        i++;
-      } else {
-        memcpy(o + w, p + i, l);
-        w += l;
-        i += l;
-      }
-      continue;
-    }
-    i++;
-    o[w++] = '\\';
-    switch (c) {
-      case '"': o[w++] = '"'; break;
-      case '\\': o[w++] = '\\'; break;
-      case '\n': o[w++] = 'n'; break;
-      case '\r': o[w++] = 'r'; break;
-      case '\t': o[w++] = 't'; break;
-      case '\b': o[w++] = 'b'; break;
-      case '\f': o[w++] = 'f'; break;
-      default:
-        o[w++] = 'u';
-        o[w++] = '0';
-        o[w++] = '0';
-        o[w++] = (uint8_t)hex[c >> 4];
-        o[w++] = (uint8_t)hex[c & 15];
+    size_t stop = i + 8;
+    while (i < stop) put_char(p, n, &i, o, &w); /* may run past stop: a whole sequence */
+  }
+  while (i < n) {
+    if (is_plain(p[i])) {
+      o[w++] = p[i++];
+    } else {
+      put_char(p, n, &i, o, &w);
     }
   }
   o[w++] = '"';
@@ -97,11 +135,10 @@ static bool is_identifier(const char *key) {
 /* Writes the separator and "key": of the next member, with room for `extra` more
  * bytes after it (the value's, when its bound is known); returns where the value goes
  * (len counts the key). Keys are the program's own identifiers, copied as they are. */
-static uint8_t *put_key(wk_json_obj *o, const char *key, size_t extra) {
+static uint8_t *put_key(wk_json_obj *o, const char *key, size_t n, size_t extra) {
   WK_ASSERT(o->depth > 0);
-  WK_DEBUG_ASSERT(is_identifier(key));
+  WK_DEBUG_ASSERT(is_identifier(key) && strlen(key) == n);
   bool *has = &o->has[o->depth - 1];
-  size_t n = strlen(key);
   uint8_t *p = wk_buf_reserve(o->out, n + 4 + extra);
   size_t w = 0;
   if (*has) p[w++] = ',';
@@ -115,8 +152,8 @@ static uint8_t *put_key(wk_json_obj *o, const char *key, size_t extra) {
   return p + w;
 }
 
-void wk_json_obj_str(wk_json_obj *o, const char *key, const char *s) {
-  put_key(o, key, 0);
+void wk_json_obj_str_n(wk_json_obj *o, const char *key, size_t key_len, const char *s) {
+  put_key(o, key, key_len, 0);
   wk_json_put_string(o->out, s ? s : "", s ? strlen(s) : 0);
 }
 
@@ -127,40 +164,40 @@ static size_t put_decimal(uint8_t *p, uint64_t u) {
       "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
       "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
       "8081828384858687888990919293949596979899";
-  uint8_t digits[20]; /* backwards */
-  size_t n = 0;
+  uint8_t digits[20]; /* filled from the end */
+  size_t at = sizeof digits;
   while (u >= 100) {
-    size_t i = (size_t)(u % 100) * 2;
+    at -= 2;
+    memcpy(digits + at, pairs + (u % 100) * 2, 2);
     u /= 100;
-    digits[n++] = (uint8_t)pairs[i + 1];
-    digits[n++] = (uint8_t)pairs[i];
   }
   if (u >= 10) {
-    digits[n++] = (uint8_t)pairs[u * 2 + 1];
-    digits[n++] = (uint8_t)pairs[u * 2];
+    at -= 2;
+    memcpy(digits + at, pairs + u * 2, 2);
   } else {
-    digits[n++] = (uint8_t)('0' + u);
+    digits[--at] = (uint8_t)('0' + u);
   }
-  for (size_t i = 0; i < n; i++) p[i] = digits[n - 1 - i];
+  size_t n = sizeof digits - at;
+  memcpy(p, digits + at, n);
   return n;
 }
 
-void wk_json_obj_int(wk_json_obj *o, const char *key, int64_t v) {
-  uint8_t *p = put_key(o, key, 21); /* a sign and 20 digits */
+void wk_json_obj_int_n(wk_json_obj *o, const char *key, size_t key_len, int64_t v) {
+  uint8_t *p = put_key(o, key, key_len, 21); /* a sign and 20 digits */
   size_t w = 0;
   if (v < 0) p[w++] = '-';
   w += put_decimal(p + w, v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v);
   o->out->len += w;
 }
 
-void wk_json_obj_bool(wk_json_obj *o, const char *key, bool v) {
-  put_key(o, key, 0);
+void wk_json_obj_bool_n(wk_json_obj *o, const char *key, size_t key_len, bool v) {
+  put_key(o, key, key_len, 0);
   wk_buf_append(o->out, v ? "true" : "false", v ? 4 : 5);
 }
 
-void wk_json_obj_open(wk_json_obj *o, const char *key) {
+void wk_json_obj_open_n(wk_json_obj *o, const char *key, size_t key_len) {
   WK_ASSERT(o->depth < WK_JSON_OBJ_DEPTH);
-  put_key(o, key, 0);
+  put_key(o, key, key_len, 0);
   wk_buf_append(o->out, "{", 1);
   o->has[o->depth++] = false;
 }

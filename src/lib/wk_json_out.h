@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "lib/wk_buf.h"
 
@@ -33,15 +34,30 @@ typedef struct wk_json_obj {
 /** Starts an object at the end of `out` (which the writer borrows until the object is
  * closed). */
 void wk_json_obj_begin(wk_json_obj *o, wk_buf *out);
+/* The members' writers take the key's length; the inline wrappers below measure it
+ * (a literal's length is folded where they are inlined: no strlen per member). */
+void wk_json_obj_str_n(wk_json_obj *o, const char *key, size_t key_len, const char *s);
+void wk_json_obj_int_n(wk_json_obj *o, const char *key, size_t key_len, int64_t v);
+void wk_json_obj_bool_n(wk_json_obj *o, const char *key, size_t key_len, bool v);
+void wk_json_obj_open_n(wk_json_obj *o, const char *key, size_t key_len);
+
 /** Puts "key":"s" (s a NUL-terminated string; NULL puts ""). */
-void wk_json_obj_str(wk_json_obj *o, const char *key, const char *s);
+static inline void wk_json_obj_str(wk_json_obj *o, const char *key, const char *s) {
+  wk_json_obj_str_n(o, key, strlen(key), s);
+}
 /** Puts "key":<v>. */
-void wk_json_obj_int(wk_json_obj *o, const char *key, int64_t v);
+static inline void wk_json_obj_int(wk_json_obj *o, const char *key, int64_t v) {
+  wk_json_obj_int_n(o, key, strlen(key), v);
+}
 /** Puts "key":true or false. */
-void wk_json_obj_bool(wk_json_obj *o, const char *key, bool v);
+static inline void wk_json_obj_bool(wk_json_obj *o, const char *key, bool v) {
+  wk_json_obj_bool_n(o, key, strlen(key), v);
+}
 /** Opens an object as the value of "key"; close it with wk_json_obj_end. Aborts when
  * nested deeper than WK_JSON_OBJ_DEPTH (a program error). */
-void wk_json_obj_open(wk_json_obj *o, const char *key);
+static inline void wk_json_obj_open(wk_json_obj *o, const char *key) {
+  wk_json_obj_open_n(o, key, strlen(key));
+}
 /** Closes the innermost open object (the outermost one last). */
 void wk_json_obj_end(wk_json_obj *o);
 

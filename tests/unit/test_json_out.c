@@ -34,6 +34,18 @@ static char *put(const char *s, size_t n) {
   return (char *)b.data;
 }
 
+/* s (valid UTF-8) is written as jansson's compact dump writes it. */
+static void assert_escaped_as_jansson(const char *s, size_t n) {
+  json_t *v = json_stringn(s, n);
+  assert_non_null(v);
+  char *want = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+  char *got = put(s, n);
+  assert_string_equal(got, want);
+  free(got);
+  free(want);
+  json_decref(v);
+}
+
 /* Appends one random code point as UTF-8: ASCII (controls, quotes and backslashes
  * often), 2-, 3- and 4-byte forms. */
 static size_t random_char(char *out) {
@@ -80,14 +92,48 @@ static void test_valid_strings_escaped_as_jansson_does(void **state) {
     char s[256];
     size_t n = 0, chars = next_rand() % 40;
     for (size_t i = 0; i < chars; i++) n += random_char(s + n);
-    json_t *v = json_stringn(s, n);
-    assert_non_null(v);
-    char *want = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
-    char *got = put(s, n);
-    assert_string_equal(got, want);
-    free(got);
-    free(want);
-    json_decref(v);
+    assert_escaped_as_jansson(s, n);
+  }
+}
+
+/* Plain text goes across eight bytes at a time: one character that needs care (an
+ * escape, a multi-byte sequence, a bad byte) at every offset of strings of 0 to 40
+ * plain bytes, sequences crossing a word's end included, comes out as jansson's. */
+static void test_one_special_at_every_offset_of_plain_text(void **state) {
+  (void)state;
+  static const char *specials[] = {"\"",
+                                   "\\",
+                                   "\n",
+                                   "\x01",
+                                   "\x1f",
+                                   "\x7f",
+                                   " ",
+                                   "~",
+                                   "\xc3\xa9",
+                                   "\xe2\x82\xac",
+                                   "\xf0\x9f\x98\x80"};
+  for (size_t len = 0; len <= 40; len++) {
+    for (size_t at = 0; at <= len; at++) {
+      for (size_t k = 0; k < sizeof specials / sizeof *specials; k++) {
+        char s[64];
+        size_t sl = strlen(specials[k]);
+        memset(s, 'a', at);
+        memcpy(s + at, specials[k], sl);
+        memset(s + at + sl, 'b', len - at);
+        size_t n = len + sl;
+        assert_escaped_as_jansson(s, n);
+      }
+      /* a bad byte (and a sequence cut by the string's end) becomes U+FFFD */
+      char s[64];
+      memset(s, 'a', len + 1);
+      s[at] = '\xff';
+      char *got = put(s, len + 1);
+      char want[128];
+      snprintf(want, sizeof want, "\"%.*s\xef\xbf\xbd%.*s\"", (int)at, s, (int)(len - at),
+               s + at + 1);
+      assert_string_equal(got, want);
+      free(got);
+    }
   }
 }
 
@@ -205,6 +251,7 @@ static void test_integers_of_every_length_equal_printf(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_valid_strings_escaped_as_jansson_does),
+      cmocka_unit_test(test_one_special_at_every_offset_of_plain_text),
       cmocka_unit_test(test_any_bytes_give_valid_json),
       cmocka_unit_test(test_utf8_len),
       cmocka_unit_test(test_objects_equal_jansson_dump),
