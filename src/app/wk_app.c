@@ -109,6 +109,7 @@ typedef struct wk_app {
   wk_deploy *deploy;   /* DeployCode / SetCurrentEpoch (answers even when off) */
   uv_work_t code_scan; /* the registry's "code" field, read on the threadpool */
   bool code_scan_running, code_scan_due;
+  bool registration_waits_code; /* nothing is published until the first scan is in */
   int64_t code_scanned_ms;
   char *code_text; /* the scan's result, handed to the publisher */
   bool code_truncated;
@@ -221,7 +222,7 @@ static void on_pool_stopped(void *arg) {
 /* The registration value follows the slot table (the publisher coalesces). Returns the
  * publisher's generation of the value handed over (0: nothing is published). */
 static uint64_t publish(wk_app *app) {
-  if (!app->publisher || !app->orch) return 0;
+  if (!app->publisher || !app->orch || app->registration_waits_code) return 0;
   wk_heartbeat hb = wk_orch_heartbeat(app->orch);
   wk_etcd_heartbeat eh = {
       .task_slots = hb.task_slots,
@@ -281,6 +282,11 @@ static void code_scan_done(uv_work_t *w, int status) {
     free(app->code_text);
   }
   app->code_text = NULL;
+  if (app->registration_waits_code) {
+    /* the first value goes out now: with the code, or without it when the scan failed */
+    app->registration_waits_code = false;
+    publish(app);
+  }
   if (app->code_scan_due) follow_code(app, app_now(app));
 }
 
@@ -337,9 +343,12 @@ static void start_registration(wk_app *app) {
     wk_log(WK_LOG_ERROR, "registration_failed", "cannot start the etcd publisher: %s", err);
     return;
   }
-  publish(app);
-  app->code_scan_due = true; /* the first value lists the code */
+  /* the first value lists the code: it waits for the first scan (a coordinator picking
+   * by epoch never sees this worker without its code) */
+  app->code_scan_due = true;
   follow_code(app, app_now(app));
+  app->registration_waits_code = app->code_scan_running;
+  publish(app);
 }
 
 /* Copies what the pool, the core, the publisher and the shadow own into the metrics. */

@@ -103,6 +103,17 @@ class Etcd(object):
                                                          int(kv.get("lease", 0)))
         return kvs
 
+    def first_value(self, key):
+        """The first value `key` was ever given since it was created (etcd keeps the
+        history: read at the key's create_revision), or None when it does not exist."""
+        k = base64.b64encode(key.encode()).decode()
+        kvs = self._post("/v3/kv/range", {"key": k}).get("kvs", [])
+        if not kvs:
+            return None
+        rev = int(kvs[0]["create_revision"])
+        first = self._post("/v3/kv/range", {"key": k, "revision": rev}).get("kvs", [])
+        return json.loads(base64.b64decode(first[0]["value"])) if first else None
+
     def delete(self, key):
         self._post("/v3/kv/deleterange", {"key": base64.b64encode(key.encode()).decode()})
 

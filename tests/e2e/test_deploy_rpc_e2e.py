@@ -162,6 +162,9 @@ def test_etcd_record_lists_the_code_and_follows_deploys(worker_factory, etcd):
     key = PREFIX + w.addr
     status_port = w.events("metrics_listening")[0]["port"]
     wait_for(lambda: key in etcd.range_prefix(PREFIX))
+    # the very first value written already lists the code (the registration waits for
+    # the first scan of the store: a coordinator never sees the worker without it)
+    assert etcd.first_value(key)["code"] == {}
     assert etcd.range_prefix(PREFIX)[key][0]["code"] == {}
     assert etcd.range_prefix(PREFIX)[key][0]["code_truncated"] is False
     d = {}
