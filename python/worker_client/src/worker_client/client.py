@@ -9,7 +9,7 @@ import queue
 import threading
 
 from . import _common
-from .errors import TaskCancelled, WorkerError
+from .errors import WorkerError
 
 
 class _Delivery(object):
