@@ -154,7 +154,17 @@ class Watched(object):
 
     def __init__(self, w, task_id, seconds):
         fn = pb.FunctionCallConfig(name="sleepy", args=('{"seconds": %s}' % seconds).encode())
-        w.stub.SubmitTask(pb.SubmitTaskRequest(task_id=task_id, function=fn), timeout=5)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                w.stub.SubmitTask(pb.SubmitTaskRequest(task_id=task_id, function=fn), timeout=5)
+                break
+            except grpc.RpcError as e:
+                # every slot busy with a Submitter's no-op tasks (a slow machine runs them
+                # slower than it admits them): not a refusal, so wait for one, as it does
+                if e.code() != grpc.StatusCode.RESOURCE_EXHAUSTED or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
         self.state = None
         self.stream = w.stub.WatchTasks(pb.WatchTasksRequest(task_ids=[task_id]), timeout=60)
         self.thread = threading.Thread(target=self._run, daemon=True)
