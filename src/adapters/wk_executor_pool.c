@@ -35,9 +35,10 @@
 #define MAINTENANCE_MS 50u
 #define SPARE_WRITES_MAX 8u            /* write buffers kept for reuse */
 #define SPARE_WRITE_CAP_MAX (1u << 20) /* a larger one is freed, not kept */
-/* A queued CALL frame this large is written on its own rather than copied into the
- * executor's write buffer (below it, one write for many frames is worth the copy). */
-#define WRITE_ALONE_MIN (16u * 1024u)
+/* A large frame: a queued CALL this large is written on its own rather than copied into
+ * the executor's write buffer (below it, one write for many frames is worth the copy),
+ * and a RESULT this large is read to its end (read_size). */
+#define LARGE_FRAME_MIN (16u * 1024u)
 #define START_FAILURES_MAX 3u /* executors in a row dead before HELLO: unavailable */
 #define SWEEP_EVERY_TICKS 20u /* orphans looked for every second (MAINTENANCE_MS) */
 
@@ -615,6 +616,20 @@ static void output_closed(void *arg) {
 
 static void read_frames(wk_conn *c);
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
+
+/* Bytes to read next: READ_CHUNK, or only the rest of a large frame (a 64 KiB output)
+ * already begun in the buffer. A read that went on past that frame's end would leave
+ * the next frame's start at the buffer's end, and the room for the read after it would
+ * be made by moving that start (up to READ_CHUNK bytes) to the front: reading to the
+ * frame's end empties the buffer once it is decoded, and the next frame lands at the
+ * front. Small frames (a no-op's RESULT) keep being read many at a time. */
+static size_t read_size(const wk_conn *c) {
+  uint64_t total, rest;
+  if (wk_frame_buf_partial(&c->rbuf, &total, &rest) && total >= LARGE_FRAME_MIN &&
+      rest < READ_CHUNK)
+    return (size_t)rest;
+  return READ_CHUNK;
+}
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
 
 /* Reads what the socket still holds (the peer is gone: no waiting) and handles it. */
@@ -622,8 +637,9 @@ static void drain(wk_conn *c) {
   uv_os_fd_t fd;
   if (c->closing || uv_fileno((const uv_handle_t *)&c->pipe, &fd) != 0) return;
   for (;;) {
-    uint8_t *at = wk_frame_buf_reserve(&c->rbuf, READ_CHUNK);
-    ssize_t n = recv(fd, at, READ_CHUNK, MSG_DONTWAIT);
+    size_t want = read_size(c);
+    uint8_t *at = wk_frame_buf_reserve(&c->rbuf, want);
+    ssize_t n = recv(fd, at, want, MSG_DONTWAIT);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     wk_frame_buf_commit(&c->rbuf, (size_t)n);
@@ -1091,8 +1107,9 @@ static void handle_frame(wk_conn *conn, const wk_frame *f) {
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf) {
   (void)suggested;
   wk_conn *c = h->data;
-  buf->base = (char *)wk_frame_buf_reserve(&c->rbuf, READ_CHUNK);
-  buf->len = READ_CHUNK;
+  size_t want = read_size(c);
+  buf->base = (char *)wk_frame_buf_reserve(&c->rbuf, want);
+  buf->len = want;
 }
 
 /* Handles every complete frame in the connection's buffer. */
@@ -1429,7 +1446,7 @@ static void send_queued(wk_pool *pool, wk_executor *e, wk_pool_call *c) {
   pool->queued--;
   uint8_t *frame = c->frame; /* sent: the call no longer needs its bytes */
   c->frame = NULL;
-  if (c->frame_len >= WRITE_ALONE_MIN) {
+  if (c->frame_len >= LARGE_FRAME_MIN) {
     write_frame_alone(e, frame, c->frame_len);
   } else {
     wk_frame_buf_append(&e->wbuf, frame, c->frame_len);

@@ -405,6 +405,17 @@ static uint32_t rd_u32_at(const uint8_t *p) {
   return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
+bool wk_frame_buf_partial(const wk_frame_buf *b, uint64_t *total, uint64_t *rest) {
+  WK_ASSERT(b != NULL && total != NULL && rest != NULL);
+  size_t held = b->end - b->start;
+  if (held < WK_FRAME_PREFIX_SIZE) return false;
+  uint64_t t = (uint64_t)WK_FRAME_PREFIX_SIZE + rd_u32_at(b->data + b->start);
+  if (t <= held) return false;
+  *total = t;
+  *rest = t - held;
+  return true;
+}
+
 static bool take(cursor *c, size_t n) {
   if (c->bad || c->left < n) {
     c->bad = true;

@@ -295,6 +295,12 @@ void wk_frame_buf_consume(wk_frame_buf *b, size_t n);
 /** Drops every held byte, keeping the allocation. */
 void wk_frame_buf_clear(wk_frame_buf *b);
 
+/** When the held bytes begin with a frame's length prefix but not the whole frame:
+ * true, with the frame's size on the wire (prefix included, as the prefix claims it:
+ * nothing is checked against a limit) in *total and the bytes still missing in *rest.
+ * False otherwise (fewer than 4 bytes held, or a whole frame held). */
+bool wk_frame_buf_partial(const wk_frame_buf *b, uint64_t *total, uint64_t *rest);
+
 /* ---- codec -------------------------------------------------------------------- */
 
 /** Total bytes `f` takes on the wire, length prefix included; 0 when f->type is not a

@@ -1018,6 +1018,52 @@ static void test_buffer(void **state) {
   wk_frame_buf_free(&enc);
 }
 
+/* wk_frame_buf_partial: the size of a frame begun in the buffer and what it still
+ * lacks, from its length prefix alone, at every cut of a 3-frame stream. */
+static void test_buffer_partial_frame(void **state) {
+  (void)state;
+  wk_frame_buf enc;
+  wk_frame_buf_init(&enc, NULL);
+  wk_frame samples[N_TYPES];
+  size_t ns = all_samples(samples);
+  assert_true(ns >= 3);
+  size_t ends[3];
+  for (size_t i = 0; i < 3; i++) {
+    assert_int_equal(wk_frame_encode(&enc, &samples[i], MAX_FRAME), 0);
+    ends[i] = wk_frame_buf_size(&enc);
+  }
+  const uint8_t *src = wk_frame_buf_bytes(&enc);
+  for (size_t cut = 0; cut <= ends[2]; cut++) {
+    wk_frame_buf b;
+    wk_frame_buf_init(&b, NULL);
+    wk_frame_buf_append(&b, src, cut);
+    size_t begin = 0, i = 0; /* consume the whole frames, as the reader does */
+    while (i < 3 && ends[i] <= cut) begin = ends[i++];
+    wk_frame_buf_consume(&b, begin);
+    uint64_t total = 0, rest = 0;
+    bool partial = wk_frame_buf_partial(&b, &total, &rest);
+    if (i == 3 || cut - begin < WK_FRAME_PREFIX_SIZE) {
+      assert_false(partial); /* nothing begun, or no whole prefix yet */
+    } else {
+      assert_true(partial);
+      assert_int_equal(total, ends[i] - begin);
+      assert_int_equal(rest, ends[i] - cut);
+    }
+    wk_frame_buf_free(&b);
+  }
+  /* a prefix claiming more than any limit is reported as it is (the decoder refuses it) */
+  wk_frame_buf b;
+  wk_frame_buf_init(&b, NULL);
+  const uint8_t huge[] = {0xff, 0xff, 0xff, 0xff, 1};
+  wk_frame_buf_append(&b, huge, sizeof huge);
+  uint64_t total = 0, rest = 0;
+  assert_true(wk_frame_buf_partial(&b, &total, &rest));
+  assert_int_equal(total, 4 + (uint64_t)UINT32_MAX);
+  assert_int_equal(rest, total - sizeof huge);
+  wk_frame_buf_free(&b);
+  wk_frame_buf_free(&enc);
+}
+
 static int g_allocs;
 static void *count_alloc(void *ud, size_t size) {
   (void)ud;
@@ -1082,6 +1128,7 @@ int main(void) {
       cmocka_unit_test(test_malformed_lists),
       cmocka_unit_test(test_garbage),
       cmocka_unit_test(test_buffer),
+      cmocka_unit_test(test_buffer_partial_frame),
       cmocka_unit_test(test_buffer_allocator),
       cmocka_unit_test(test_names),
   };
