@@ -616,6 +616,7 @@ static void output_closed(void *arg) {
 
 static void read_frames(wk_conn *c);
 static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf);
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
 
 /* Bytes to read next: READ_CHUNK, or only the rest of a large frame (a 64 KiB output)
  * already begun in the buffer. A read that went on past that frame's end would leave
@@ -630,7 +631,6 @@ static size_t read_size(const wk_conn *c) {
     return (size_t)rest;
   return READ_CHUNK;
 }
-static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
 
 /* Reads what the socket still holds (the peer is gone: no waiting) and handles it. */
 static void drain(wk_conn *c) {

@@ -85,15 +85,27 @@ size_t wk_wire_inline_output_limit(size_t max_inline_output_bytes, size_t max_me
   return max_inline_output_bytes < room ? max_inline_output_bytes : room;
 }
 
+/* Wire types (protobuf encoding): a varint, or a length and that many bytes. */
+#define WIRE_VARINT 0u
+#define WIRE_LEN 2u
+
+/* The tag of `field` (wire type `wire`) and then the varint v, at p (room for
+ * WK_WIRE_FIELD_HEAD_MAX bytes): a varint field, or a length-delimited field's head
+ * with v its length. Returns the bytes written. */
+static size_t put_tagged(uint8_t *p, uint32_t field, uint32_t wire, uint64_t v) {
+  size_t n = wk_varint_put(p, ((uint64_t)field << 3) | wire);
+  return n + wk_varint_put(p + n, v);
+}
+
 void wk_wire_append_bytes_field(wk_buf *out, uint32_t field, const void *data, size_t len) {
-  wk_buf_append_varint(out, ((uint64_t)field << 3) | 2u);
-  wk_buf_append_varint(out, len);
-  wk_buf_append(out, data, len);
+  uint8_t *p = wk_buf_reserve(out, WK_WIRE_FIELD_HEAD_MAX + len);
+  size_t n = put_tagged(p, field, WIRE_LEN, len);
+  if (len) memcpy(p + n, data, len);
+  out->len += n + len;
 }
 
 void wk_wire_append_varint_field(wk_buf *out, uint32_t field, uint64_t v) {
-  wk_buf_append_varint(out, (uint64_t)field << 3);
-  wk_buf_append_varint(out, v);
+  out->len += put_tagged(wk_buf_reserve(out, WK_WIRE_FIELD_HEAD_MAX), field, WIRE_VARINT, v);
 }
 
 /* A phase's time: up to its end, 0 while it runs (a snapshot carries no clock). */
@@ -104,18 +116,15 @@ static uint64_t phase_ms(const wk_task_statistic *s, wk_phase p) {
 }
 
 /* A proto3 varint field at p as protobuf-c packs it: nothing for 0 (the default is
- * not sent); returns the bytes written (at most 11). */
+ * not sent); returns the bytes written (at most 11 for fields 1..15). */
 static size_t put_varint_field(uint8_t *p, uint32_t field, uint64_t v) {
-  if (v == 0) return 0;
-  p[0] = (uint8_t)(field << 3); /* fields 1..15: a one-byte tag */
-  return 1 + wk_varint_put(p + 1, v);
+  return v ? put_tagged(p, field, WIRE_VARINT, v) : 0;
 }
 
 /* A proto3 string field at p: nothing for "" (the default); returns the bytes written. */
 static size_t put_string_field(uint8_t *p, uint32_t field, const char *s, size_t len) {
   if (len == 0) return 0;
-  p[0] = (uint8_t)((field << 3) | 2u);
-  size_t n = 1 + wk_varint_put(p + 1, len);
+  size_t n = put_tagged(p, field, WIRE_LEN, len);
   memcpy(p + n, s, len);
   return n + len;
 }
@@ -165,8 +174,7 @@ void wk_wire_append_task_result(wk_buf *out, const wk_task_result *r, int64_t wa
   n += put_varint_field(p + n, 4, (uint64_t)(int64_t)r->failure_code);
   n += put_string_field(p + n, 5, fm, fm_len);
   n += put_varint_field(p + n, 6, r->code_epoch);
-  p[n++] = (uint8_t)((9u << 3) | 2u); /* the statistic is always there, even empty */
-  n += wk_varint_put(p + n, stat_len);
+  n += put_tagged(p + n, 9, WIRE_LEN, stat_len); /* the statistic: always, even empty */
   memcpy(p + n, stat, stat_len);
   n += stat_len;
   WK_ASSERT(n <= bound);
