@@ -28,7 +28,6 @@ import re
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
@@ -47,7 +46,7 @@ def main():
     ap.add_argument("--reps", type=int, default=3, help="rounds (one map run per executor count each)")
     args = ap.parse_args()
     os.environ["WK_BUILD_DIR"] = os.path.abspath(args.build)
-    from conftest import Worker, pb, pb_grpc  # noqa: E402 (after WK_BUILD_DIR is set)
+    from conftest import Worker, temp_dir, pb, pb_grpc  # noqa: E402 (after WK_BUILD_DIR is set)
     import grpc
 
     cores = os.cpu_count() or 0
@@ -70,10 +69,10 @@ def main():
               % (len(floors), args.map_items, floors[-1], max(other, 0.0) * 100 / dt))
 
     def start_worker(executors):
-        tmp = tempfile.mkdtemp(prefix="bench-calls-")
+        tmp = temp_dir("bench-calls-")
         w = Worker(tmp, extra_args=["--executors-max", str(executors), "--pipeline-depth", "64",
                                     "--task-slots", "128", "--max-message-bytes", str(64 << 20)],
-                   executors=executors)
+                   executors=executors, keep_logs=False)
         try:
             w.wait_serving()
             w.deploy("noop", "def handler(args, ctx):\n    return None\n")

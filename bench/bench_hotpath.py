@@ -21,7 +21,6 @@ import argparse
 import asyncio
 import os
 import sys
-import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -66,15 +65,15 @@ def main():
     ap.add_argument("--perf-echo", default="", help="perf record -g the worker into this file during the echo reps")
     args = ap.parse_args()
     os.environ["WK_BUILD_DIR"] = os.path.abspath(args.build)
-    from conftest import Worker, pb, pb_grpc  # noqa: E402 (after WK_BUILD_DIR is set)
+    from conftest import Worker, temp_dir, pb, pb_grpc  # noqa: E402 (after WK_BUILD_DIR is set)
     import grpc
 
     only = set(args.only.split(","))
-    tmp = tempfile.mkdtemp(prefix="bench-hotpath-")
+    tmp = temp_dir("bench-hotpath-")
     w = Worker(tmp, extra_args=["--task-slots", "1024", "--max-message-bytes", str(16 << 20),
                                 "--executors-max", str(args.executors)]
                + (["--scratch-root", args.scratch_root] if args.scratch_root else []),
-               executors=args.executors)
+               executors=args.executors, keep_logs=False)
     TERMINAL = (pb.TASK_STATE_SUCCEEDED, pb.TASK_STATE_FAILED, pb.TASK_STATE_CANCELLED)
     try:
         w.wait_serving()

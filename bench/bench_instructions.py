@@ -52,11 +52,11 @@ def serve(build, loadgen_args, out, steps):
     through wk_loadgen; stops the worker after."""
     os.environ["WK_BUILD_DIR"] = os.path.abspath(build)
     import bench_tasks  # noqa: E402 (FUNCTIONS and the deploy)
-    from conftest import Worker  # noqa: E402
-    tmp = tempfile.mkdtemp(prefix="bench-instr-")
+    from conftest import Worker, temp_dir  # noqa: E402
+    tmp = temp_dir("bench-instr-")
     w = Worker(tmp, extra_args=["--executors-max", "2", "--task-slots", "4096"], executors=2,
                wrapper=["valgrind", "--tool=callgrind", "--callgrind-out-file=" + out],
-               start_timeout=300)
+               start_timeout=300, keep_logs=False)
 
     def load(tasks):
         cmd = [os.path.join(build, "bench", "wk_loadgen"), "--target", w.addr, "--mode",

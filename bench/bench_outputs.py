@@ -16,7 +16,6 @@ before the spool) would take some three times calls x output bytes."""
 import argparse
 import os
 import sys
-import tempfile
 import threading
 import time
 
@@ -40,9 +39,9 @@ def main():
     ap.add_argument("--executors", type=int, default=2)
     args = ap.parse_args()
     os.environ["WK_BUILD_DIR"] = os.path.abspath(args.build)
-    from conftest import Worker, pb  # noqa: E402 (after WK_BUILD_DIR is set)
+    from conftest import Worker, temp_dir, pb  # noqa: E402 (after WK_BUILD_DIR is set)
 
-    tmp = tempfile.mkdtemp(prefix="bench-outputs-")
+    tmp = temp_dir("bench-outputs-")
     out = os.path.join(tmp, "out")
     scratch = os.path.join(tmp, "scratch")
     os.makedirs(out)
@@ -50,7 +49,7 @@ def main():
     w = Worker(tmp, extra_args=["--output-dir", out, "--scratch-root", scratch, "--pipeline-depth", "64",
                                 "--max-calls-per-task", str(max(args.calls, 1)),
                                 "--default-timeout-ms", "3600000"],
-               executors=args.executors)
+               executors=args.executors, keep_logs=False)
     try:
         w.wait_serving()
         w.deploy("sized", "def handler(args, ctx):\n    return 'x' * %d\n" % args.output_bytes)
