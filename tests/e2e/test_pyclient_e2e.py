@@ -3,6 +3,7 @@ TaskFuture and AsyncClient, typed errors, TLS and the token, progress, ownership
 
 import asyncio
 import concurrent.futures
+import gc
 import io
 import json
 import os
@@ -10,6 +11,7 @@ import socket
 import subprocess
 import threading
 import time
+import weakref
 
 import grpc
 import pytest
@@ -539,3 +541,54 @@ def test_private_protocol_modules_coexist_with_other_stubs():
     b = worker_pb2.SubmitTaskRequest.FromString(a.SerializeToString())
     assert b.task_id == "x" and type(b).__module__ == "worker_client._proto.worker_pb2"
     assert worker_pb2.DESCRIPTOR.pool is not pb.DESCRIPTOR.pool
+
+
+def _freed_without_the_cycle_collector(submit_all, stats):
+    """Runs submit_all() -> futures (all done) with Python's cycle collector off, waits
+    until every WatchTasks stream ended, drops the futures and says which of each
+    finished task's futures and Handles are still alive: what reference counting alone
+    did not free (each such record waits for a collection and makes it slower)."""
+    gc.collect()
+    gc.disable()
+    try:
+        fs = submit_all()
+        refs = [weakref.ref(f) for f in fs] + [weakref.ref(f._handle) for f in fs]
+        deadline = time.time() + 30
+        while stats()["streams_open"] and time.time() < deadline:
+            time.sleep(0.05)
+        assert stats()["streams_open"] == 0, stats()
+        del fs
+        return [r() for r in refs if r() is not None]
+    finally:
+        gc.enable()
+        gc.collect()
+
+
+def test_finished_tasks_are_freed_by_reference_counting(w):
+    """A finished task's future and Handle are not in a reference cycle (the handle's
+    callbacks, the engine's tracking closure and its stream's back-reference each made
+    one), in Client and in AsyncClient. The loops below read the streams' count on the
+    engine's loop: stats() is safe from the caller's thread."""
+    with wc.Client(w.addr) as c:
+        def submit_all():
+            fs = [c.submit("square", i) for i in range(20)]
+            assert [f.result(60) for f in fs] == [i * i for i in range(20)]
+            return fs
+        left = _freed_without_the_cycle_collector(submit_all, c.stats)
+        assert left == [], "%d objects only the cycle collector would free: %r" % (
+            len(left), left[:4])
+
+    async def main():
+        async with wc.AsyncClient(w.addr) as c:
+            fs = [c.submit("square", i) for i in range(20)]
+            assert await asyncio.gather(*fs) == [i * i for i in range(20)]
+            for _ in range(600):
+                if not c._engine.stats["streams_open"]:
+                    break
+                await asyncio.sleep(0.05)
+            return fs
+
+    def submit_all_async():
+        return asyncio.run(main())
+    left = _freed_without_the_cycle_collector(submit_all_async, lambda: {"streams_open": 0})
+    assert left == [], "%d objects only the cycle collector would free: %r" % (len(left), left[:4])

@@ -31,6 +31,7 @@ class _Delivery(object):
             except Exception:  # noqa: BLE001 (a user callback's error must not end delivery)
                 import traceback
                 traceback.print_exc()
+            fn = None  # not held (with the future it delivered to) until the next one
 
     def put(self, fn):
         self.q.put(fn)
