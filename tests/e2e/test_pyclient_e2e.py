@@ -592,3 +592,30 @@ def test_finished_tasks_are_freed_by_reference_counting(w):
         return asyncio.run(main())
     left = _freed_without_the_cycle_collector(submit_all_async, lambda: {"streams_open": 0})
     assert left == [], "%d objects only the cycle collector would free: %r" % (len(left), left[:4])
+
+
+def test_max_submits_bounds_the_submits_in_flight(w):
+    """max_submits=3: 30 tasks submitted at once go out three SubmitTasks at a time (the
+    real RPCs, counted around the engine's per-worker submit), all admitted, in the
+    order they were submitted."""
+    async def main():
+        async with wc.AsyncClient(w.addr, max_submits=3) as c:
+            eng = c._engine
+            real = eng._submit_to
+            now, most, order = [0], [0], []
+
+            async def counted(conn, h, slot_id, failover=False):
+                now[0] += 1
+                most[0] = max(most[0], now[0])
+                order.append(h.task_id)
+                try:
+                    return await real(conn, h, slot_id, failover)
+                finally:
+                    now[0] -= 1
+            eng._submit_to = counted
+            fs = [c.submit("square", i) for i in range(30)]
+            assert await asyncio.gather(*fs) == [i * i for i in range(30)]
+            assert most[0] == 3 and now[0] == 0
+            assert order == [f.task_id for f in fs]
+            assert (await c.stats())["submits"] == 30
+    asyncio.run(main())

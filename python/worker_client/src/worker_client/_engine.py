@@ -4,6 +4,7 @@ retries and etcd failover, and the shared WatchTasks streams that deliver every 
 events. Private; the public surface is client.Client and aio.AsyncClient."""
 
 import asyncio
+import collections
 import json
 import math
 import os
@@ -173,7 +174,7 @@ class Handle(object):
         self.last_progress = None
         self.on_progress = None
         self.on_finish = None
-        self.admitted = None  # an asyncio.Event made by the engine
+        self.tracker = None  # the engine's set of unfinished handles, while in it
 
     def finish(self, value=None, exc=None, result=None):
         if self.done:
@@ -181,13 +182,13 @@ class Handle(object):
         self.done = True
         self.result = result
         self.exc = exc
-        if self.admitted is not None:
-            self.admitted.set()
-        # The callbacks lead back to this handle (its future holds it; the engine's
-        # tracking closure holds it) and its stream holds it: let go of them once they
-        # ran, so reference counting frees a finished task. Kept, each such cycle waited
-        # for the cycle collector, whose passes over thousands of them took 35-50% of
-        # a Python client's CPU per task.
+        if self.tracker is not None:
+            self.tracker.discard(self)
+            self.tracker = None
+        # The callbacks lead back to this handle (its future holds it) and its stream
+        # holds it: let go of them once they ran, so reference counting frees a
+        # finished task. Kept, each such cycle waited for the cycle collector, whose
+        # passes over thousands of them took 35-50% of a Python client's CPU per task.
         on_finish = self.on_finish
         self.on_finish = self.on_progress = None
         self.stream = None
@@ -510,7 +511,8 @@ class Engine(object):
         self.closed = False
         self.handles = set()
         self.cancels = set()
-        self.submit_sem = None
+        self.submit_queue = collections.deque()  # handles waiting for a submitter
+        self.submitters = 0  # _submitter coroutines running, at most opts.max_submits
         self.submitting = 0  # submits started and not yet admitted or failed
         self.stats = dict(submits=0, submit_retries=0, duplicates=0, streams_opened=0,
                           streams_open=0, streams_peak=0, merges=0, rewatches=0,
@@ -526,60 +528,59 @@ class Engine(object):
         return c
 
     def _track(self, h):
+        """h is in self.handles until it finishes (close() fails what is left)."""
         self.handles.add(h)
-        inner = h.on_finish
-
-        def finished(value, exc, result):
-            self.handles.discard(h)
-            if inner is not None:
-                inner(value, exc, result)
-        h.on_finish = finished
+        h.tracker = self.handles
 
     def start_submit(self, h):
-        """Submits h in the background; its outcome arrives through h.on_finish."""
-        h.admitted = asyncio.Event()
+        """Submits h in the background; its outcome arrives through h.on_finish. At
+        most max_submits submitters run; the others' handles wait in a queue (not an
+        asyncio task each: thousands of tasks waiting on a semaphore cost the client
+        more CPU than their RPCs)."""
         self._track(h)
-        if self.submit_sem is None:
-            self.submit_sem = asyncio.Semaphore(self.opts.max_submits)
         self.submitting += 1
-        asyncio.ensure_future(self._submit(h))
+        self.submit_queue.append(h)
+        if self.submitters < self.opts.max_submits:
+            self.submitters += 1
+            asyncio.ensure_future(self._submitter())
 
     def start_attach(self, h):
         """Watches an existing task (h.address set) until it is terminal."""
-        h.admitted = asyncio.Event()
-        h.admitted.set()
         self._track(h)
         self.conn(h.address).groups[h.own].add([h])
 
-    async def _submit(self, h):
+    async def _submitter(self):
+        """Submits queued handles, one at a time, until the queue is empty."""
         try:
-            await self._submit_one(h)
+            while self.submit_queue:
+                try:
+                    await self._submit_one(self.submit_queue.popleft())
+                finally:
+                    # before the group's runner looks (it runs after this returns): a
+                    # handle that was the last one on its way is watched without lingering
+                    self.submitting -= 1
         finally:
-            # before the group's runner looks (it runs after this returns): a handle
-            # that was the last one on its way is watched without lingering
-            self.submitting -= 1
+            self.submitters -= 1
 
     async def _submit_one(self, h):
-        async with self.submit_sem:
-            if self.closed:
-                h.finish(exc=WorkerError("the client was closed", task_id=h.task_id))
-                return
-            try:
-                addr, resp = await self._submit_waiting(h)
-            except WorkerError as e:
-                h.finish(exc=e)
-                return
-            except Exception as e:  # noqa: BLE001
-                h.finish(exc=WorkerError("submit of %s failed: %r" % (h.task_id, e),
-                                         task_id=h.task_id))
-                return
+        if self.closed:
+            h.finish(exc=WorkerError("the client was closed", task_id=h.task_id))
+            return
+        try:
+            addr, resp = await self._submit_waiting(h)
+        except WorkerError as e:
+            h.finish(exc=e)
+            return
+        except Exception as e:  # noqa: BLE001
+            h.finish(exc=WorkerError("submit of %s failed: %r" % (h.task_id, e),
+                                     task_id=h.task_id))
+            return
         self.stats["submits"] += 1
         h.address = addr
         if resp is not None:
             h.duplicate = resp.duplicate
             if resp.duplicate:
                 self.stats["duplicates"] += 1
-        h.admitted.set()
         if h.cancel_reason is not None:  # cancelled while the submit was on its way
             t = asyncio.ensure_future(self._cancel_quietly(h))
             self.cancels.add(t)
