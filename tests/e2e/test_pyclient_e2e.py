@@ -184,10 +184,15 @@ def test_wait_as_completed_and_callbacks(client):
     ev = threading.Event()
     fs = [client.submit("sleepy", {"seconds": s}) for s in (1.5, 0.1)]
     fs.append(client.submit("boom", 1))
-    fs[0].add_done_callback(lambda f: (done_order.append(f.task_id), ev.set()))
+    fs[0].add_done_callback(lambda f: (done_order.append(
+        (f.task_id, threading.current_thread().name)), ev.set()))
     got = [f for f in concurrent.futures.as_completed(fs, timeout=60)]
     assert set(got) == set(fs) and got[-1] is fs[0]
-    assert ev.wait(10) and done_order == [fs[0].task_id]
+    # a callback never runs on the network thread: on the delivery thread when added
+    # before the end, in the adding thread after it
+    assert ev.wait(10) and done_order == [(fs[0].task_id, "worker-client-delivery")]
+    fs[0].add_done_callback(lambda f: done_order.append(threading.current_thread().name))
+    assert done_order[-1] == threading.current_thread().name
     done, not_done = concurrent.futures.wait(fs, timeout=1)
     assert len(done) == 3 and not not_done
     slow = client.submit("sleepy", {"seconds": 30})

@@ -4,6 +4,7 @@ and progress callbacks run, on one delivery thread, so a slow callback never sta
 network. Two threads per Client, whatever the number of tasks."""
 
 import asyncio
+import collections
 import concurrent.futures
 import queue
 import threading
@@ -136,6 +137,19 @@ class TaskFuture(concurrent.futures.Future):
             if p.kind == "terminal":
                 return
 
+    def _finish_from_loop(self, value, exc, result):
+        """The handle's on_finish, on the network thread. A future nobody added a
+        callback to is completed here (set_result only wakes the threads waiting in
+        result()/wait()); otherwise on the delivery thread, after its progress
+        callbacks, so no user code runs on the network thread. Deciding under the
+        future's condition: a callback added after that runs in its adder's thread."""
+        with self._condition:
+            if not self._done_callbacks and not self._progress_callbacks and (
+                    exc is None or not getattr(exc, "by_client", False)):
+                self._deliver_finish(value, exc)
+                return
+        self._client._delivery.put(lambda: self._deliver_finish(value, exc))
+
     # called on the delivery thread
     def _deliver_progress(self, p):
         with self._plock:
@@ -182,6 +196,8 @@ class Client(_common.ClientBase):
         self._thread.start()
         self._delivery = _Delivery()
         self._closed = False
+        self._inbox = collections.deque()  # (engine method, handle) for the network thread
+        self._inbox_woken = False
 
     # ---- plumbing ----
     def _on_loop(self):
@@ -198,9 +214,28 @@ class Client(_common.ClientBase):
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
 
     def _start(self, engine_method, handle):
+        """Hands (engine_method, handle) to the network thread: a burst of submits
+        wakes it once (call_soon_threadsafe writes to the loop's wake-up pipe), not
+        once per submit."""
         if self._closed:
             raise WorkerError("the client is closed")
-        self._loop.call_soon_threadsafe(engine_method, handle)
+        self._inbox.append((engine_method, handle))
+        if not self._inbox_woken:
+            self._inbox_woken = True
+            self._loop.call_soon_threadsafe(self._take_inbox)
+
+    def _take_inbox(self):
+        # cleared before the queue is read: a _start that still sees it set appended
+        # before this reads the queue
+        self._inbox_woken = False
+        inbox = self._inbox
+        while inbox:
+            engine_method, handle = inbox.popleft()
+            try:
+                engine_method(handle)
+            except Exception as e:  # noqa: BLE001 (a bug must not strand the handles after it)
+                handle.finish(exc=WorkerError("starting task %s failed: %r" % (handle.task_id, e),
+                                              task_id=handle.task_id))
 
     def _bind(self, handle, sink):
         fut = TaskFuture(self, handle)
@@ -212,7 +247,7 @@ class Client(_common.ClientBase):
             if fut._progress_callbacks:
                 d.put(lambda: fut._deliver_progress(p))
         handle.on_progress = on_progress
-        handle.on_finish = lambda value, exc, result: d.put(lambda: fut._deliver_finish(value, exc))
+        handle.on_finish = fut._finish_from_loop
         return fut
 
     def get(self, task_id, *, address=None):
