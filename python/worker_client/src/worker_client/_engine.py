@@ -91,9 +91,16 @@ class Options(object):
         self.discovery_ttl = discovery_ttl
 
 
+# json.dumps with separators builds an encoder per call (~6 us); one serves every submit
+_COMPACT_JSON = json.JSONEncoder(separators=(",", ":"))
+
+
+_SYSTEM_RANDOM = random.SystemRandom()  # os.urandom underneath: ids unpredictable across processes
+
+
 def new_task_id():
     """t-<unix ms hex>-<64 random bits hex>, the form workerctl generates."""
-    return "t-%x-%016x" % (int(time.time() * 1000), random.SystemRandom().getrandbits(64))
+    return "t-%x-%016x" % (int(time.time() * 1000), _SYSTEM_RANDOM.getrandbits(64))
 
 
 def _handler_pb(result_handler):
@@ -130,14 +137,16 @@ def build_request(fn, args, *, builder="single", epoch=None, retries=None, timeo
     if isinstance(args, (bytes, bytearray, memoryview)):
         data, ctype = bytes(args), pb.CONTENT_TYPE_BYTES
     else:
-        data, ctype = json.dumps(args, separators=(",", ":")).encode(), pb.CONTENT_TYPE_JSON
+        data, ctype = _COMPACT_JSON.encode(args).encode(), pb.CONTENT_TYPE_JSON
     func = pb.FunctionCallConfig(type=builder or "single", name=fn, epoch=epoch or 0,
-                                 entrypoint=entrypoint or "", args=data, content_type=ctype,
-                                 options={str(k): str(v) for k, v in (options or {}).items()})
+                                 entrypoint=entrypoint or "", args=data, content_type=ctype)
+    if options:
+        func.options.update({str(k): str(v) for k, v in options.items()})
     req = pb.SubmitTaskRequest(task_id=task_id or new_task_id(), function=func,
                                timeout_ms=_ms(timeout, "timeout"),
-                               call_timeout_ms=_ms(call_timeout, "call_timeout"),
-                               labels={str(k): str(v) for k, v in (labels or {}).items()})
+                               call_timeout_ms=_ms(call_timeout, "call_timeout"))
+    if labels:
+        req.labels.update({str(k): str(v) for k, v in labels.items()})
     rh = _handler_pb(result_handler)
     if rh is not None:
         req.result_handler.CopyFrom(rh)
