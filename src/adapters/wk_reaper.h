@@ -12,7 +12,9 @@
  * registered pid; children the process had before wk_reaper_start are left alone as
  * well. Everything else whose parent is the worker is an orphan of an executor.
  *
- * Thread-safe (one lock); the sweep reads /proc (no CONFIG_PROC_CHILDREN needed). */
+ * Thread-safe (one lock). The sweep reads the children of each of the process's
+ * threads from /proc/self/task/<tid>/children; on a kernel without CONFIG_PROC_CHILDREN
+ * it reads the parent of every process in /proc instead. */
 #ifndef WK_REAPER_H
 #define WK_REAPER_H
 
@@ -45,5 +47,9 @@ void wk_reaper_disown(pid_t pid);
  * looks); without, one pass (a later sweep finds the next generation). Returns how
  * many processes it signalled. */
 unsigned wk_reaper_sweep(bool wait);
+
+/* For tests: with `on`, sweeps find children by the walk of /proc even where the
+ * children files exist (the fallback for kernels without them). */
+void wk_reaper__walk_proc(bool on);
 
 #endif
