@@ -371,9 +371,7 @@ static void process(wk_calls *c) {
         case WK_DISP_SUBCALL_DONE: record_child(c, act); break;
         case WK_DISP_SUBCALLS_COMPLETE: complete_group(c, act); break;
         case WK_DISP_TASK_DONE: {
-          wk_disp_task_info info;
-          if (wk_disp_task_info_get(c->disp, act->task, &info) == WK_OK)
-            rt->calls.stats.calls_retried = info.retried;
+          wk_disp_task_retried(c->disp, act->task, &rt->calls.stats.calls_retried);
           if (!rt->calls.stopped) { /* else reported when it stopped */
             rt->calls.ok = act->ok;
             c->done(c->ud, rt);
@@ -530,9 +528,8 @@ static void finish_attempt(wk_calls *c, wk_task_rt *rt, uint64_t call_id, wk_dis
 
 /* Retries the dispatcher scheduled for the task so far; they count live in its stats. */
 static uint64_t retried_so_far(wk_calls *c, wk_task_rt *rt) {
-  wk_disp_task_info info;
-  if (rt->calls.disp_task && wk_disp_task_info_get(c->disp, rt->calls.disp_task, &info) == WK_OK)
-    rt->calls.stats.calls_retried = info.retried;
+  if (rt->calls.disp_task)
+    wk_disp_task_retried(c->disp, rt->calls.disp_task, &rt->calls.stats.calls_retried);
   return rt->calls.stats.calls_retried;
 }
 

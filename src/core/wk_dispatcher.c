@@ -290,6 +290,13 @@ wk_err wk_disp_remove_task(wk_disp *d, uint32_t task) {
 
 /* ---- views ------------------------------------------------------------------------- */
 
+bool wk_disp_task_retried(const wk_disp *d, uint32_t task, uint64_t *retried) {
+  const wk_dtask *t = wk_disp__task(d, task);
+  if (t == NULL) return false;
+  *retried = t->retried;
+  return true;
+}
+
 wk_err wk_disp_task_info_get(const wk_disp *d, uint32_t task, wk_disp_task_info *info) {
   const wk_dtask *t = wk_disp__task(d, task);
   if (t == NULL || info == NULL) return WK_ERR_NOT_FOUND;

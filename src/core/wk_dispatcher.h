@@ -347,6 +347,11 @@ typedef struct wk_disp_task_info {
  * Errors: NOT_FOUND. */
 wk_err wk_disp_task_info_get(const wk_disp *d, uint32_t task, wk_disp_task_info *info);
 
+/** Sets `*retried` to the retries scheduled for the task so far (what
+ * wk_disp_task_info.retried says) in O(1): what the adapter reads after every call's
+ * outcome. False, with `*retried` untouched, for an unknown task. */
+bool wk_disp_task_retried(const wk_disp *d, uint32_t task, uint64_t *retried);
+
 typedef struct wk_disp_stats {
   uint32_t capacity, inflight;
   uint32_t tasks;      /* held */

@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <stdio.h>
 #include <string.h>
 
 #include "plugins/wk_builders.h"
@@ -58,6 +59,33 @@ static void test_map_one_call_per_item_in_order(void **state) {
   expect_args(&l.items[1], "{\"b\":[2,3]}");
   expect_args(&l.items[2], "\"x\"");
   expect_args(&l.items[3], "null");
+  wk_call_list_free(&l);
+}
+
+/* Items whose compact encodings are longer than their text in the input (a real is
+ * written with 17 significant digits): the block the items are encoded into grows while
+ * they are written, and every item still points at its own bytes. */
+static void test_map_items_longer_than_their_input(void **state) {
+  (void)state;
+  char args[4096];
+  size_t at = 0;
+  args[at++] = '[';
+  for (int i = 0; i < 300; i++)
+    at += (size_t)snprintf(args + at, sizeof args - at, "%s0.1", i ? "," : "");
+  at += (size_t)snprintf(args + at, sizeof args - at, ",\"\\u00e9\",[ 1 , 2 ]]");
+  wk_builder_input in = json_input(args);
+  wk_call_list l = {0};
+  char err[256];
+  assert_int_equal(wk_builder_find_builtin("map")->build(&in, &l, err, sizeof err), 0);
+  assert_int_equal(l.count, 302);
+  size_t total = 0;
+  for (uint32_t i = 0; i < 300; i++) {
+    expect_args(&l.items[i], "0.10000000000000001");
+    total += l.items[i].len;
+  }
+  assert_true(total > in.args_len + 64);      /* the block had to grow */
+  expect_args(&l.items[300], "\"\xc3\xa9\""); /* the escape decoded: UTF-8 */
+  expect_args(&l.items[301], "[1,2]");
   wk_call_list_free(&l);
 }
 
@@ -231,6 +259,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_single_passes_args_through),
       cmocka_unit_test(test_map_one_call_per_item_in_order),
+      cmocka_unit_test(test_map_items_longer_than_their_input),
       cmocka_unit_test(test_map_errors_say_what_and_where),
       cmocka_unit_test(test_range_streams_chunks),
       cmocka_unit_test(test_range_of_ten_million_is_lazy),
