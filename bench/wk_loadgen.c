@@ -144,8 +144,28 @@ __attribute__((format(printf, 1, 2))) static void note_error(const char *fmt, ..
 #define PATTERN_OFFSETS 65536u
 static uint8_t *g_pattern; /* payload + PATTERN_OFFSETS bytes, made by pattern_init */
 
-static void fill_payload(uint8_t *p, size_t len, uint64_t n);
-static bool payload_is(const uint8_t *p, size_t len, uint64_t n);
+static const uint8_t *pattern_at(uint64_t n) {
+  return g_pattern + (size_t)((n * 40503u) % PATTERN_OFFSETS); /* odd: every offset once */
+}
+
+static void put_task_number(uint8_t head[8], uint64_t n) {
+  for (unsigned j = 0; j < 8; j++) head[j] = (uint8_t)(n >> (j * 8));
+}
+
+static void fill_payload(uint8_t *p, size_t len, uint64_t n) {
+  uint8_t head[8];
+  put_task_number(head, n);
+  size_t h = len < 8 ? len : 8;
+  memcpy(p, head, h);
+  memcpy(p + h, pattern_at(n) + h, len - h);
+}
+
+static bool payload_is(const uint8_t *p, size_t len, uint64_t n) {
+  uint8_t head[8];
+  put_task_number(head, n);
+  size_t h = len < 8 ? len : 8;
+  return memcmp(p, head, h) == 0 && memcmp(p + h, pattern_at(n) + h, len - h) == 0;
+}
 
 /* Makes the pattern, then checks the check: task 1's payload passes as task 1's and
  * fails as task 2's, and with one byte changed (a payload of 2 bytes or more). */
@@ -173,29 +193,6 @@ static void pattern_init(size_t payload) {
     fprintf(stderr, "wk_loadgen: the echo payload check does not tell payloads apart\n");
     exit(2);
   }
-}
-
-static const uint8_t *pattern_at(uint64_t n) {
-  return g_pattern + (size_t)((n * 40503u) % PATTERN_OFFSETS); /* odd: every offset once */
-}
-
-static void put_task_number(uint8_t head[8], uint64_t n) {
-  for (unsigned j = 0; j < 8; j++) head[j] = (uint8_t)(n >> (j * 8));
-}
-
-static void fill_payload(uint8_t *p, size_t len, uint64_t n) {
-  uint8_t head[8];
-  put_task_number(head, n);
-  size_t h = len < 8 ? len : 8;
-  memcpy(p, head, h);
-  memcpy(p + h, pattern_at(n) + h, len - h);
-}
-
-static bool payload_is(const uint8_t *p, size_t len, uint64_t n) {
-  uint8_t head[8];
-  put_task_number(head, n);
-  size_t h = len < 8 ? len : 8;
-  return memcmp(p, head, h) == 0 && memcmp(p + h, pattern_at(n) + h, len - h) == 0;
 }
 
 /* ---- asynchronous calls on one completion queue --------------------------------------- */

@@ -20,25 +20,33 @@
 
 #define WAIT_ROUNDS 2000 /* wk_reaper_sweep(true): at most this many 1 ms pauses */
 
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static pid_t *owned;
-static size_t n_owned, cap_owned;
-static bool started;
+typedef struct pid_list {
+  pid_t *pids;
+  size_t n, cap;
+} pid_list;
 
-static void own_locked(pid_t pid) {
-  if (n_owned == cap_owned) {
-    cap_owned = cap_owned ? cap_owned * 2 : 16;
-    owned = wk_xrealloc(owned, cap_owned * sizeof *owned);
+static void pid_list_add(pid_list *l, pid_t pid) {
+  if (l->n == l->cap) {
+    l->cap = l->cap ? l->cap * 2 : 16;
+    l->pids = wk_xrealloc(l->pids, l->cap * sizeof *l->pids);
   }
-  owned[n_owned++] = pid;
+  l->pids[l->n++] = pid;
 }
 
-static bool owned_locked(pid_t pid) {
-  for (size_t i = 0; i < n_owned; i++) {
-    if (owned[i] == pid) return true;
+static bool pid_list_has(const pid_list *l, pid_t pid) {
+  for (size_t i = 0; i < l->n; i++) {
+    if (l->pids[i] == pid) return true;
   }
   return false;
 }
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pid_list owned; /* children someone else waits for (wk_reaper_own) */
+static bool started;
+
+static void own_locked(pid_t pid) { pid_list_add(&owned, pid); }
+
+static bool owned_locked(pid_t pid) { return pid_list_has(&owned, pid); }
 
 /* The parent of process `pid` from /proc/<pid>/stat, or -1 (gone, unreadable). */
 static pid_t parent_of(const char *pid) {
@@ -56,19 +64,6 @@ static pid_t parent_of(const char *pid) {
   int ppid;
   if (sscanf(p + 1, " %c %d", &state, &ppid) != 2) return -1;
   return (pid_t)ppid;
-}
-
-typedef struct pid_list {
-  pid_t *pids;
-  size_t n, cap;
-} pid_list;
-
-static void pid_list_add(pid_list *l, pid_t pid) {
-  if (l->n == l->cap) {
-    l->cap = l->cap ? l->cap * 2 : 16;
-    l->pids = wk_xrealloc(l->pids, l->cap * sizeof *l->pids);
-  }
-  l->pids[l->n++] = pid;
 }
 
 /* Adds the pids in one /proc/self/task/<tid>/children file (space-separated decimals)
@@ -98,7 +93,8 @@ static void read_children_file(const char *path, pid_list *l) {
   close(fd);
 }
 
-static bool walk_proc_only; /* wk_reaper__walk_proc */
+static bool walk_proc_only;         /* wk_reaper__walk_proc */
+static int has_children_files = -1; /* the kernel's CONFIG_PROC_CHILDREN: probed once */
 
 /* The children of every thread of this process from /proc/self/task/<tid>/children
  * (CONFIG_PROC_CHILDREN): as many small reads as the process has threads, where the
@@ -111,8 +107,11 @@ static bool walk_proc_only; /* wk_reaper__walk_proc */
  * comes back a second later). */
 static bool children_of_threads(pid_list *l) {
   char path[64];
-  snprintf(path, sizeof path, "/proc/self/task/%ld/children", (long)getpid());
-  if (walk_proc_only || access(path, R_OK) != 0) return false;
+  if (has_children_files < 0) {
+    snprintf(path, sizeof path, "/proc/self/task/%ld/children", (long)getpid());
+    has_children_files = access(path, R_OK) == 0;
+  }
+  if (walk_proc_only || !has_children_files) return false;
   DIR *d = opendir("/proc/self/task");
   if (!d) return false;
   const struct dirent *ent;
@@ -189,9 +188,9 @@ void wk_reaper_fork_end(pid_t pid) {
 
 void wk_reaper_disown(pid_t pid) {
   pthread_mutex_lock(&lock);
-  for (size_t i = 0; i < n_owned; i++) {
-    if (owned[i] == pid) {
-      owned[i] = owned[--n_owned];
+  for (size_t i = 0; i < owned.n; i++) {
+    if (owned.pids[i] == pid) {
+      owned.pids[i] = owned.pids[--owned.n];
       break;
     }
   }
@@ -203,13 +202,6 @@ typedef struct sweep_state {
   unsigned new_signals; /* processes signalled for the first time in this look */
   unsigned left;        /* orphans still there (alive, or dead and not reaped yet) */
 } sweep_state;
-
-static bool pid_list_has(const pid_list *l, pid_t pid) {
-  for (size_t i = 0; i < l->n; i++) {
-    if (l->pids[i] == pid) return true;
-  }
-  return false;
-}
 
 static void end_orphan(pid_t pid, void *arg) {
   sweep_state *s = arg;

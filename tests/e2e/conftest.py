@@ -110,7 +110,6 @@ class Worker(object):
         the C load generator spends, on the cores the worker and the generator share;
         reading them off the pipe unparsed still ~6 us."""
         self.tmp = tmp
-        self.keep_logs = keep_logs
         self.code_root = os.path.join(tmp, "code")
         os.makedirs(self.code_root, exist_ok=True)
         self.logs = []
@@ -150,12 +149,16 @@ class Worker(object):
         for raw in self.proc.stderr:
             self._keep(raw)
 
-    def _keep(self, raw):
+    @staticmethod
+    def _parse(raw):
         line = raw.decode("utf-8", "replace").rstrip("\n")
         try:
-            rec = json.loads(line)
+            return json.loads(line)
         except ValueError:
-            rec = {"event": "raw", "line": line}
+            return {"event": "raw", "line": line}
+
+    def _keep(self, raw):
+        rec = self._parse(raw)
         with self.lock:
             self.logs.append(rec)
         if rec.get("event") == "worker_listening":
@@ -182,11 +185,10 @@ class Worker(object):
 
     def events(self, name):
         if self.log_path is not None:  # keep_logs False: read the file now
-            self.logs = []
             with open(self.log_path, "rb") as f:
-                for raw in f:
-                    if raw.endswith(b"\n"):
-                        self._keep(raw)
+                logs = [self._parse(raw) for raw in f if raw.endswith(b"\n")]
+            with self.lock:
+                self.logs = logs
         with self.lock:
             return [r for r in self.logs if r.get("event") == name]
 
