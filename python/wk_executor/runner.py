@@ -4,7 +4,6 @@ RESULT (docs/specs/executor-protocol.md §3, §4)."""
 
 from __future__ import annotations
 
-import json
 import resource
 import struct
 import sys
@@ -18,7 +17,7 @@ from .inbox import Inbox
 from .procs import end_descendants
 from .protocol import (CONTENT_BYTES, CONTENT_JSON, DEFAULT_ENTRYPOINT, STATUS_ERROR, STATUS_OK,
                        STATUS_RETRYABLE, Call, cap_text, encode_error_result, encode_result,
-                       json_encode)
+                       json_bytes, json_value)
 from .state import SHUTDOWN_ITEM, State
 from .subcalls import Subcalls, Wait
 from .watchdog import Watchdog
@@ -144,7 +143,7 @@ class Runner(State):
                 fn = self.loader.load(call.code_dir, call.entrypoint or DEFAULT_ENTRYPOINT)
                 stage = "args"
                 if call.content_type == CONTENT_JSON:
-                    args = json.loads(call.args.decode("utf-8"))
+                    args = json_value(call.args)
                 else:
                     args = call.args
                 stage = "call"
@@ -153,7 +152,7 @@ class Runner(State):
                 if isinstance(value, (bytes, bytearray, memoryview)):
                     output, ctype = bytes(value), CONTENT_BYTES
                 else:
-                    output = json_encode(value).encode("utf-8")
+                    output = json_bytes(value)
             except BaseException as e:  # SystemExit and KeyboardInterrupt fail the call only
                 status, ctype, output = STATUS_ERROR, CONTENT_JSON, b""
                 etype, emsg, tb = describe(e, stage, call)

@@ -5,14 +5,13 @@ same way (SCRATCH, §5.1)."""
 
 from __future__ import annotations
 
-import json
 import threading
 
 import worker  # python/worker/__init__.py, beside this package
 
 from .protocol import (CONTENT_BYTES, CONTENT_JSON, DEFAULT_ENTRYPOINT, STATUS_OK,
                        STATUS_RETRYABLE, Call, ProtocolError, encode_scratch, encode_subcalls,
-                       json_encode, subcalls_head_size)
+                       json_bytes, json_value, subcalls_head_size)
 from .state import State
 
 
@@ -55,7 +54,7 @@ def encode_args(items: list) -> tuple[int, list[bytes]]:
     as compact JSON (raises what json raises for a non-JSON item)."""
     if all(isinstance(x, (bytes, bytearray, memoryview)) for x in items):
         return CONTENT_BYTES, [bytes(x) for x in items]
-    return CONTENT_JSON, [json_encode(x).encode("utf-8") for x in items]
+    return CONTENT_JSON, [json_bytes(x) for x in items]
 
 
 def split_args(args: list[bytes], head: int, max_frame: int) -> list[list[bytes]]:
@@ -86,7 +85,7 @@ def outcomes(children: list[tuple]) -> list[tuple[bool, object]]:
                 out.append((True, output))
                 continue
             try:
-                out.append((True, json.loads(output.decode("utf-8"))))
+                out.append((True, json_value(output)))
             except ValueError as e:
                 out.append((False, worker.SubcallError(
                     "OutputDecodeError", f"child output is not valid JSON: {e}")))

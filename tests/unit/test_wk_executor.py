@@ -7,6 +7,7 @@ tested by tests/integration/test_executor_*.c.
 Run: /usr/bin/python3 tests/unit/test_wk_executor.py (ctest: unit.py_wk_executor).
 """
 
+import json
 import math
 import os
 import struct
@@ -102,6 +103,42 @@ class Encode(unittest.TestCase):
         capped = p.cap_text("x" * (p.ERROR_TEXT_MAX + 10))
         self.assertEqual(len(capped), p.ERROR_TEXT_MAX)
         self.assertTrue(capped.endswith(b"\n[... truncated]"))
+
+
+class JsonShortPaths(unittest.TestCase):
+    """json_value and json_bytes are json.loads and compact json.dumps, errors included."""
+
+    def test_json_value_is_json_loads(self):
+        docs = [b"0.01", b"null", b"true", b"-3", b"1e400", b"NaN", b"-Infinity", b'"\\u00e9"',
+                '"é"'.encode(), b'{"a":[1,{"b":null}],"a":2}', b"[]", b"{}",
+                b" 1", b"1 ", b"\n[1]\t", b"  {\"k\": \"v\"}  "]
+        for doc in docs:
+            with self.subTest(doc=doc):
+                want, got = json.loads(doc.decode("utf-8")), p.json_value(doc)
+                self.assertEqual(repr(got), repr(want))
+
+    def test_json_value_fails_as_json_loads_does(self):
+        for doc in (b"", b" ", b"1 2", b"[1,]", b"{'a':1}", b"\xef\xbb\xbf1", b"tru",
+                    b'"abc', b"\xff", b"01", b"[" * 100000):
+            with self.subTest(doc=doc[:20]):
+                try:
+                    json.loads(doc.decode("utf-8"))
+                except (ValueError, RecursionError) as e:
+                    want = e
+                else:
+                    self.fail(f"json.loads accepted {doc[:20]!r}")
+                with self.assertRaises(type(want)) as got:
+                    p.json_value(doc)
+                self.assertEqual(str(got.exception), str(want))
+
+    def test_json_bytes_is_compact_dumps(self):
+        for value in (None, True, 0, -1.5, "é\n", [1, None, {"k": [2]}], {}, ()):
+            with self.subTest(value=value):
+                self.assertEqual(p.json_bytes(value), json.dumps(
+                    value, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode())
+        for bad in (float("nan"), {1j}, object()):
+            with self.assertRaises((ValueError, TypeError)):
+                p.json_bytes(bad)
 
 
 class DecodeCall(unittest.TestCase):
