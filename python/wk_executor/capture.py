@@ -41,7 +41,7 @@ class Capture:
     def pop(self) -> bytes:
         """The innermost call ends: returns its captured bytes (see getvalue) and goes
         back to the enclosing call's buffer."""
-        value = self.getvalue()
+        value = self.getvalue() if self._buf or self._dropped else b""
         self._buf, self._dropped = self._saved.pop()
         if not self._saved:  # between calls: writes are dropped
             del self._buf[:]

@@ -21,24 +21,28 @@ if TYPE_CHECKING:
 class Context:
     """The `ctx` argument of handler(args, ctx)."""
 
-    __slots__ = ("task_id", "call_index", "epoch", "function", "deadline",
-                 "traceparent", "_call", "_stderr", "_logger", "_ex")
+    __slots__ = ("task_id", "call_index", "epoch", "function", "traceparent", "_call",
+                 "_stderr", "_logger", "_ex")
 
     def __init__(self, call: Call, stderr: Capture, executor: Subcalls) -> None:
         self.task_id = call.task_id
         self.call_index = call.call_index
         self.epoch = call.epoch
         self.function = call.function
-        # wall-clock Unix seconds, comparable with time.time(); math.inf = none. The
-        # call's own deadline stays monotonic (remaining() uses it: a clock step does
-        # not move it).
-        self.deadline = (call.deadline - time.monotonic() + time.time()
-                         if call.deadline != math.inf else math.inf)
         self.traceparent = call.traceparent
         self._call = call
         self._stderr = stderr
         self._logger = None
         self._ex = executor
+
+    @property
+    def deadline(self) -> float:
+        """The call's deadline in wall-clock Unix seconds, comparable with time.time();
+        math.inf when it has none. Read from the call's monotonic deadline when asked
+        (remaining() uses that one: a clock step does not move it), so a call that never
+        asks reads no clock for it."""
+        d = self._call.deadline
+        return d - time.monotonic() + time.time() if d != math.inf else math.inf
 
     @property
     def scratch_dir(self) -> str:
