@@ -49,8 +49,9 @@ def harden() -> bool:
     return True
 
 
-def _children(me: int) -> list[int]:
-    """Live processes whose parent is `me` (from /proc/<pid>/stat)."""
+def _children_walk(me: int) -> list[int]:
+    """Live processes whose parent is `me`, from /proc/<pid>/stat of every process on
+    the host (a look costs milliseconds with thousands of them)."""
     out = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
@@ -64,6 +65,35 @@ def _children(me: int) -> list[int]:
         if len(fields) > 1 and int(fields[1]) == me:
             out.append(int(name))
     return out
+
+
+def _children_files(me: int) -> list[int]:
+    """Live children of `me` from the kernel's /proc/<me>/task/<tid>/children files, one
+    per thread (a function's own thread may fork too)."""
+    out = []
+    try:
+        tids = os.listdir(f"/proc/{me}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/{me}/task/{tid}/children", "rb") as f:
+                out.extend(int(pid) for pid in f.read().split())
+        except OSError:
+            continue  # the thread ended meanwhile
+    return out
+
+
+_have_children_files: bool | None = None  # probed on the first look
+
+
+def _children(me: int) -> list[int]:
+    """Live processes whose parent is `me`: from the children files when the kernel has
+    them (CONFIG_PROC_CHILDREN), else from a walk of /proc."""
+    global _have_children_files
+    if _have_children_files is None:
+        _have_children_files = os.path.exists(f"/proc/{me}/task/{me}/children")
+    return _children_files(me) if _have_children_files else _children_walk(me)
 
 
 # waitpid through ctypes.PyDLL keeps the GIL: os.waitpid lets it go, and a GIL released

@@ -387,6 +387,50 @@ class ContextDeadline(unittest.TestCase):
         self.assertEqual(ctx.remaining(), math.inf)
 
 
+class Descendants(unittest.TestCase):
+    """end_descendants finds what a call left behind: a child of the main thread, one
+    forked from another thread, and an orphan the subreaper inherits, in a hardened
+    (non-dumpable) process, from the kernel's children files and from the /proc walk."""
+
+    SCRIPT = r"""
+import os, subprocess, sys, threading, time
+sys.path.insert(0, sys.argv[1])
+from wk_executor import procs
+assert procs.harden()
+me = os.getpid()
+main_child = subprocess.Popen(["sleep", "300"])
+from_thread, started, listed = [], threading.Event(), threading.Event()
+def fork_and_stay():  # the child is the live thread's, listed in its own children file
+    from_thread.append(subprocess.Popen(["sleep", "300"]))
+    started.set()
+    listed.wait()
+t = threading.Thread(target=fork_and_stay)
+t.start()
+started.wait()
+# the shell's `sleep` is orphaned when the shell exits: it comes back to this subreaper
+subprocess.run(["sh", "-c", "sleep 300 & echo $! > " + sys.argv[2]], check=True)
+orphan = int(open(sys.argv[2]).read())
+want = sorted([main_child.pid, from_thread[0].pid, orphan])
+deadline = time.monotonic() + 30
+while sorted(procs._children_files(me)) != want and time.monotonic() < deadline:
+    time.sleep(0.01)  # the orphan is handed over when the shell is gone
+files, walk = sorted(procs._children_files(me)), sorted(procs._children_walk(me))
+listed.set()
+t.join()
+killed = procs.end_descendants()
+left = procs._children_walk(me)
+print(files == want, walk == want, killed, left, flush=True)
+"""
+
+    def test_every_child_is_found_and_ended(self):
+        with tempfile.TemporaryDirectory() as d:
+            out = subprocess.run([sys.executable, "-c", self.SCRIPT, PYTHON_DIR,
+                                  os.path.join(d, "pid")],
+                                 capture_output=True, text=True, timeout=60)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(out.stdout.split(), ["True", "True", "3", "[]"], out.stderr)
+
+
 class Shim(unittest.TestCase):
     def test_script_runs_the_package(self):
         script = os.path.join(PYTHON_DIR, "worker_executor.py")
