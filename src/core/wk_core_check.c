@@ -111,6 +111,10 @@ static const char *check_tasks(const wk_core *core) {
     }
   }
   if (used != core->index.count) return "task: index count differs from records in use";
+  if (core->index.recent != WK_NONE && (core->index.recent >= core->task_capacity ||
+                                        core->tasks[core->index.recent].stage == WK_STAGE_FREE)) {
+    return "task: the index's recent record is not in use";
+  }
   if (live != core->n_live) return "task: live counter is wrong";
   if (live != core->timeout_heap.size) return "task: timeout heap size differs from live tasks";
   if (terminal != core->retained_count || bytes != core->retained_bytes) {

@@ -84,6 +84,8 @@ typedef struct wk_task_index {
   wk_index_entry *entries;
   uint32_t mask; /* capacity - 1, capacity a power of two */
   uint32_t count;
+  uint32_t recent; /* the record of the task the core last handled an event of, tried
+                      before the table (WK_NONE when none, or once it is removed) */
 } wk_task_index;
 
 struct wk_core {

@@ -15,6 +15,7 @@ void wk_core__index_init(wk_task_index *ix, uint32_t records, const wk_allocator
   ix->entries = wk_allocator_calloc(a, cap, sizeof *ix->entries); /* zeroed: all empty */
   ix->mask = cap - 1;
   ix->count = 0;
+  ix->recent = WK_NONE;
 }
 
 void wk_core__index_free(wk_task_index *ix, const wk_allocator *a) {
@@ -56,6 +57,7 @@ void wk_core__index_insert(wk_core *core, uint32_t t) {
 
 void wk_core__index_remove(wk_core *core, uint32_t t) {
   wk_task_index *ix = &core->index;
+  if (ix->recent == t) ix->recent = WK_NONE;
   uint32_t i = (uint32_t)core->tasks[t].hash & ix->mask;
   while (record_of(&ix->entries[i]) != t) {
     WK_ASSERT(record_of(&ix->entries[i]) != WK_NONE);
