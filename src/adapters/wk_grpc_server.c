@@ -83,6 +83,7 @@
 #include "adapters/wk_reflection.h"
 #include "adapters/wk_validate.h"
 #include "lib/wk_alloc.h"
+#include "lib/wk_arena.h"
 #include "lib/wk_buf.h"
 #include "lib/wk_send_budget.h"
 #include "lib/wk_shared.h"
@@ -219,11 +220,13 @@ struct wk_rpc {
   wk_rpc *next;
   bool in_list;
 
-  grpc_call *call; /* NULL once stop has detached the rpc (then closed is true) */
-  ProtobufCMessage *request;
-  char *peer;         /* gpr_malloc'ed by gRPC */
-  char *identities;   /* the client certificate's names, '\n'-separated (deploy methods) */
-  wk_grpc_auth_md md; /* the request metadata but "authorization" */
+  grpc_call *call;           /* NULL once stop has detached the rpc (then closed is true) */
+  ProtobufCMessage *request; /* decoded into `arena`: freed with it */
+  wk_arena arena;
+  ProtobufCAllocator pb_alloc; /* protobuf-c's view of `arena` */
+  char *peer;                  /* gpr_malloc'ed by gRPC */
+  char *identities;            /* the client certificate's names, '\n'-separated (deploy methods) */
+  wk_grpc_auth_md md;          /* the request metadata but "authorization" */
 
   wk_tag close_tag;
   int cancelled; /* written by RECV_CLOSE_ON_SERVER */
@@ -465,7 +468,7 @@ static void rpc_free(wk_rpc *r) {
 
   drop_queue_locked(r); /* no other reference: no lock needed */
   free(r->finish_message);
-  if (r->request != NULL) protobuf_c_message_free_unpacked(r->request, NULL);
+  wk_arena_release(&r->arena); /* the request */
   if (r->peer != NULL) gpr_free(r->peer);
   free(r->identities);
   wk_grpc_auth_md_free(&r->md);
@@ -856,6 +859,39 @@ static size_t message_limit(const wk_grpc_server *s, wk_rpc_method m) {
   return s->cfg.max_message_bytes;
 }
 
+/* Decodes and validates r's request from `payload` into r's arena: one block from
+ * malloc for every string, array and sub-message of it (protobuf-c's default makes a
+ * malloc for each, freed one by one on another thread), released with the rpc. A
+ * payload that came as one uncompressed slice (the usual small request) is decoded
+ * where it lies; others are read out first (joined, or decompressed). NULL with the
+ * reason in err when the bytes are not a valid request. */
+static ProtobufCMessage *decode_request(wk_rpc *r, grpc_byte_buffer *payload, char *err,
+                                        size_t err_len) {
+  const wk_validate_limits *lim = &r->server->limits;
+  size_t len = grpc_byte_buffer_length(payload);
+  wk_arena_init(&r->arena, len + 384); /* the bytes fields' copies and ~300 B of structs */
+  r->pb_alloc = wk_validate_arena_allocator(&r->arena);
+  if (payload->type == GRPC_BB_RAW && payload->data.raw.compression == GRPC_COMPRESS_NONE &&
+      payload->data.raw.slice_buffer.count == 1) {
+    grpc_slice one = payload->data.raw.slice_buffer.slices[0];
+    return wk_validate_decode_in(r->method, GRPC_SLICE_START_PTR(one), GRPC_SLICE_LENGTH(one), lim,
+                                 &r->pb_alloc, err, err_len);
+  }
+  grpc_byte_buffer_reader rd;
+  if (!grpc_byte_buffer_reader_init(&rd, payload)) {
+    wk_errf(err, err_len, "request is not a valid %s (undecompressable)",
+            wk_validate_descriptor(r->method)->name);
+    return NULL;
+  }
+  grpc_slice bytes = grpc_byte_buffer_reader_readall(&rd);
+  grpc_byte_buffer_reader_destroy(&rd);
+  ProtobufCMessage *msg =
+      wk_validate_decode_in(r->method, GRPC_SLICE_START_PTR(bytes), GRPC_SLICE_LENGTH(bytes), lim,
+                            &r->pb_alloc, err, err_len);
+  grpc_slice_unref(bytes);
+  return msg;
+}
+
 /* Decodes and validates the request; answers INVALID_ARGUMENT itself or hands the
  * rpc to the sink. Consumes payload. */
 static void dispatch_request(wk_grpc_server *s, wk_rpc *r, grpc_byte_buffer *payload) {
@@ -882,17 +918,7 @@ static void dispatch_request(wk_grpc_server *s, wk_rpc *r, grpc_byte_buffer *pay
             wk_validate_descriptor(r->method)->name);
     grpc_byte_buffer_destroy(payload);
   } else {
-    grpc_byte_buffer_reader rd;
-    if (!grpc_byte_buffer_reader_init(&rd, payload)) {
-      wk_errf(err, sizeof err, "request is not a valid %s (undecompressable)",
-              wk_validate_descriptor(r->method)->name);
-    } else {
-      grpc_slice bytes = grpc_byte_buffer_reader_readall(&rd);
-      grpc_byte_buffer_reader_destroy(&rd);
-      msg = wk_validate_decode(r->method, GRPC_SLICE_START_PTR(bytes), GRPC_SLICE_LENGTH(bytes),
-                               &s->limits, err, sizeof err);
-      grpc_slice_unref(bytes);
-    }
+    msg = decode_request(r, payload, err, sizeof err);
     grpc_byte_buffer_destroy(payload);
   }
   if (msg == NULL) {

@@ -665,6 +665,23 @@ static bool validate_message(wk_rpc_method m, const ProtobufCMessage *msg,
 
 ProtobufCMessage *wk_validate_decode(wk_rpc_method m, const uint8_t *buf, size_t len,
                                      const wk_validate_limits *lim, char *err, size_t err_len) {
+  return wk_validate_decode_in(m, buf, len, lim, NULL, err, err_len);
+}
+
+static void *arena_alloc(void *arena, size_t n) { return wk_arena_alloc(arena, n); }
+
+static void arena_free(void *arena, void *p) { /* freed with the arena */
+  (void)arena;
+  (void)p;
+}
+
+ProtobufCAllocator wk_validate_arena_allocator(wk_arena *arena) {
+  return (ProtobufCAllocator){arena_alloc, arena_free, arena};
+}
+
+ProtobufCMessage *wk_validate_decode_in(wk_rpc_method m, const uint8_t *buf, size_t len,
+                                        const wk_validate_limits *lim, ProtobufCAllocator *alloc,
+                                        char *err, size_t err_len) {
   WK_ASSERT(lim != NULL);
   static const uint8_t empty[1] = {0};
   const ProtobufCMessageDescriptor *d = wk_validate_descriptor(m);
@@ -679,14 +696,14 @@ ProtobufCMessage *wk_validate_decode(wk_rpc_method m, const uint8_t *buf, size_t
     }
     buf = empty;
   }
-  ProtobufCMessage *msg = protobuf_c_message_unpack(d, NULL, len, buf);
+  ProtobufCMessage *msg = protobuf_c_message_unpack(d, alloc, len, buf);
   if (msg == NULL) {
     (void)failf(err, err_len, "request is not a valid %s", d->name);
     return NULL;
   }
   if (!wk_validate_wire_strings(d, buf, len, err, err_len) ||
       !validate_message(m, msg, lim, err, err_len)) {
-    protobuf_c_message_free_unpacked(msg, NULL);
+    protobuf_c_message_free_unpacked(msg, alloc);
     return NULL;
   }
   return msg;

@@ -19,6 +19,7 @@
 #include <protobuf-c/protobuf-c.h>
 
 #include "adapters/wk_rpc_method.h"
+#include "lib/wk_arena.h"
 #include "grpc/health/v1/health.pb-c.h"
 #include "worker/v1/worker.pb-c.h"
 
@@ -58,6 +59,17 @@ const ProtobufCMessageDescriptor *wk_validate_descriptor(wk_rpc_method m);
  * field. Never reads past buf[len - 1]; buf may be NULL when len is 0. */
 ProtobufCMessage *wk_validate_decode(wk_rpc_method m, const uint8_t *buf, size_t len,
                                      const wk_validate_limits *lim, char *err, size_t err_len);
+
+/** A protobuf-c allocator taking every piece from `arena` and freeing none (the arena
+ * frees them all at once): for wk_validate_decode_in. */
+ProtobufCAllocator wk_validate_arena_allocator(wk_arena *arena);
+
+/** wk_validate_decode with the message's memory from `alloc` (NULL: protobuf-c's
+ * default, malloc): free the message with protobuf_c_message_free_unpacked(msg, alloc),
+ * or, when `alloc` frees nothing itself (an arena), by releasing what backs it. */
+ProtobufCMessage *wk_validate_decode_in(wk_rpc_method m, const uint8_t *buf, size_t len,
+                                        const wk_validate_limits *lim, ProtobufCAllocator *alloc,
+                                        char *err, size_t err_len);
 
 /** Checks the string fields of an encoded message of type d (recursively through
  * sub-messages): each must be valid UTF-8 without NUL bytes. protobuf-c checks

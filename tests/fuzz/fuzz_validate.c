@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "adapters/wk_validate.h"
+#include "lib/wk_arena.h"
 
 #include "fuzz_check.h"
 
@@ -69,6 +70,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   CHECK((quiet == NULL) == (msg == NULL));
   if (quiet) protobuf_c_message_free_unpacked(quiet, NULL);
 
+  /* as the server decodes: into an arena, nothing freed piece by piece */
+  wk_arena arena;
+  wk_arena_init(&arena, len + 384);
+  ProtobufCAllocator in_arena = wk_validate_arena_allocator(&arena);
+  ProtobufCMessage *arena_msg = wk_validate_decode_in(m, buf, len, &lim, &in_arena, NULL, 0);
+  CHECK((arena_msg == NULL) == (msg == NULL));
+
   char small[8];
   memset(small, 'x', sizeof small);
   ProtobufCMessage *cut = wk_validate_decode(m, buf, len, &lim, small, sizeof small);
@@ -86,12 +94,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     uint8_t *re = malloc(n ? n : 1);
     CHECK(re != NULL);
     CHECK(protobuf_c_message_pack(msg, re) == n);
+    uint8_t *from_arena = malloc(n ? n : 1); /* the same message, byte for byte */
+    CHECK(from_arena != NULL);
+    CHECK(protobuf_c_message_get_packed_size(arena_msg) == n);
+    CHECK(protobuf_c_message_pack(arena_msg, from_arena) == n);
+    CHECK(memcmp(re, from_arena, n) == 0);
+    free(from_arena);
     ProtobufCMessage *again = wk_validate_decode(m, n ? re : NULL, n, &lim, err, sizeof err);
     CHECK(again != NULL);
     protobuf_c_message_free_unpacked(again, NULL);
     free(re);
     protobuf_c_message_free_unpacked(msg, NULL);
   }
+  wk_arena_release(&arena);
   free(buf);
   return 0;
 }

@@ -17,6 +17,7 @@
 #include <cmocka.h>
 
 #include "adapters/wk_validate.h"
+#include "lib/wk_arena.h"
 
 /* protobuf-c declares string fields `char *`; the requests built here point them at
  * literals and never write through them. */
@@ -494,6 +495,46 @@ static void test_decode_valid(void **state) {
   protobuf_c_message_free_unpacked(m, NULL);
 }
 
+static void *count_alloc(void *ud, size_t n) {
+  ++*(int *)((void **)ud)[1];
+  return wk_arena_alloc(((void **)ud)[0], n);
+}
+static void count_free(void *ud, void *p) {
+  (void)ud;
+  (void)p;
+}
+
+/* Decoded into an arena (as the server does): every piece of the message comes from it,
+ * the message is whole, and an invalid request decoded there leaves nothing to free but
+ * the arena. AddressSanitizer (the test build) reports any piece left outside it. */
+static void test_decode_into_arena(void **state) {
+  (void)state;
+  submit s;
+  submit_init(&s);
+  uint8_t buf[256];
+  size_t n = pack(&s.req.base, buf, sizeof buf);
+  wk_arena arena;
+  wk_arena_init(&arena, n + 384);
+  int pieces = 0;
+  void *ud[2] = {&arena, &pieces};
+  ProtobufCAllocator alloc = {count_alloc, count_free, ud};
+  ProtobufCMessage *m =
+      wk_validate_decode_in(WK_RPC_SUBMIT_TASK, buf, n, &k_lim, &alloc, err, sizeof err);
+  assert_non_null(m);
+  const Worker__V1__SubmitTaskRequest *r = (const Worker__V1__SubmitTaskRequest *)m;
+  assert_string_equal(r->task_id, "t-1");
+  assert_string_equal(r->function->name, "hello");
+  assert_true(pieces >= 3);              /* the request, its function, their strings */
+  assert_int_equal(arena.held, n + 384); /* one block held them all */
+  wk_arena_release(&arena);
+
+  s.req.task_id = "bad id";
+  n = pack(&s.req.base, buf, sizeof buf);
+  assert_null(wk_validate_decode_in(WK_RPC_SUBMIT_TASK, buf, n, &k_lim, &alloc, err, sizeof err));
+  assert_non_null(strstr(err, "task_id"));
+  wk_arena_release(&arena);
+}
+
 /* Decoding applies the method's rules. */
 static void test_decode_applies_rules(void **state) {
   (void)state;
@@ -659,6 +700,7 @@ int main(void) {
       cmocka_unit_test(test_watch_tasks),
       cmocka_unit_test(test_watch_tasks_duplicates),
       cmocka_unit_test(test_decode_valid),
+      cmocka_unit_test(test_decode_into_arena),
       cmocka_unit_test(test_decode_applies_rules),
       cmocka_unit_test(test_decode_undecodable),
       cmocka_unit_test(test_list_tasks_and_logs),
