@@ -869,7 +869,7 @@ static ProtobufCMessage *decode_request(wk_rpc *r, grpc_byte_buffer *payload, ch
                                         size_t err_len) {
   const wk_validate_limits *lim = &r->server->limits;
   size_t len = grpc_byte_buffer_length(payload);
-  WK_ASSERT(r->arena.blocks == NULL); /* one request per rpc */
+  WK_ASSERT(r->arena.blocks == NULL);  /* one request per rpc */
   wk_arena_init(&r->arena, len + 384); /* the bytes fields' copies and ~300 B of structs */
   r->pb_alloc = wk_validate_arena_allocator(&r->arena);
   if (payload->type == GRPC_BB_RAW && payload->data.raw.compression == GRPC_COMPRESS_NONE &&
