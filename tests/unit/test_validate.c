@@ -495,11 +495,19 @@ static void test_decode_valid(void **state) {
   protobuf_c_message_free_unpacked(m, NULL);
 }
 
+/* An arena allocator that counts the pieces it hands out. */
+typedef struct counted_arena {
+  wk_arena arena;
+  int pieces;
+} counted_arena;
+
 static void *count_alloc(void *ud, size_t n) {
-  ++*(int *)((void **)ud)[1];
-  return wk_arena_alloc(((void **)ud)[0], n);
+  counted_arena *c = ud;
+  c->pieces++;
+  return wk_arena_alloc(&c->arena, n);
 }
-static void count_free(void *ud, void *p) {
+
+static void count_free(void *ud, void *p) { /* freed with the arena */
   (void)ud;
   (void)p;
 }
@@ -513,26 +521,24 @@ static void test_decode_into_arena(void **state) {
   submit_init(&s);
   uint8_t buf[256];
   size_t n = pack(&s.req.base, buf, sizeof buf);
-  wk_arena arena;
-  wk_arena_init(&arena, n + 384);
-  int pieces = 0;
-  void *ud[2] = {&arena, &pieces};
-  ProtobufCAllocator alloc = {count_alloc, count_free, ud};
+  counted_arena c = {.pieces = 0};
+  wk_arena_init(&c.arena, n + 384);
+  ProtobufCAllocator alloc = {count_alloc, count_free, &c};
   ProtobufCMessage *m =
       wk_validate_decode_in(WK_RPC_SUBMIT_TASK, buf, n, &k_lim, &alloc, err, sizeof err);
   assert_non_null(m);
   const Worker__V1__SubmitTaskRequest *r = (const Worker__V1__SubmitTaskRequest *)m;
   assert_string_equal(r->task_id, "t-1");
   assert_string_equal(r->function->name, "hello");
-  assert_true(pieces >= 3);              /* the request, its function, their strings */
-  assert_int_equal(arena.held, n + 384); /* one block held them all */
-  wk_arena_release(&arena);
+  assert_true(c.pieces >= 3);              /* the request, its function, their strings */
+  assert_int_equal(c.arena.held, n + 384); /* one block held them all */
+  wk_arena_release(&c.arena);
 
   s.req.task_id = "bad id";
   n = pack(&s.req.base, buf, sizeof buf);
   assert_null(wk_validate_decode_in(WK_RPC_SUBMIT_TASK, buf, n, &k_lim, &alloc, err, sizeof err));
   assert_non_null(strstr(err, "task_id"));
-  wk_arena_release(&arena);
+  wk_arena_release(&c.arena);
 }
 
 /* Decoding applies the method's rules. */
