@@ -223,10 +223,9 @@ struct wk_rpc {
   grpc_call *call;           /* NULL once stop has detached the rpc (then closed is true) */
   ProtobufCMessage *request; /* decoded into `arena`: freed with it */
   wk_arena arena;
-  ProtobufCAllocator pb_alloc; /* protobuf-c's view of `arena` */
-  char *peer;                  /* gpr_malloc'ed by gRPC */
-  char *identities;            /* the client certificate's names, '\n'-separated (deploy methods) */
-  wk_grpc_auth_md md;          /* the request metadata but "authorization" */
+  char *peer;         /* gpr_malloc'ed by gRPC */
+  char *identities;   /* the client certificate's names, '\n'-separated (deploy methods) */
+  wk_grpc_auth_md md; /* the request metadata but "authorization" */
 
   wk_tag close_tag;
   int cancelled; /* written by RECV_CLOSE_ON_SERVER */
@@ -871,12 +870,13 @@ static ProtobufCMessage *decode_request(wk_rpc *r, grpc_byte_buffer *payload, ch
   size_t len = grpc_byte_buffer_length(payload);
   WK_ASSERT(r->arena.blocks == NULL);  /* one request per rpc */
   wk_arena_init(&r->arena, len + 384); /* the bytes fields' copies and ~300 B of structs */
-  r->pb_alloc = wk_validate_arena_allocator(&r->arena);
+  /* protobuf-c keeps no allocator in the message: this one is needed only here */
+  ProtobufCAllocator in_arena = wk_validate_arena_allocator(&r->arena);
   if (payload->type == GRPC_BB_RAW && payload->data.raw.compression == GRPC_COMPRESS_NONE &&
       payload->data.raw.slice_buffer.count == 1) {
     grpc_slice one = payload->data.raw.slice_buffer.slices[0];
     return wk_validate_decode_in(r->method, GRPC_SLICE_START_PTR(one), GRPC_SLICE_LENGTH(one), lim,
-                                 &r->pb_alloc, err, err_len);
+                                 &in_arena, err, err_len);
   }
   grpc_byte_buffer_reader rd;
   if (!grpc_byte_buffer_reader_init(&rd, payload)) {
@@ -888,7 +888,7 @@ static ProtobufCMessage *decode_request(wk_rpc *r, grpc_byte_buffer *payload, ch
   grpc_byte_buffer_reader_destroy(&rd);
   ProtobufCMessage *msg =
       wk_validate_decode_in(r->method, GRPC_SLICE_START_PTR(bytes), GRPC_SLICE_LENGTH(bytes), lim,
-                            &r->pb_alloc, err, err_len);
+                            &in_arena, err, err_len);
   grpc_slice_unref(bytes);
   return msg;
 }
