@@ -233,19 +233,17 @@ void wk_orch__handle_list_tasks(wk_orch *o, wk_rpc *rpc);
 /** GetTaskLogs: the task's captured call output from the task book. */
 void wk_orch__handle_task_logs(wk_orch *o, wk_rpc *rpc);
 
-/** Records a newly admitted task in the task book (function, builder, labels), and
- * forgets the entries of tasks the core forgot: the oldest first, and a few more
- * round-robin, so the book holds about the tasks the core knows (at most twice as
- * many), whatever the rate. */
+/** Records a newly admitted task in the task book (function, builder, labels). */
 void wk_orch__book_add(wk_orch *o, const Worker__V1__SubmitTaskRequest *req);
+
+/** The core's forget hook (ud = the orchestrator): the task's book entry and its
+ * captured output go with the core's record. */
+void wk_orch__book_forget(void *ud, const char *task_id, size_t task_id_len);
 
 /** wk_calls' on_output (ud = the orchestrator): keeps an attempt's captured output in
  * the task book. */
 void wk_orch__book_log(void *ud, const char *task_id, uint32_t index, uint32_t attempt,
                        wk_frame_bytes out, wk_frame_bytes err);
-
-/** Forgets book entries of tasks the core no longer knows (a bounded number per tick). */
-void wk_orch__book_sweep(wk_orch *o);
 
 /* ---- wk_phase_jobs.c ----------------------------------------------------------------- */
 

@@ -2,8 +2,9 @@
  *
  * The book (wk_task_book.h) holds what the core does not: each task's function,
  * builder and labels, and its calls' captured output. The core stays the truth of
- * which tasks exist and how they stand: a listing reads each task's state from it and
- * skips the tasks it forgot (their book entries go at the next sweep). */
+ * which tasks exist and how they stand: a listing reads each task's state from it, and
+ * an entry goes when the core tells its forget hook that it forgot the task, so the
+ * book holds exactly the tasks the core knows. */
 #include "app/wk_orch_int.h"
 
 #include <inttypes.h>
@@ -17,22 +18,6 @@
 
 /* Tasks one ListTasks page examines at most against its filters. */
 #define LIST_EXAMINE_MAX 10000u
-/* Book entries checked against the core per tick. */
-#define SWEEP_PER_TICK 512u
-/* ... and per admitted task: forgotten entries from the oldest end (at most
- * BOOK_OLDEST_PER_ADD, stopping at the oldest task the core still knows: retention
- * forgets the oldest first, so this keeps up exactly), and BOOK_SWEEP_PER_ADD more
- * round-robin for those an older long-running task stands in front of. More than one
- * round-robin check per admission bounds the book to twice the tasks the core knows
- * whatever the rate and the order. (With 512 per tick alone, a worker admitting
- * thousands of tasks a second kept hundreds of thousands of entries of forgotten
- * tasks; with 16 round-robin checks per admission and nothing else, the book was
- * bounded but the checks cost ~5 % of the worker's CPU per no-op task.) */
-#define BOOK_OLDEST_PER_ADD 4u
-#define BOOK_SWEEP_PER_ADD 2u
-
-static bool core_knows(void *ud, const char *task_id);
-
 void wk_orch__book_add(wk_orch *o, const Worker__V1__SubmitTaskRequest *req) {
   wk_option labels[WK_LABELS_MAX];
   size_t n = req->n_labels < WK_LABELS_MAX ? req->n_labels : WK_LABELS_MAX;
@@ -41,24 +26,18 @@ void wk_orch__book_add(wk_orch *o, const Worker__V1__SubmitTaskRequest *req) {
   const char *builder =
       (req->function->type && req->function->type[0]) ? req->function->type : "single";
   wk_task_book_add(o->book, req->task_id, req->function->name, builder, labels, n);
-  (void)wk_task_book_sweep_oldest(o->book, core_knows, o, BOOK_OLDEST_PER_ADD);
-  (void)wk_task_book_sweep(o->book, core_knows, o, BOOK_SWEEP_PER_ADD);
+}
+
+void wk_orch__book_forget(void *ud, const char *task_id, size_t task_id_len) {
+  wk_orch *o = ud;
+  (void)task_id_len; /* the core's ids are NUL-terminated */
+  wk_task_book_remove(o->book, task_id);
 }
 
 void wk_orch__book_log(void *ud, const char *task_id, uint32_t index, uint32_t attempt,
                        wk_frame_bytes out, wk_frame_bytes err) {
   wk_orch *o = ud;
   wk_task_book_log(o->book, task_id, index, attempt, out.ptr, out.len, err.ptr, err.len);
-}
-
-static bool core_knows(void *ud, const char *task_id) {
-  const wk_orch *o = ud;
-  const wk_task_result *r;
-  return wk_core_get_result(o->core, task_id, strlen(task_id), &r) == WK_OK;
-}
-
-void wk_orch__book_sweep(wk_orch *o) {
-  (void)wk_task_book_sweep(o->book, core_knows, o, SWEEP_PER_TICK);
 }
 
 /* ---- ListTasks ------------------------------------------------------------------------ */

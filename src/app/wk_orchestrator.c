@@ -366,7 +366,6 @@ static void tick(wk_orch *o) {
   wk_calls_tick(o->calls, o->now_ms);
   wk_subs_tick(o->subs);
   wk_orch__progress_flush(o);
-  wk_orch__book_sweep(o);
   wk_orch__scope_check_all(o);
   wk_orch__run_steps(o);
   trim_if_due(o);
@@ -469,6 +468,7 @@ wk_orch *wk_orch_create(uv_loop_t *loop, const wk_orch_config *cfg, char *err, s
   wk_freelist_init(&o->rt_pool, sizeof(wk_task_rt), RT_POOL_MAX);
   wk_subs_set_owner_grace(o->subs, (uint64_t)cfg->core.watch_disconnect_grace_ms);
   o->book = wk_task_book_create(&cfg->task_logs);
+  wk_core_set_forget_hook(o->core, wk_orch__book_forget, o);
   pthread_mutex_init(&o->mu, NULL);
   uv_async_init(loop, &o->wake, on_wake);
   o->wake.data = o;
@@ -612,6 +612,7 @@ void wk_orch__maybe_free(wk_orch *o) {
   WK_ASSERT(o->scopes == NULL);
   for (int i = 0; i < WK_ORCH__SEM_COUNT; i++) WK_ASSERT(o->sems[i].head == NULL);
   wk_subs_destroy(o->subs);
+  wk_core_set_forget_hook(o->core, NULL, NULL);
   wk_task_book_destroy(o->book);
   wk_orch__health_free_all(o);
   wk_calls_destroy(o->calls);

@@ -49,8 +49,6 @@ struct wk_task_book {
   slot *order;
   size_t n_order, cap_order;
   size_t evict_pos; /* order positions below it hold no log */
-  size_t sweep_pos;
-  size_t front_pos; /* order positions below it are all NULL (sweep_oldest) */
   uint64_t next_seq;
   uint64_t log_bytes;
 };
@@ -118,19 +116,15 @@ static void grow_buckets(wk_task_book *b) {
 static void compact(wk_task_book *b) {
   if (b->n_order < 64 || b->count * 2 > b->n_order) return;
   size_t w = 0;
-  size_t evict = 0, sweep = 0, front = 0;
+  size_t evict = 0;
   for (size_t r = 0; r < b->n_order; r++) {
     if (r == b->evict_pos) evict = w;
-    if (r == b->sweep_pos) sweep = w;
-    if (r == b->front_pos) front = w;
     if (!b->order[r].n) continue;
     b->order[w] = b->order[r];
     b->order[w].n->pos = w;
     w++;
   }
   b->evict_pos = b->evict_pos >= b->n_order ? w : evict;
-  b->sweep_pos = b->sweep_pos >= b->n_order ? w : sweep;
-  b->front_pos = b->front_pos >= b->n_order ? w : front;
   b->n_order = w;
 }
 
@@ -355,33 +349,4 @@ void wk_task_book_walk(const wk_task_book *b, uint64_t before, size_t max_examin
     }
     pos--;
   }
-}
-
-size_t wk_task_book_sweep(wk_task_book *b, bool (*known)(void *ud, const char *task_id), void *ud,
-                          size_t max) {
-  size_t removed = 0;
-  for (size_t i = 0; i < max && b->count > 0; i++) {
-    if (b->sweep_pos >= b->n_order) b->sweep_pos = 0;
-    node *n = b->order[b->sweep_pos].n;
-    b->sweep_pos++;
-    if (n && !known(ud, n->e.task_id)) { /* (a compaction moves sweep_pos along) */
-      wk_task_book_remove(b, n->e.task_id);
-      removed++;
-    }
-  }
-  return removed;
-}
-
-size_t wk_task_book_sweep_oldest(wk_task_book *b, bool (*known)(void *ud, const char *task_id),
-                                 void *ud, size_t max) {
-  size_t removed = 0;
-  while (removed < max) {
-    while (b->front_pos < b->n_order && !b->order[b->front_pos].n) b->front_pos++;
-    if (b->front_pos >= b->n_order) break;
-    node *n = b->order[b->front_pos].n;
-    if (known(ud, n->e.task_id)) break;   /* the oldest still known: the rest waits */
-    wk_task_book_remove(b, n->e.task_id); /* (a compaction moves front_pos along) */
-    removed++;
-  }
-  return removed;
 }

@@ -5,7 +5,7 @@
  * Entries are kept in admission order (a sequence number each, newest last) so a
  * listing can page through them newest first with a cursor that survives removals.
  * The core decides how long a task is known (live, then retained): the orchestrator
- * removes entries whose task the core forgot (wk_task_book_sweep, and while listing).
+ * removes a task's entry when the core forgets it (the core's forget hook).
  *
  * Captured output: each ended attempt of a top-level call adds one record (call index,
  * attempt, stdout, stderr) to its task's log while the task's log holds less than
@@ -80,17 +80,5 @@ typedef bool (*wk_task_book_visit_fn)(void *ud, const wk_task_entry *e);
  * page, or 0 when every entry was examined. */
 void wk_task_book_walk(const wk_task_book *b, uint64_t before, size_t max_examined,
                        wk_task_book_visit_fn visit, void *ud, uint64_t *next);
-
-/** Removes the oldest entries while `known` says false for them, at most `max`: it
- * stops at the oldest entry still known. The core forgets retained tasks oldest
- * first, so this finds them without looking at the rest. Returns how many were
- * removed. */
-size_t wk_task_book_sweep_oldest(wk_task_book *b, bool (*known)(void *ud, const char *task_id),
-                                 void *ud, size_t max);
-
-/** Removes, among up to `max` entries examined round-robin, those `known` says false
- * for (their task is gone from the core). Returns how many were removed. */
-size_t wk_task_book_sweep(wk_task_book *b, bool (*known)(void *ud, const char *task_id), void *ud,
-                          size_t max);
 
 #endif

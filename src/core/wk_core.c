@@ -223,6 +223,7 @@ static void free_task(wk_core *core, uint32_t i) {
   wk_task *t = &core->tasks[i];
   WK_ASSERT(t->stage != WK_STAGE_FREE);
   WK_ASSERT(t->slot == WK_NONE); /* its slot was released first */
+  if (core->forget) core->forget(core->forget_ud, t->id, t->id_len);
   wk_core__index_remove(core, i);
   release_blobs(core, t);
   t->stage = WK_STAGE_FREE;
@@ -1019,6 +1020,11 @@ wk_slot_view wk_core_slot(const wk_core *core, uint32_t index) {
 void wk_core_set_tap(wk_core *core, const wk_core_tap *tap) {
   core->tap = tap ? *tap : (wk_core_tap){0};
   core->tapped = core->tap.input || core->tap.output;
+}
+
+void wk_core_set_forget_hook(wk_core *core, wk_core_forget_fn fn, void *ud) {
+  core->forget = fn;
+  core->forget_ud = fn ? ud : NULL;
 }
 
 static void tap_in(const wk_core *core, const wk_core_input *in) {

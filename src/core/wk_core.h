@@ -400,6 +400,20 @@ size_t wk_core_watch_disconnected_tasks(const wk_core *core, int64_t now_ms, wk_
 /** Drops retained results older than the retention; returns how many were purged. */
 size_t wk_core_purge_expired_results(wk_core *core, int64_t now_ms);
 
+/* ---- forgotten tasks ------------------------------------------------------- */
+
+/* Told the id of each task the core forgets, once, as its record is freed: a retained
+ * result evicted by the retention bounds or purged when its retention ends, and a
+ * reservation that lapsed or whose lease expired before any submit. From then on the
+ * id is unknown (submitted again, it is a new task). It runs inside the entry point
+ * that forgot the task and must not call the core. */
+typedef void (*wk_core_forget_fn)(void *ud, const char *task_id, size_t task_id_len);
+
+/** Installs `fn` (NULL: none) to be told of every task the core forgets from now on,
+ * so that what an adapter keeps per task lives exactly as long as the core's record.
+ * wk_core_destroy tells it nothing. */
+void wk_core_set_forget_hook(wk_core *core, wk_core_forget_fn fn, void *ud);
+
 /** The earliest moment any timer above fires (INT64_MAX when none): an adapter may
  * sleep until then. */
 int64_t wk_core_next_deadline(const wk_core *core);

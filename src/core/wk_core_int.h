@@ -94,6 +94,8 @@ struct wk_core {
   char paused[WK_CORE_PAUSE_REASON_MAX]; /* admission paused: why ("" = admitting) */
   bool tapped;                           /* tap has a function: the boundary reports */
   wk_core_tap tap;                       /* core/wk_core_tap.h */
+  wk_core_forget_fn forget;              /* wk_core_set_forget_hook (NULL: none) */
+  void *forget_ud;
 
   wk_slot *slots;
   uint32_t free_slot_head;

@@ -605,6 +605,62 @@ static void test_retention_bounded_by_bytes(void **state) {
   wk_core_destroy(core);
 }
 
+/* The forget hook hears each task the core forgets, once, in order: an evicted
+ * result, an expired reservation, a lapsed one asked for again, purged results;
+ * never a task still known, and nothing from wk_core_destroy. */
+typedef struct forgotten {
+  char ids[8][8];
+  int n;
+} forgotten;
+
+static void record_forgotten(void *ud, const char *task_id, size_t len) {
+  forgotten *f = ud;
+  assert_true(f->n < 8 && len < sizeof f->ids[0]);
+  memcpy(f->ids[f->n], task_id, len);
+  f->ids[f->n++][len] = '\0';
+}
+
+static void test_forget_hook_hears_every_forgotten_task(void **state) {
+  (void)state;
+  wk_core_config cfg = fx_config(FX_SLOTS);
+  cfg.max_retained_results = 2;
+  wk_core *core = wk_core_create(&cfg);
+  assert_non_null(core);
+  wk_core_set_ready(core, true);
+  forgotten f = {0};
+  wk_core_set_forget_hook(core, record_forgotten, &f);
+
+  FX_RUN_SUCCESS(core, ID("a"), &ctx_a, 1000);
+  FX_RUN_SUCCESS(core, ID("b"), &ctx_a, 2000);
+  assert_int_equal(f.n, 0);
+  FX_RUN_SUCCESS(core, ID("c"), &ctx_a, 3000); /* evicts a */
+  assert_int_equal(f.n, 1);
+  assert_string_equal(f.ids[0], "a");
+  FX_NOT_FOUND(core, ID("a"));
+
+  uint64_t s1 = FX_RESERVE(core, ID("r1"), 0, 4000, 4000 + FX_TTL);
+  wk_transition_result out;
+  wk_core_handle_slot_lease_expired(core, s1, 4000 + FX_TTL, &out);
+  FX_ERR(out.err, WK_OK);
+  assert_int_equal(f.n, 2);
+  assert_string_equal(f.ids[1], "r1");
+
+  FX_RESERVE(core, ID("r2"), 0, 6000, 6000 + FX_TTL);
+  int64_t later = 6000 + FX_TTL + 1; /* lapsed: asked for again, it is new */
+  FX_RESERVE(core, ID("r2"), 0, later, later + FX_TTL);
+  assert_int_equal(f.n, 3);
+  assert_string_equal(f.ids[2], "r2");
+
+  assert_int_equal(wk_core_purge_expired_results(core, 3004 + FX_RETENTION), 2);
+  assert_int_equal(f.n, 5);
+  assert_string_equal(f.ids[3], "b");
+  assert_string_equal(f.ids[4], "c");
+  FX_INV(core);
+
+  wk_core_destroy(core); /* the second r2 reservation is still known: not told */
+  assert_int_equal(f.n, 5);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       FX_TEST(test_task_timeout_in_calls_phase),
@@ -624,6 +680,7 @@ int main(void) {
       FX_TEST(test_purged_id_is_new_again),
       FX_TEST(test_retention_bounded_by_count),
       FX_TEST(test_retention_bounded_by_bytes),
+      FX_TEST(test_forget_hook_hears_every_forgotten_task),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,7 +1,7 @@
 /* The task book (src/app/wk_task_book.c): listing newest first across pages while tasks
  * come and go, label copies, the per-task and total bounds of captured output (oldest
- * tasks' logs evicted first, drops counted), records as GetTaskLogsResponse decodes
- * them, and the sweep of tasks the core forgot. */
+ * tasks' logs evicted first, drops counted), and records as GetTaskLogsResponse decodes
+ * them. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -261,64 +261,12 @@ static void test_logs_total_evicts_oldest(void **state) {
   wk_task_book_destroy(b);
 }
 
-static bool known_even(void *ud, const char *id) {
-  (void)ud;
-  return (atoi(id + 1) % 2) == 0;
-}
-
-/* The sweep removes what the core forgot, a bounded number of entries at a time. */
-static void test_sweep(void **state) {
-  (void)state;
-  wk_task_book *b = book(10, 10);
-  add_range(b, 's', 0, 100);
-  size_t removed = wk_task_book_sweep(b, known_even, NULL, 10);
-  assert_int_equal(removed, 5);
-  while (wk_task_book_sweep(b, known_even, NULL, 10) > 0) {
-  }
-  assert_int_equal(wk_task_book_count(b), 50);
-  assert_null(wk_task_book_find(b, "s1"));
-  assert_non_null(wk_task_book_find(b, "s2"));
-  wk_task_book_destroy(b);
-}
-
-/* The oldest-first sweep removes forgotten entries from the oldest end and stops at
- * the oldest one still known (its bound counting removals only), also across a
- * compaction. */
-static bool known_from_60(void *ud, const char *id) {
-  (void)ud;
-  return atoi(id + 1) >= 60 || atoi(id + 1) == 30;
-}
-
-static void test_sweep_oldest(void **state) {
-  (void)state;
-  wk_task_book *b = book(10, 10);
-  add_range(b, 's', 0, 100);
-  assert_int_equal(wk_task_book_sweep_oldest(b, known_from_60, NULL, 7), 7);
-  assert_null(wk_task_book_find(b, "s6"));
-  assert_non_null(wk_task_book_find(b, "s7"));
-  /* up to s30, which is known: it stops there */
-  assert_int_equal(wk_task_book_sweep_oldest(b, known_from_60, NULL, 1000), 23);
-  assert_non_null(wk_task_book_find(b, "s30"));
-  assert_non_null(wk_task_book_find(b, "s31"));
-  assert_int_equal(wk_task_book_sweep_oldest(b, known_from_60, NULL, 1000), 0);
-  wk_task_book_remove(b, "s30"); /* the core forgot it too */
-  assert_int_equal(wk_task_book_sweep_oldest(b, known_from_60, NULL, 1000), 29);
-  assert_int_equal(wk_task_book_count(b), 40);
-  assert_non_null(wk_task_book_find(b, "s60"));
-  add_range(b, 's', 100, 300); /* newer ones, after compactions */
-  assert_int_equal(wk_task_book_sweep_oldest(b, known_from_60, NULL, 1000), 0);
-  assert_int_equal(wk_task_book_count(b), 240);
-  wk_task_book_destroy(b);
-}
-
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_paging),
       cmocka_unit_test(test_compaction),
       cmocka_unit_test(test_logs_per_task),
       cmocka_unit_test(test_logs_total_evicts_oldest),
-      cmocka_unit_test(test_sweep),
-      cmocka_unit_test(test_sweep_oldest),
       cmocka_unit_test(test_entry_storage_and_log_growth),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
