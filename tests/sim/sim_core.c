@@ -100,6 +100,7 @@ typedef struct sim_task {
   uint8_t outputs[SIM_BLOB_MAX];
   size_t outputs_len;
   uint32_t converged;
+  uint32_t told; /* times the core's forget hook named it since the model last forgot it */
 
   /* adapter-side work in flight (may outlive the incarnation: late events) */
   bool pend_act, pend_builder, pend_calls, pend_writer;
@@ -234,6 +235,23 @@ static sim_task *task_by_id(sim *s, const char *id, size_t len) {
   sim_task *t = &s->tasks[idx];
   if (t->id_len != len || memcmp(t->id, id, len) != 0) return NULL;
   return t;
+}
+
+/* The core's forget hook: counts, per task, what it was told. */
+static void on_forget(void *ud, const char *id, size_t len) {
+  sim *s = ud;
+  sim_task *t = task_by_id(s, id, len);
+  CHECK(t != NULL, "the forget hook named %.*s, an id the sim never used", (int)len, id);
+  t->told++;
+}
+
+/* The model forgets t (its record is gone from the core): the forget hook was told of
+ * it exactly once. */
+static void model_forget(sim_task *t, const char *where) {
+  CHECK(t->told == 1, "%s: %s is gone from the core, the forget hook was told %u times", where,
+        t->id, t->told);
+  t->told = 0;
+  t->ms = MS_UNKNOWN;
 }
 
 /* Invalid ids: empty, too long, a space, DEL, a high byte, an embedded NUL. */
@@ -716,7 +734,7 @@ static void check_all(sim *s) {
             g_stats.purged_bounds++;
           }
           if (t->conv_seq > s->max_purged_seq) s->max_purged_seq = t->conv_seq;
-          t->ms = MS_UNKNOWN;
+          model_forget(t, "purge");
           break;
         }
         CHECK(err == WK_OK, "get_result(%s) for a retained result: %s", t->id, wk_err_name(err));
@@ -726,6 +744,8 @@ static void check_all(sim *s) {
         timers = min64(timers, t->finished_ms + s->cfg.result_retention_ms);
         break;
     }
+    CHECK(t->told == 0, "the forget hook was told of %s, which the sim holds %s", t->id,
+          MS_NAMES[t->ms]);
   }
   CHECK(s->max_purged_seq < min_retained_seq || min_retained_seq == UINT64_MAX,
         "retention is not FIFO: result #%" PRIu64 " purged while older #%" PRIu64 " is kept",
@@ -847,7 +867,7 @@ static void resync_reservation(sim *s, sim_task *t) {
   if (!held) {
     CHECK(s->now >= t->lease_ms, "%s: reservation of %s vanished before its lease ran out",
           s->ev.name, t->id);
-    t->ms = MS_UNKNOWN;
+    model_forget(t, s->ev.name);
   }
 }
 
@@ -1499,7 +1519,7 @@ static void do_lease_expired(sim *s, uint64_t sid, bool from_scan) {
     wk_slot_view v = wk_core_slot(s->core, idx);
     CHECK(v.state == WK_SLOT_FREE, "slot_lease_expired: reserved slot %u is %s after", idx,
           wk_slot_state_name(v.state));
-    owner->ms = MS_UNKNOWN;
+    model_forget(owner, "slot_lease_expired");
   } else {
     CHECK(before == MS_LIVE, "lease expired on a slot of a %s task", MS_NAMES[before]);
     expect_timer_converge(s, owner, WK_FAIL_SLOT_LOST);
@@ -1884,6 +1904,7 @@ static void run_seed(uint64_t seed, uint64_t steps) {
   s->now = prng_range(&s->rng, 0, 1000000);
   s->core = wk_core_create(&s->cfg);
   CHECK(s->core != NULL, "wk_core_create failed");
+  wk_core_set_forget_hook(s->core, on_forget, s);
   s->ready = prng_pct(&s->rng, 90);
   wk_core_set_ready(s->core, s->ready);
   vlog("seed %" PRIu64 ": slots %u ttl %" PRId64 "/%" PRId64 " timeout %" PRId64 "/%" PRId64
