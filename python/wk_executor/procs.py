@@ -15,7 +15,6 @@ behind.
 from __future__ import annotations
 
 import ctypes
-import errno
 import os
 import resource
 import signal
@@ -100,20 +99,22 @@ def _children(me: int) -> list[int]:
 # at the end of every call handed it to the watchdog (which waits for it while a call
 # spins) exactly when the call had ended, every time, so the watchdog never read while a
 # call ran and PINGs behind a queue of short calls waited for the whole queue
-# (tests/integration/test_executor_features.c, test_input_while_queue_of_calls)
-_waitpid = ctypes.PyDLL(None, use_errno=True).waitpid
-_waitpid.argtypes = (ctypes.c_int, ctypes.c_void_p, ctypes.c_int)
-_waitpid.restype = ctypes.c_int
+# (tests/integration/test_executor_features.c, test_input_while_queue_of_calls).
+# Called without argtypes (Python ints pass as C ints, None as NULL) and without errno:
+# with WNOHANG it never blocks, so -1 can only mean ECHILD. This runs after every call,
+# with the caches the call left cold: each conversion ctypes skips counts.
+_waitpid = ctypes.PyDLL(None).waitpid
+_WNOHANG = os.WNOHANG
 
 
 def _no_child() -> bool:
     """True when this process has no child at all (ECHILD), without letting the GIL go.
     A child that ended is reaped here too; False when any child is left."""
     while True:
-        pid = _waitpid(-1, None, os.WNOHANG)
+        pid = _waitpid(-1, None, _WNOHANG)
         if pid > 0:
             continue
-        return pid < 0 and ctypes.get_errno() == errno.ECHILD
+        return pid < 0
 
 
 def end_descendants() -> int:
