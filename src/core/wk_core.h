@@ -402,11 +402,12 @@ size_t wk_core_purge_expired_results(wk_core *core, int64_t now_ms);
 
 /* ---- forgotten tasks ------------------------------------------------------- */
 
-/* Told the id of each task the core forgets, once, as its record is freed: a retained
- * result evicted by the retention bounds or purged when its retention ends, and a
- * reservation that lapsed or whose lease expired before any submit. From then on the
- * id is unknown (submitted again, it is a new task). It runs inside the entry point
- * that forgot the task and must not call the core. */
+/* Told the id (task_id_len bytes, NUL-terminated as well) of each task the core
+ * forgets, once, as its record is freed: a retained result evicted by the retention
+ * bounds or purged when its retention ends, and a reservation that lapsed or whose
+ * lease expired before any submit. From then on the id is unknown (submitted again, it
+ * is a new task). It runs inside the entry point that forgot the task and must not
+ * call the core. */
 typedef void (*wk_core_forget_fn)(void *ud, const char *task_id, size_t task_id_len);
 
 /** Installs `fn` (NULL: none) to be told of every task the core forgets from now on,
