@@ -519,13 +519,19 @@ static void test_purged_id_is_new_again(void **state) {
   assert_int_equal(wk_core_retained_count(core), 0);
 }
 
-static void test_retention_bounded_by_count(void **state) {
-  (void)state;
+/* A ready core of the fixture's settings that retains at most `results` results. */
+static wk_core *core_retaining(uint32_t results) {
   wk_core_config cfg = fx_config(FX_SLOTS);
-  cfg.max_retained_results = 2;
+  cfg.max_retained_results = results;
   wk_core *core = wk_core_create(&cfg);
   assert_non_null(core);
   wk_core_set_ready(core, true);
+  return core;
+}
+
+static void test_retention_bounded_by_count(void **state) {
+  (void)state;
+  wk_core *core = core_retaining(2);
 
   FX_RUN_SUCCESS(core, ID("a"), &ctx_a, 1000);
   FX_RUN_SUCCESS(core, ID("b"), &ctx_a, 2000);
@@ -622,11 +628,7 @@ static void record_forgotten(void *ud, const char *task_id, size_t len) {
 
 static void test_forget_hook_hears_every_forgotten_task(void **state) {
   (void)state;
-  wk_core_config cfg = fx_config(FX_SLOTS);
-  cfg.max_retained_results = 2;
-  wk_core *core = wk_core_create(&cfg);
-  assert_non_null(core);
-  wk_core_set_ready(core, true);
+  wk_core *core = core_retaining(2);
   forgotten f = {0};
   wk_core_set_forget_hook(core, record_forgotten, &f);
 
