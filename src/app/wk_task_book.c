@@ -58,7 +58,7 @@ static uint64_t id_hash(const char *id) { return wk_hash64(id, strlen(id), 0x7a5
 wk_task_book *wk_task_book_create(const wk_task_book_limits *limits) {
   wk_task_book *b = wk_xcalloc(1, sizeof *b);
   b->lim = *limits;
-  b->n_buckets = 256;
+  b->n_buckets = 256; /* a power of two, doubled as the book grows */
   b->buckets = wk_xcalloc(b->n_buckets, sizeof *b->buckets);
   b->next_seq = 1;
   return b;
@@ -90,8 +90,11 @@ void wk_task_book_destroy(wk_task_book *b) {
   free(b);
 }
 
+/* The bucket of hash h among n (a power of two) buckets. */
+static inline size_t bucket_of(uint64_t h, size_t n) { return (size_t)(h & (n - 1)); }
+
 static node *find_node(const wk_task_book *b, const char *id, uint64_t h) {
-  for (node *n = b->buckets[h % b->n_buckets]; n; n = n->next) {
+  for (node *n = b->buckets[bucket_of(h, b->n_buckets)]; n; n = n->next) {
     if (n->hash == h && strcmp(n->e.task_id, id) == 0) return n;
   }
   return NULL;
@@ -103,8 +106,8 @@ static void grow_buckets(wk_task_book *b) {
   for (size_t i = 0; i < b->n_buckets; i++) {
     for (node *n = b->buckets[i], *next; n; n = next) {
       next = n->next;
-      n->next = nbk[n->hash % nb];
-      nbk[n->hash % nb] = n;
+      n->next = nbk[bucket_of(n->hash, nb)];
+      nbk[bucket_of(n->hash, nb)] = n;
     }
   }
   free(b->buckets);
@@ -144,7 +147,9 @@ const wk_task_entry *wk_task_book_add(wk_task_book *b, const char *task_id, cons
   uint64_t h = id_hash(task_id);
   node *n = find_node(b, task_id, h);
   if (n) return &n->e;
-  if (b->count + 1 > b->n_buckets * 2) grow_buckets(b);
+  /* at most one entry per bucket on average: every entry a lookup walks past is a
+   * cache miss in a book of 100,000 tasks */
+  if (b->count + 1 > b->n_buckets) grow_buckets(b);
   function = function ? function : "";
   builder = builder ? builder : "";
   size_t bytes = sizeof *n + n_labels * sizeof *n->e.labels + strlen(task_id) + 1 +
@@ -167,8 +172,8 @@ const wk_task_entry *wk_task_book_add(wk_task_book *b, const char *task_id, cons
   }
   WK_ASSERT((size_t)(at - (char *)n) == bytes);
   n->e.n_labels = n_labels;
-  n->next = b->buckets[h % b->n_buckets];
-  b->buckets[h % b->n_buckets] = n;
+  n->next = b->buckets[bucket_of(h, b->n_buckets)];
+  b->buckets[bucket_of(h, b->n_buckets)] = n;
   if (b->n_order == b->cap_order) {
     b->cap_order = b->cap_order ? b->cap_order * 2 : 64;
     b->order = wk_xrealloc(b->order, b->cap_order * sizeof *b->order);
@@ -186,7 +191,7 @@ const wk_task_entry *wk_task_book_find(const wk_task_book *b, const char *task_i
 
 void wk_task_book_remove(wk_task_book *b, const char *task_id) {
   uint64_t h = id_hash(task_id);
-  for (node **pp = &b->buckets[h % b->n_buckets]; *pp; pp = &(*pp)->next) {
+  for (node **pp = &b->buckets[bucket_of(h, b->n_buckets)]; *pp; pp = &(*pp)->next) {
     node *n = *pp;
     if (n->hash != h || strcmp(n->e.task_id, task_id) != 0) continue;
     *pp = n->next;
