@@ -239,6 +239,27 @@ typedef struct call_state {
   const char *error_string;
 } call_state;
 
+/* The channel's registered handle of `method` (registered on first use): a call made
+ * from it skips interning the method's path, as generated stubs' calls do. One
+ * channel and a few methods per run. */
+#define REGISTERED_MAX 8
+static void *registered_call(grpc_channel *ch, const char *method) {
+  static struct {
+    grpc_channel *ch;
+    const char *method;
+    void *handle;
+  } table[REGISTERED_MAX];
+  static unsigned n;
+  for (unsigned i = 0; i < n; i++) {
+    if (table[i].ch == ch && strcmp(table[i].method, method) == 0) return table[i].handle;
+  }
+  if (n == REGISTERED_MAX) abort(); /* a program error: more methods than the generator has */
+  table[n].ch = ch;
+  table[n].method = method;
+  table[n].handle = grpc_channel_register_call(ch, method, NULL, NULL);
+  return table[n++].handle;
+}
+
 /* Creates the call and fills ops[0..3] (send metadata, the request, half-close, receive
  * the initial metadata) and *status_op (receive the status). Takes req. */
 static void cs_start(call_state *cs, grpc_channel *ch, const char *method, void *req, size_t len,
@@ -246,8 +267,8 @@ static void cs_start(call_state *cs, grpc_channel *ch, const char *method, void 
   cs->details = grpc_empty_slice();
   grpc_metadata_array_init(&cs->imd);
   grpc_metadata_array_init(&cs->tmd);
-  cs->call = grpc_channel_create_call(ch, NULL, GRPC_PROPAGATE_DEFAULTS, g_cq,
-                                      grpc_slice_from_static_string(method), NULL, deadline, NULL);
+  cs->call = grpc_channel_create_registered_call(ch, NULL, GRPC_PROPAGATE_DEFAULTS, g_cq,
+                                                 registered_call(ch, method), deadline, NULL);
   cs->send = bb_from(req, len);
   memset(ops, 0, 4 * sizeof *ops);
   ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
@@ -688,10 +709,76 @@ static void count_event(batch *b, const Worker__V1__TaskEvent *ev) {
   task_finished(e);
 }
 
+/* The state (TaskResult field 2) in a result's bytes; -1 when they cannot be walked. */
+static int result_state(const uint8_t *p, const uint8_t *end) {
+  int state = 0; /* proto3: absent means 0 */
+  while (p < end) {
+    uint64_t key, v;
+    if (!read_varint(&p, end, &key)) return -1;
+    switch (key & 7) {
+      case 0:
+        if (!read_varint(&p, end, &v)) return -1;
+        if (key >> 3 == 2) state = (int)v;
+        break;
+      case 2:
+        if (!read_varint(&p, end, &v) || v > (uint64_t)(end - p)) return -1;
+        p += v;
+        break;
+      case 1: p += 8; break;
+      case 5: p += 4; break;
+      default: return -1;
+    }
+  }
+  return p == end ? state : -1;
+}
+
+/* Walks one TaskEvent (depth 0: it may hold `more`, each walked at depth 1) and adds
+ * its TERMINAL events to *terminal. False when the bytes cannot be walked or a
+ * TERMINAL result is not SUCCEEDED: the caller then decodes the message whole (and
+ * reports what failed). */
+static bool walk_event(const uint8_t *p, const uint8_t *end, int depth, unsigned *terminal) {
+  int kind = 0, state = -1;
+  while (p < end) {
+    uint64_t key, v;
+    if (!read_varint(&p, end, &key)) return false;
+    switch (key & 7) {
+      case 0:
+        if (!read_varint(&p, end, &v)) return false;
+        if (key >> 3 == 2) kind = (int)v;
+        break;
+      case 2:
+        if (!read_varint(&p, end, &v) || v > (uint64_t)(end - p)) return false;
+        if (key >> 3 == 3) state = result_state(p, p + v);
+        if (key >> 3 == 6 && (depth > 0 || !walk_event(p, p + v, 1, terminal))) return false;
+        p += v;
+        break;
+      case 1: p += 8; break;
+      case 5: p += 4; break;
+      default: return false;
+    }
+  }
+  if (p != end) return false;
+  if (kind != WORKER__V1__TASK_EVENT__KIND__KIND_TERMINAL) return true;
+  if (state != WORKER__V1__TASK_STATE__TASK_STATE_SUCCEEDED) return false;
+  (*terminal)++;
+  return true;
+}
+
 static void on_event(void *ctx, const uint8_t *msg, size_t len) {
   batch *b = ctx;
   bool batched = false;
   b->e->messages++;
+  unsigned terminal = 0;
+  if (!b->e->bytes && walk_event(msg, msg + len, 0, &terminal)) {
+    /* every TERMINAL result SUCCEEDED: counted without decoding (echo compares
+     * outputs, so it always decodes) */
+    for (unsigned i = 0; i < terminal; i++) {
+      b->terminal++;
+      b->e->ok++;
+      task_finished(b->e);
+    }
+    return;
+  }
   int kind = event_kind(msg, len, &batched);
   if (!batched && kind >= 0 && kind != WORKER__V1__TASK_EVENT__KIND__KIND_TERMINAL) return;
   Worker__V1__TaskEvent *ev = worker__v1__task_event__unpack(NULL, len, msg);
