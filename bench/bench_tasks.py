@@ -42,7 +42,27 @@ FUNCTIONS = {
     "noop": "def handler(args, ctx):\n    return None\n",
     "sleep": "import time\n\ndef handler(args, ctx):\n    time.sleep(args)\n",
     "echo_bytes": "def handler(args, ctx):\n    return args\n",
+    # --smoke: the tasks with an odd number fail, so event messages mix outcomes
+    "fail_odd": ("def handler(args, ctx):\n"
+                 "    if int(ctx.task_id.rsplit('-', 1)[1]) % 2:\n"
+                 "        raise ValueError('odd task')\n"),
 }
+
+
+def smoke_failures(build, w):
+    """The generator counts a task only when it SUCCEEDED, and reports the others: 20
+    tasks of which the 10 odd ones fail, their events batched on shared streams. 0
+    when it said exactly that."""
+    cmd = [os.path.join(build, "bench", "wk_loadgen"), "--target", w.addr, "--mode",
+           "throughput", "--function", "fail_odd", "--tasks", "20", "--reps", "1",
+           "--inflight", "20", "--batch", "10", "--warmup", "0", "--no-slot"]
+    print("$ " + " ".join(cmd[1:]) + "   (10 of the 20 must be reported failed)", flush=True)
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    print(p.stdout, end="", flush=True)
+    ok = (p.returncode != 0 and "tasks: 10 of 20 succeeded" in p.stdout
+          and "task ended FAILED" in p.stdout and "ValueError: odd task" in p.stdout)
+    print("failed tasks reported: %s" % ("PASS" if ok else "FAIL"), flush=True)
+    return 0 if ok else 1
 
 
 def start_worker(build, executors, extra=()):
@@ -143,6 +163,9 @@ def main():
                 print("unknown mode %r" % m)
                 r = 2
             rc = rc or r
+        if args.smoke:
+            print(flush=True)
+            rc = rc or smoke_failures(build, w)
     finally:
         stop = w.stop()
         print("\nworker stopped (exit %s); load average %s" % (stop, loadavg()), flush=True)
