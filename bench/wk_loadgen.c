@@ -657,23 +657,23 @@ static bool read_varint(const uint8_t **p, const uint8_t *end, uint64_t *v) {
   return false;
 }
 
-/* TaskEvent.kind (field 2) read off the wire without decoding the rest: the generator
- * decodes only TERMINAL events and batches (*batched: the message holds `more`, field
- * 6), so its own CPU per task stays small. -1 when the message cannot be walked. */
-static int event_kind(const uint8_t *msg, size_t len, bool *batched) {
-  const uint8_t *p = msg, *end = msg + len;
-  int kind = 0; /* proto3: absent means 0 */
+/* Varint field `field` of a message's bytes (0 when absent, as proto3 reads it),
+ * without decoding the rest; *has_len (when not NULL) tells whether length-delimited
+ * field `len_field` is there. -1 when the bytes cannot be walked. */
+static int scan_field(const uint8_t *p, const uint8_t *end, unsigned field, unsigned len_field,
+                      bool *has_len) {
+  int value = 0;
   while (p < end) {
     uint64_t key, v;
     if (!read_varint(&p, end, &key)) return -1;
     switch (key & 7) {
       case 0:
         if (!read_varint(&p, end, &v)) return -1;
-        if (key >> 3 == 2) kind = (int)v;
+        if (key >> 3 == field) value = (int)v;
         break;
       case 2:
         if (!read_varint(&p, end, &v) || v > (uint64_t)(end - p)) return -1;
-        if (key >> 3 == 6) *batched = true;
+        if (key >> 3 == len_field && has_len) *has_len = true;
         p += v;
         break;
       case 1: p += 8; break;
@@ -681,7 +681,13 @@ static int event_kind(const uint8_t *msg, size_t len, bool *batched) {
       default: return -1;
     }
   }
-  return p == end ? kind : -1;
+  return p == end ? value : -1;
+}
+
+/* TaskEvent.kind (field 2): the generator decodes only TERMINAL events and batches
+ * (*batched: the message holds `more`, field 6), so its own CPU per task stays small. */
+static int event_kind(const uint8_t *msg, size_t len, bool *batched) {
+  return scan_field(msg, msg + len, 2, 6, batched);
 }
 
 /* One decoded event of a batch's stream (the message's own, or one of its `more`). */
@@ -709,29 +715,6 @@ static void count_event(batch *b, const Worker__V1__TaskEvent *ev) {
   task_finished(e);
 }
 
-/* The state (TaskResult field 2) in a result's bytes; -1 when they cannot be walked. */
-static int result_state(const uint8_t *p, const uint8_t *end) {
-  int state = 0; /* proto3: absent means 0 */
-  while (p < end) {
-    uint64_t key, v;
-    if (!read_varint(&p, end, &key)) return -1;
-    switch (key & 7) {
-      case 0:
-        if (!read_varint(&p, end, &v)) return -1;
-        if (key >> 3 == 2) state = (int)v;
-        break;
-      case 2:
-        if (!read_varint(&p, end, &v) || v > (uint64_t)(end - p)) return -1;
-        p += v;
-        break;
-      case 1: p += 8; break;
-      case 5: p += 4; break;
-      default: return -1;
-    }
-  }
-  return p == end ? state : -1;
-}
-
 /* Walks one TaskEvent (depth 0: it may hold `more`, each walked at depth 1) and adds
  * its TERMINAL events to *terminal. False when the bytes cannot be walked or a
  * TERMINAL result is not SUCCEEDED: the caller then decodes the message whole (and
@@ -748,7 +731,7 @@ static bool walk_event(const uint8_t *p, const uint8_t *end, int depth, unsigned
         break;
       case 2:
         if (!read_varint(&p, end, &v) || v > (uint64_t)(end - p)) return false;
-        if (key >> 3 == 3) state = result_state(p, p + v);
+        if (key >> 3 == 3) state = scan_field(p, p + v, 2, 0, NULL); /* TaskResult.state */
         if (key >> 3 == 6 && (depth > 0 || !walk_event(p, p + v, 1, terminal))) return false;
         p += v;
         break;
