@@ -657,6 +657,39 @@ static bool read_varint(const uint8_t **p, const uint8_t *end, uint64_t *v) {
   return false;
 }
 
+/* One field of a message's bytes: its number and wire type, its value (varint) or
+ * where its bytes are (length-delimited); fixed-width fields are only stepped over. */
+typedef struct wire_field {
+  uint64_t number, value;
+  unsigned wire; /* 0 varint, 1 and 5 fixed, 2 length-delimited */
+  const uint8_t *bytes;
+  size_t len;
+} wire_field;
+
+/* Reads the field at *p (below end) and moves *p past it; false when malformed. */
+static bool read_field(const uint8_t **p, const uint8_t *end, wire_field *f) {
+  uint64_t key, v;
+  if (!read_varint(p, end, &key)) return false;
+  f->number = key >> 3;
+  f->wire = (unsigned)(key & 7);
+  size_t skip = 0;
+  switch (f->wire) {
+    case 0: return read_varint(p, end, &f->value);
+    case 2:
+      if (!read_varint(p, end, &v) || v > (uint64_t)(end - *p)) return false;
+      f->bytes = *p;
+      f->len = (size_t)v;
+      *p += v;
+      return true;
+    case 1: skip = 8; break;
+    case 5: skip = 4; break;
+    default: return false;
+  }
+  if (skip > (size_t)(end - *p)) return false;
+  *p += skip;
+  return true;
+}
+
 /* Varint field `field` of a message's bytes (0 when absent, as proto3 reads it),
  * without decoding the rest; *has_len (when not NULL) tells whether length-delimited
  * field `len_field` is there. -1 when the bytes cannot be walked. */
@@ -664,24 +697,12 @@ static int scan_field(const uint8_t *p, const uint8_t *end, unsigned field, unsi
                       bool *has_len) {
   int value = 0;
   while (p < end) {
-    uint64_t key, v;
-    if (!read_varint(&p, end, &key)) return -1;
-    switch (key & 7) {
-      case 0:
-        if (!read_varint(&p, end, &v)) return -1;
-        if (key >> 3 == field) value = (int)v;
-        break;
-      case 2:
-        if (!read_varint(&p, end, &v) || v > (uint64_t)(end - p)) return -1;
-        if (key >> 3 == len_field && has_len) *has_len = true;
-        p += v;
-        break;
-      case 1: p += 8; break;
-      case 5: p += 4; break;
-      default: return -1;
-    }
+    wire_field f;
+    if (!read_field(&p, end, &f)) return -1;
+    if (f.wire == 0 && f.number == field) value = (int)f.value;
+    if (f.wire == 2 && f.number == len_field && has_len) *has_len = true;
   }
-  return p == end ? value : -1;
+  return value;
 }
 
 /* TaskEvent.kind (field 2): the generator decodes only TERMINAL events and batches
@@ -722,25 +743,15 @@ static void count_event(batch *b, const Worker__V1__TaskEvent *ev) {
 static bool walk_event(const uint8_t *p, const uint8_t *end, int depth, unsigned *terminal) {
   int kind = 0, state = -1;
   while (p < end) {
-    uint64_t key, v;
-    if (!read_varint(&p, end, &key)) return false;
-    switch (key & 7) {
-      case 0:
-        if (!read_varint(&p, end, &v)) return false;
-        if (key >> 3 == 2) kind = (int)v;
-        break;
-      case 2:
-        if (!read_varint(&p, end, &v) || v > (uint64_t)(end - p)) return false;
-        if (key >> 3 == 3) state = scan_field(p, p + v, 2, 0, NULL); /* TaskResult.state */
-        if (key >> 3 == 6 && (depth > 0 || !walk_event(p, p + v, 1, terminal))) return false;
-        p += v;
-        break;
-      case 1: p += 8; break;
-      case 5: p += 4; break;
-      default: return false;
-    }
+    wire_field f;
+    if (!read_field(&p, end, &f)) return false;
+    if (f.wire == 0 && f.number == 2) kind = (int)f.value;
+    if (f.wire == 2 && f.number == 3) /* TaskResult.state */
+      state = scan_field(f.bytes, f.bytes + f.len, 2, 0, NULL);
+    if (f.wire == 2 && f.number == 6 &&
+        (depth > 0 || !walk_event(f.bytes, f.bytes + f.len, 1, terminal)))
+      return false;
   }
-  if (p != end) return false;
   if (kind != WORKER__V1__TASK_EVENT__KIND__KIND_TERMINAL) return true;
   if (state != WORKER__V1__TASK_STATE__TASK_STATE_SUCCEEDED) return false;
   (*terminal)++;
