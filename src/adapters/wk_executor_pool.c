@@ -392,6 +392,19 @@ static void start_write(wk_write *w, wk_conn *c, const uint8_t *p, size_t len) {
   if (uv_write(&w->req, (uv_stream_t *)&c->pipe, &buf, 1, on_write) != 0) release_write(w);
 }
 
+/* Writes what of len bytes at p c's pipe takes now, without waiting, and returns how
+ * many: 0 when a queued write is ahead of them (order is kept) or the socket is full;
+ * len when the pipe failed (the failure shows up as a read error or the executor's
+ * exit, as it does for a queued write). Most flushes fit the socket at once: written
+ * here they need no write request, and libuv re-arms a pipe's epoll interest (an
+ * epoll_ctl) after each queued write it completes. */
+static size_t write_now(wk_conn *c, const uint8_t *p, size_t len) {
+  uv_buf_t buf = uv_buf_init((char *)(uintptr_t)p, (unsigned)len);
+  int n = uv_try_write((uv_stream_t *)&c->pipe, &buf, 1);
+  if (n >= 0) return (size_t)n;
+  return n == UV_EAGAIN ? 0 : len;
+}
+
 static void flush(wk_executor *e) {
   size_t len = wk_frame_buf_size(&e->wbuf);
   if (len == 0) return;
@@ -400,11 +413,17 @@ static void flush(wk_executor *e) {
     wk_frame_buf_clear(&e->wbuf);
     return;
   }
+  size_t done = write_now(c, wk_frame_buf_bytes(&e->wbuf), len);
+  if (done == len) { /* kept for the next flush, unless a burst made it large */
+    if (e->wbuf.cap > SPARE_WRITE_CAP_MAX) wk_frame_buf_free(&e->wbuf);
+    wk_frame_buf_clear(&e->wbuf);
+    return;
+  }
   wk_write *w = take_write(e->pool);
   wk_frame_buf spare = w->buf; /* empty */
   w->buf = e->wbuf;
   e->wbuf = spare;
-  start_write(w, c, wk_frame_buf_bytes(&w->buf), len);
+  start_write(w, c, wk_frame_buf_bytes(&w->buf) + done, len - done);
 }
 
 /* Writes a large queued CALL frame (owned; freed once written) to e on its own, after
@@ -416,9 +435,14 @@ static void write_frame_alone(wk_executor *e, uint8_t *frame, size_t len) {
     free(frame);
     return;
   }
+  size_t done = write_now(c, frame, len);
+  if (done == len) {
+    free(frame);
+    return;
+  }
   wk_write *w = take_write(e->pool);
   w->frame = frame;
-  start_write(w, c, frame, len);
+  start_write(w, c, frame + done, len - done);
 }
 
 /* Writes every executor's queued frames. */

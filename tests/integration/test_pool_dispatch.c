@@ -328,17 +328,16 @@ static void echo_on_result(void *ud, void *call_ctx, const wk_call_outcome *o) {
   if (i + 1 == f->total) f->done = true;
 }
 
-static void test_queued_large_and_small_calls_arrive_whole_in_order(void **state) {
-  (void)state;
+/* Submits `total` echo calls whose args cycle through sizes[0..n_sizes) to one
+ * executor and requires each call's bytes back as its output, in order. */
+static void run_echo_calls(const uint32_t *sizes, int n_sizes, int total) {
   echo_fixture f = {0};
   env_open(&f.env, "/tmp/wk-pool-echo-XXXXXX", "def handler(args, ctx):\n    return args\n", 1,
            (wk_exec_callbacks){.on_result = echo_on_result, .on_subcalls = on_subcalls, .ud = &f});
-  uint32_t room = wk_pool_capacity(f.env.pool);
-  f.total = (int)(3 * room + 30);
+  f.total = total > 0 ? total : (int)(3 * wk_pool_capacity(f.env.pool) + 30);
   assert_true(f.total <= ECHO_CALLS_MAX);
-  static const uint32_t sizes[] = {40u << 10, 100, 17u << 10, (16u << 10) - 1, 1};
   for (int i = 0; i < f.total; i++) {
-    f.lens[i] = sizes[i % 5];
+    f.lens[i] = sizes[i % n_sizes];
     f.args[i] = malloc(f.lens[i]);
     assert_non_null(f.args[i]);
     for (uint32_t j = 0; j < f.lens[i]; j++) f.args[i][j] = (uint8_t)((uint32_t)i * 31u + j * 7u);
@@ -361,12 +360,28 @@ static void test_queued_large_and_small_calls_arrive_whole_in_order(void **state
   env_close(&f.env);
 }
 
+static void test_queued_large_and_small_calls_arrive_whole_in_order(void **state) {
+  (void)state;
+  static const uint32_t sizes[] = {40u << 10, 100, 17u << 10, (16u << 10) - 1, 1};
+  run_echo_calls(sizes, 5, 0); /* three times the executor's room, and some */
+}
+
+/* A call far larger than the socket's buffer is written partly at once and the rest
+ * when the executor has read; the small calls flushed meanwhile must wait behind it
+ * (not be written into the middle of its frame) and arrive whole, in order. */
+static void test_calls_behind_a_partly_written_one_arrive_whole_in_order(void **state) {
+  (void)state;
+  static const uint32_t sizes[] = {6u << 20, 100, 1, 3u << 20, 17u << 10};
+  run_echo_calls(sizes, 5, 20);
+}
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_call_to_an_idle_executor_is_written_at_once),
       cmocka_unit_test(test_a_call_behind_a_long_one_moves_to_an_idle_executor),
       cmocka_unit_test(test_queued_large_and_small_calls_arrive_whole_in_order),
+      cmocka_unit_test(test_calls_behind_a_partly_written_one_arrive_whole_in_order),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
