@@ -2,7 +2,7 @@
 """bench_tasks: the per-task figures of issue 12, measured by the C load generator.
 
     /usr/bin/python3 bench/bench_tasks.py [--build build/release]
-        [--modes throughput,submit-only,roundtrip,sleep,echo]
+        [--modes throughput,submit-only,unary,roundtrip,sleep,echo]
         [--reps 5] [--tasks 20000] [--inflight 256] [--batch 32] [--no-slot]
         [--rt-tasks 2000] [--sleep-tasks 200] [--echo-tasks 2000] [--echo-bytes 65536]
         [--executors 2] [--smoke]
@@ -19,6 +19,9 @@ against it in each mode of --modes (comma-separated) and prints its figures:
   submit-only  the same with SubmitTask alone: the core reserves the slot inline (the
                design's "SubmitTask carries no slotId"), i.e. issue 12's end-to-end
                path (submit, activation, one call, terminal event), one RPC less
+  unary        Health.Check calls, --inflight in flight: the worker's CPU per bare unary
+               RPC, the gRPC floor under every task; after submit-only, the worker's
+               CPU per task above that floor is printed (what the Worker itself adds)
   roundtrip, sleep, echo   see wk_loadgen's usage (sleep after an unmeasured burst of
                20 that moves both executors to the sleep function) --smoke runs every mode with tiny counts (the ctest
 bench.smoke); figures from it mean nothing. Exit status: that of the first failing mode.
@@ -32,6 +35,7 @@ the rates when other processes are busy."""
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 
@@ -82,15 +86,29 @@ def start_worker(build, executors, extra=()):
     return w
 
 
-def loadgen(build, w, *args, timeout=3600):
-    """Runs wk_loadgen against worker w, echoing its output; returns its exit status."""
+def loadgen_out(build, w, *args, timeout=3600):
+    """Runs wk_loadgen against worker w, echoing its output; returns its exit status and
+    its output."""
     cmd = [os.path.join(build, "bench", "wk_loadgen"), "--target", w.addr,
            "--worker-pid", str(w.proc.pid)] + [str(a) for a in args]
     print("$ " + " ".join(cmd[1:]), flush=True)
-    p = subprocess.run(cmd, timeout=timeout)
+    p = subprocess.run(cmd, timeout=timeout, stdout=subprocess.PIPE, text=True)
+    print(p.stdout, end="", flush=True)
     if p.returncode != 0:
         print("wk_loadgen exited %d" % p.returncode, flush=True)
-    return p.returncode
+    return p.returncode, p.stdout
+
+
+def loadgen(build, w, *args, timeout=3600):
+    """loadgen_out's exit status alone."""
+    return loadgen_out(build, w, *args, timeout=timeout)[0]
+
+
+def worker_us(output):
+    """The worker's CPU per task (or per call) over all reps in wk_loadgen's output, or
+    None."""
+    m = re.search(r"CPU per (?:task|call) over all reps: worker ([0-9.]+) us", output)
+    return float(m.group(1)) if m else None
 
 
 def loadavg():
@@ -101,7 +119,7 @@ def loadavg():
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default=os.path.join(ROOT, "build", "release"))
-    ap.add_argument("--modes", default="throughput,submit-only,roundtrip,sleep,echo")
+    ap.add_argument("--modes", default="throughput,submit-only,unary,roundtrip,sleep,echo")
     ap.add_argument("--executors", type=int, default=2)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--tasks", type=int, default=20000, help="throughput: tasks per rep")
@@ -135,12 +153,25 @@ def main():
         loadgen(build, w, "--mode", "throughput", "--tasks", 200, "--reps", 1, "--inflight", 32,
                 "--batch", 8)
         slot = ["--no-slot"] if args.no_slot else []
+        per_task = None  # the worker's CPU per submit-only task
         for m in modes:
             print(flush=True)
             if m in ("throughput", "submit-only"):
                 flow = ["--no-slot"] if m == "submit-only" else slot
-                r = loadgen(build, w, "--mode", "throughput", "--tasks", args.tasks, "--reps", args.reps,
-                            "--inflight", args.inflight, "--batch", args.batch, *flow)
+                r, out = loadgen_out(build, w, "--mode", "throughput", "--tasks", args.tasks,
+                                     "--reps", args.reps, "--inflight", args.inflight,
+                                     "--batch", args.batch, *flow)
+                if m == "submit-only":
+                    per_task = worker_us(out)
+            elif m == "unary":
+                r, out = loadgen_out(build, w, "--mode", "unary", "--tasks", args.tasks,
+                                     "--reps", args.reps, "--inflight", args.inflight)
+                floor = worker_us(out)
+                if per_task and floor:  # none from a run too short for /proc's ticks
+                    print("   worker CPU per submit-only task %.1f us = the gRPC floor %.1f us "
+                          "(one unary RPC) + %.1f us the Worker adds (%.0f%% of the task)"
+                          % (per_task, floor, per_task - floor,
+                             100.0 * (per_task - floor) / per_task), flush=True)
             elif m == "roundtrip":
                 r = loadgen(build, w, "--mode", "roundtrip", "--tasks", args.rt_tasks)
             elif m == "sleep":

@@ -31,6 +31,9 @@
  *               sleep); prints the worker's RSS before, with the streams open, and after
  *               they are cancelled, and the cost per stream; --cycles K repeats the
  *               open-hold-cancel K times (RSS must not climb cycle after cycle).
+ *   unary       --tasks N Health.Check calls per repetition, --inflight I in flight,
+ *               --reps R: the gRPC floor under a task, the worker's CPU per bare unary
+ *               RPC (no task, no core), to read beside throughput's CPU per task.
  *
  * One thread drives every asynchronous call through one gRPC completion queue; the
  * channels come from the project's client (adapters/wk_grpc_client.h). Exit status: 0
@@ -65,12 +68,20 @@
 #define M_GET "/worker.v1.WorkerService/GetTaskResult"
 #define M_WATCH "/worker.v1.WorkerService/WatchTasks"
 #define M_CANCEL "/worker.v1.WorkerService/CancelTask"
+#define M_HEALTH "/grpc.health.v1.Health/Check"
 #define DEADLINE_MS 120000
 #define ID_MAX 64
 
 /* ---- options ------------------------------------------------------------------------ */
 
-typedef enum mode { MODE_THROUGHPUT, MODE_ECHO, MODE_SLEEP, MODE_ROUNDTRIP, MODE_WATCH_IDLE } mode;
+typedef enum mode {
+  MODE_THROUGHPUT,
+  MODE_ECHO,
+  MODE_SLEEP,
+  MODE_ROUNDTRIP,
+  MODE_WATCH_IDLE,
+  MODE_UNARY
+} mode;
 
 typedef struct opts {
   const char *target;
@@ -1087,6 +1098,82 @@ static int mode_tasks(const opts *o, grpc_channel *ch) {
   return good ? 0 : 1;
 }
 
+/* ---- unary (the gRPC floor) --------------------------------------------------------- */
+
+typedef struct unary_run {
+  grpc_channel *ch;
+  uint64_t started, done, ok, want;
+} unary_run;
+
+static void unary_next(unary_run *u);
+
+static void on_health(void *ctx, grpc_status_code code, const uint8_t *resp, size_t len,
+                      const char *details) {
+  (void)resp;
+  (void)len;
+  unary_run *u = ctx;
+  u->done++;
+  if (code == GRPC_STATUS_OK) u->ok++;
+  else note_error("Health.Check: %s (%d)", details, (int)code);
+  unary_next(u);
+}
+
+static void unary_next(unary_run *u) {
+  if (u->started == u->want) return;
+  u->started++;
+  unary_start(u->ch, M_HEALTH, xmalloc(1), 0, on_health, u);
+}
+
+/* Runs n Health.Check calls, `inflight` at a time; true when all came back OK. */
+static bool unary_run_n(unary_run *u, uint64_t n, unsigned inflight) {
+  u->want = u->started + n;
+  uint64_t done0 = u->done, ok0 = u->ok;
+  for (unsigned i = 0; i < inflight; i++) unary_next(u);
+  while (u->done < u->want) {
+    if (!pump(DEADLINE_MS)) return false;
+  }
+  return u->ok - ok0 == u->done - done0;
+}
+
+static int mode_unary(const opts *o, grpc_channel *ch) {
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  unary_run u = {.ch = ch};
+  printf("unary: Health.Check x %u x %u reps, %u in flight (the gRPC floor under a task)\n",
+         o->tasks, o->reps, o->inflight);
+  printf("   %4s %9s %8s %10s %12s %12s\n", "rep", "calls", "wall s", "calls/s", "worker us/c",
+         "client us/c");
+  if (o->warmup && !unary_run_n(&u, o->warmup, o->inflight)) {
+    printf("   the warm-up failed: %s\n", g_first_error);
+    return 1;
+  }
+  cpu_use total = {0};
+  bool good = true;
+  for (unsigned r = 0; r < o->reps && good; r++) {
+    static cpu_mark a, b;
+    cpu_mark_take(o->worker_pid, &a);
+    good = unary_run_n(&u, o->tasks, o->inflight);
+    cpu_mark_take(o->worker_pid, &b);
+    cpu_use c = cpu_between(&a, &b);
+    total.wall_s += c.wall_s;
+    total.worker_s += c.worker_s;
+    total.execs_s += c.execs_s;
+    total.self_s += c.self_s;
+    total.busy_s += c.busy_s;
+    total.n_execs = c.n_execs;
+    double n = (double)o->tasks;
+    printf("   %4u %9u %8.3f %10.0f %12.1f %12.1f\n", r + 1, o->tasks, c.wall_s, n / c.wall_s,
+           o->worker_pid > 0 ? c.worker_s * 1e6 / n : 0.0, c.self_s * 1e6 / n);
+  }
+  double all = (double)o->tasks * o->reps;
+  if (o->worker_pid > 0 && good) {
+    printf("   CPU per call over all reps: worker %.1f us, client %.1f us\n",
+           total.worker_s * 1e6 / all, total.self_s * 1e6 / all);
+    print_bound(&total, cores);
+  }
+  printf("   calls: %" PRIu64 " of %.0f OK\n", u.ok, all + o->warmup);
+  return good ? 0 : 1;
+}
+
 /* ---- roundtrip (sequential, the project's synchronous client) ------------------------------ */
 
 /* Sends one request with the synchronous client; returns the status code. */
@@ -1308,7 +1395,7 @@ static int mode_watch_idle(const opts *o, wk_grpc_client **clients) {
 static void usage(FILE *f) {
   fprintf(f,
           "usage: wk_loadgen --target HOST:PORT [--worker-pid PID]\n"
-          "         --mode throughput|echo|sleep|roundtrip|watch-idle\n"
+          "         --mode throughput|echo|sleep|roundtrip|watch-idle|unary\n"
           "         [--function NAME] [--args JSON] [--tasks N] [--reps N] [--inflight N]\n"
           "         [--batch N] [--no-slot] [--no-batch-events] [--payload BYTES] [--rss-every N]\n"
           "         [--executors N] [--task-ms MS] [--streams N] [--connections N]\n"
@@ -1407,6 +1494,7 @@ int main(int argc, char **argv) {
         else if (strcmp(optarg, "sleep") == 0) o.mode = MODE_SLEEP;
         else if (strcmp(optarg, "roundtrip") == 0) o.mode = MODE_ROUNDTRIP;
         else if (strcmp(optarg, "watch-idle") == 0) o.mode = MODE_WATCH_IDLE;
+        else if (strcmp(optarg, "unary") == 0) o.mode = MODE_UNARY;
         else bad = true;
         break;
       case O_FN: o.function = optarg; break;
@@ -1504,6 +1592,7 @@ int main(int argc, char **argv) {
       if (!o.function) o.function = "sleep";
       if (!o.args) o.args = "600";
       break;
+    case MODE_UNARY:
     case MODE_THROUGHPUT:
     default: break;
   }
@@ -1530,6 +1619,7 @@ int main(int argc, char **argv) {
   switch (o.mode) {
     case MODE_ROUNDTRIP: rc = mode_roundtrip(&o, clients[0]); break;
     case MODE_WATCH_IDLE: rc = mode_watch_idle(&o, clients); break;
+    case MODE_UNARY: rc = mode_unary(&o, wk_grpc_client_channel(clients[0])); break;
     case MODE_THROUGHPUT:
     case MODE_ECHO:
     case MODE_SLEEP:
