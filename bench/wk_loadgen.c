@@ -567,6 +567,16 @@ static cpu_use cpu_between(const cpu_mark *a, const cpu_mark *b) {
   return u;
 }
 
+/* Adds interval u's times to total (the executors counted are u's). */
+static void cpu_add(cpu_use *total, const cpu_use *u) {
+  total->wall_s += u->wall_s;
+  total->worker_s += u->worker_s;
+  total->execs_s += u->execs_s;
+  total->self_s += u->self_s;
+  total->busy_s += u->busy_s;
+  total->n_execs = u->n_execs;
+}
+
 /* Which side bounds the rate: an executor near a whole core, the machine's cores all
  * busy (then the biggest user), or nobody (latency and hand-offs). */
 static void print_bound(const cpu_use *u, long cores) {
@@ -1015,12 +1025,7 @@ static int mode_tasks(const opts *o, grpc_channel *ch) {
     if (!engine_run(&e, o->tasks)) break;
     cpu_mark_take(o->worker_pid, &b);
     cpu_use u = cpu_between(&a, &b);
-    total.wall_s += u.wall_s;
-    total.worker_s += u.worker_s;
-    total.execs_s += u.execs_s;
-    total.self_s += u.self_s;
-    total.busy_s += u.busy_s;
-    total.n_execs = u.n_execs;
+    cpu_add(&total, &u);
     double n = (double)o->tasks;
     rates[r] = (double)(e.ok - ok0) / u.wall_s;
     wcpu[r] = u.worker_s * 1e6 / n;
@@ -1154,12 +1159,7 @@ static int mode_unary(const opts *o, grpc_channel *ch) {
     good = unary_run_n(&u, o->tasks, o->inflight);
     cpu_mark_take(o->worker_pid, &b);
     cpu_use c = cpu_between(&a, &b);
-    total.wall_s += c.wall_s;
-    total.worker_s += c.worker_s;
-    total.execs_s += c.execs_s;
-    total.self_s += c.self_s;
-    total.busy_s += c.busy_s;
-    total.n_execs = c.n_execs;
+    cpu_add(&total, &c);
     double n = (double)o->tasks;
     printf("   %4u %9u %8.3f %10.0f %12.1f %12.1f\n", r + 1, o->tasks, c.wall_s, n / c.wall_s,
            o->worker_pid > 0 ? c.worker_s * 1e6 / n : 0.0, c.self_s * 1e6 / n);
