@@ -282,7 +282,8 @@ int wk_grpc_client_open(const char *target, const wk_grpc_client_options *opts,
   char key_ua[] = GRPC_ARG_PRIMARY_USER_AGENT_STRING;
   char key_name[] = GRPC_SSL_TARGET_NAME_OVERRIDE_ARG;
   char key_local[] = GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL;
-  grpc_arg args[4];
+  char key_retries[] = GRPC_ARG_ENABLE_RETRIES;
+  grpc_arg args[5];
   size_t nargs = 0;
   args[nargs].type = GRPC_ARG_INTEGER;
   args[nargs].key = key_recv;
@@ -308,6 +309,12 @@ int wk_grpc_client_open(const char *target, const wk_grpc_client_options *opts,
     args[nargs].type = GRPC_ARG_INTEGER;
     args[nargs].key = key_local;
     args[nargs].value.integer = 1;
+    nargs++;
+  }
+  if (opts && opts->no_retries) {
+    args[nargs].type = GRPC_ARG_INTEGER;
+    args[nargs].key = key_retries;
+    args[nargs].value.integer = 0;
     nargs++;
   }
   grpc_channel_args chargs = {.num_args = nargs, .args = args};
