@@ -1610,7 +1610,7 @@ int main(int argc, char **argv) {
     memset(&copt, 0, sizeof copt);
     copt.own_connection = n_clients > 1;
     copt.no_retries = true; /* every call is checked and none is retried: gRPC's retry
-                               layer would only cost the shared cores (~14% of the
+                               layer would only cost the shared cores (~12% of the
                                generator's instructions per slot + submit task) */
     if (wk_grpc_client_open(o.target, &copt, &clients[k], err, sizeof err) != 0) {
       fprintf(stderr, "wk_loadgen: %s\n", err);
