@@ -9,14 +9,21 @@
 
 #include "adapters/wk_grpc_client.h"
 
+#include <errno.h>
 #include <limits.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <grpc/byte_buffer.h>
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
+#include <grpc/grpc_posix.h>
 #include <grpc/grpc_security.h>
 #include <grpc/slice.h>
 #include <grpc/support/alloc.h>
@@ -255,6 +262,62 @@ static int load_security(const wk_grpc_client_options *opts, tls_files *t, char 
   return 0;
 }
 
+/* Splits "host:port" or "[v6]:port" into host and port (copied into the buffers);
+ * false when target has another form (a URI, no port, a name too long). */
+static bool split_host_port(const char *target, char *host, size_t host_len, char *port,
+                            size_t port_len) {
+  const char *colon = strrchr(target, ':');
+  if (colon == NULL || colon[1] == '\0' || strchr(target, '/') != NULL) return false;
+  const char *h = target;
+  size_t hn = (size_t)(colon - target);
+  if (hn >= 2 && h[0] == '[' && h[hn - 1] == ']') h++, hn -= 2;
+  else if (memchr(h, ':', hn) != NULL) return false; /* a bare v6 address has no port */
+  size_t pn = strlen(colon + 1);
+  if (hn == 0 || hn >= host_len || pn >= port_len) return false;
+  memcpy(host, h, hn);
+  host[hn] = '\0';
+  memcpy(port, colon + 1, pn + 1);
+  return true;
+}
+
+/* A TCP socket connected to target (the first of its addresses that accepts), with
+ * TCP_NODELAY as gRPC sets on the sockets it connects itself; -1 with a reason. */
+static int connect_direct(const char *target, char *err, size_t err_len) {
+  char host[256], port[16];
+  if (!split_host_port(target, host, sizeof host, port, sizeof port)) {
+    wk_errf(err, err_len, "a direct connection needs a host:port target, not '%s'", target);
+    return -2;
+  }
+  struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+  struct addrinfo *res = NULL;
+  int gai = getaddrinfo(host, port, &hints, &res);
+  if (gai != 0) {
+    wk_errf(err, err_len, "cannot resolve %s: %s", target, gai_strerror(gai));
+    return -1;
+  }
+  int fd = -1, why = 0;
+  for (const struct addrinfo *a = res; a != NULL && fd < 0; a = a->ai_next) {
+    fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) {
+      why = errno;
+      continue;
+    }
+    if (connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
+      why = errno;
+      close(fd);
+      fd = -1;
+    }
+  }
+  freeaddrinfo(res);
+  if (fd < 0) {
+    wk_errf(err, err_len, "cannot connect to %s: %s", target, strerror(why));
+    return -1;
+  }
+  int one = 1;
+  (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one); /* a speed hint only */
+  return fd;
+}
+
 int wk_grpc_client_open(const char *target, const wk_grpc_client_options *opts,
                         wk_grpc_client **out, char *err, size_t err_len) {
   *out = NULL;
@@ -266,6 +329,16 @@ int wk_grpc_client_open(const char *target, const wk_grpc_client_options *opts,
   if (load_security(opts, &tls, err, err_len) != 0) return -2;
   bool use_tls = opts && (opt_on(opts->ca_file) || opt_on(opts->cert_file) ||
                           opt_on(opts->key_file) || opt_on(opts->server_name));
+  int direct_fd = -1;
+  if (opts && opts->direct_connection) {
+    if (use_tls) {
+      tls_files_free(&tls);
+      wk_errf(err, err_len, "a direct connection is plaintext only (TLS options are set)");
+      return -2;
+    }
+    direct_fd = connect_direct(target, err, err_len);
+    if (direct_fd < 0) return direct_fd;
+  }
 
   wk_grpc_client *c = wk_xcalloc(1, sizeof *c);
   c->target = wk_xstrdup(target);
@@ -329,7 +402,12 @@ int wk_grpc_client_open(const char *target, const wk_grpc_client_options *opts,
     creds = grpc_insecure_credentials_create();
   }
   tls_files_free(&tls);
-  c->channel = creds ? grpc_channel_create(target, creds, &chargs) : NULL;
+  if (direct_fd >= 0 && creds) {
+    c->channel = grpc_channel_create_from_fd(target, direct_fd, creds, &chargs); /* owns it */
+  } else {
+    if (direct_fd >= 0) close(direct_fd);
+    c->channel = creds ? grpc_channel_create(target, creds, &chargs) : NULL;
+  }
   if (creds) grpc_channel_credentials_release(creds);
   free(ua);
   free(name);

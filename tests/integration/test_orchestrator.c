@@ -369,6 +369,53 @@ static void test_submit_runs_one_call_and_echoes(void **state) {
   assert_int_equal(fake.submitted, 1);
 }
 
+/* A client on a connection of its own (direct_connection: the channel runs on the one
+ * socket the client connected) submits and reads a task like any other. */
+static void test_direct_connection_client_runs_a_task(void **state) {
+  harness *h = *state;
+  wk_grpc_client_close(h->client);
+  h->client = NULL;
+  wk_grpc_client_options opt = {.direct_connection = true, .no_retries = true};
+  char err[256];
+  assert_int_equal(wk_grpc_client_open(h->target, &opt, &h->client, err, sizeof err), 0);
+  Worker__V1__SubmitTaskResponse *resp;
+  assert_int_equal(submit(h, "direct-1", "[7]", 0, &resp), GRPC_STATUS_OK);
+  worker__v1__submit_task_response__free_unpacked(resp, NULL);
+  Worker__V1__TaskResult *r = wait_terminal(h, "direct-1");
+  assert_int_equal(r->state, WORKER__V1__TASK_STATE__TASK_STATE_SUCCEEDED);
+  assert_int_equal(r->n_outputs, 1);
+  assert_memory_equal(r->outputs[0]->value.data, "[7]", 3);
+  worker__v1__task_result__free_unpacked(r, NULL);
+}
+
+/* A direct connection is made at open: a port nobody listens on, a target that is not
+ * host:port and TLS options each fail there, with a reason, and leave no client. */
+static void test_direct_connection_refusals(void **state) {
+  (void)state;
+  int s = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  assert_int_equal(bind(s, (struct sockaddr *)&sa, sizeof sa), 0);
+  socklen_t sl = sizeof sa;
+  assert_int_equal(getsockname(s, (struct sockaddr *)&sa, &sl), 0);
+  close(s); /* nobody listens there now */
+  char target[64], err[256];
+  snprintf(target, sizeof target, "127.0.0.1:%d", ntohs(sa.sin_port));
+  wk_grpc_client_options opt = {.direct_connection = true};
+  static char sentinel;
+  wk_grpc_client *c = (wk_grpc_client *)(void *)&sentinel; /* must come back NULL */
+  assert_int_equal(wk_grpc_client_open(target, &opt, &c, err, sizeof err), -1);
+  assert_null(c);
+  assert_non_null(strstr(err, target));
+  assert_non_null(strstr(err, "refused"));
+  assert_int_equal(wk_grpc_client_open("dns:///localhost:1", &opt, &c, err, sizeof err), -2);
+  assert_non_null(strstr(err, "host:port"));
+  assert_int_equal(wk_grpc_client_open("localhost", &opt, &c, err, sizeof err), -2);
+  opt.server_name = "worker.example";
+  assert_int_equal(wk_grpc_client_open(target, &opt, &c, err, sizeof err), -2);
+  assert_non_null(strstr(err, "plaintext"));
+  assert_null(c);
+}
+
 static void test_failed_call_fails_the_task(void **state) {
   harness *h = *state;
   assert_int_equal(submit(h, "t-fail", "\"fail\"", 0, NULL), GRPC_STATUS_OK);
@@ -1061,6 +1108,8 @@ static void test_builder_outliving_its_task(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_submit_runs_one_call_and_echoes, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_direct_connection_client_runs_a_task, setup, teardown),
+      cmocka_unit_test(test_direct_connection_refusals),
       cmocka_unit_test_setup_teardown(test_failed_call_fails_the_task, setup, teardown),
       cmocka_unit_test_setup_teardown(test_duplicate_submit_runs_once, setup, teardown),
       cmocka_unit_test_setup_teardown(test_timeout_cancels_the_call_and_frees_the_slot, setup,
