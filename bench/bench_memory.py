@@ -51,7 +51,11 @@ def run_loadgen(build, w, *args):
         out.append(line)
         sys.stdout.write(line)
         sys.stdout.flush()
-    return p.wait(), "".join(out)
+    rc = p.wait()
+    if rc != 0:
+        print("wk_loadgen failed: %s (the figures above are incomplete)"
+              % ("killed by signal %d" % -rc if rc < 0 else "exit status %d" % rc), flush=True)
+    return rc, "".join(out)
 
 
 def rss_samples(out):
@@ -220,7 +224,8 @@ def main():
     ap.add_argument("--smoke", action="store_true")
     args = ap.parse_args()
     if args.smoke:
-        args.tasks, args.retained, args.streams, args.connections = 2000, 500, 50, 2
+        # the default's 10 connections: a generator's per-connection state is checked too
+        args.tasks, args.retained, args.streams, args.connections = 2000, 500, 50, 10
     build = os.path.abspath(args.build)
     print("bench_memory: %d cores, load average %s" % (os.cpu_count() or 0, loadavg()), flush=True)
     parts = {"idle": part_idle, "tasks": part_tasks, "retained": part_retained, "watch": part_watch}

@@ -256,20 +256,23 @@ typedef struct call_state {
 } call_state;
 
 /* The channel's registered handle of `method` (registered on first use): a call made
- * from it skips interning the method's path, as generated stubs' calls do. One
- * channel and a few methods per run. */
-#define REGISTERED_MAX 8
+ * from it skips interning the method's path, as generated stubs' calls do. One entry
+ * per channel and method used: a few methods, --connections channels (watch-idle). */
 static void *registered_call(grpc_channel *ch, const char *method) {
-  static struct {
+  static struct registered {
     grpc_channel *ch;
     const char *method;
     void *handle;
-  } table[REGISTERED_MAX];
-  static unsigned n;
-  for (unsigned i = 0; i < n; i++) {
+  } * table;
+  static size_t n, cap;
+  for (size_t i = 0; i < n; i++) {
     if (table[i].ch == ch && strcmp(table[i].method, method) == 0) return table[i].handle;
   }
-  if (n == REGISTERED_MAX) abort(); /* a program error: more methods than the generator has */
+  if (n == cap) {
+    cap = cap ? 2 * cap : 16;
+    table = realloc(table, cap * sizeof *table);
+    if (!table) abort();
+  }
   table[n].ch = ch;
   table[n].method = method;
   table[n].handle = grpc_channel_register_call(ch, method, NULL, NULL);
