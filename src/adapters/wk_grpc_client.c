@@ -281,7 +281,8 @@ static bool split_host_port(const char *target, char *host, size_t host_len, cha
 }
 
 /* A TCP socket connected to target (the first of its addresses that accepts), with
- * TCP_NODELAY as gRPC sets on the sockets it connects itself; -1 with a reason. */
+ * TCP_NODELAY as gRPC sets on the sockets it connects itself. -1 with a reason when
+ * the target does not resolve or no address accepts; -2 when it is not host:port. */
 static int connect_direct(const char *target, char *err, size_t err_len) {
   char host[256], port[16];
   if (!split_host_port(target, host, sizeof host, port, sizeof port)) {
