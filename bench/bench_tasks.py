@@ -5,7 +5,7 @@
         [--modes throughput,submit-only,unary,roundtrip,sleep,echo]
         [--reps 5] [--tasks 20000] [--inflight 256] [--batch 32] [--no-slot]
         [--rt-tasks 2000] [--sleep-tasks 200] [--echo-tasks 2000] [--echo-bytes 65536]
-        [--executors 2] [--smoke]
+        [--executors 2] [--full-channel] [--smoke]
 
 Starts one real worker of the build (127.0.0.1, a free port, --executors N fixed, a
 temporary code root) with three functions deployed by `workerctl deploy`:
@@ -23,8 +23,11 @@ against it in each mode of --modes (comma-separated) and prints its figures:
                RPC, the gRPC floor under every task; after submit-only, the worker's
                CPU per task above that floor is printed (what the Worker itself adds)
   roundtrip, sleep, echo   see wk_loadgen's usage (sleep after an unmeasured burst of
-               20 that moves both executors to the sleep function) --smoke runs every mode with tiny counts (the ctest
-bench.smoke); figures from it mean nothing. Exit status: that of the first failing mode.
+               20 that moves both executors to the sleep function)
+--full-channel gives the generator gRPC's whole client channel (as workerctl's) instead
+of connections of its own: what the generator saves shows beside the worker's figures.
+--smoke runs every mode with tiny counts (the ctest bench.smoke); figures from it mean
+nothing. Exit status: that of the first failing mode.
 
 Every figure is from the machine it runs on: the worker, its executors and the load
 generator share its cores. The worker logs at its default level (info) into a file in
@@ -86,11 +89,14 @@ def start_worker(build, executors, extra=()):
     return w
 
 
+LOADGEN_EXTRA = []  # arguments every wk_loadgen run gets (main: --full-channel)
+
+
 def loadgen_out(build, w, *args, timeout=3600):
     """Runs wk_loadgen against worker w, echoing its output; returns its exit status and
     its output."""
     cmd = [os.path.join(build, "bench", "wk_loadgen"), "--target", w.addr,
-           "--worker-pid", str(w.proc.pid)] + [str(a) for a in args]
+           "--worker-pid", str(w.proc.pid)] + [str(a) for a in args] + LOADGEN_EXTRA
     print("$ " + " ".join(cmd[1:]), flush=True)
     p = subprocess.run(cmd, timeout=timeout, stdout=subprocess.PIPE, text=True)
     print(p.stdout, end="", flush=True)
@@ -131,7 +137,11 @@ def main():
     ap.add_argument("--echo-tasks", type=int, default=2000)
     ap.add_argument("--echo-bytes", type=int, default=65536)
     ap.add_argument("--smoke", action="store_true", help="every mode with tiny counts")
+    ap.add_argument("--full-channel", action="store_true",
+                    help="the generator on gRPC's whole client channel (as workerctl)")
     args = ap.parse_args()
+    if args.full_channel:
+        LOADGEN_EXTRA.append("--full-channel")
     if args.smoke:
         args.reps, args.tasks, args.inflight, args.batch = 2, 200, 32, 8
         args.rt_tasks, args.sleep_tasks, args.echo_tasks = 20, 10, 20
