@@ -605,6 +605,8 @@ static void print_bound(const cpu_use *u, long cores) {
   }
 }
 
+#define ECHO_TARGET_PAYLOAD (64u * 1024u) /* the echo target's payload: 2,000 x 64 KiB */
+
 /* ---- the task engine (throughput, echo, sleep) ---------------------------------------- */
 
 typedef struct engine engine;
@@ -1088,16 +1090,20 @@ static int mode_tasks(const opts *o, grpc_channel *ch) {
     if (!echo) {
       printf("   target >= 15000 tasks/s: %s; last within 10%% of first: %s\n",
              lo >= 15000 ? "PASS" : "MISS", ratio >= 0.9 && ratio <= 1.1 ? "PASS" : "MISS");
-    } else {
+    } else if (o->payload == ECHO_TARGET_PAYLOAD) {
       printf("   target >= 300 MB/s in + out (last rep %.1f): %s\n", mbps,
              mbps >= 300 ? "PASS" : "MISS");
+    } else { /* issue 12's echo target is for 64 KiB payloads */
+      printf("   MB/s in + out, last rep %.1f (no target for %zu-byte payloads)\n", mbps,
+             o->payload);
     }
     if (o->worker_pid > 0) {
-      printf(
-          "   CPU per task over all reps: worker %.1f us (target <= 40: %s), executors %.1f us, "
-          "client %.1f us\n",
-          cpu_t, cpu_t <= 40 ? "PASS" : "MISS", total.execs_s * 1e6 / (double)want,
-          total.self_s * 1e6 / (double)want);
+      /* the 40 us target is a no-op task's; an echo task moves its payload twice */
+      char verdict[32] = "";
+      if (!echo)
+        snprintf(verdict, sizeof verdict, " (target <= 40: %s)", cpu_t <= 40 ? "PASS" : "MISS");
+      printf("   CPU per task over all reps: worker %.1f us%s, executors %.1f us, client %.1f us\n",
+             cpu_t, verdict, total.execs_s * 1e6 / (double)want, total.self_s * 1e6 / (double)want);
     }
   }
   if (o->worker_pid > 0) print_bound(&total, cores);
@@ -1430,7 +1436,7 @@ int main(int argc, char **argv) {
             .batch = 32,
             .slot = true,
             .batch_events = true,
-            .payload = 64 * 1024,
+            .payload = ECHO_TARGET_PAYLOAD,
             .executors = 2,
             .task_ms = 10,
             .streams = 10000,
