@@ -160,6 +160,7 @@ def main():
     rc = 0
     try:
         # warm-up: the executors import the functions, the connection comes up
+        print("(warm-up, not measured: its verdicts mean nothing)", flush=True)
         loadgen(build, w, "--mode", "throughput", "--tasks", 200, "--reps", 1, "--inflight", 32,
                 "--batch", 8)
         slot = ["--no-slot"] if args.no_slot else []
