@@ -18,15 +18,20 @@ wk_headers(wk_pem PUBLIC adapters/wk_pem.h)
 target_link_libraries(wk_pem PRIVATE wk_lib)
 target_compile_options(wk_pem PRIVATE ${WK_WARNINGS})
 
+# host:port addresses (src/adapters/wk_netaddr.c): split by the listener, the metrics
+# server and the gRPC client's direct connection (cmake/Metrics.cmake, Workerctl.cmake)
+add_library(wk_netaddr STATIC ${PROJECT_SOURCE_DIR}/src/adapters/wk_netaddr.c)
+wk_headers(wk_netaddr PUBLIC adapters/wk_netaddr.h)
+target_compile_options(wk_netaddr PRIVATE ${WK_WARNINGS})
+
 add_library(wk_grpc_server STATIC
   ${PROJECT_SOURCE_DIR}/src/adapters/wk_grpc_server.c
   ${PROJECT_SOURCE_DIR}/src/adapters/wk_grpc_auth.c
-  ${PROJECT_SOURCE_DIR}/src/adapters/wk_grpc_listener.c
-  ${PROJECT_SOURCE_DIR}/src/adapters/wk_netaddr.c)
+  ${PROJECT_SOURCE_DIR}/src/adapters/wk_grpc_listener.c)
 wk_headers(wk_grpc_server PUBLIC adapters/wk_grpc_server.h adapters/wk_grpc_auth.h
-  adapters/wk_grpc_listener.h adapters/wk_netaddr.h)
+  adapters/wk_grpc_listener.h)
 # PUBLIC wk_validate: wk_grpc_server.h names the methods by wk_rpc_method.h
-target_link_libraries(wk_grpc_server PUBLIC PkgConfig::GRPC wk_validate
+target_link_libraries(wk_grpc_server PUBLIC PkgConfig::GRPC wk_validate wk_netaddr
   PRIVATE wk_lib wk_log wk_pem wk_proto wk_reflection Threads::Threads)
 target_compile_options(wk_grpc_server PRIVATE ${WK_WARNINGS})
 

@@ -8,4 +8,4 @@ target_compile_options(wk_metrics PRIVATE ${WK_WARNINGS})
 # libmicrohttpd's headers only: wk_metrics.c opens it when a server starts (lib/wk_dl.h)
 target_include_directories(wk_metrics SYSTEM PRIVATE
   $<TARGET_PROPERTY:PkgConfig::MICROHTTPD,INTERFACE_INCLUDE_DIRECTORIES>)
-target_link_libraries(wk_metrics PRIVATE wk_lib Threads::Threads m)
+target_link_libraries(wk_metrics PRIVATE wk_lib wk_netaddr Threads::Threads m)

@@ -29,6 +29,7 @@
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
 
+#include "adapters/wk_netaddr.h"
 #include "adapters/wk_pem.h"
 #include "lib/wk_alloc.h"
 #include "lib/wk_assert.h"
@@ -262,30 +263,12 @@ static int load_security(const wk_grpc_client_options *opts, tls_files *t, char 
   return 0;
 }
 
-/* Splits "host:port" or "[v6]:port" into host and port (copied into the buffers);
- * false when target has another form (a URI, no port, a name too long). */
-static bool split_host_port(const char *target, char *host, size_t host_len, char *port,
-                            size_t port_len) {
-  const char *colon = strrchr(target, ':');
-  if (colon == NULL || colon[1] == '\0' || strchr(target, '/') != NULL) return false;
-  const char *h = target;
-  size_t hn = (size_t)(colon - target);
-  if (hn >= 2 && h[0] == '[' && h[hn - 1] == ']') h++, hn -= 2;
-  else if (memchr(h, ':', hn) != NULL) return false; /* a bare v6 address has no port */
-  size_t pn = strlen(colon + 1);
-  if (hn == 0 || hn >= host_len || pn >= port_len) return false;
-  memcpy(host, h, hn);
-  host[hn] = '\0';
-  memcpy(port, colon + 1, pn + 1);
-  return true;
-}
-
 /* A TCP socket connected to target (the first of its addresses that accepts), with
  * TCP_NODELAY as gRPC sets on the sockets it connects itself. -1 with a reason when
  * the target does not resolve or no address accepts; -2 when it is not host:port. */
 static int connect_direct(const char *target, char *err, size_t err_len) {
   char host[256], port[16];
-  if (!split_host_port(target, host, sizeof host, port, sizeof port)) {
+  if (!wk_netaddr_split(target, host, sizeof host, port, sizeof port) || host[0] == '\0') {
     wk_errf(err, err_len, "a direct connection needs a host:port target, not '%s'", target);
     return -2;
   }

@@ -39,6 +39,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "adapters/wk_netaddr.h"
 #include "lib/wk_alloc.h"
 #include "lib/wk_err.h"
 #include "lib/wk_log.h"
@@ -97,33 +98,6 @@ static int64_t now_ms(void) {
 bool wk_grpc_listener_handles(const char *listen_addr) {
   return listen_addr != NULL && strncmp(listen_addr, "unix:", 5) != 0 &&
          strncmp(listen_addr, "unix-abstract:", 14) != 0 && strchr(listen_addr, ':') != NULL;
-}
-
-/* Splits "host:port" / "[v6]:port" into host (no brackets) and port. */
-static bool split_addr(const char *addr, char *host, size_t host_len, char *port, size_t port_len) {
-  const char *colon;
-  const char *h = addr;
-  size_t hl;
-  if (addr[0] == '[') {
-    const char *close = strchr(addr, ']');
-    if (close == NULL || close[1] != ':') return false;
-    h = addr + 1;
-    hl = (size_t)(close - h);
-    colon = close + 1;
-  } else {
-    colon = strrchr(addr, ':');
-    if (colon == NULL) return false;
-    hl = (size_t)(colon - addr);
-  }
-  size_t pl = strlen(colon + 1);
-  if (hl >= host_len || pl == 0 || pl >= port_len) return false;
-  memcpy(host, h, hl);
-  host[hl] = '\0';
-  memcpy(port, colon + 1, pl + 1);
-  for (size_t i = 0; i < pl; i++) {
-    if (port[i] < '0' || port[i] > '9') return false;
-  }
-  return true;
 }
 
 static bool wildcard_host(const char *host) {
@@ -228,8 +202,7 @@ wk_grpc_listener *wk_grpc_listener_open(const char *listen_addr, int *port, char
                                         size_t err_len) {
   char host[256];
   char portstr[16];
-  if (!split_addr(listen_addr, host, sizeof host, portstr, sizeof portstr) ||
-      atol(portstr) > 65535) {
+  if (!wk_netaddr_split(listen_addr, host, sizeof host, portstr, sizeof portstr)) {
     wk_errf(err, err_len, "cannot listen on %s (not host:port)", listen_addr);
     return NULL;
   }

@@ -4,6 +4,7 @@
 #include "lib/wk_ct.h"
 #include "lib/wk_err.h"
 #include "adapters/wk_metrics.h"
+#include "adapters/wk_netaddr.h"
 
 #include <arpa/inet.h>
 #include <math.h>
@@ -863,34 +864,6 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
   *con_cls = NULL;
 }
 
-/* "host:port", "[v6]:port" or ":port" (all interfaces) into host and port strings. */
-static int split_host_port(const char *in, char *host, size_t host_len, char *port,
-                           size_t port_len) {
-  const char *colon;
-  const char *h = in;
-  size_t hl;
-  if (in[0] == '[') {
-    const char *close = strchr(in, ']');
-    if (!close || close[1] != ':') return -1;
-    h = in + 1;
-    hl = (size_t)(close - h);
-    colon = close + 1;
-  } else {
-    colon = strrchr(in, ':');
-    if (!colon || memchr(in, ':', (size_t)(colon - in))) return -1;
-    hl = (size_t)(colon - in);
-  }
-  size_t pl = strlen(colon + 1);
-  if (hl >= host_len || pl == 0 || pl >= port_len) return -1;
-  for (const char *p = colon + 1; *p; p++)
-    if (*p < '0' || *p > '9') return -1;
-  if (strtol(colon + 1, NULL, 10) > 65535) return -1;
-  memcpy(host, h, hl);
-  host[hl] = '\0';
-  memcpy(port, colon + 1, pl + 1);
-  return 0;
-}
-
 static char *dup_or_null(const char *s) { return s && *s ? dup_str(s) : NULL; }
 
 static void free_secret(char *s) {
@@ -956,7 +929,7 @@ wk_metrics_server *wk_metrics_server_start_with(wk_metrics *reg, const char *hos
     return NULL;
   }
   char host[256], port[8];
-  if (split_host_port(host_port, host, sizeof host, port, sizeof port) != 0) {
+  if (!wk_netaddr_split(host_port, host, sizeof host, port, sizeof port)) {
     wk_errf(err, err_len, "metrics server: bad address \"%s\" (want host:port)", host_port);
     return NULL;
   }

@@ -8,9 +8,34 @@
 #include <net/if.h>
 #include <netinet/in.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+bool wk_netaddr_split(const char *addr, char *host, size_t host_len, char *port, size_t port_len) {
+  const char *colon;
+  const char *h = addr;
+  size_t hl;
+  if (addr[0] == '[') {
+    const char *close = strchr(addr, ']');
+    if (close == NULL || close[1] != ':') return false;
+    h = addr + 1;
+    hl = (size_t)(close - h);
+    colon = close + 1;
+  } else {
+    colon = strrchr(addr, ':');
+    if (colon == NULL || memchr(addr, ':', (size_t)(colon - addr)) != NULL) return false;
+    hl = (size_t)(colon - addr);
+  }
+  size_t pl = strlen(colon + 1);
+  if (hl >= host_len || pl == 0 || pl > 5 || pl >= port_len) return false;
+  if (strspn(colon + 1, "0123456789") != pl || atol(colon + 1) > 65535) return false;
+  memcpy(host, h, hl);
+  host[hl] = '\0';
+  memcpy(port, colon + 1, pl + 1);
+  return true;
+}
 
 bool wk_netaddr_is_wildcard(const char *host, size_t host_len) {
   char h[64];

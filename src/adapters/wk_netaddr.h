@@ -1,10 +1,17 @@
-/* wk_netaddr.h: the address a worker listening on a wildcard (0.0.0.0, [::]) tells
- * others to dial, when advertise_addr does not say. */
+/* wk_netaddr.h: host:port addresses: splitting one, and the address a worker
+ * listening on a wildcard (0.0.0.0, [::]) tells others to dial, when advertise_addr
+ * does not say. */
 #ifndef WK_NETADDR_H
 #define WK_NETADDR_H
 
 #include <stdbool.h>
 #include <stddef.h>
+
+/** Splits "host:port", "[v6]:port" or ":port" into host (without brackets; empty for
+ * ":port") and port, copied into the buffers given. False, writing nothing useful, when
+ * addr has another form: no port, a port that is not a number up to 65535, a bare IPv6
+ * address (it needs brackets), a part too long for its buffer. */
+bool wk_netaddr_split(const char *addr, char *host, size_t host_len, char *port, size_t port_len);
 
 /** True when host (as in listen_addr: "0.0.0.0", "[::]", "::", or empty) names every
  * local address rather than one. */
