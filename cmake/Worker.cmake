@@ -20,6 +20,11 @@ target_compile_definitions(wk_executor_pool PRIVATE _GNU_SOURCE)
 target_compile_options(wk_executor_pool PRIVATE ${WK_WARNINGS})
 target_link_libraries(wk_executor_pool PUBLIC wk_adapters_frame PkgConfig::LIBUV PRIVATE wk_lib wk_log)
 
+# glibc's heap kept warm under load (mallopt): the worker and bench/wk_loadgen.
+add_library(wk_malloc_policy STATIC src/adapters/wk_malloc_policy.c)
+wk_headers(wk_malloc_policy PUBLIC adapters/wk_malloc_policy.h)
+target_compile_options(wk_malloc_policy PRIVATE ${WK_WARNINGS})
+
 # sd_notify to systemd (READY, STOPPING, WATCHDOG): the protocol itself, no libsystemd.
 add_library(wk_sdnotify STATIC src/adapters/wk_sdnotify.c)
 wk_headers(wk_sdnotify PUBLIC adapters/wk_sdnotify.h)
