@@ -107,6 +107,7 @@ target_link_libraries(wk_app
     PkgConfig::LIBUV
     PkgConfig::GRPC
   PRIVATE
+    wk_malloc_policy
     wk_code_store
     wk_pem
     wk_grpc_client

@@ -10,6 +10,7 @@
 
 #include "app/wk_app.h"
 #include "app/wk_config.h"
+#include "adapters/wk_malloc_policy.h"
 #include "lib/wk_version.h"
 
 /* Writes each line of text to stderr as "PROGRAM: LINE". */
@@ -37,6 +38,10 @@ int wk_main(const wk_profile *profile, int argc, char **argv) {
     fprintf(stderr, "%s: cannot make the worker non-dumpable: %s\n", program, strerror(errno));
     return 1;
   }
+
+  /* Before any thread allocates: the heap stays warm under load, and the orchestrator
+   * gives memory back once a load is over (adapters/wk_malloc_policy.h, lib/wk_trim.h). */
+  (void)wk_malloc_keep_warm(WK_MALLOC_MMAP_BYTES, WK_MALLOC_TRIM_BYTES);
 
   if (wk_profile_validate(profile, err, sizeof err) > 0) {
     print_lines(program, err);

@@ -319,20 +319,29 @@ static uint64_t held_estimate(const wk_orch *o) {
          wk_core_retained_bytes(o->core);
 }
 
-/* After a mass close: glibc's free pages (every arena, the gRPC threads' too) go back
- * to the system. Rare (wk_trim.h), so it logs what it did. */
+/* After a mass close, or once idle after a load: glibc's free pages (every arena, the
+ * gRPC threads' too) go back to the system. Rare (wk_trim.h), so it logs what it did. */
 static void trim_if_due(wk_orch *o) {
+  uint64_t now = (uint64_t)o->now_ms;
   uint64_t held = held_estimate(o);
   uint64_t high = o->trim.high > held ? o->trim.high : held;
-  if (!wk_trim_due(&o->trim, held, (uint64_t)o->now_ms)) return;
-  uint64_t before = wk_meminfo_rss_kib(0);
+  bool idle = wk_core_live_tasks(o->core) == 0;
+  uint64_t before = idle ? wk_meminfo_rss_kib(0) : 0; /* only read when it can matter */
+  const char *reason = "released";                    /* streams closed, results purged */
+  if (!wk_trim_due(&o->trim, held, now)) {
+    if (!wk_trim_idle_due(&o->trim, idle, before * 1024u, now)) return;
+    reason = "idle"; /* the memory a finished load used */
+  }
+  if (!idle) before = wk_meminfo_rss_kib(0);
   uint64_t t0 = uv_hrtime();
   (void)malloc_trim(0);
   uint64_t took_us = (uv_hrtime() - t0) / 1000u;
+  uint64_t after = wk_meminfo_rss_kib(0);
+  wk_trim_done(&o->trim, after * 1024u);
   wk_log_json(WK_LOG_INFO, "memory_trimmed",
-              json_pack("{s:I,s:I,s:I,s:I,s:I}", "estimate_high_kib", (json_int_t)(high / 1024u),
-                        "estimate_kib", (json_int_t)(held / 1024u), "rss_before_kib",
-                        (json_int_t)before, "rss_after_kib", (json_int_t)wk_meminfo_rss_kib(0),
+              json_pack("{s:s,s:I,s:I,s:I,s:I,s:I}", "reason", reason, "estimate_high_kib",
+                        (json_int_t)(high / 1024u), "estimate_kib", (json_int_t)(held / 1024u),
+                        "rss_before_kib", (json_int_t)before, "rss_after_kib", (json_int_t)after,
                         "took_us", (json_int_t)took_us));
 }
 

@@ -11,7 +11,18 @@
  * for `settle_ms` (the frees of a mass close, or of results expiring over a few
  * seconds, are done; a fall that goes on past `max_wait_ms` is trimmed anyway), and at
  * most once per `min_gap_ms`. A steady load (a stable stream count, retention full)
- * never asks for one. Pure: no clock, no I/O; not thread-safe (one owner, the loop). */
+ * never asks for one.
+ *
+ * The second reason is the memory a load used while it ran: the worker keeps glibc's
+ * heap warm under load (adapters/wk_malloc_policy.h: up to 16 MiB free at the top of
+ * each arena, payload buffers on the heap), so after a burst of large tasks the free
+ * memory stays until someone trims. wk_trim_idle_due asks for a trim once no task has
+ * been live for `settle_ms` and the resident set stands `drop_bytes` above what it was
+ * after the last trim (or when the worker first stood idle), at most once per
+ * `min_gap_ms` (shared with the first reason). A trim that frees nothing (the growth
+ * was retained results) moves the base up, so it is not asked for again.
+ *
+ * Pure: no clock, no I/O; not thread-safe (one owner, the loop). */
 #ifndef WK_TRIM_H
 #define WK_TRIM_H
 
@@ -32,6 +43,8 @@ typedef struct wk_trim {
   uint64_t last_ms;      /* the last trim (0: none yet) */
   uint64_t pending_ms;   /* when the fall was seen (valid while pending) */
   uint64_t last_fall_ms; /* the last call that saw the estimate fall */
+  uint64_t rss_base;     /* resident bytes after the last trim (0: not yet known) */
+  uint64_t idle_ms;      /* since when no task has been live (0: busy) */
   bool pending;
 } wk_trim;
 
@@ -42,5 +55,15 @@ void wk_trim_init(wk_trim *t, wk_trim_config cfg);
  * when the caller should trim now; the call then counts as the trim (the mark restarts
  * from `held`). */
 bool wk_trim_due(wk_trim *t, uint64_t held, uint64_t now_ms);
+
+/** Called on each tick with whether the worker is `idle` (no task live) and, when it
+ * is, its resident set `rss` (bytes; ignored when busy) at `now_ms`. True when the
+ * caller should trim now (see above); the call then counts as the trim, and the caller
+ * reports the resident set after it with wk_trim_done. */
+bool wk_trim_idle_due(wk_trim *t, bool idle, uint64_t rss, uint64_t now_ms);
+
+/** The resident set `rss` (bytes) right after a trim either function asked for: the
+ * base the idle growth is measured from. */
+void wk_trim_done(wk_trim *t, uint64_t rss);
 
 #endif

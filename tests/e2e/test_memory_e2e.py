@@ -7,8 +7,9 @@
 - after thousands of watch streams are cancelled at once, the worker gives the freed
   memory back: its RSS falls back near where it was before they opened (glibc alone
   kept all of it) and it logs memory_trimmed; so it does once thousands of retained
-  results expired. Skipped in the AddressSanitizer build, whose allocator is not
-  glibc's."""
+  results expired; and once the worker is idle after a load of large tasks (whose
+  buffers it kept while they ran). Skipped in the AddressSanitizer build, whose
+  allocator is not glibc's."""
 
 import os
 import re
@@ -123,3 +124,30 @@ def test_memory_given_back_after_results_expire(worker_factory):
         "RSS %d KiB before, %d KiB with 8,000 results retained, %d KiB after they expired"
         % (before, peak, now))
     assert w.events("memory_trimmed")
+
+
+@pytest.mark.skipif(asan_build(), reason="ASan's allocator, not glibc's: nothing to trim")
+def test_memory_given_back_once_idle_after_large_tasks(worker_factory):
+    """The worker keeps glibc's heap warm while tasks run (payload buffers stay mapped
+    between tasks: adapters/wk_malloc_policy.h), and gives what the load used back once
+    no task has been live for a second (lib/wk_trim.h, reason "idle"). Retained results
+    are bounded at 32 MiB, a fixed part of the growth that stays."""
+    w = worker_factory("--max-retained-bytes", "32MiB", "--task-slots", "256")
+    w.wait_serving()
+    w.deploy("echo_bytes", "def handler(args, ctx):\n    return args\n")
+    time.sleep(1.5)  # an idle tick sets the base
+    out = subprocess.run(
+        [LOADGEN, "--target", w.addr, "--worker-pid", str(w.proc.pid), "--mode", "echo",
+         "--function", "echo_bytes", "--tasks", "1000", "--payload", "131072",
+         "--inflight", "32", "--batch", "8", "--reps", "1"],
+        capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "1000 of 1000 succeeded" in out.stdout, out.stdout
+    deadline = time.time() + 30
+    idle = []
+    while not idle and time.time() < deadline:
+        time.sleep(0.2)
+        idle = [e for e in w.events("memory_trimmed") if e.get("reason") == "idle"]
+    assert idle, w.events("memory_trimmed")
+    freed = idle[0]["rss_before_kib"] - idle[0]["rss_after_kib"]
+    assert freed >= 4096, "the idle trim gave back only %d KiB: %r" % (freed, idle)
