@@ -5,7 +5,7 @@
 
 add_library(wk_grpc_client STATIC ${PROJECT_SOURCE_DIR}/src/adapters/wk_grpc_client.c)
 wk_headers(wk_grpc_client PUBLIC adapters/wk_grpc_client.h)
-target_link_libraries(wk_grpc_client PUBLIC PkgConfig::GRPC PRIVATE wk_lib wk_pem wk_netaddr)
+target_link_libraries(wk_grpc_client PUBLIC PkgConfig::GRPC PRIVATE wk_lib wk_pem wk_netaddr wk_absl_locks)
 target_compile_options(wk_grpc_client PRIVATE ${WK_WARNINGS})
 
 add_library(wk_code_store STATIC ${PROJECT_SOURCE_DIR}/src/adapters/wk_code_store.c

@@ -29,6 +29,7 @@
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
 
+#include "adapters/wk_absl_locks.h"
 #include "adapters/wk_netaddr.h"
 #include "adapters/wk_pem.h"
 #include "lib/wk_alloc.h"
@@ -376,6 +377,7 @@ int wk_grpc_client_open(const char *target, const wk_grpc_client_options *opts,
   }
   grpc_channel_args chargs = {.num_args = nargs, .args = args};
 
+  wk_absl_locks_release_mode(); /* as the worker: no lock graph under every gRPC lock */
   grpc_init();
   grpc_channel_credentials *creds;
   if (use_tls) {

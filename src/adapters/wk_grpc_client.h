@@ -23,7 +23,9 @@
  * the path can read it).
  *
  * Global state: none beyond gRPC's own; each open client holds one grpc_init()
- * reference, released by wk_grpc_client_close (grpc_shutdown). */
+ * reference, released by wk_grpc_client_close (grpc_shutdown). Opening one turns
+ * abseil's mutex deadlock detection off for the process (adapters/wk_absl_locks.h), as
+ * the worker does: workerctl and the load generator pay no lock graph either. */
 #ifndef WK_GRPC_CLIENT_H
 #define WK_GRPC_CLIENT_H
 
