@@ -112,34 +112,46 @@ def test_builder_options_are_read_or_refused(worker_factory):
 def test_builders_never_hold_every_thread(worker_factory):
     """builder_concurrency (4) large maps building at once leave threadpool threads for
     the short jobs: another task is activated (its epoch pinned) while all four still
-    build. With libuv's default 4 threads the activation waited for a build to end."""
+    build. With libuv's default 4 threads the activation waited for a build to end.
+    The four are submitted at once (8 MB of args each, ~1 s of building on this VM) so
+    that their builds overlap however long a submit takes; an attempt in which one
+    build ended before all four were seen building is tried again."""
     w = worker_factory("--max-message-bytes", "16MiB", "--task-slots", "8")
     w.deploy("noop")
     w.wait_serving()
-    args = big_map_args()
+    args = big_map_args(120000)
     activated_during_builds = False
     for attempt in range(3):
         bigs = ["pool-%d-%d" % (attempt, i) for i in range(4)]
-        for b in bigs:
-            w.submit(b, "noop", raw_args=args, builder="map")
+        futures = [w.stub.SubmitTask.future(pb.SubmitTaskRequest(
+            task_id=b, function=pb.FunctionCallConfig(name="noop", type="map", args=args)),
+            timeout=60) for b in bigs]
+        for f in futures:
+            f.result()
         small = "pool-small-%d" % attempt
         deadline = time.time() + 60
-        while time.time() < deadline:  # the four builds are queued or running
-            if all(phase_of(w, b) >= pb.PHASE_BUILDER for b in bigs):
-                break
-        w.submit(small, "noop", args={})
-        while time.time() < deadline:
+        overlapped = False
+        while time.time() < deadline:  # all four building at the same time
             phases = [phase_of(w, b) for b in bigs]
             if any(p > pb.PHASE_BUILDER for p in phases):
+                break  # one ended before the last started: no overlap this time
+            if all(p == pb.PHASE_BUILDER for p in phases):
+                overlapped = True
                 break
-            r = w.stub.GetTaskResult(pb.GetTaskResultRequest(task_id=small), timeout=10)
-            if (r.code_epoch > 0 and all(p == pb.PHASE_BUILDER for p in phases)
-                    and all(phase_of(w, b) == pb.PHASE_BUILDER for b in bigs)):
-                activated_during_builds = True
-                break
+        if overlapped:
+            w.submit(small, "noop", args={})
+            while time.time() < deadline:
+                phases = [phase_of(w, b) for b in bigs]
+                if any(p > pb.PHASE_BUILDER for p in phases):
+                    break
+                r = w.stub.GetTaskResult(pb.GetTaskResultRequest(task_id=small), timeout=10)
+                if (r.code_epoch > 0 and all(p == pb.PHASE_BUILDER for p in phases)
+                        and all(phase_of(w, b) == pb.PHASE_BUILDER for b in bigs)):
+                    activated_during_builds = True
+                    break
         for b in bigs:
             w.stub.CancelTask(pb.CancelTaskRequest(task_id=b), timeout=10)
-        for b in bigs + [small]:
+        for b in bigs + ([small] if overlapped else []):
             w.wait_terminal(b, timeout=120)
         if activated_during_builds:
             break
