@@ -327,11 +327,11 @@ static void trim_if_due(wk_orch *o) {
   uint64_t high = o->trim.high > held ? o->trim.high : held;
   bool idle = wk_core_live_tasks(o->core) == 0;
   uint64_t before = idle ? wk_meminfo_rss_kib(0) : 0; /* only read when it can matter */
-  const char *reason = "released";                    /* streams closed, results purged */
-  if (!wk_trim_due(&o->trim, held, now)) {
-    if (!wk_trim_idle_due(&o->trim, idle, before * 1024u, now)) return;
-    reason = "idle"; /* the memory a finished load used */
-  }
+  /* both see every tick (the idle one keeps its own clock); one trim at most */
+  bool released = wk_trim_due(&o->trim, held, now); /* streams closed, results purged */
+  bool after_load = wk_trim_idle_due(&o->trim, idle, before * 1024u, now);
+  if (!released && !after_load) return;
+  const char *reason = released ? "released" : "idle";
   if (!idle) before = wk_meminfo_rss_kib(0);
   uint64_t t0 = uv_hrtime();
   (void)malloc_trim(0);

@@ -56,10 +56,11 @@ void wk_trim_init(wk_trim *t, wk_trim_config cfg);
  * from `held`). */
 bool wk_trim_due(wk_trim *t, uint64_t held, uint64_t now_ms);
 
-/** Called on each tick with whether the worker is `idle` (no task live) and, when it
- * is, its resident set `rss` (bytes; ignored when busy) at `now_ms`. True when the
- * caller should trim now (see above); the call then counts as the trim, and the caller
- * reports the resident set after it with wk_trim_done. */
+/** Called on each tick, after wk_trim_due, with whether the worker is `idle` (no task
+ * live) and, when it is, its resident set `rss` (bytes; ignored when busy) at `now_ms`.
+ * True when the caller should trim now (see above; never in the tick wk_trim_due asked
+ * for one); the call then counts as the trim, and the caller reports the resident set
+ * after it with wk_trim_done. */
 bool wk_trim_idle_due(wk_trim *t, bool idle, uint64_t rss, uint64_t now_ms);
 
 /** The resident set `rss` (bytes) right after a trim either function asked for: the

@@ -148,8 +148,9 @@ static void test_idle_and_mass_close_share_the_gap(void **state) {
   assert_false(wk_trim_due(&t, 40 * MIB, 1000));
   assert_false(wk_trim_due(&t, 0, 1500));
   assert_false(wk_trim_due(&t, 0, 2000));
-  assert_true(wk_trim_due(&t, 0, 2500)); /* streams closed: trimmed */
-  wk_trim_done(&t, 60 * MIB);            /* the base: what the trim left */
+  assert_true(wk_trim_due(&t, 0, 2500));                    /* streams closed: trimmed */
+  assert_false(wk_trim_idle_due(&t, true, 90 * MIB, 2500)); /* not in the same tick */
+  wk_trim_done(&t, 60 * MIB);                               /* the base: what it left */
   assert_false(wk_trim_idle_due(&t, true, 80 * MIB, 3000));
   assert_false(wk_trim_idle_due(&t, true, 80 * MIB, 4000)); /* 1.5 s after the trim */
   assert_true(wk_trim_idle_due(&t, true, 80 * MIB, 4500));  /* 2 s after it */
