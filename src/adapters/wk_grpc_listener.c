@@ -100,10 +100,6 @@ bool wk_grpc_listener_handles(const char *listen_addr) {
          strncmp(listen_addr, "unix-abstract:", 14) != 0 && strchr(listen_addr, ':') != NULL;
 }
 
-static bool wildcard_host(const char *host) {
-  return host[0] == '\0' || strcmp(host, "0.0.0.0") == 0 || strcmp(host, "::") == 0;
-}
-
 /* A listening socket on sa; -1 with errno set on failure. */
 static int listen_on(const struct sockaddr *sa, socklen_t len, bool dualstack) {
   int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -217,7 +213,7 @@ wk_grpc_listener *wk_grpc_listener_open(const char *listen_addr, int *port, char
   atomic_init(&l->blocked, false);
   snprintf(l->port_name, sizeof l->port_name, "external:wk-listener-%p", (void *)l);
   int rc;
-  if (wildcard_host(host)) {
+  if (wk_netaddr_is_wildcard(host, strlen(host))) {
     rc = bind_wildcard(l, atoi(portstr));
     if (rc != 0) {
       wk_errf(err, err_len, "cannot listen on %s (%s: address in use, or not host:port)",
