@@ -24,6 +24,13 @@ add_library(wk_netaddr STATIC ${PROJECT_SOURCE_DIR}/src/adapters/wk_netaddr.c)
 wk_headers(wk_netaddr PUBLIC adapters/wk_netaddr.h)
 target_compile_options(wk_netaddr PRIVATE ${WK_WARNINGS})
 
+# accepted connections by peer address (src/adapters/wk_peer_index.c): filed by the
+# listener, looked up by the server to cork a connection's burst of answers
+add_library(wk_peer_index STATIC ${PROJECT_SOURCE_DIR}/src/adapters/wk_peer_index.c)
+wk_headers(wk_peer_index PUBLIC adapters/wk_peer_index.h)
+target_link_libraries(wk_peer_index PRIVATE wk_lib)
+target_compile_options(wk_peer_index PRIVATE ${WK_WARNINGS})
+
 add_library(wk_grpc_server STATIC
   ${PROJECT_SOURCE_DIR}/src/adapters/wk_grpc_server.c
   ${PROJECT_SOURCE_DIR}/src/adapters/wk_grpc_auth.c
@@ -32,7 +39,7 @@ wk_headers(wk_grpc_server PUBLIC adapters/wk_grpc_server.h adapters/wk_grpc_auth
   adapters/wk_grpc_listener.h)
 # PUBLIC wk_validate: wk_grpc_server.h names the methods by wk_rpc_method.h
 target_link_libraries(wk_grpc_server PUBLIC PkgConfig::GRPC wk_validate wk_netaddr
-  PRIVATE wk_lib wk_log wk_pem wk_proto wk_reflection Threads::Threads)
+  PRIVATE wk_peer_index wk_lib wk_log wk_pem wk_proto wk_reflection Threads::Threads)
 target_compile_options(wk_grpc_server PRIVATE ${WK_WARNINGS})
 
 # abseil's lock settings (src/adapters/wk_absl_locks.cc): the project's one C++ file,

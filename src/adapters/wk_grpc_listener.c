@@ -40,6 +40,7 @@
 #include <unistd.h>
 
 #include "adapters/wk_netaddr.h"
+#include "adapters/wk_peer_index.h"
 #include "lib/wk_alloc.h"
 #include "lib/wk_err.h"
 #include "lib/wk_log.h"
@@ -57,6 +58,8 @@ typedef struct tracked_conn {
   int fd;
   dev_t dev;
   ino_t ino;
+  wk_peer_key peer;
+  bool has_peer; /* getpeername answered with an IP address */
 } tracked_conn;
 
 struct wk_grpc_listener {
@@ -70,6 +73,11 @@ struct wk_grpc_listener {
   pthread_t thread;
   bool started;
   atomic_bool stopping;
+
+  /* The open connections by peer address (wk_grpc_listener_peer_fd): written by the
+   * accept thread, read by the server's CQ thread, under peers_mu. */
+  pthread_mutex_t peers_mu;
+  wk_peer_index *peers;
 
   /* accept thread only */
   tracked_conn *conns;
@@ -211,6 +219,8 @@ wk_grpc_listener *wk_grpc_listener_open(const char *listen_addr, int *port, char
   atomic_init(&l->refused_fd, 0);
   atomic_init(&l->open, 0);
   atomic_init(&l->blocked, false);
+  if (pthread_mutex_init(&l->peers_mu, NULL) != 0) abort();
+  l->peers = wk_peer_index_new();
   snprintf(l->port_name, sizeof l->port_name, "external:wk-listener-%p", (void *)l);
   int rc;
   if (wk_netaddr_is_wildcard(host, strlen(host))) {
@@ -278,8 +288,19 @@ static void track(wk_grpc_listener *l, int fd) {
     l->cap_conns = l->cap_conns ? l->cap_conns * 2 : 64;
     l->conns = wk_xrealloc(l->conns, l->cap_conns * sizeof *l->conns);
   }
-  l->conns[l->nconns++] = (tracked_conn){.fd = fd, .dev = st.st_dev, .ino = st.st_ino};
+  tracked_conn c = {.fd = fd, .dev = st.st_dev, .ino = st.st_ino};
+  struct sockaddr_storage ss;
+  socklen_t len = sizeof ss;
+  if (getpeername(fd, (struct sockaddr *)&ss, &len) == 0) {
+    c.has_peer = wk_peer_key_from_sockaddr((struct sockaddr *)&ss, len, &c.peer);
+  }
+  l->conns[l->nconns++] = c;
   atomic_store(&l->open, (unsigned)l->nconns);
+  if (c.has_peer) {
+    pthread_mutex_lock(&l->peers_mu);
+    wk_peer_index_put(l->peers, &c.peer, fd);
+    pthread_mutex_unlock(&l->peers_mu);
+  }
 }
 
 /* Forgets connections gRPC has closed: their descriptor is closed or names another
@@ -298,6 +319,12 @@ static void prune(wk_grpc_listener *l, int64_t now) {
    * names the old inode and goes here */
   l->nconns = keep;
   atomic_store(&l->open, (unsigned)l->nconns);
+  pthread_mutex_lock(&l->peers_mu);
+  wk_peer_index_clear(l->peers);
+  for (size_t i = 0; i < l->nconns; i++) {
+    if (l->conns[i].has_peer) wk_peer_index_put(l->peers, &l->conns[i].peer, l->conns[i].fd);
+  }
+  pthread_mutex_unlock(&l->peers_mu);
 }
 
 /* ---- descriptors running out --------------------------------------------------- */
@@ -453,6 +480,8 @@ void wk_grpc_listener_close(wk_grpc_listener *l) {
   if (l->wake_fd >= 0) close(l->wake_fd);
   if (l->reserve_fd >= 0) close(l->reserve_fd);
   free(l->conns);
+  wk_peer_index_free(l->peers);
+  pthread_mutex_destroy(&l->peers_mu);
   free(l);
 }
 
@@ -466,4 +495,13 @@ void wk_grpc_listener_stats(const wk_grpc_listener *l, wk_grpc_conn_stats *out) 
       .max_connections = l->max_connections,
       .accept_blocked = atomic_load(&m->blocked),
   };
+}
+
+int wk_grpc_listener_peer_fd(wk_grpc_listener *l, const char *peer) {
+  wk_peer_key key;
+  if (l == NULL || !wk_peer_key_from_uri(peer, &key)) return -1;
+  pthread_mutex_lock(&l->peers_mu);
+  int fd = wk_peer_index_find(l->peers, &key);
+  pthread_mutex_unlock(&l->peers_mu);
+  return fd;
 }

@@ -23,6 +23,8 @@
  *   - Open connections are counted by remembering each handed-over socket's
  *     descriptor and inode; one whose descriptor no longer names that socket was
  *     closed by gRPC (checked when the cap is reached, and every second).
+ *   - Each open connection is filed by its peer address (wk_peer_index.h), so the
+ *     server can find the socket of a call's connection.
  *
  * Threads: the listener's own thread accepts; the stats are read from any thread. */
 #ifndef WK_GRPC_LISTENER_H
@@ -41,6 +43,8 @@ typedef struct wk_grpc_conn_stats {
   uint64_t accepted;                /* connections handed to gRPC */
   uint64_t refused_max_connections; /* closed at once: max_connections were open */
   uint64_t refused_fd_limit;        /* closed at once: the worker was out of descriptors */
+  uint64_t sends_corked;            /* answers started while their connection was corked
+                                       (the server's, wk_grpc_server_conn_stats) */
   uint32_t open;                    /* handed over and not yet closed (at most 1 s old) */
   uint32_t max_connections;         /* the cap (0: none) */
   bool accept_blocked;              /* out of descriptors: no connection can be accepted */
@@ -81,6 +85,13 @@ void wk_grpc_listener_stop(wk_grpc_listener *l);
 
 /** Stops (if started), closes the listening sockets and frees l. NULL is a no-op. */
 void wk_grpc_listener_close(wk_grpc_listener *l);
+
+/** The descriptor of the open connection whose peer gRPC names `peer` (as
+ * grpc_call_get_peer gives it), or -1 (not one of ours, or closed and forgotten). Any
+ * thread. The descriptor is gRPC's: it may be closed, even reused, by the time the
+ * caller uses it (the listener forgets a closed one within a second), so the caller
+ * must only do what is harmless to any socket (set TCP_CORK and clear it again). */
+int wk_grpc_listener_peer_fd(wk_grpc_listener *l, const char *peer);
 
 /** The counters and state; any thread. */
 void wk_grpc_listener_stats(const wk_grpc_listener *l, wk_grpc_conn_stats *out);

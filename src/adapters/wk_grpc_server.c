@@ -18,6 +18,14 @@
  * queue bound while in the outbox starts its batch at once (the bound counts what waits
  * behind the batch in flight).
  *
+ * Corking. gRPC writes each started batch at once (one sendmsg per answer). When the
+ * nudge starts a burst of answers, a connection with two or more of them in a window
+ * of CORK_BURST_MAX is corked (TCP_CORK) while they start and uncorked after, so they
+ * leave in one send. A call's socket is found from its peer string through the
+ * listener's index (wk_grpc_listener_peer_fd); the descriptor is gRPC's and may have
+ * been closed or reused since, which only means some socket is corked and uncorked
+ * within the window.
+ *
  * Sends. An rpc has at most one send batch in flight. Messages the sink queues while
  * one is in flight wait in a bounded FIFO; when the batch completes, the CQ thread
  * starts the next one (a stream set to merge, wk_rpc_merge_queued, sends all that
@@ -62,12 +70,15 @@
 #include "adapters/wk_grpc_server.h"
 
 #include <limits.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include <grpc/byte_buffer.h>
 #include <grpc/byte_buffer_reader.h>
@@ -91,6 +102,9 @@
 /* ---- constants ---------------------------------------------------------------- */
 
 enum {
+  CONN_FD_UNKNOWN = -2,      /* wk_rpc.conn_fd before its lookup */
+  CORK_BURST_MAX = 64,       /* answers started in one cork window (bounds their delay) */
+  CORK_CONNS_MAX = 8,        /* connections corked in one window; more go uncorked */
   SLOTS_PER_METHOD = 8,      /* calls requested ahead per registered method */
   GENERIC_SLOTS = 2,         /* calls requested ahead for unknown methods */
   STATUS_MESSAGE_MAX = 4096, /* bytes of a status message sent */
@@ -224,6 +238,8 @@ struct wk_rpc {
   ProtobufCMessage *request; /* decoded into `arena`: freed with it */
   wk_arena arena;
   char *peer;         /* gpr_malloc'ed by gRPC */
+  int conn_fd;        /* its connection's socket (CONN_FD_UNKNOWN: not looked up yet,
+                         -1: not one the listener accepted); CQ thread only */
   char *identities;   /* the client certificate's names, '\n'-separated (deploy methods) */
   wk_grpc_auth_md md; /* the request metadata but "authorization" */
 
@@ -292,9 +308,10 @@ struct wk_grpc_server {
    * outbox_mu is taken inside an rpc's mu, and nothing inside it. */
   pthread_mutex_t outbox_mu;
   wk_rpc *outbox_head, *outbox_tail;
-  atomic_bool nudge_pending;   /* a nudge is posted and its event not handled yet */
-  grpc_channel *nudge_channel; /* a lame channel: its call only carries empty batches */
-  grpc_call *nudge_call;       /* bound to cq: an empty batch completes there at once */
+  atomic_bool nudge_pending;         /* a nudge is posted and its event not handled yet */
+  atomic_uint_fast64_t sends_corked; /* send batches started on a corked connection */
+  grpc_channel *nudge_channel;       /* a lame channel: its call only carries empty batches */
+  grpc_call *nudge_call;             /* bound to cq: an empty batch completes there at once */
   wk_tag nudge_tag;
 
   /* Streams' unsent bytes: taken inside an rpc's mu, never the other way round. */
@@ -523,6 +540,7 @@ static wk_rpc *rpc_new(wk_grpc_server *s, wk_rpc_method m, grpc_call *call,
   if (pthread_mutex_init(&r->mu, NULL) != 0) abort();
   wk_grpc_auth_md_copy(&r->md, md);
   r->peer = grpc_call_get_peer(call);
+  r->conn_fd = CONN_FD_UNKNOWN;
   if (m == WK_RPC_DEPLOY_CODE || m == WK_RPC_SET_CURRENT_EPOCH) {
     r->identities = wk_grpc_auth_peer_identities(call); /* for deploy_allowed_clients */
   }
@@ -784,13 +802,78 @@ static void start_taken(wk_rpc *r) {
   rpc_unref(r);
 }
 
+/* ---- corking ------------------------------------------------------------------- */
+
+/* The connections of one cork window and how many of its answers each carries. */
+typedef struct cork_set {
+  int fd[CORK_CONNS_MAX];
+  uint32_t sends[CORK_CONNS_MAX];
+  size_t n;
+} cork_set;
+
+/* CQ thread: the socket of r's connection, or -1. */
+static int conn_fd_of(wk_rpc *r) {
+  if (r->conn_fd == CONN_FD_UNKNOWN) {
+    r->conn_fd = wk_grpc_listener_peer_fd(r->server->listener, r->peer);
+  }
+  return r->conn_fd;
+}
+
+static void cork_count(cork_set *c, int fd) {
+  if (fd < 0) return;
+  for (size_t i = 0; i < c->n; i++) {
+    if (c->fd[i] == fd) {
+      c->sends[i]++;
+      return;
+    }
+  }
+  if (c->n == CORK_CONNS_MAX) return;
+  c->fd[c->n] = fd;
+  c->sends[c->n++] = 1;
+}
+
+/* Sets or clears TCP_CORK on every connection of c with two answers or more; returns
+ * how many answers those carry. Clearing sends what the cork held at once. A failure
+ * changes nothing (a descriptor gRPC closed since, or reused for another socket, is
+ * corked and uncorked within the window, which is harmless to any socket). */
+static uint64_t cork_set_all(const cork_set *c, int on) {
+  uint64_t sends = 0;
+  for (size_t i = 0; i < c->n; i++) {
+    if (c->sends[i] < 2) continue;
+    (void)setsockopt(c->fd[i], IPPROTO_TCP, TCP_CORK, &on, sizeof on);
+    sends += c->sends[i];
+#if WK_DEBUG_ASSERTS_ON
+    if (!on) { /* nothing is left corked: that would hold answers up to 200 ms */
+      int now = 0;
+      socklen_t len = sizeof now;
+      WK_DEBUG_ASSERT(getsockopt(c->fd[i], IPPROTO_TCP, TCP_CORK, &now, &len) != 0 || now == 0);
+    }
+#endif
+  }
+  return sends;
+}
+
 /* CQ thread: the nudge's event. Cleared first, so a push that comes while the list
- * is worked on nudges again. */
+ * is worked on nudges again. Its batches start in windows of up to CORK_BURST_MAX; in
+ * each, a connection with two answers or more is corked while they start, so they
+ * leave in one send instead of a segment (and a wake-up of the peer) each. */
 static void on_nudge(wk_grpc_server *s) {
   atomic_store(&s->nudge_pending, false);
-  for (wk_rpc *r = outbox_take(s), *next; r != NULL; r = next) {
-    next = r->outbox_next;
-    start_taken(r);
+  wk_rpc *r = outbox_take(s);
+  while (r != NULL) {
+    cork_set corks = {.n = 0};
+    wk_rpc *end = r;
+    for (size_t k = 0; end != NULL && k < CORK_BURST_MAX; end = end->outbox_next, k++) {
+      cork_count(&corks, conn_fd_of(end));
+    }
+    uint64_t corked = cork_set_all(&corks, 1);
+    while (r != end) {
+      wk_rpc *next = r->outbox_next;
+      start_taken(r); /* may free r */
+      r = next;
+    }
+    (void)cork_set_all(&corks, 0);
+    if (corked > 0) atomic_fetch_add_explicit(&s->sends_corked, corked, memory_order_relaxed);
   }
 }
 
@@ -1749,4 +1832,6 @@ void wk_grpc_server_conn_stats(const wk_grpc_server *server, wk_grpc_conn_stats 
     return;
   }
   wk_grpc_listener_stats(server->listener, out);
+  out->sends_corked = atomic_load_explicit(&((wk_grpc_server *)(uintptr_t)server)->sends_corked,
+                                           memory_order_relaxed);
 }

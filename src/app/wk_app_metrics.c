@@ -47,6 +47,7 @@ struct wk_app_metrics {
   wk_metric *etcd_leases_lost;
   wk_metric *shadow_requests; /* {outcome} */
   wk_metric *connections_accepted;
+  wk_metric *sends_corked;
   wk_metric *connections_refused; /* {reason} */
   /* histograms */
   wk_metric *phase_duration; /* {phase} */
@@ -172,8 +173,13 @@ wk_app_metrics *wk_app_metrics_new(const wk_app_metrics_info *info) {
       "gRPC TCP connections closed at once, by reason (max_connections: the cap was reached; "
       "fd_limit: the worker was out of file descriptors).",
       1, reason);
+  m->sends_corked = wk_metrics_counter(
+      r, "worker_grpc_sends_corked_total",
+      "gRPC answers started while their connection was corked: answers to one connection "
+      "started together leave in one send.",
+      0, NULL);
   if (!m->connections_open || !m->accept_blocked || !m->connections_accepted ||
-      !m->connections_refused) {
+      !m->connections_refused || !m->sends_corked) {
     wk_app_metrics_free(m);
     return NULL;
   }
@@ -276,6 +282,7 @@ static void sample_shadow(wk_app_metrics *m, const wk_shadow_stats *s) {
 static void sample_conns(wk_app_metrics *m, const wk_grpc_conn_stats *c) {
   wk_grpc_conn_stats *l = &m->last.conns;
   add_delta(m->connections_accepted, NULL, c->accepted, &l->accepted);
+  add_delta(m->sends_corked, NULL, c->sends_corked, &l->sends_corked);
   add_delta(m->connections_refused, "max_connections", c->refused_max_connections,
             &l->refused_max_connections);
   add_delta(m->connections_refused, "fd_limit", c->refused_fd_limit, &l->refused_fd_limit);
