@@ -5,7 +5,7 @@
         [--modes throughput,submit-only,unary,roundtrip,sleep,echo]
         [--reps 5] [--tasks 20000] [--inflight 256] [--batch 32] [--no-slot]
         [--rt-tasks 2000] [--sleep-tasks 200] [--echo-tasks 2000] [--echo-bytes 65536]
-        [--executors 2] [--full-channel] [--smoke]
+        [--executors 2] [--full-channel] [--no-cork] [--smoke]
 
 Starts one real worker of the build (127.0.0.1, a free port, --executors N fixed, a
 temporary code root) with three functions deployed by `workerctl deploy`:
@@ -26,6 +26,8 @@ against it in each mode of --modes (comma-separated) and prints its figures:
                20 that moves both executors to the sleep function)
 --full-channel gives the generator gRPC's whole client channel (as workerctl's) instead
 of connections of its own: what the generator saves shows beside the worker's figures.
+--no-cork: the generator sends each call on its own instead of corking its connections
+while the completions that are ready run (see wk_loadgen.c).
 --smoke runs every mode with tiny counts (the ctest bench.smoke); figures from it mean
 nothing. Exit status: that of the first failing mode.
 
@@ -139,9 +141,13 @@ def main():
     ap.add_argument("--smoke", action="store_true", help="every mode with tiny counts")
     ap.add_argument("--full-channel", action="store_true",
                     help="the generator on gRPC's whole client channel (as workerctl)")
+    ap.add_argument("--no-cork", action="store_true",
+                    help="the generator sends each call on its own (no TCP_CORK)")
     args = ap.parse_args()
     if args.full_channel:
         LOADGEN_EXTRA.append("--full-channel")
+    if args.no_cork:
+        LOADGEN_EXTRA.append("--no-cork")
     if args.smoke:
         args.reps, args.tasks, args.inflight, args.batch = 2, 200, 32, 8
         args.rt_tasks, args.sleep_tasks, args.echo_tasks = 20, 10, 20

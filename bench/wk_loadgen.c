@@ -40,7 +40,11 @@
  * connection the generator opens itself (direct_connection: no name resolution, load
  * balancing or subchannel layer in its calls; callgrind, its instructions per task:
  * slot + submit 104.1k -> 92.3k, submit-only 56.3k -> 47.3k); --full-channel uses
- * gRPC's whole client channel instead, as workerctl does. Its heap stays warm
+ * gRPC's whole client channel instead, as workerctl does. In the modes with many calls
+ * in flight it corks its connections (TCP_CORK) while the completions that are ready
+ * run, up to 16 at a time, so the calls they start leave together (--no-cork: each
+ * call's own send; interleaved, 5 rounds of slot + submit: 4% more tasks/s, 7% less
+ * of the generator's CPU and 6% less of the worker's per task). Its heap stays warm
  * (adapters/wk_malloc_policy.h): with glibc's defaults the 64 KiB echo payloads and
  * results went back to the system and came back as page faults, 340-420 us of its CPU
  * per echo task instead of 110-127. Exit status: 0
@@ -50,12 +54,15 @@
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -111,6 +118,7 @@ typedef struct opts {
   unsigned cycles;       /* watch-idle: open, hold, cancel, this many times */
   const char *id_prefix; /* task ids are <id_prefix>-<n>; NULL = lg<pid>-<mode> */
   bool direct;           /* channels on connections of our own (--full-channel: off) */
+  bool cork;             /* cork them while ready completions run (--no-cork: off) */
 } opts;
 
 /* ---- time and small helpers ----------------------------------------------------------- */
@@ -448,9 +456,40 @@ static sstream *stream_start(grpc_channel *ch, const char *method, void *req, si
 
 static void stream_cancel(sstream *s) { grpc_call_cancel(s->cs.call, NULL); }
 
+/* The connections' sockets, corked while the completions that are ready run, so the
+ * calls they start leave together; uncorked before the generator waits, and after
+ * every CORK_RUN_MAX completions (held longer, the worker sat idle waiting for its
+ * next requests: slot + submit fell ~20%). */
+enum { CORK_FDS_MAX = 64, CORK_RUN_MAX = 16 };
+static int g_cork_fds[CORK_FDS_MAX];
+static unsigned g_cork_n;
+static bool g_corked;
+static unsigned g_cork_run; /* completions run since the sockets were corked */
+
+static void cork_all(int on) {
+  for (unsigned i = 0; i < g_cork_n; i++) {
+    (void)setsockopt(g_cork_fds[i], IPPROTO_TCP, TCP_CORK, &on, sizeof on);
+  }
+  g_corked = on != 0;
+  g_cork_run = 0;
+}
+
 /* Runs one completion. Returns false on a timeout of timeout_ms. */
 static bool pump(int64_t timeout_ms) {
-  grpc_event ev = grpc_completion_queue_next(g_cq, deadline_in(timeout_ms), NULL);
+  grpc_event ev;
+  if (g_cork_n > 0) {
+    ev = grpc_completion_queue_next(g_cq, deadline_in(0), NULL); /* one that is ready */
+    if (ev.type == GRPC_QUEUE_TIMEOUT) {
+      if (g_corked) cork_all(0); /* what the run started goes out before we wait */
+      if (timeout_ms > 0) ev = grpc_completion_queue_next(g_cq, deadline_in(timeout_ms), NULL);
+    }
+    if (ev.type == GRPC_OP_COMPLETE) {
+      if (g_corked && ++g_cork_run >= CORK_RUN_MAX) cork_all(0); /* keep the worker fed */
+      if (!g_corked) cork_all(1);
+    }
+  } else {
+    ev = grpc_completion_queue_next(g_cq, deadline_in(timeout_ms), NULL);
+  }
   if (ev.type != GRPC_OP_COMPLETE) return false;
   tag *t = ev.tag;
   t->cb(t->owner, t->which, ev.success != 0);
@@ -1196,6 +1235,7 @@ static int mode_unary(const opts *o, grpc_channel *ch) {
 
 /* Sends one request with the synchronous client; returns the status code. */
 static grpc_status_code sync_unary(wk_grpc_client *c, const char *method, void *req, size_t len) {
+  if (g_corked) cork_all(0); /* this call waits: nothing may stay corked */
   wk_grpc_buf resp;
   wk_grpc_status st;
   grpc_status_code code =
@@ -1411,15 +1451,16 @@ static int mode_watch_idle(const opts *o, wk_grpc_client **clients) {
 /* ---- main ----------------------------------------------------------------------------------- */
 
 static void usage(FILE *f) {
-  fprintf(f,
-          "usage: wk_loadgen --target HOST:PORT [--worker-pid PID]\n"
-          "         --mode throughput|echo|sleep|roundtrip|watch-idle|unary\n"
-          "         [--function NAME] [--args JSON] [--tasks N] [--reps N] [--inflight N]\n"
-          "         [--batch N] [--no-slot] [--no-batch-events] [--payload BYTES] [--rss-every N]\n"
-          "         [--executors N] [--task-ms MS] [--streams N] [--connections N]\n"
-          "         [--hold-ms MS] [--cycles N] [--warmup N] [--id-prefix P] [--full-channel]\n"
-          "See the header of bench/wk_loadgen.c; bench/bench_tasks.py starts a worker and\n"
-          "runs every mode.\n");
+  fprintf(
+      f,
+      "usage: wk_loadgen --target HOST:PORT [--worker-pid PID]\n"
+      "         --mode throughput|echo|sleep|roundtrip|watch-idle|unary\n"
+      "         [--function NAME] [--args JSON] [--tasks N] [--reps N] [--inflight N]\n"
+      "         [--batch N] [--no-slot] [--no-batch-events] [--payload BYTES] [--rss-every N]\n"
+      "         [--executors N] [--task-ms MS] [--streams N] [--connections N]\n"
+      "         [--hold-ms MS] [--cycles N] [--warmup N] [--id-prefix P] [--full-channel] [--no-cork]\n"
+      "See the header of bench/wk_loadgen.c; bench/bench_tasks.py starts a worker and\n"
+      "runs every mode.\n");
 }
 
 static bool parse_u(const char *s, unsigned long long lo, unsigned long long hi,
@@ -1448,7 +1489,8 @@ int main(int argc, char **argv) {
             .connections = 10,
             .hold_ms = 2000,
             .cycles = 1,
-            .direct = true};
+            .direct = true,
+            .cork = true};
   bool tasks_set = false, inflight_set = false, warmup_set = false;
   enum {
     O_TARGET = 1,
@@ -1472,7 +1514,8 @@ int main(int argc, char **argv) {
     O_WARMUP,
     O_CYCLES,
     O_PREFIX,
-    O_FULLCH
+    O_FULLCH,
+    O_NOCORK
   };
   static const struct option lopts[] = {
       {"target", required_argument, 0, O_TARGET},
@@ -1497,6 +1540,7 @@ int main(int argc, char **argv) {
       {"cycles", required_argument, 0, O_CYCLES},
       {"id-prefix", required_argument, 0, O_PREFIX},
       {"full-channel", no_argument, 0, O_FULLCH},
+      {"no-cork", no_argument, 0, O_NOCORK},
       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0},
   };
@@ -1583,6 +1627,7 @@ int main(int argc, char **argv) {
         o.hold_ms = (unsigned)v;
         break;
       case O_FULLCH: o.direct = false; break;
+      case O_NOCORK: o.cork = false; break;
       case 'h': usage(stdout); return 0;
       default: usage(stderr); return 2;
     }
@@ -1642,6 +1687,15 @@ int main(int argc, char **argv) {
     }
   }
   g_cq = grpc_completion_queue_create_for_next(NULL);
+  /* corking: the modes with many calls in flight (a sequential mode has nothing to
+   * gather, and its blocking calls must not wait behind a cork) */
+  bool many_in_flight = o.mode != MODE_ROUNDTRIP && o.mode != MODE_WATCH_IDLE;
+  if (o.cork && many_in_flight) {
+    for (unsigned k = 0; k < n_clients && g_cork_n < CORK_FDS_MAX; k++) {
+      int fd = wk_grpc_client_direct_fd(clients[k]);
+      if (fd >= 0) g_cork_fds[g_cork_n++] = fd;
+    }
+  }
   int rc;
   switch (o.mode) {
     case MODE_ROUNDTRIP: rc = mode_roundtrip(&o, clients[0]); break;

@@ -42,6 +42,7 @@ struct wk_grpc_client {
   grpc_channel *channel;
   char *target;
   char *authorization; /* "Bearer <token>", or NULL */
+  int direct_fd;       /* the direct connection's socket (gRPC's), or -1 */
 };
 
 struct wk_grpc_stream {
@@ -326,6 +327,7 @@ int wk_grpc_client_open(const char *target, const wk_grpc_client_options *opts,
   }
 
   wk_grpc_client *c = wk_xcalloc(1, sizeof *c);
+  c->direct_fd = -1;
   c->target = wk_xstrdup(target);
   if (opts && opt_on(opts->token)) {
     size_t n = strlen(opts->token);
@@ -390,6 +392,7 @@ int wk_grpc_client_open(const char *target, const wk_grpc_client_options *opts,
   tls_files_free(&tls);
   if (direct_fd >= 0 && creds) {
     c->channel = grpc_channel_create_from_fd(target, direct_fd, creds, &chargs); /* owns it */
+    c->direct_fd = direct_fd;
   } else {
     if (direct_fd >= 0) close(direct_fd);
     c->channel = creds ? grpc_channel_create(target, creds, &chargs) : NULL;
@@ -421,6 +424,8 @@ void wk_grpc_client_close(wk_grpc_client *c) {
 }
 
 const char *wk_grpc_client_target(const wk_grpc_client *c) { return c->target; }
+
+int wk_grpc_client_direct_fd(const wk_grpc_client *c) { return c->direct_fd; }
 
 grpc_channel *wk_grpc_client_channel(wk_grpc_client *c) { return c->channel; }
 

@@ -117,6 +117,11 @@ void wk_grpc_client_close(wk_grpc_client *c);
 /** The target the client was opened with. */
 const char *wk_grpc_client_target(const wk_grpc_client *c);
 
+/** The socket of a direct connection (options.direct_connection), or -1. It is gRPC's:
+ * valid while the client is open, for socket options only (a load generator corks it
+ * while it starts a burst of calls); never read, write or close it. */
+int wk_grpc_client_direct_fd(const wk_grpc_client *c);
+
 /** The client's gRPC channel (owned by the client, valid until wk_grpc_client_close),
  * for callers that run their own asynchronous calls on a completion queue of theirs
  * (bench/wk_loadgen.c). Such calls do not get the client's bearer token. */
