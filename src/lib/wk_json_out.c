@@ -121,8 +121,7 @@ void wk_json_obj_begin(wk_json_obj *o, wk_buf *out) {
   wk_buf_append(out, "{", 1);
 }
 
-/* Is key a non-empty run of letters, digits and '_'? */
-static bool is_identifier(const char *key) {
+bool wk_json__is_identifier(const char *key) {
   if (key[0] == '\0') return false;
   for (const char *c = key; *c; c++) {
     bool ok = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
@@ -130,31 +129,6 @@ static bool is_identifier(const char *key) {
     if (!ok) return false;
   }
   return true;
-}
-
-/* Writes the separator and "key": of the next member, with room for `extra` more
- * bytes after it (the value's, when its bound is known); returns where the value goes
- * (len counts the key). Keys are the program's own identifiers, copied as they are. */
-static uint8_t *put_key(wk_json_obj *o, const char *key, size_t n, size_t extra) {
-  WK_ASSERT(o->depth > 0);
-  WK_DEBUG_ASSERT(is_identifier(key) && strlen(key) == n);
-  bool *has = &o->has[o->depth - 1];
-  uint8_t *p = wk_buf_reserve(o->out, n + 4 + extra);
-  size_t w = 0;
-  if (*has) p[w++] = ',';
-  *has = true;
-  p[w++] = '"';
-  memcpy(p + w, key, n);
-  w += n;
-  p[w++] = '"';
-  p[w++] = ':';
-  o->out->len += w;
-  return p + w;
-}
-
-void wk_json_obj_str_n(wk_json_obj *o, const char *key, size_t key_len, const char *s) {
-  put_key(o, key, key_len, 0);
-  wk_json_put_string(o->out, s ? s : "", s ? strlen(s) : 0);
 }
 
 /* Writes u in decimal at p (room for 20 bytes); returns its length. Two digits a step
@@ -182,24 +156,10 @@ static size_t put_decimal(uint8_t *p, uint64_t u) {
   return n;
 }
 
-void wk_json_obj_int_n(wk_json_obj *o, const char *key, size_t key_len, int64_t v) {
-  uint8_t *p = put_key(o, key, key_len, 21); /* a sign and 20 digits */
+size_t wk_json__decimal(uint8_t *p, int64_t v) {
   size_t w = 0;
   if (v < 0) p[w++] = '-';
-  w += put_decimal(p + w, v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v);
-  o->out->len += w;
-}
-
-void wk_json_obj_bool_n(wk_json_obj *o, const char *key, size_t key_len, bool v) {
-  put_key(o, key, key_len, 0);
-  wk_buf_append(o->out, v ? "true" : "false", v ? 4 : 5);
-}
-
-void wk_json_obj_open_n(wk_json_obj *o, const char *key, size_t key_len) {
-  WK_ASSERT(o->depth < WK_JSON_OBJ_DEPTH);
-  put_key(o, key, key_len, 0);
-  wk_buf_append(o->out, "{", 1);
-  o->has[o->depth++] = false;
+  return w + put_decimal(p + w, v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v);
 }
 
 void wk_json_obj_end(wk_json_obj *o) {
