@@ -215,9 +215,14 @@ typedef struct unimplemented_call {
   int cancelled;
 } unimplemented_call;
 
+/* A queued message: its bytes as one or two slices (a copied head, and a body shared
+ * with the caller), made into a byte buffer only when its batch starts: messages
+ * merged into one send never get one of their own. */
 typedef struct msg_node {
   struct msg_node *next;
-  grpc_byte_buffer *bb;
+  grpc_slice parts[2];
+  uint8_t nparts;        /* 1 or 2 */
+  size_t len;            /* the message's bytes, all parts */
   bool charged;          /* a stream message counted in the server's budget */
   wk_send_charge charge; /* its bytes, when charged (charge.body: a reference) */
 } msg_node;
@@ -249,15 +254,15 @@ struct wk_rpc {
 
   pthread_mutex_t mu;
   /* ---- under mu ---- */
-  bool closed;                       /* no batch may start: call over, failed, or server stopping */
-  bool initial_md_sent;              /* a batch with SEND_INITIAL_METADATA has started */
-  bool send_in_flight;               /* a send batch is started and not completed */
-  bool finish_requested;             /* reply / fail / finish was called */
-  bool status_sent;                  /* the batch with the status has started */
-  msg_node *inflight;                /* the messages of the send batch in flight, oldest first
+  bool closed;           /* no batch may start: call over, failed, or server stopping */
+  bool initial_md_sent;  /* a batch with SEND_INITIAL_METADATA has started */
+  bool send_in_flight;   /* a send batch is started and not completed */
+  bool finish_requested; /* reply / fail / finish was called */
+  bool status_sent;      /* the batch with the status has started */
+  msg_node *inflight;    /* the messages of the send batch in flight, oldest first
                             (linked by next; more than one when merged) */
-  grpc_byte_buffer *inflight_merged; /* the one message they went out as, when merged */
-  uint32_t merge_field;              /* wk_rpc_merge_queued; 0 = each message alone */
+  grpc_byte_buffer *inflight_message; /* the one message they went out as */
+  uint32_t merge_field;               /* wk_rpc_merge_queued; 0 = each message alone */
   grpc_slice inflight_details;
   bool inflight_has_details;
   msg_node *q_head;
@@ -350,18 +355,25 @@ static grpc_byte_buffer *make_message(const uint8_t *msg, size_t len) {
 
 static void unref_shared(void *p) { wk_shared_unref(p); }
 
-/* A message of `head` (copied) followed by `body`'s bytes (not copied: the slice holds
- * a reference to body). */
-static grpc_byte_buffer *make_message_parts(const uint8_t *head, size_t head_len, wk_shared *body) {
-  if (body == NULL || body->len == 0) return make_message(head, head_len);
-  grpc_slice parts[2];
-  parts[0] = grpc_slice_from_copied_buffer(head_len > 0 ? (const char *)head : "", head_len);
-  parts[1] =
-      grpc_slice_new_with_user_data(body->data, body->len, unref_shared, wk_shared_ref(body));
-  grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(parts, 2);
-  grpc_slice_unref(parts[0]);
-  grpc_slice_unref(parts[1]);
-  return bb;
+/* Sets node's message: `head` (copied) followed by `body`'s bytes (not copied: the
+ * slice holds a reference to body; NULL or empty: none). */
+static void node_set_message(msg_node *node, const uint8_t *head, size_t head_len,
+                             wk_shared *body) {
+  node->parts[0] = grpc_slice_from_copied_buffer(head_len > 0 ? (const char *)head : "", head_len);
+  node->nparts = 1;
+  node->len = head_len;
+  if (body != NULL && body->len > 0) {
+    node->parts[1] =
+        grpc_slice_new_with_user_data(body->data, body->len, unref_shared, wk_shared_ref(body));
+    node->nparts = 2;
+    node->len += body->len;
+  }
+}
+
+/* Drops node's slices (its message is sent or dropped). */
+static void node_drop_message(msg_node *node) {
+  for (uint8_t i = 0; i < node->nparts; i++) grpc_slice_unref(node->parts[i]);
+  node->nparts = 0;
 }
 
 /* ---- names -------------------------------------------------------------------- */
@@ -442,7 +454,7 @@ static void release_node_locked(wk_rpc *r, msg_node *node, msg_node *next) {
     unlock(&s->budget_mu);
     wk_shared_unref(node->charge.body);
   }
-  if (node->bb != NULL) grpc_byte_buffer_destroy(node->bb);
+  node_drop_message(node);
   if (node != &r->reply_node) free(node);
 }
 
@@ -562,22 +574,23 @@ static wk_rpc *rpc_new(wk_grpc_server *s, wk_rpc_method m, grpc_call *call,
 static size_t merge_count_locked(const wk_rpc *r) {
   if (r->merge_field == 0) return 1;
   size_t take = 1;
-  size_t bytes = grpc_byte_buffer_length(r->q_head->bb);
+  size_t bytes = r->q_head->len;
   for (const msg_node *m = r->q_head->next; m != NULL; m = m->next) {
-    bytes += grpc_byte_buffer_length(m->bb) + 16; /* its key and length */
+    bytes += m->len + 16; /* its key and length */
     if (bytes > WK_RPC_MERGE_MAX_BYTES) break;
     take++;
   }
   return take;
 }
 
-/* One message of the chain `first` (two or more): the first's slices, then for each
- * later one the key of `field` (length-delimited), its length, and its slices. The
- * slices are referenced, not copied; the nodes keep theirs. */
-static grpc_byte_buffer *merge_messages(const msg_node *first, uint32_t field) {
+/* The one message of the chain `first`: its parts; for two or more, the first's parts,
+ * then for each later one the key of `field` (length-delimited), its length, and its
+ * parts. The slices are referenced, not copied; the nodes keep theirs. */
+static grpc_byte_buffer *chain_message(msg_node *first, uint32_t field) {
+  if (first->next == NULL) return grpc_raw_byte_buffer_create(first->parts, first->nparts);
   size_t count = 0;
   for (const msg_node *m = first; m != NULL; m = m->next) {
-    count += m->bb->data.raw.slice_buffer.count + (m != first);
+    count += m->nparts + (m != first ? 1u : 0u);
   }
   grpc_slice *slices = wk_xcalloc(count, sizeof *slices);
   size_t at = 0;
@@ -585,11 +598,10 @@ static grpc_byte_buffer *merge_messages(const msg_node *first, uint32_t field) {
     if (m != first) {
       uint8_t prefix[20];
       size_t pn = wk_varint_put(prefix, ((uint64_t)field << 3) | 2u);
-      pn += wk_varint_put(prefix + pn, grpc_byte_buffer_length(m->bb));
+      pn += wk_varint_put(prefix + pn, m->len);
       slices[at++] = grpc_slice_from_copied_buffer((const char *)prefix, pn);
     }
-    const grpc_slice_buffer *sb = &m->bb->data.raw.slice_buffer;
-    for (size_t i = 0; i < sb->count; i++) slices[at++] = grpc_slice_ref(sb->slices[i]);
+    for (uint8_t i = 0; i < m->nparts; i++) slices[at++] = grpc_slice_ref(m->parts[i]);
   }
   WK_ASSERT(at == count);
   grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(slices, count); /* takes refs */
@@ -634,7 +646,7 @@ static void start_send_locked(wk_rpc *r) {
     n++;
   }
   msg_node *node = NULL;
-  grpc_byte_buffer *merged = NULL;
+  grpc_byte_buffer *message = NULL;
   if (want_msg) {
     node = r->q_head;
     msg_node *last = node;
@@ -643,9 +655,9 @@ static void start_send_locked(wk_rpc *r) {
     if (r->q_head == NULL) r->q_tail = NULL;
     r->q_len -= (uint32_t)take;
     last->next = NULL;
-    if (take > 1) merged = merge_messages(node, r->merge_field);
+    message = chain_message(node, r->merge_field);
     ops[n].op = GRPC_OP_SEND_MESSAGE;
-    ops[n].data.send_message.send_message = merged != NULL ? merged : node->bb;
+    ops[n].data.send_message.send_message = message;
     n++;
   }
   grpc_slice details = grpc_empty_slice();
@@ -673,7 +685,7 @@ static void start_send_locked(wk_rpc *r) {
     log_error("%s: send batch refused: %s", k_methods[r->method].name,
               grpc_call_error_to_string(e));
     release_chain_locked(r, node);
-    if (merged != NULL) grpc_byte_buffer_destroy(merged);
+    if (message != NULL) grpc_byte_buffer_destroy(message);
     if (has_details) grpc_slice_unref(details);
     r->closed = true;
     drop_queue_locked(r);
@@ -688,7 +700,7 @@ static void start_send_locked(wk_rpc *r) {
   r->send_in_flight = true;
   r->initial_md_sent = true;
   r->inflight = node;
-  r->inflight_merged = merged;
+  r->inflight_message = message;
   r->inflight_details = details;
   r->inflight_has_details = has_details;
   if (want_status) r->status_sent = true;
@@ -702,9 +714,9 @@ static void on_send_done(wk_rpc *r, bool ok) {
   msg_node *done = r->inflight;
   r->inflight = NULL;
   release_chain_locked(r, done);
-  if (r->inflight_merged != NULL) {
-    grpc_byte_buffer_destroy(r->inflight_merged);
-    r->inflight_merged = NULL;
+  if (r->inflight_message != NULL) {
+    grpc_byte_buffer_destroy(r->inflight_message);
+    r->inflight_message = NULL;
   }
   if (r->inflight_has_details) {
     grpc_slice_unref(r->inflight_details);
@@ -1709,13 +1721,12 @@ const char *wk_rpc_peer(const wk_rpc *rpc) {
 
 void wk_rpc_reply(wk_rpc *rpc, const uint8_t *msg, size_t len) {
   WK_ASSERT(rpc != NULL);
-  grpc_byte_buffer *bb = make_message(msg, len);
   lock(&rpc->mu);
   if (!rpc->closed && !rpc->finish_requested) {
     /* finish_requested is set once and for all below: the rpc's own node is free */
     msg_node *node = &rpc->reply_node;
-    *node = (msg_node){.bb = bb};
-    bb = NULL;
+    *node = (msg_node){.next = NULL};
+    node_set_message(node, msg, len, NULL);
     if (rpc->q_tail != NULL) rpc->q_tail->next = node;
     else rpc->q_head = node;
     rpc->q_tail = node;
@@ -1725,7 +1736,6 @@ void wk_rpc_reply(wk_rpc *rpc, const uint8_t *msg, size_t len) {
     if (!rpc->send_in_flight) start_send_or_defer_locked(rpc);
   }
   unlock(&rpc->mu);
-  if (bb != NULL) grpc_byte_buffer_destroy(bb);
 }
 
 void wk_rpc_fail(wk_rpc *rpc, grpc_status_code code, const char *message) {
@@ -1763,7 +1773,7 @@ wk_rpc_send_status wk_rpc_send_parts(wk_rpc *rpc, const uint8_t *head, size_t he
                                     : WK_RPC_SEND_OVER_TOTAL_BYTES;
   }
   if (st == WK_RPC_SEND_OK) {
-    node->bb = make_message_parts(head, head_len, body);
+    node_set_message(node, head, head_len, body);
     if (rpc->q_tail != NULL) rpc->q_tail->next = node;
     else rpc->q_head = node;
     rpc->q_tail = node;
