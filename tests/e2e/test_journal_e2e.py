@@ -10,7 +10,7 @@ starts from the same record (sim_replay --record) and goes on with seeded random
 import glob
 import json
 import os
-import shutil
+import struct
 import subprocess
 import time
 
@@ -140,6 +140,21 @@ def test_replay_json(recorded):
     assert all("time" not in o for o in objs if o["input"]["kind"] == "call_progress")
 
 
+def payload_byte_near(data, at):
+    """The offset of a payload byte of the record that holds (or follows) offset `at`:
+    flipping it breaks that record's CRC. (A byte flipped blindly at `at` could land in
+    a record's length and read as a truncated record instead.)"""
+    pos = 16  # the file header
+    while pos + 8 <= len(data):
+        length = struct.unpack_from("<I", data, pos)[0]
+        start, end = pos + 8, pos + 8 + length
+        assert end <= len(data), "a recorded file is whole"
+        if end > at and length > 0:
+            return max(start, min(at, end - 1))
+        pos = end
+    raise AssertionError("no record at or after offset %d" % at)
+
+
 def test_truncated_tail_and_corruption_stop_cleanly(recorded):
     tmp, files = recorded
     full = replay("--all", *files, check=0).stdout.splitlines()
@@ -154,7 +169,7 @@ def test_truncated_tail_and_corruption_stop_cleanly(recorded):
     assert 0 < len(got) < len(full) and got == full[:len(got)]
     bad = str(tmp / "bad.wkj")
     flipped = bytearray(data)
-    flipped[len(data) // 2] ^= 0xFF
+    flipped[payload_byte_near(data, len(data) // 2)] ^= 0xFF
     with open(bad, "wb") as f:
         f.write(bytes(flipped))
     p = replay("--all", *(files[:-1] + [bad]), check=0)
