@@ -476,21 +476,17 @@ static void cork_all(int on) {
 
 /* Runs one completion. Returns false on a timeout of timeout_ms. */
 static bool pump(int64_t timeout_ms) {
-  grpc_event ev;
-  if (g_cork_n > 0) {
-    ev = grpc_completion_queue_next(g_cq, deadline_in(0), NULL); /* one that is ready */
-    if (ev.type == GRPC_QUEUE_TIMEOUT) {
-      if (g_corked) cork_all(0); /* what the run started goes out before we wait */
-      if (timeout_ms > 0) ev = grpc_completion_queue_next(g_cq, deadline_in(timeout_ms), NULL);
-    }
-    if (ev.type == GRPC_OP_COMPLETE) {
-      if (g_corked && ++g_cork_run >= CORK_RUN_MAX) cork_all(0); /* keep the worker fed */
-      if (!g_corked) cork_all(1);
-    }
-  } else {
-    ev = grpc_completion_queue_next(g_cq, deadline_in(timeout_ms), NULL);
+  bool corking = g_cork_n > 0; /* then: a completion that is ready first, without waiting */
+  grpc_event ev = grpc_completion_queue_next(g_cq, deadline_in(corking ? 0 : timeout_ms), NULL);
+  if (corking && ev.type == GRPC_QUEUE_TIMEOUT) {
+    if (g_corked) cork_all(0); /* what the run started goes out before we wait */
+    if (timeout_ms > 0) ev = grpc_completion_queue_next(g_cq, deadline_in(timeout_ms), NULL);
   }
   if (ev.type != GRPC_OP_COMPLETE) return false;
+  if (corking) {
+    if (g_corked && ++g_cork_run >= CORK_RUN_MAX) cork_all(0); /* keep the worker fed */
+    if (!g_corked) cork_all(1);
+  }
   tag *t = ev.tag;
   t->cb(t->owner, t->which, ev.success != 0);
   return true;

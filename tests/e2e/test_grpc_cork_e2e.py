@@ -10,25 +10,20 @@ answered at once (a socket left corked holds its answers for Linux's 200 ms). Th
 builds also assert, after each uncork, that the socket is no longer corked."""
 
 import time
-import urllib.request
 
 import grpc
-from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import health_pb2, HealthStub, pb, pb_grpc
+from test_metrics_e2e import scrape, value
 
 BURST = 64  # concurrent SubmitTask calls on one connection
 
 
 def sends_corked(w):
-    port = w.events("metrics_listening")[0]["port"]
-    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5) as resp:
-        text = resp.read().decode("utf-8")
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            if s.name == "worker_grpc_sends_corked_total":
-                return s.value
-    raise AssertionError("no worker_grpc_sends_corked_total in /metrics")
+    samples, _, _ = scrape(w)
+    assert ("worker_grpc_sends_corked_total", frozenset()) in samples, \
+        "no worker_grpc_sends_corked_total in /metrics"
+    return value(samples, "worker_grpc_sends_corked_total")
 
 
 def submit_request(task_id):
