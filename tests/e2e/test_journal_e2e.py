@@ -142,8 +142,9 @@ def test_replay_json(recorded):
 
 def payload_byte_near(data, at):
     """The offset of a payload byte of the record that holds (or follows) offset `at`:
-    flipping it breaks that record's CRC. (A byte flipped blindly at `at` could land in
-    a record's length and read as a truncated record instead.)"""
+    flipping it breaks that record's CRC, and the file cut there ends inside that record.
+    (A byte flipped blindly at `at` could land in a record's length and read as a
+    truncated record instead.)"""
     pos = 16  # the file header
     while pos + 8 <= len(data):
         length = struct.unpack_from("<I", data, pos)[0]
@@ -162,7 +163,9 @@ def test_truncated_tail_and_corruption_stop_cleanly(recorded):
     data = open(last, "rb").read()
     cut = str(tmp / "cut.wkj")
     with open(cut, "wb") as f:
-        f.write(data[:len(data) * 3 // 5])  # the writer died in the middle of a record
+        # the writer died in the middle of a record (a blind cut at 3/5 of the file could
+        # land on a record boundary, which is a clean end)
+        f.write(data[:payload_byte_near(data, len(data) * 3 // 5)])
     p = replay("--all", *(files[:-1] + [cut]), check=0)
     assert "truncated record" in p.stderr and "stopping there" in p.stderr, p.stderr
     got = p.stdout.splitlines()
