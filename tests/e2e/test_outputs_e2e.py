@@ -4,6 +4,7 @@ TaskResult when a writer runs, and every result small enough for max_message_byt
 
 import json
 import os
+import time
 
 import grpc
 
@@ -78,18 +79,18 @@ def test_a_writer_gets_the_outputs_and_the_result_a_count(worker_factory, tmp_pa
     items = [{"size": 100 + i, "marks": str(marks), "sleep": 1.5 if i == 0 else 0}
              for i in range(50)]
     w.submit("fw", "sized", items, builder="map", result_handler=pb.ResultHandler(type="file"))
-    # while the calls run, their outputs are in a spool file beside the scratch directory
-    deadline = 50
+    # while the calls run (call 0 sleeps 1.5 s), their outputs go to a spool file beside
+    # the scratch directory: made at activation, written through a 256 KiB buffer (these
+    # 50 short outputs reach the file only when the calls end)
     spool = None
-    for _ in range(deadline * 20):
-        if marks.exists() and marks.read_text():
+    deadline = time.monotonic() + 50
+    while spool is None or not os.path.exists(spool):
+        assert time.monotonic() < deadline, "no spool file %s beside the scratch dir" % spool
+        if spool is None and marks.exists() and marks.read_text():
             spool = marks.read_text().splitlines()[0] + ".outputs"
-            if os.path.exists(spool) and os.path.getsize(spool) > 0:
-                break
-        import time
-        time.sleep(0.05)
+        time.sleep(0.02)
     r = w.wait_terminal("fw")
-    assert spool and r.state == pb.TASK_STATE_SUCCEEDED, r.failure_message
+    assert r.state == pb.TASK_STATE_SUCCEEDED, r.failure_message
     assert len(r.outputs) == 0  # the outputs went to the writer, not into the result
     assert r.statistic.calls_total == 50 and r.statistic.calls_succeeded == 50
     assert len(r.plugin_results) == 1 and r.plugin_results[0].records == 50
@@ -97,7 +98,6 @@ def test_a_writer_gets_the_outputs_and_the_result_a_count(worker_factory, tmp_pa
     recs = [json.loads(l) for l in lines]
     assert [rec["index"] for rec in recs] == list(range(50))  # call order
     assert all(rec["value"] == "x" * (100 + rec["index"]) for rec in recs)
-    import time
     for _ in range(100):  # removed with the scratch directory
         if not os.path.exists(spool):
             break
