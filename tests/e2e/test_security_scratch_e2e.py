@@ -156,11 +156,16 @@ def test_scratch_dirs_are_0700_under_a_root_no_other_user_can_list(worker_factor
     assert w2.events("scratch_root_mode_tightened")
 
 
+# Holds its task until the file args['release'] exists (or args['seconds'] pass).
+HOLD_UNTIL_RELEASED = ("    deadline = time.monotonic() + args['seconds']\n"
+                       "    while time.monotonic() < deadline and not os.path.exists(args['release']):\n"
+                       "        time.sleep(0.02)\n")
+
 SLEEP_IN_SCRATCH = ("import os, time\n"
                     "def handler(args, ctx):\n"
                     "    with open(os.path.join(ctx.scratch_dir, 'mine'), 'w') as f:\n"
                     "        f.write('x')\n"
-                    "    time.sleep(args.get('seconds', 30))\n"
+                    + HOLD_UNTIL_RELEASED +
                     "    return {}\n")
 
 
@@ -192,8 +197,9 @@ def test_a_killed_workers_leftovers_are_removed_at_the_next_start(tmp_path):
         live = start("live", "--scratch-root", str(shared))  # shares both directories
         dead = start("dead")                                 # default root under $TMPDIR
         dead2 = start("dead2", "--scratch-root", str(shared))
+        release = str(tmp_path / "release")
         for w, t in ((live, "live-1"), (dead, "dead-1"), (dead2, "dead-2")):
-            w.submit(t, "hold", {"seconds": 20})
+            w.submit(t, "hold", {"seconds": 60, "release": release})
         root = wait_for(lambda: [n for n in tagged(str(tmpdir), dead.proc.pid) if ".scratch." in n])
         assert root, os.listdir(str(tmpdir))
         assert wait_for(lambda: any(".dead-1." in n for n in os.listdir(str(tmpdir / root[0]))),
@@ -219,6 +225,7 @@ def test_a_killed_workers_leftovers_are_removed_at_the_next_start(tmp_path):
         assert tagged(str(shared), live.proc.pid) == live_shared
         assert tagged(str(tmpdir), live.proc.pid) == live_tmp
         assert (tmpdir / "wk-scratch-abcdef").is_dir() and (tmpdir / "notes.txt").exists()
+        open(release, "w").close()
         r = live.wait_terminal("live-1", timeout=40)
         assert r.state == pb.TASK_STATE_SUCCEEDED, (r.failure_code, r.failure_message)
     finally:
@@ -234,7 +241,7 @@ HOLDER = ("import os, time\n"
           "    f = open(os.path.join(ctx.scratch_dir, 'secret.txt'), 'w')\n"
           "    f.write(args['secret'])\n"
           "    f.flush()\n"
-          "    time.sleep(args['seconds'])\n"
+          + HOLD_UNTIL_RELEASED +
           "    f.close()\n"
           "    return {}\n")
 
@@ -290,10 +297,12 @@ def open_dir():
 def snoop_while_held(w, secret):
     w.deploy("holder", HOLDER)
     w.deploy("snooper", SNOOPER)
-    w.submit("victim-task", "holder", {"secret": secret, "seconds": 8})
+    release = os.path.join(w.tmp, "release-victim")  # a directory the executors can search
+    w.submit("victim-task", "holder", {"secret": secret, "seconds": 60, "release": release})
     # the victim's file exists before the snooper looks (its directory is named after it)
     time.sleep(1.5)
     out = run(w, "snooper-task", "snooper", {"victim": "victim-task"})
+    open(release, "w").close()
     r = w.wait_terminal("victim-task", timeout=60)
     assert r.state == pb.TASK_STATE_SUCCEEDED, (r.failure_code, r.failure_message)
     return out
