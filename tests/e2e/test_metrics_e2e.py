@@ -15,7 +15,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from conftest import pb
 from etcd_fixture import Etcd, free_port, wait_for
 
-SPIN = "def handler(args, ctx):\n    while True:\n        pass\n"
+# Spins until killed; {"warm": true} returns at once (it binds an executor to spin).
+SPIN = "def handler(args, ctx):\n    while not args.get('warm'):\n        pass\n"
 FLAKY = ("import os, worker\n"
          "def handler(args, ctx):\n"
          "    path = os.path.join(args['dir'], 'attempts')\n"
@@ -75,7 +76,11 @@ def test_every_family_counts_what_happened(worker_factory, etcd, tmp_path):
              call_retry_policy=pb.CallRetryPolicy(max_attempts=3, initial_backoff_ms=1, max_backoff_ms=5))
     for t in ("ok-1", "ok-2", "bad", "flaky"):
         w.wait_terminal(t)
-    # alone on the one executor: calls queued behind it would be lost with it
+    # alone on the one executor: calls queued behind it would be lost with it. Its
+    # executor is ready first: the 300 ms run from the call's SEND, and an executor the
+    # call waits to start for (one per function) could eat them on a busy machine
+    w.submit("spin-warm", "spin", {"warm": True})
+    assert w.wait_terminal("spin-warm").state == pb.TASK_STATE_SUCCEEDED
     w.submit("spin", "spin", {}, call_timeout_ms=300)
     w.wait_terminal("spin")
     with pytest.raises(grpc.RpcError) as e:
@@ -103,21 +108,22 @@ def test_every_family_counts_what_happened(worker_factory, etcd, tmp_path):
     assert ctype.startswith("text/plain; version=0.0.4")
 
     # RPCs by method and code
-    assert value(s, "worker_rpcs_total", method="SubmitTask", code="OK") == 5
+    assert value(s, "worker_rpcs_total", method="SubmitTask", code="OK") == 6
     assert value(s, "worker_rpcs_total", method="GetTaskResult", code="NOT_FOUND") == 1
     assert value(s, "worker_rpcs_total", method="RequestTaskSlot", code="OK") == 1
-    assert value(s, "worker_rpcs_total", method="GetTaskResult", code="OK") >= 5
+    assert value(s, "worker_rpcs_total", method="GetTaskResult", code="OK") >= 6
     # tasks by terminal state and failure code
-    assert value(s, "worker_tasks_finished_total", state="SUCCEEDED", failure_code="NONE") == 3
+    assert value(s, "worker_tasks_finished_total", state="SUCCEEDED", failure_code="NONE") == 4
     assert value(s, "worker_tasks_finished_total", state="FAILED", failure_code="CALL_FAILED") == 2
     # phase durations: every task ran builder and calls; the histogram is consistent
-    assert value(s, "worker_phase_duration_ms_count", phase="calls") == 5
-    assert value(s, "worker_phase_duration_ms_count", phase="builder") == 5
-    assert value(s, "worker_phase_duration_ms_count", phase="task") == 5
-    assert value(s, "worker_phase_duration_ms_bucket", phase="task", le="+Inf") == 5
+    assert value(s, "worker_phase_duration_ms_count", phase="calls") == 6
+    assert value(s, "worker_phase_duration_ms_count", phase="builder") == 6
+    assert value(s, "worker_phase_duration_ms_count", phase="task") == 6
+    assert value(s, "worker_phase_duration_ms_bucket", phase="task", le="+Inf") == 6
     assert value(s, "worker_phase_duration_ms_sum", phase="task") > 0
-    # calls and retries: echo 1 + map 3 + flaky 1 succeeded; boom and spin failed
-    assert value(s, "worker_calls_total", outcome="succeeded") == 5
+    # calls and retries: echo 1 + map 3 + flaky 1 + spin-warm 1 succeeded; boom and spin
+    # failed
+    assert value(s, "worker_calls_total", outcome="succeeded") == 6
     assert value(s, "worker_calls_total", outcome="failed") == 2
     assert value(s, "worker_call_retries_total") == 2
     assert value(s, "worker_call_cpu_seconds_total") > 0
