@@ -449,6 +449,38 @@ class Shim(unittest.TestCase):
         self.assertEqual(r.returncode, 1)
         self.assertIn("cannot use --channel-fd", r.stderr)
 
+    def test_deploy_check_imports_only_the_check(self):
+        """`--check-code DIR --entrypoint M:A`, as the Worker and workerctl run it, skips
+        the executor's own modules and answers exactly as the full command line does
+        (any other order of the flags)."""
+        script = os.path.join(PYTHON_DIR, "worker_executor.py")
+        probe = ("import runpy, sys\n"
+                 "sys.path.insert(0, %r)\n"
+                 "sys.argv = [%r] + sys.argv[1:]\n"
+                 "try:\n"
+                 "    runpy.run_path(%r, run_name='__main__')\n"
+                 "except SystemExit as e:\n"
+                 "    print(e.code, 'argparse' in sys.modules, 'wk_executor.cli' in sys.modules)\n"
+                 % (PYTHON_DIR, script, script))
+        with tempfile.TemporaryDirectory() as d:
+            good, bad = os.path.join(d, "good"), os.path.join(d, "bad")
+            for path, text in ((good, "def handler(args, ctx):\n    return args\n"),
+                               (bad, "def handler(args, ctx:\n")):
+                os.mkdir(path)
+                with open(os.path.join(path, "main.py"), "w") as f:
+                    f.write(text)
+            for code_dir, status in ((good, "0"), (bad, "1")):
+                fast = subprocess.run([sys.executable, "-B", "-c", probe, "--check-code", code_dir,
+                                       "--entrypoint", "main:handler"],
+                                      capture_output=True, text=True, timeout=60)
+                self.assertEqual(fast.stdout.split(), [status, "False", "False"], fast.stderr)
+                full = subprocess.run([sys.executable, "-B", "-c", probe, "--entrypoint",
+                                       "main:handler", "--check-code", code_dir],
+                                      capture_output=True, text=True, timeout=60)
+                self.assertEqual(full.stdout.split(), [status, "True", "True"], full.stderr)
+                self.assertEqual(fast.stderr, full.stderr)
+            self.assertIn("main.py does not compile", fast.stderr)
+
 
 if __name__ == "__main__":
     unittest.main()
