@@ -23,7 +23,9 @@ against it in each mode of --modes (comma-separated) and prints its figures:
                RPC, the gRPC floor under every task; after submit-only, the worker's
                CPU per task above that floor is printed (what the Worker itself adds)
   roundtrip, sleep, echo   see wk_loadgen's usage (sleep after an unmeasured burst of
-               20 that moves both executors to the sleep function)
+               20 that moves both executors to the sleep function; then the machine's
+               floor for it, 100 bare 10 ms time.sleep calls, and the worker's fraction
+               of that floor: the VM's timer latency moves both, the ratio far less)
 --full-channel gives the generator gRPC's whole client channel (as workerctl's) instead
 of connections of its own: what the generator saves shows beside the worker's figures.
 --no-cork: the generator sends each call on its own instead of corking its connections
@@ -119,6 +121,33 @@ def worker_us(output):
     return float(m.group(1)) if m else None
 
 
+# The machine's own floor for the sleep mode: one Python process (the executors'
+# interpreter and timer slack) sleeping SLEEP_FLOOR_N x 10 ms back to back, nothing else.
+# Each sleep overshoots by the VM's timer wake-up latency (~0.1 ms here in its quiet
+# minutes, several times that in its busy ones), which no executor can beat.
+SLEEP_FLOOR_N = 100
+SLEEP_FLOOR = """
+import ctypes, time
+ctypes.CDLL(None).prctl(29, 1000, 0, 0, 0)  # PR_SET_TIMERSLACK: executor_timer_slack_ns
+t = time.perf_counter()
+for _ in range(%d):
+    time.sleep(0.01)
+print(%d * 0.01 / (time.perf_counter() - t))
+""" % (SLEEP_FLOOR_N, SLEEP_FLOOR_N)
+
+
+def sleep_floor():
+    """The fraction of ideal a bare loop of 10 ms time.sleep calls reaches on this
+    machine now (in /usr/bin/python3, the executors' interpreter here), or None when it
+    could not be measured."""
+    p = subprocess.run(["/usr/bin/python3", "-c", SLEEP_FLOOR], stdout=subprocess.PIPE,
+                       text=True, timeout=60)
+    try:
+        return float(p.stdout)
+    except ValueError:
+        return None
+
+
 def loadavg():
     with open("/proc/loadavg") as f:
         return " ".join(f.read().split()[:3])
@@ -200,9 +229,15 @@ def main():
                 loadgen(build, w, "--mode", "sleep", "--tasks", 20, "--executors", args.executors,
                         "--task-ms", 10, "--args", "0.01", "--batch", 10)
                 print(flush=True)
-                r = loadgen(build, w, "--mode", "sleep", "--tasks", args.sleep_tasks,
-                            "--executors", args.executors, "--task-ms", 10, "--args", "0.01",
-                            "--batch", 25)
+                r, out = loadgen_out(build, w, "--mode", "sleep", "--tasks", args.sleep_tasks,
+                                     "--executors", args.executors, "--task-ms", 10, "--args",
+                                     "0.01", "--batch", 25)
+                got = re.search(r"fraction of ideal ([0-9.]+)", out)
+                floor = sleep_floor()
+                if got and floor:
+                    print("   the machine's floor now: %d x time.sleep(0.01) alone in one Python "
+                          "process reach %.3f of ideal; the worker reached %.3f of that floor"
+                          % (SLEEP_FLOOR_N, floor, float(got.group(1)) / floor), flush=True)
             elif m == "echo":
                 r = loadgen(build, w, "--mode", "echo", "--tasks", args.echo_tasks, "--reps",
                             min(args.reps, 3), "--payload", args.echo_bytes, "--inflight", 64,
