@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Idle memory of a worker with default settings and of its executors (issue 12: worker
-alone <= 20 MB RSS idle, an idle executor <= 15 MB). A benchmark: it prints figures and
-asserts nothing.
+alone <= 20 MB RSS idle, an idle executor <= 15 MB; printed in MiB, 1 MiB = 1.049 MB).
+A benchmark: it prints figures and asserts nothing.
 
     python3 bench/bench_idle_memory.py [--build DIR] [--settle S] [--python PY] [-- ARGS...]
 
@@ -41,7 +41,7 @@ def children(pid):
 
 def show(label, pid):
     s = status(pid)
-    print("  %-22s pid %-7d RSS %6.1f MB  (anon %5.1f, file %5.1f)  threads %d" % (
+    print("  %-22s pid %-7d RSS %6.1f MiB  (anon %5.1f, file %5.1f)  threads %d" % (
         label, pid, s["VmRSS"] / 1024, s.get("RssAnon", 0) / 1024, s.get("RssFile", 0) / 1024,
         s.get("Threads", 0)))
     return s["VmRSS"]
@@ -52,7 +52,7 @@ def report(title, worker_pid):
     w = show("worker", worker_pid)
     execs = [show("executor", c) for c in children(worker_pid)]
     if execs:
-        print("  worker %.1f MB; executors: %s MB (mean %.1f); worker + executors %.1f MB" % (
+        print("  worker %.1f MiB; executors: %s MiB (mean %.1f); worker + executors %.1f MiB" % (
             w / 1024, ", ".join("%.1f" % (e / 1024) for e in execs),
             sum(execs) / len(execs) / 1024, (w + sum(execs)) / 1024))
 
