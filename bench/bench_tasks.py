@@ -25,7 +25,7 @@ against it in each mode of --modes (comma-separated) and prints its figures:
   roundtrip, sleep, echo   see wk_loadgen's usage (sleep after an unmeasured burst of
                20 that moves both executors to the sleep function; then the machine's
                floor for it, 100 bare 10 ms time.sleep calls, and the worker's fraction
-               of that floor: the VM's timer latency moves both, the ratio far less)
+               of that floor: the VM's timer latency moves both figures)
 --full-channel gives the generator gRPC's whole client channel (as workerctl's) instead
 of connections of its own: what the generator saves shows beside the worker's figures.
 --no-cork: the generator sends each call on its own instead of corking its connections
