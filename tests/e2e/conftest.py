@@ -97,13 +97,14 @@ FUNCTIONS = {
 # Python start, ~0.1 s of CPU, six or more per test). The tests of deploying itself run
 # workerctl directly.
 _PUBLISHED = {}
-_PUBLISHED_DIR = []
+_published_root = None  # where the copies are kept: made at the first one
 
 
 def _published_dir():
-    if not _PUBLISHED_DIR:
-        _PUBLISHED_DIR.append(temp_dir("wk-published-"))
-    return _PUBLISHED_DIR[0]
+    global _published_root
+    if _published_root is None:
+        _published_root = temp_dir("wk-published-")
+    return _published_root
 
 
 def temp_dir(prefix):
