@@ -38,10 +38,11 @@ typedef struct entry {
 struct wk_code_cache {
   pthread_mutex_t mu;
   char *root;
-  int fd;       /* inotify, non-blocking; -1 = none */
-  int root_wd;  /* -1 = not watched (yet, or any more) */
-  uint64_t gen; /* bumped by every invalidation: a lookup that read the disk keeps its answer
+  int fd;         /* inotify, non-blocking; -1 = none */
+  int root_wd;    /* -1 = not watched (yet, or any more) */
+  uint64_t gen;   /* bumped by every invalidation: a lookup that read the disk keeps its answer
                    only when nothing changed meanwhile */
+  bool drain_due; /* wk_code_cache_sync_lazily: the next lookup drains first */
   entry *buckets[BUCKETS];
   wk_code_cache_stats stats;
 };
@@ -126,6 +127,7 @@ static void on_event(wk_code_cache *c, const struct inotify_event *ev) {
 /* Reads every pending event (under mu): one read() when nothing changed. */
 static void drain(wk_code_cache *c) {
   if (c->fd < 0) return;
+  c->drain_due = false;
   _Alignas(struct inotify_event) char buf[4096];
   for (;;) {
     ssize_t n = read(c->fd, buf, sizeof buf);
@@ -171,6 +173,7 @@ bool wk_code_cache_lookup(wk_code_cache *c, const char *function, uint64_t reque
                           uint64_t *epoch, char *path, size_t path_len) {
   if (requested_epoch != 0 || c->fd < 0) return false;
   pthread_mutex_lock(&c->mu);
+  if (c->drain_due) drain(c);
   bool ok = hit(c, find(c, function), epoch, path, path_len);
   pthread_mutex_unlock(&c->mu);
   return ok;
@@ -182,6 +185,13 @@ void wk_code_cache_sync(wk_code_cache *c) {
   if (c->fd < 0) return;
   pthread_mutex_lock(&c->mu);
   drain(c);
+  pthread_mutex_unlock(&c->mu);
+}
+
+void wk_code_cache_sync_lazily(wk_code_cache *c) {
+  if (c->fd < 0) return;
+  pthread_mutex_lock(&c->mu);
+  c->drain_due = true;
   pthread_mutex_unlock(&c->mu);
 }
 

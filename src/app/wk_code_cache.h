@@ -4,14 +4,16 @@
  * function, the epoch CURRENT named and its directory, and watches the code root and
  * each cached function's directory with inotify. A change is seen when the inotify
  * descriptor is drained (one non-blocking read): by wk_code_cache_sync, which the owner
- * calls when the descriptor (wk_code_cache_fd) turns readable and each time it takes
- * requests in (the orchestrator: every batch of RPCs from the completion queue, before
- * handling any), and by every resolve. The kernel queues an inotify event inside the
- * rename that moved CURRENT, so a deploy that finished before a request was sent is in
- * the queue when that request's batch is synced: a task submitted right after
- * `workerctl deploy` (or a rollback) gets the new epoch, as when every lookup read the
- * disk. A cache hit costs no system call. Without inotify (no descriptor, no watch)
- * every lookup reads the disk as wk_code_store_resolve does.
+ * calls when the descriptor (wk_code_cache_fd) turns readable; by the first lookup after
+ * wk_code_cache_sync_lazily, which the owner calls each time it takes requests in (the
+ * orchestrator: every batch of RPCs from the completion queue, before handling any); and
+ * by every resolve. The kernel queues an inotify event inside the rename that moved
+ * CURRENT, so a deploy that finished before a request was sent is in the queue when that
+ * request's lookup drains: a task submitted right after `workerctl deploy` (or a
+ * rollback) gets the new epoch, as when every lookup read the disk. A batch of requests
+ * that looks nothing up (watches, results, slots) costs no system call, and nor does a
+ * cache hit once drained. Without inotify (no descriptor, no watch) every lookup reads
+ * the disk as wk_code_store_resolve does.
  *
  * Thread-safe (one mutex): activation resolves on the threadpool, subcall targets on
  * the loop. */
@@ -52,11 +54,15 @@ int wk_code_cache_fd(const wk_code_cache *c);
  * One non-blocking read when nothing changed. */
 void wk_code_cache_sync(wk_code_cache *c);
 
-/** The part of wk_code_cache_resolve that needs no disk and no system call: true with
- * *epoch and `path` when CURRENT of `function` (requested_epoch 0) is cached and was
- * unchanged at the last drain (wk_code_cache_sync; counted as a hit); false, and
- * nothing read or counted, when only the disk can answer (not cached yet, changed, not
- * watched, a pinned requested_epoch, a path over path_len). */
+/** Marks the changes inotify queued so far as due: the next lookup (or resolve, or
+ * wk_code_cache_sync) reads them before it answers. No system call here. */
+void wk_code_cache_sync_lazily(wk_code_cache *c);
+
+/** The part of wk_code_cache_resolve that needs no disk: true with *epoch and `path`
+ * when CURRENT of `function` (requested_epoch 0) is cached and unchanged (counted as a
+ * hit); false, and nothing read or counted, when only the disk can answer (not cached
+ * yet, changed, not watched, a pinned requested_epoch, a path over path_len). Its one
+ * possible system call: the drain wk_code_cache_sync_lazily made due. */
 bool wk_code_cache_lookup(wk_code_cache *c, const char *function, uint64_t requested_epoch,
                           uint64_t *epoch, char *path, size_t path_len);
 

@@ -263,8 +263,9 @@ static void on_wake(uv_async_t *a) {
   o->n_queued_rpcs = 0;
   pthread_mutex_unlock(&o->mu);
   wk_orch__loop_now(o);
-  /* every deploy that finished before these RPCs were sent is seen (wk_code_cache.h) */
-  if (n > 0) wk_code_cache_sync(o->code_cache);
+  /* every deploy that finished before these RPCs were sent is seen by their lookups
+   * (wk_code_cache.h); a batch that looks nothing up reads nothing */
+  if (n > 0) wk_code_cache_sync_lazily(o->code_cache);
   for (size_t i = 0; i < n; i++) {
     wk_orch__event *ev = &batch[i];
     if (ev->kind == WK_ORCH__EV_RPC) {

@@ -1,7 +1,8 @@
 /* test_code_cache.c: unit tests of the CURRENT cache (src/app/wk_code_cache.c) over a
  * real code store in a temporary directory: a lookup after a deploy, a rollback or a
  * removal sees it at once, with no event loop running (a resolve drains inotify; the
- * memory-only lookup sees what the last wk_code_cache_sync drained). */
+ * memory-only lookup sees what the last wk_code_cache_sync drained, or drains first
+ * after wk_code_cache_sync_lazily). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -213,6 +214,33 @@ static void test_lookup_from_memory_only(void **state) {
   assert_false(wk_code_cache_lookup(f->cache, "other", 0, &epoch, path, sizeof path));
 }
 
+/* The orchestrator marks each batch of requests with wk_code_cache_sync_lazily: the
+ * batch's first lookup drains inotify before it answers, so a deploy that finished
+ * before the requests came is seen, while a batch that looks nothing up reads nothing. */
+static void test_lazy_sync_drains_at_the_next_lookup(void **state) {
+  fx *f = *state;
+  uint64_t epoch = 0;
+  char path[1024];
+  deploy(f, "fn", "v = 1\n");
+  assert_int_equal(current(f, "fn"), 1);
+  deploy(f, "fn", "v = 2\n");
+  assert_true(wk_code_cache_lookup(f->cache, "fn", 0, &epoch, path, sizeof path));
+  assert_int_equal(epoch, 1); /* not drained, not due: the old answer */
+  wk_code_cache_sync_lazily(f->cache);
+  /* due: the lookup drains first, sees the deploy, and leaves it to the disk */
+  assert_false(wk_code_cache_lookup(f->cache, "fn", 0, &epoch, path, sizeof path));
+  assert_int_equal(current(f, "fn"), 2);
+  assert_true(wk_code_cache_lookup(f->cache, "fn", 0, &epoch, path, sizeof path));
+  assert_int_equal(epoch, 2);
+  /* the drain is done once: a deploy after it is not seen until the next mark */
+  deploy(f, "fn", "v = 3\n");
+  assert_true(wk_code_cache_lookup(f->cache, "fn", 0, &epoch, path, sizeof path));
+  assert_int_equal(epoch, 2);
+  wk_code_cache_sync_lazily(f->cache);
+  assert_false(wk_code_cache_lookup(f->cache, "fn", 0, &epoch, path, sizeof path));
+  assert_int_equal(current(f, "fn"), 3);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_hits_until_a_deploy_then_the_new_epoch_at_once, setup,
@@ -224,6 +252,7 @@ int main(void) {
                                       teardown),
       cmocka_unit_test_setup_teardown(test_not_deployed_and_bad_names, setup, teardown),
       cmocka_unit_test_setup_teardown(test_lookup_from_memory_only, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_lazy_sync_drains_at_the_next_lookup, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
