@@ -108,9 +108,8 @@ struct wk_orch {
 
   uv_timer_t tick;
   uv_timer_t deadline;
-  uv_check_t turn_end;      /* after each loop turn's callbacks: the coalesced PHASE_CHANGEDs,
-                          the turn's log lines */
-  uv_prepare_t before_wait; /* log lines of timers and close callbacks */
+  uv_check_t turn_end;      /* after each loop turn's callbacks: the coalesced PHASE_CHANGEDs */
+  uv_prepare_t before_wait; /* before the loop waits: the held log lines, in one write */
   uv_poll_t code_watch;     /* the code cache's inotify descriptor: changes drained as
                                they come (watching_code: started) */
   bool watching_code;

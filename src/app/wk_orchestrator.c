@@ -384,16 +384,18 @@ static void tick(wk_orch *o) {
 
 static void on_tick(uv_timer_t *t) { tick(t->data); }
 
-/* The end of a loop turn: phase changes of the turn go out, one per task (its latest). */
+/* The end of a loop turn: phase changes of the turn go out, one per task (its latest).
+ * The turn's log lines stay held until on_before_wait: the answers and events the turn
+ * made leave first (the app's check handle starts them), so a client does not wait
+ * for the write of a line that describes its answer. */
 static void on_turn_end(uv_check_t *h) {
   wk_orch *o = h->data;
   if (wk_subs_phases_pending(o->subs)) wk_subs_flush_phases(o->subs, o->wall_offset_ms);
   wk_log_hold(true); /* (the loop thread's: from its first turn on) */
-  wk_log_flush();    /* the turn's log lines, in one write */
 }
 
-/* Before the loop waits: what the callbacks since the last check logged (timers, close
- * callbacks) is written, so no line waits for the next event. */
+/* Before the loop waits: the log lines of the turn just ended and of the callbacks
+ * since (timers, close callbacks), in one write, so no line waits for the next event. */
 static void on_before_wait(uv_prepare_t *h) {
   (void)h;
   wk_log_flush();
