@@ -249,7 +249,11 @@ static grpc_slice bb_slice(grpc_byte_buffer *bb) {
   return s;
 }
 
+/* A deadline ms from now. ms <= 0: one already passed, so a completion-queue poll
+ * takes what is ready and returns at once; a deadline of `now` would not: gRPC rounds
+ * it up to the next millisecond and waits for it (an empty poll cost ~1.1 ms). */
 static gpr_timespec deadline_in(int64_t ms) {
+  if (ms <= 0) return gpr_inf_past(GPR_CLOCK_MONOTONIC);
   return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(ms, GPR_TIMESPAN));
 }
 
