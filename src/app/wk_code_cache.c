@@ -38,10 +38,11 @@ typedef struct entry {
 struct wk_code_cache {
   pthread_mutex_t mu;
   char *root;
-  int fd;         /* inotify, non-blocking; -1 = none */
-  int root_wd;    /* -1 = not watched (yet, or any more) */
-  uint64_t gen;   /* bumped by every invalidation: a lookup that read the disk keeps its answer
-                   only when nothing changed meanwhile */
+  int fd;      /* inotify, non-blocking; -1 = none */
+  int root_wd; /* -1 = not watched (yet, or any more) */
+  /* bumped by every invalidation: a lookup that read the disk keeps its answer only
+   * when nothing changed meanwhile */
+  uint64_t gen;
   bool drain_due; /* wk_code_cache_sync_lazily: the next lookup drains first */
   entry *buckets[BUCKETS];
   wk_code_cache_stats stats;
