@@ -148,6 +148,14 @@ def sleep_floor():
         return None
 
 
+def verdicts(out):
+    """The lines of wk_loadgen's output that give a target's verdict (PASS or MISS), and
+    the stability figure the machine's speed cancels out of."""
+    return [line.strip() for line in out.splitlines()
+            if ("target" in line and ("PASS" in line or "MISS" in line))
+            or "speed cancels out" in line]
+
+
 def loadavg():
     with open("/proc/loadavg") as f:
         return " ".join(f.read().split()[:3])
@@ -193,6 +201,7 @@ def main():
           flush=True)
     w = start_worker(build, args.executors)
     rc = 0
+    summary = []  # (mode, its verdict lines), printed together at the end
     try:
         # warm-up: the executors import the functions, the connection comes up
         print("(warm-up, not measured: its verdicts mean nothing)", flush=True)
@@ -202,6 +211,7 @@ def main():
         per_task = None  # the worker's CPU per submit-only task
         for m in modes:
             print(flush=True)
+            extra = []  # this mode's lines for the summary besides the generator's verdicts
             if m in ("throughput", "submit-only"):
                 flow = ["--no-slot"] if m == "submit-only" else slot
                 r, out = loadgen_out(build, w, "--mode", "throughput", "--tasks", args.tasks,
@@ -219,7 +229,7 @@ def main():
                           % (per_task, floor, per_task - floor,
                              100.0 * (per_task - floor) / per_task), flush=True)
             elif m == "roundtrip":
-                r = loadgen(build, w, "--mode", "roundtrip", "--tasks", args.rt_tasks)
+                r, out = loadgen_out(build, w, "--mode", "roundtrip", "--tasks", args.rt_tasks)
             elif m == "sleep":
                 # executor_isolation=function: the executors still serve the function of
                 # the mode before; switching both to `sleep` costs an executor start
@@ -235,17 +245,26 @@ def main():
                 got = re.search(r"fraction of ideal ([0-9.]+)", out)
                 floor = sleep_floor()
                 if got and floor:
-                    print("   the machine's floor now: %d x time.sleep(0.01) alone in one Python "
-                          "process reach %.3f of ideal; the worker reached %.3f of that floor"
-                          % (SLEEP_FLOOR_N, floor, float(got.group(1)) / floor), flush=True)
+                    line = ("the machine's floor now: %d x time.sleep(0.01) alone in one Python "
+                            "process reach %.3f of ideal; the worker reached %.3f of that floor"
+                            % (SLEEP_FLOOR_N, floor, float(got.group(1)) / floor))
+                    print("   " + line, flush=True)
+                    extra.append(line)
             elif m == "echo":
-                r = loadgen(build, w, "--mode", "echo", "--tasks", args.echo_tasks, "--reps",
-                            min(args.reps, 3), "--payload", args.echo_bytes, "--inflight", 64,
-                            "--batch", 16, *slot)
+                r, out = loadgen_out(build, w, "--mode", "echo", "--tasks", args.echo_tasks,
+                                     "--reps", min(args.reps, 3), "--payload", args.echo_bytes,
+                                     "--inflight", 64, "--batch", 16, *slot)
             else:
                 print("unknown mode %r" % m)
-                r = 2
+                r, out = 2, ""
+            summary.append((m, verdicts(out) + extra))
             rc = rc or r
+        if not args.smoke:  # (tiny counts: verdicts that mean nothing)
+            print("\nsummary: every target's verdict above, by mode (the CPU target is for a "
+                  "submit-only task; slot + submit pays a second RPC)", flush=True)
+            for m, lines in summary:
+                for line in lines or ["(no target)"]:
+                    print("   %-12s %s" % (m, line), flush=True)
         if args.smoke:
             print(flush=True)
             rc = rc or smoke_failures(build, w)
