@@ -259,15 +259,15 @@ def main():
                 r, out = 2, ""
             summary.append((m, verdicts(out) + extra))
             rc = rc or r
-        if not args.smoke:  # (tiny counts: verdicts that mean nothing)
+        if args.smoke:  # (tiny counts: verdicts that mean nothing, so no summary)
+            print(flush=True)
+            rc = rc or smoke_failures(build, w)
+        else:
             print("\nsummary: every target's verdict above, by mode (the CPU target is for a "
                   "submit-only task; slot + submit pays a second RPC)", flush=True)
             for m, lines in summary:
                 for line in lines or ["(no target)"]:
                     print("   %-12s %s" % (m, line), flush=True)
-        if args.smoke:
-            print(flush=True)
-            rc = rc or smoke_failures(build, w)
     finally:
         stop = w.stop()
         print("\nworker stopped (exit %s); load average %s" % (stop, loadavg()), flush=True)
